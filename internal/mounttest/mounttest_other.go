@@ -1,0 +1,25 @@
+//go:build !linux
+
+package mounttest
+
+import (
+	"errors"
+	"testing"
+)
+
+func reexecInNamespace() (int, error) { return 0, errors.New("mount namespaces are Linux-only") }
+
+// Mount is not available outside Linux.
+func Mount(t testing.TB, source, target, fstype string, flags uintptr, data string) {
+	t.Helper()
+	t.Skip("skipping: mounts are Linux-only")
+}
+
+// Tmpfs is not available outside Linux.
+func Tmpfs(t testing.TB, dir, data string) { Mount(t, "tmpfs", dir, "tmpfs", 0, data) }
+
+// Bind is not available outside Linux.
+func Bind(t testing.TB, src, dst string) { Mount(t, src, dst, "", 0, "") }
+
+// Unmount is not available outside Linux.
+func Unmount(t testing.TB, target string) { t.Skip("skipping: mounts are Linux-only") }

@@ -1,0 +1,372 @@
+package mountdetect
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+)
+
+// strategy is how mount boundaries are detected. Tests force each one so
+// that one table of cases runs against every strategy the kernel offers.
+type strategy int
+
+const (
+	strategyAuto        strategy = iota
+	strategyStatxUnique          // statx STATX_MNT_ID_UNIQUE + STATX_ATTR_MOUNT_ROOT (6.8+)
+	strategyStatxMntID           // statx STATX_MNT_ID + STATX_ATTR_MOUNT_ROOT (5.8+)
+	strategyOpenat2              // openat2 RESOLVE_NO_XDEV (5.6+)
+	strategyMountinfo            // one read of /proc/self/mountinfo (mount points only)
+	strategyStdev                // st_dev comparison: blind to same-filesystem bind mounts
+)
+
+func (s strategy) String() string {
+	switch s {
+	case strategyAuto:
+		return "auto"
+	case strategyStatxUnique:
+		return "statx-mnt-id-unique"
+	case strategyStatxMntID:
+		return "statx-mnt-id"
+	case strategyOpenat2:
+		return "openat2"
+	case strategyMountinfo:
+		return "mountinfo"
+	case strategyStdev:
+		return "st_dev"
+	}
+	return "strategy(" + strconv.Itoa(int(s)) + ")"
+}
+
+// walkSafe reports whether a strategy can check every directory of a walk
+// for a mount boundary, including same-filesystem bind mounts.
+func (s strategy) walkSafe() bool {
+	return s == strategyStatxUnique || s == strategyStatxMntID || s == strategyOpenat2
+}
+
+// statxMask is the statx mask that asks for the strategy's mount ID.
+func (s strategy) statxMask() int {
+	switch s {
+	case strategyStatxUnique:
+		return unix.STATX_MNT_ID_UNIQUE
+	case strategyStatxMntID:
+		return unix.STATX_MNT_ID
+	}
+	return 0
+}
+
+var kernelStrategy = sync.OnceValue(probeKernel)
+
+func autoStrategy() strategy { return kernelStrategy() }
+
+// probeKernel finds the best strategy this kernel supports by asking about
+// "/" once.
+func probeKernel() strategy {
+	var sx unix.Statx_t
+	err := unix.Statx(unix.AT_FDCWD, "/", unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID_UNIQUE, &sx)
+	if err == nil && sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 {
+		if sx.Mask&unix.STATX_MNT_ID_UNIQUE != 0 {
+			return strategyStatxUnique
+		}
+		if sx.Mask&unix.STATX_MNT_ID != 0 {
+			return strategyStatxMntID
+		}
+	}
+	fd, err := unix.Openat2(unix.AT_FDCWD, "/", &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_XDEV,
+	})
+	if err == nil {
+		unix.Close(fd)
+		return strategyOpenat2
+	}
+	if _, err := os.Stat("/proc/self/mountinfo"); err == nil {
+		return strategyMountinfo
+	}
+	return strategyStdev
+}
+
+// supported lists the strategies this kernel can run, best first.
+func supportedStrategies() []strategy {
+	var out []strategy
+	switch autoStrategy() {
+	case strategyStatxUnique:
+		out = append(out, strategyStatxUnique, strategyStatxMntID, strategyOpenat2)
+	case strategyStatxMntID:
+		out = append(out, strategyStatxMntID, strategyOpenat2)
+	case strategyOpenat2:
+		out = append(out, strategyOpenat2)
+	}
+	if _, err := os.Stat("/proc/self/mountinfo"); err == nil {
+		out = append(out, strategyMountinfo)
+	}
+	return append(out, strategyStdev)
+}
+
+func ignoringEINTR(fn func() error) error {
+	for {
+		err := fn()
+		if err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+func openat(dirfd int, name string, flags int) (int, error) {
+	var fd int
+	err := ignoringEINTR(func() (err error) {
+		fd, err = unix.Openat(dirfd, name, flags|unix.O_CLOEXEC, 0)
+		return err
+	})
+	return fd, err
+}
+
+// fdPath is the kernel's name for what fd refers to, with symlinks
+// resolved. It is how a directory that was opened through a symlinked
+// parent is found in the mount table.
+func fdPath(fd int, fallback string) (string, error) {
+	p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	if err == nil && strings.HasPrefix(p, "/") {
+		return strings.TrimSuffix(p, " (deleted)"), nil
+	}
+	// Without /proc, resolve the name instead; the answer can be stale if
+	// the tree is changing, which only makes the mount listing less exact.
+	real, err2 := filepath.EvalSymlinks(fallback)
+	if err2 != nil {
+		return "", errors.Join(err, err2)
+	}
+	return filepath.Abs(real)
+}
+
+func detect(path string) (FSInfo, error) {
+	info := FSInfo{Path: path}
+	fd, err := openat(unix.AT_FDCWD, path, unix.O_PATH)
+	if err != nil {
+		return info, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Statfs_t
+	if err := ignoringEINTR(func() error { return unix.Fstatfs(fd, &st) }); err != nil {
+		return info, &os.PathError{Op: "fstatfs", Path: path, Err: err}
+	}
+	info.Magic = uint32(st.Type)
+	info.FSType = FSTypeName(info.Magic)
+	info.MountPoint, info.MountPointSure, err = fdIsMountRoot(fd, path)
+	if err != nil {
+		return info, err
+	}
+	if info.MountPoint {
+		info.Medium = MediumForMagic(info.Magic)
+	}
+	if info.Magic == MagicHugetlbfs {
+		size, err := hugePageSizeOf(fd, path)
+		if err != nil {
+			return info, err
+		}
+		if size == 0 {
+			size = int64(st.Bsize) // hugetlbfs reports the page size as its block size
+		}
+		info.HugePageSize = size
+	}
+	return info, nil
+}
+
+// fdIsMountRoot answers IsMountPoint for an open file.
+func fdIsMountRoot(fd int, path string) (mounted, sure bool, err error) {
+	var sx unix.Statx_t
+	err = ignoringEINTR(func() error {
+		return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &sx)
+	})
+	if err == nil && sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 {
+		return sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, true, nil
+	}
+	// No statx mount-root attribute: ask by name, which runs the rest of
+	// the fallback chain.
+	real, err := fdPath(fd, path)
+	if err != nil {
+		return false, false, err
+	}
+	return isMountPoint(real, strategyOpenat2)
+}
+
+// hugePageSizeOf reads the pagesize= option of the hugetlbfs mount fd is on.
+// It returns 0 when the mount has no such option.
+func hugePageSizeOf(fd int, path string) (int64, error) {
+	var sx unix.Statx_t
+	err := ignoringEINTR(func() error {
+		return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &sx)
+	})
+	var filter mountinfo.FilterFunc
+	if err == nil && sx.Mask&unix.STATX_MNT_ID != 0 {
+		id := int(sx.Mnt_id)
+		filter = func(m *mountinfo.Info) (skip, stop bool) { return m.ID != id, m.ID == id }
+	} else {
+		real, err := fdPath(fd, path)
+		if err != nil {
+			return 0, err
+		}
+		// Without mount IDs take the last (topmost) hugetlbfs mount on the
+		// longest mount point that contains the path.
+		filter = func(m *mountinfo.Info) (bool, bool) {
+			return m.FSType != "hugetlbfs" || !within(real, m.Mountpoint), false
+		}
+	}
+	mounts, err := mountinfo.GetMounts(filter)
+	if err != nil {
+		return 0, fmt.Errorf("read mount table for %s: %w", path, err)
+	}
+	if len(mounts) == 0 {
+		return 0, nil
+	}
+	slices.SortStableFunc(mounts, func(a, b *mountinfo.Info) int { return len(a.Mountpoint) - len(b.Mountpoint) })
+	m := mounts[len(mounts)-1]
+	for _, opts := range []string{m.VFSOptions, m.Options} {
+		size, ok, err := ParseHugePageSize(opts)
+		if err != nil {
+			return 0, fmt.Errorf("hugetlbfs mount %s: %w", m.Mountpoint, err)
+		}
+		if ok {
+			return size, nil
+		}
+	}
+	return 0, nil
+}
+
+// within reports whether path is dir or beneath it. Both must be clean.
+func within(path, dir string) bool {
+	if dir == "/" {
+		return true
+	}
+	return path == dir || strings.HasPrefix(path, dir+"/")
+}
+
+func isMountPoint(path string, s strategy) (mounted, sure bool, err error) {
+	if path == "" {
+		return false, false, &InvalidPathError{Path: path, Reason: "empty path"}
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return false, false, err
+	}
+	if abs == "/" {
+		return true, true, nil
+	}
+	dir, base := filepath.Split(abs)
+	pfd, err := openat(unix.AT_FDCWD, dir, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		return false, false, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(pfd)
+
+	var st unix.Stat_t
+	if err := ignoringEINTR(func() error { return unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
+		return false, false, &os.PathError{Op: "fstatat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		// mount(2) follows symlinks, so a symlink is never a mount root.
+		return false, true, nil
+	}
+	return childIsMountRoot(pfd, base, abs, &st, s)
+}
+
+// childIsMountRoot runs the fallback chain, starting at s, for the entry
+// name in the directory pfd. st is its lstat.
+func childIsMountRoot(pfd int, name, path string, st *unix.Stat_t, s strategy) (mounted, sure bool, err error) {
+	switch s {
+	case strategyStatxUnique, strategyStatxMntID:
+		var sx unix.Statx_t
+		err := ignoringEINTR(func() error {
+			return unix.Statx(pfd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT, s.statxMask(), &sx)
+		})
+		if err != nil {
+			return false, false, &os.PathError{Op: "statx", Path: path, Err: err}
+		}
+		if sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 {
+			return sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, true, nil
+		}
+		fallthrough
+	case strategyOpenat2:
+		fd, err := unix.Openat2(pfd, name, &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_NO_XDEV,
+		})
+		switch err {
+		case nil:
+			unix.Close(fd)
+			return false, true, nil
+		case unix.EXDEV:
+			return true, true, nil
+		case unix.ENOSYS, unix.EPERM, unix.EINVAL, unix.EAGAIN:
+			// Not available (or blocked by seccomp): next strategy.
+		default:
+			return false, false, &os.PathError{Op: "openat2", Path: path, Err: err}
+		}
+		fallthrough
+	case strategyMountinfo:
+		real, err := fdPath(pfd, filepath.Dir(path))
+		if err == nil {
+			target := filepath.Join(real, name)
+			mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(target))
+			if err == nil {
+				return len(mounts) > 0, true, nil
+			}
+		}
+		fallthrough
+	default:
+		var pst unix.Stat_t
+		if err := unix.Fstat(pfd, &pst); err != nil {
+			return false, false, &os.PathError{Op: "fstat", Path: filepath.Dir(path), Err: err}
+		}
+		if pst.Dev != st.Dev || pst.Ino == st.Ino {
+			return true, true, nil
+		}
+		return false, false, nil
+	}
+}
+
+func nestedMounts(path string) ([]Mount, error) {
+	fd, err := openat(unix.AT_FDCWD, path, unix.O_PATH|unix.O_DIRECTORY)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	_, nested, err := mountsAtAndBeneath(fd, path)
+	return nested, err
+}
+
+// mountsAtAndBeneath reads the mount table once and returns the mounts
+// whose mount point is the directory fd itself and those strictly beneath
+// it, each sorted by mount point.
+func mountsAtAndBeneath(fd int, path string) (at, beneath []Mount, err error) {
+	real, err := fdPath(fd, path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("resolve %s: %w", path, err)
+	}
+	infos, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
+		return !within(m.Mountpoint, real), false
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("read mount table: %w", err)
+	}
+	for _, m := range infos {
+		mt := Mount{MountPoint: m.Mountpoint, FSType: m.FSType, Source: m.Source}
+		if m.Mountpoint == real {
+			at = append(at, mt)
+		} else {
+			beneath = append(beneath, mt)
+		}
+	}
+	sortMounts(beneath)
+	return at, beneath, nil
+}
+
+func sortMounts(ms []Mount) {
+	slices.SortStableFunc(ms, func(a, b Mount) int { return strings.Compare(a.MountPoint, b.MountPoint) })
+}

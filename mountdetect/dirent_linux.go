@@ -1,0 +1,61 @@
+package mountdetect
+
+import (
+	"encoding/binary"
+	"errors"
+	"unsafe"
+)
+
+// A linux_dirent64 record as getdents64(2) fills it:
+//
+//	u64 d_ino; s64 d_off; u16 d_reclen; u8 d_type; char d_name[] (NUL-terminated)
+const (
+	direntReclenOff = 16
+	direntTypeOff   = 18
+	direntNameOff   = 19
+)
+
+var errBadDirent = errors.New("malformed getdents64 record")
+
+// dirent is one parsed record. name aliases the read buffer; it ends before
+// the terminating NUL, which stays in the buffer at nameStart+len(name) so
+// the name can be handed to a syscall without copying.
+type dirent struct {
+	typ       uint8
+	name      []byte
+	nameStart int
+}
+
+// nextDirent parses the record at buf[off:] and returns it with the offset
+// of the next record. It never reads past len(buf) and rejects records
+// whose length or name is inconsistent.
+func nextDirent(buf []byte, off int) (dirent, int, error) {
+	if len(buf)-off < direntNameOff+1 {
+		return dirent{}, 0, errBadDirent
+	}
+	reclen := int(binary.NativeEndian.Uint16(buf[off+direntReclenOff:]))
+	if reclen < direntNameOff+1 || reclen > len(buf)-off {
+		return dirent{}, 0, errBadDirent
+	}
+	rec := buf[off : off+reclen]
+	nameEnd := direntNameOff
+	for nameEnd < reclen && rec[nameEnd] != 0 {
+		nameEnd++
+	}
+	if nameEnd == reclen || nameEnd == direntNameOff {
+		return dirent{}, 0, errBadDirent // no terminating NUL, or an empty name
+	}
+	return dirent{
+		typ:       rec[direntTypeOff],
+		name:      rec[direntNameOff:nameEnd],
+		nameStart: off + direntNameOff,
+	}, off + reclen, nil
+}
+
+// isDotOrDotDot reports whether name is "." or "..".
+func isDotOrDotDot(name []byte) bool {
+	return (len(name) == 1 && name[0] == '.') || (len(name) == 2 && name[0] == '.' && name[1] == '.')
+}
+
+// cstr returns a pointer to the NUL-terminated name of d inside buf.
+func (d dirent) cstr(buf []byte) *byte { return (*byte)(unsafe.Pointer(&buf[d.nameStart])) }

@@ -1,0 +1,222 @@
+package mountdetect
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+)
+
+// ErrCrossesMount is matched (with errors.Is) by every error that reports a
+// mount found where a single-mount operation was asked for: a mount nested
+// beneath a directory given to RemoveAll, the directory itself being a mount
+// point, or a mount that appeared while the walk was running. Use errors.As
+// with *CrossesMountError to get the list of mounts.
+var ErrCrossesMount = errors.New("crosses a mount boundary")
+
+// ErrInvalidPath is matched by errors for paths RemoveAll refuses to touch:
+// empty, relative, "/", or ending in "." or "..".
+var ErrInvalidPath = errors.New("invalid path")
+
+// ErrUnsupported is returned on platforms (and Linux kernels) where
+// mountdetect cannot keep its guarantees. It also matches
+// errors.ErrUnsupported.
+var ErrUnsupported = fmt.Errorf("mountdetect: %w", errors.ErrUnsupported)
+
+// Mount describes one mount found beneath (or at) a path.
+type Mount struct {
+	// MountPoint is the absolute path where the mount is attached, as the
+	// kernel reports it for this process (symlinks resolved).
+	MountPoint string `json:"mountPoint"`
+	// FSType is the filesystem type ("tmpfs", "nfs4", "ext4", ...).
+	FSType string `json:"fsType"`
+	// Source is the mount source ("server:/export", "/dev/sdb1", "tmpfs");
+	// empty when it could not be learned without a second read of the
+	// mount table (mounts discovered during a walk).
+	Source string `json:"source"`
+}
+
+// CrossesMountError reports mounts that stopped a single-mount operation.
+// It matches ErrCrossesMount with errors.Is.
+type CrossesMountError struct {
+	// Path is the path the operation was given.
+	Path string
+	// Mounts lists every mount found, sorted by mount point. When the path
+	// itself is a mount point it is listed too.
+	Mounts []Mount
+	// DuringWalk is false when the mounts were found before anything was
+	// removed (nothing was deleted) and true when they appeared while the
+	// removal was running (the walk did not enter them; everything else
+	// on the directory's own mount was removed).
+	DuringWalk bool
+}
+
+func (e *CrossesMountError) Error() string {
+	var b strings.Builder
+	b.WriteString("refusing to remove ")
+	b.WriteString(e.Path)
+	b.WriteString(": ")
+	b.WriteString(ErrCrossesMount.Error())
+	if e.DuringWalk {
+		b.WriteString(" (mounts appeared during removal and were left untouched)")
+	} else {
+		b.WriteString(" (nothing was deleted)")
+	}
+	b.WriteString(":")
+	for _, m := range e.Mounts {
+		b.WriteString(" ")
+		b.WriteString(m.MountPoint)
+		if m.FSType != "" || m.Source != "" {
+			b.WriteString(" [")
+			b.WriteString(m.FSType)
+			if m.Source != "" {
+				b.WriteString(" from ")
+				b.WriteString(m.Source)
+			}
+			b.WriteString("]")
+		}
+		b.WriteString(";")
+	}
+	s := b.String()
+	return strings.TrimSuffix(s, ";")
+}
+
+// Is makes errors.Is(err, ErrCrossesMount) true.
+func (e *CrossesMountError) Is(target error) bool { return target == ErrCrossesMount }
+
+// InvalidPathError explains why a path was refused. It matches
+// ErrInvalidPath with errors.Is.
+type InvalidPathError struct {
+	Path   string
+	Reason string
+}
+
+func (e *InvalidPathError) Error() string {
+	return fmt.Sprintf("invalid path %q: %s", e.Path, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalidPath) true.
+func (e *InvalidPathError) Is(target error) bool { return target == ErrInvalidPath }
+
+// FSInfo is what Detect learns about a path.
+type FSInfo struct {
+	// Path is the path that was examined.
+	Path string `json:"path"`
+	// FSType names the filesystem from its statfs magic number ("tmpfs",
+	// "ext4", ...; "unknown(0x...)" for magics this package does not know).
+	FSType string `json:"fsType"`
+	// Magic is the statfs f_type, as uint32 on every architecture.
+	Magic uint32 `json:"magic"`
+	// MountPoint reports whether Path is the root of a mount, and
+	// MountPointSure whether the kernel could say so with certainty.
+	MountPoint     bool `json:"mountPoint"`
+	MountPointSure bool `json:"mountPointSure"`
+	// Medium is the emptyDir medium: Memory for the root of a tmpfs mount,
+	// HugePages for the root of a hugetlbfs mount, Default otherwise.
+	Medium Medium `json:"medium"`
+	// HugePageSize is the page size in bytes of a hugetlbfs mount (from its
+	// pagesize= option, else its block size); 0 for other filesystems.
+	HugePageSize int64 `json:"hugePageSize"`
+}
+
+// Detect reports the filesystem type, mount-point status and emptyDir
+// medium of path. The path is opened once and every answer is about that
+// open file, so a rename during the call cannot mix two files' answers.
+// Symlinks in path are followed (Detect describes what the path names).
+func Detect(path string) (FSInfo, error) { return detect(path) }
+
+// IsMountPoint reports whether path (a directory or a file) is the root of
+// a mount. sure is false when only the st_dev fallback was available; that
+// fallback cannot see bind mounts of the same filesystem, so callers that
+// are about to delete data must treat "not mounted, not sure" as unsafe.
+//
+// Symlinks in the parent directories are followed (so /var/lib/kubelet may
+// be a symlink); a symlink as the last component is never a mount point.
+// Strategies, in order: statx STATX_ATTR_MOUNT_ROOT (Linux 5.8+), openat2
+// RESOLVE_NO_XDEV (5.6+), /proc/self/mountinfo, st_dev comparison.
+func IsMountPoint(path string) (mounted, sure bool, err error) {
+	return isMountPoint(path, autoStrategy())
+}
+
+// NestedMounts lists every mount strictly beneath the directory path
+// (mounts on directories and on files), sorted by mount point, from one
+// read of the mount table. Symlinks in path are followed.
+func NestedMounts(path string) ([]Mount, error) { return nestedMounts(path) }
+
+// RemoveAll removes path and everything beneath it that lives on the same
+// mount as path, and nothing else:
+//
+//   - if any mount is found beneath path (or path is itself a mount point)
+//     before removal starts, nothing is deleted and a *CrossesMountError
+//     lists every such mount;
+//   - every directory is opened relative to its parent's file descriptor
+//     with O_NOFOLLOW, its mount ID is compared with path's, and a
+//     directory on another mount (one mounted during the walk) is never
+//     entered: it is left in place and reported in a *CrossesMountError
+//     with DuringWalk set;
+//   - symlinks are unlinked, never followed; bind-mounted files are never
+//     unlinked (the kernel refuses with EBUSY) and are reported likewise.
+//
+// A missing path is success. An empty, relative or root path, or one whose
+// last element is "." or "..", is refused with ErrInvalidPath and nothing is
+// touched. Symlinks in the parent directories of path are followed; a
+// symlink as the last element is removed itself.
+//
+// The unsafe equivalent is os.RemoveAll, which descends into every nested
+// mount and deletes what it finds there before failing with EBUSY.
+func RemoveAll(path string, opts ...Option) error {
+	var c config
+	for _, o := range opts {
+		o.apply(&c)
+	}
+	if c.workers < 1 {
+		c.workers = 1
+	}
+	if c.strategy == strategyAuto {
+		c.strategy = autoStrategy()
+	}
+	return removeAll(path, &c)
+}
+
+// Option configures RemoveAll.
+type Option interface{ apply(*config) }
+
+type config struct {
+	workers  int
+	strategy strategy
+	maxOpen  int // directory fds a serial walk keeps open; 0 = default
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// Workers sets how many goroutines remove in parallel (default 1). The
+// guarantees are the same for every worker count.
+func Workers(n int) Option { return optionFunc(func(c *config) { c.workers = n }) }
+
+// validateRemovePath refuses paths RemoveAll must never act on and returns
+// the cleaned path split into its parent and last element.
+func validateRemovePath(path string) (dir, base string, err error) {
+	switch {
+	case path == "":
+		return "", "", &InvalidPathError{Path: path, Reason: "empty path"}
+	case strings.IndexByte(path, 0) >= 0:
+		return "", "", &InvalidPathError{Path: path, Reason: "contains a NUL byte"}
+	case !filepath.IsAbs(path):
+		return "", "", &InvalidPathError{Path: path, Reason: "not absolute"}
+	}
+	// Look at the last element as given: "/a/b/.." cleans to "/a", which is
+	// not what the caller named.
+	trimmed := strings.TrimRight(path, "/")
+	last := trimmed[strings.LastIndexByte(trimmed, '/')+1:]
+	if last == "." || last == ".." {
+		return "", "", &InvalidPathError{Path: path, Reason: "last element is " + last}
+	}
+	clean := filepath.Clean(path)
+	if clean == "/" || clean == filepath.VolumeName(clean)+string(filepath.Separator) {
+		return "", "", &InvalidPathError{Path: path, Reason: "refusing to remove the root directory"}
+	}
+	dir, base = filepath.Split(clean)
+	return dir, base, nil
+}

@@ -1,0 +1,542 @@
+package mountdetect
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// defaultMaxOpen bounds the directory fds one serial walk keeps open.
+	// Deeper directories are reached again through ".." (verified by device
+	// and inode) instead of keeping an fd per level, so trees far deeper
+	// than PATH_MAX need neither unbounded fds nor path strings.
+	defaultMaxOpen = 128
+	// maxPasses bounds how often one directory is listed again after its
+	// rmdir found it not empty (entries skipped by a reshuffled directory,
+	// Go issue 20841, or created concurrently).
+	maxPasses = 64
+	// direntBufSize is the getdents64 buffer: a few hundred entries a call.
+	direntBufSize = 32 << 10
+)
+
+// Test seams: called with a directory's path just before the walk opens it
+// and just after, so tests can mount or swap things at exactly those
+// moments. Always nil outside tests.
+var testHookBeforeEnter, testHookAfterEnter func(path string)
+
+// dirNode is one directory being removed: a frame of the serial walk or a
+// node of the parallel one.
+type dirNode struct {
+	parent *dirNode // nil for the pseudo-node holding the start path's parent
+	name   string
+	fd     int // -1 when closed (evicted by a deep serial walk, or not yet opened)
+	depth  int
+	// dev and ino identify the directory when its fd has been evicted, so
+	// that reopening it through ".." can prove it is the same directory.
+	dev, ino uint64
+
+	// Serial walk state: subdirectories found in the current batch.
+	subdirs []string
+	next    int
+	eof     bool
+
+	progress atomic.Bool // this pass removed something
+	kept     atomic.Bool // something was deliberately left here (a mount, an error)
+	passes   int
+
+	// Parallel walk: outstanding tasks (its own listing plus children).
+	pending atomic.Int64
+}
+
+// path is the directory's full path, for error messages only.
+func (n *dirNode) path() string {
+	var parts []string
+	for x := n; x != nil; x = x.parent {
+		parts = append(parts, x.name)
+	}
+	for i, j := 0, len(parts)-1; i < j; i, j = i+1, j-1 {
+		parts[i], parts[j] = parts[j], parts[i]
+	}
+	return filepath.Join(parts...)
+}
+
+func (n *dirNode) child(name string) string { return n.path() + "/" + name }
+
+// walk is the state shared by every goroutine of one RemoveAll.
+type walk struct {
+	s       strategy
+	rootMnt uint64
+	maxOpen int
+
+	mu       sync.Mutex
+	crossed  []Mount
+	firstErr error
+	nerr     int
+	aborted  atomic.Bool
+}
+
+func (w *walk) fail(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.firstErr == nil {
+		w.firstErr = err
+	}
+	w.nerr++
+}
+
+// foundMount records a mount met during the walk; describe fills in its
+// filesystem type when it can (the entry is opened O_PATH, which does
+// nothing to it).
+func (w *walk) foundMount(dirfd int, name, path string) {
+	m := Mount{MountPoint: path}
+	if fd, err := openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW); err == nil {
+		var st unix.Statfs_t
+		if unix.Fstatfs(fd, &st) == nil {
+			m.FSType = FSTypeName(uint32(st.Type))
+		}
+		unix.Close(fd)
+	}
+	w.mu.Lock()
+	w.crossed = append(w.crossed, m)
+	w.mu.Unlock()
+}
+
+func (w *walk) abort(err error) {
+	w.fail(err)
+	w.aborted.Store(true)
+}
+
+// result turns what the walk met into RemoveAll's error.
+func (w *walk) result(path string) error {
+	var errs []error
+	if len(w.crossed) > 0 {
+		sortMounts(w.crossed)
+		errs = append(errs, &CrossesMountError{Path: path, Mounts: w.crossed, DuringWalk: true})
+	}
+	if w.firstErr != nil {
+		err := w.firstErr
+		if w.nerr > 1 {
+			err = fmt.Errorf("%w (and %d more errors)", err, w.nerr-1)
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func unlinkatPtr(dirfd int, name *byte, flags int) error {
+	for {
+		_, _, e := unix.Syscall(unix.SYS_UNLINKAT, uintptr(dirfd), uintptr(unsafe.Pointer(name)), uintptr(flags))
+		switch e {
+		case 0:
+			return nil
+		case unix.EINTR:
+			continue
+		}
+		return e
+	}
+}
+
+func unlinkat(dirfd int, name string, flags int) error {
+	return ignoringEINTR(func() error { return unix.Unlinkat(dirfd, name, flags) })
+}
+
+func removeAll(path string, c *config) error {
+	dir, base, err := validateRemovePath(path)
+	if err != nil {
+		return err
+	}
+	if !c.strategy.walkSafe() {
+		return fmt.Errorf("remove %s: %w: the kernel offers neither statx mount IDs (Linux 5.8) nor openat2 (Linux 5.6), so mounts appearing during the walk could not be detected", path, ErrUnsupported)
+	}
+	clean := filepath.Join(dir, base)
+	pfd, err := openat(unix.AT_FDCWD, dir, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		if err == unix.ENOENT {
+			return nil
+		}
+		return &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(pfd)
+
+	var st unix.Stat_t
+	if err := ignoringEINTR(func() error { return unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
+		if err == unix.ENOENT {
+			return nil
+		}
+		return &os.PathError{Op: "fstatat", Path: clean, Err: err}
+	}
+	w := &walk{s: c.strategy, maxOpen: c.maxOpen}
+	if w.maxOpen <= 0 {
+		w.maxOpen = defaultMaxOpen
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+	case unix.S_IFLNK:
+		// The link itself is removed; its target is not touched.
+		return removeEntry(pfd, base, clean)
+	default:
+		mounted, sure, err := childIsMountRoot(pfd, base, clean, &st, c.strategy)
+		if err != nil {
+			return err
+		}
+		if mounted || !sure {
+			w.foundMount(pfd, base, clean)
+			return &CrossesMountError{Path: path, Mounts: w.crossed}
+		}
+		if err := removeEntry(pfd, base, clean); err != nil {
+			if errors.Is(err, unix.EBUSY) {
+				w.foundMount(pfd, base, clean)
+				return &CrossesMountError{Path: path, Mounts: w.crossed}
+			}
+			return err
+		}
+		return nil
+	}
+
+	fd, err := openat(pfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
+	if err != nil {
+		switch err {
+		case unix.ENOENT:
+			return nil
+		case unix.ENOTDIR, unix.ELOOP:
+			// Replaced by a file or symlink since the fstatat: remove that.
+			return removeEntry(pfd, base, clean)
+		}
+		return &os.PathError{Op: "openat", Path: clean, Err: err}
+	}
+	root := &dirNode{parent: &dirNode{name: dir, fd: pfd}, name: base, fd: fd, depth: 1}
+	closeRoot := true
+	defer func() {
+		if closeRoot {
+			unix.Close(fd)
+		}
+	}()
+
+	// Refuse before touching: the directory itself must not be a mount
+	// root, and nothing may be mounted beneath it.
+	selfMounted := false
+	if mask := c.strategy.statxMask(); mask != 0 {
+		var sx unix.Statx_t
+		if err := ignoringEINTR(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, mask, &sx) }); err != nil {
+			return &os.PathError{Op: "statx", Path: clean, Err: err}
+		}
+		if sx.Mask&uint32(mask) == 0 {
+			return &os.PathError{Op: "statx", Path: clean, Err: fmt.Errorf("kernel returned no mount ID: %w", ErrUnsupported)}
+		}
+		w.rootMnt = sx.Mnt_id
+		selfMounted = sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
+	} else {
+		mounted, _, err := childIsMountRoot(pfd, base, clean, &st, c.strategy)
+		if err != nil {
+			return err
+		}
+		selfMounted = mounted
+	}
+	at, beneath, err := mountsAtAndBeneath(fd, clean)
+	if err != nil {
+		return fmt.Errorf("remove %s: list mounts: %w", path, err)
+	}
+	if selfMounted && len(at) == 0 {
+		w.foundMount(pfd, base, clean)
+		at = w.crossed
+	}
+	if len(at) > 0 || len(beneath) > 0 {
+		return &CrossesMountError{Path: path, Mounts: append(at, beneath...)}
+	}
+
+	closeRoot = false // the walk owns fd now
+	if c.workers > 1 {
+		w.parallel(root, c.workers)
+	} else {
+		w.serial(root)
+	}
+	return w.result(path)
+}
+
+// removeEntry unlinks a non-directory entry, treating a vanished entry as
+// removed.
+func removeEntry(dirfd int, name, path string) error {
+	err := unlinkat(dirfd, name, 0)
+	if err == nil || err == unix.ENOENT {
+		return nil
+	}
+	return &os.PathError{Op: "unlinkat", Path: path, Err: err}
+}
+
+// openDir opens the subdirectory name of parent without following
+// symlinks and without crossing a mount. crossed is true when name is the
+// root of another mount; nothing is opened then.
+func (w *walk) openDir(parent *dirNode, name string) (fd int, crossed bool, err error) {
+	if w.s == strategyOpenat2 {
+		err = ignoringEINTR(func() (err error) {
+			fd, err = unix.Openat2(parent.fd, name, &unix.OpenHow{
+				Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+				Resolve: unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+			})
+			return err
+		})
+		if err == unix.EXDEV {
+			return -1, true, nil
+		}
+		return fd, false, err
+	}
+	fd, err = openat(parent.fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
+	if err != nil {
+		return -1, false, err
+	}
+	mask := w.s.statxMask()
+	var sx unix.Statx_t
+	err = ignoringEINTR(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, mask, &sx) })
+	if err == nil && sx.Mask&uint32(mask) == 0 {
+		err = fmt.Errorf("kernel returned no mount ID: %w", ErrUnsupported)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, false, err
+	}
+	if sx.Mnt_id != w.rootMnt || sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0 {
+		unix.Close(fd)
+		return -1, true, nil
+	}
+	return fd, false, nil
+}
+
+// enter opens subdirectory name of parent and returns its node, or nil
+// when there is nothing to descend into (gone, a mount, replaced by a
+// non-directory which has then been unlinked, or an error recorded).
+func (w *walk) enter(parent *dirNode, name string) *dirNode {
+	if testHookBeforeEnter != nil {
+		testHookBeforeEnter(parent.child(name))
+	}
+	fd, crossed, err := w.openDir(parent, name)
+	if err == nil && !crossed && testHookAfterEnter != nil {
+		testHookAfterEnter(parent.child(name))
+	}
+	switch {
+	case crossed:
+		w.foundMount(parent.fd, name, parent.child(name))
+		parent.markKept()
+		return nil
+	case err == nil:
+		return &dirNode{parent: parent, name: name, fd: fd, depth: parent.depth + 1}
+	case err == unix.ENOENT:
+		return nil
+	case err == unix.ENOTDIR || err == unix.ELOOP:
+		// It is no longer a directory (a symlink or file was swapped in):
+		// unlink the entry itself. unlinkat never follows a symlink.
+		if err := unlinkat(parent.fd, name, 0); err != nil && err != unix.ENOENT {
+			w.entryFailed(parent, name, "unlinkat", err)
+			return nil
+		}
+		parent.markProgress()
+		return nil
+	}
+	w.fail(&os.PathError{Op: "openat", Path: parent.child(name), Err: err})
+	parent.markKept()
+	return nil
+}
+
+func (n *dirNode) markKept()     { n.kept.Store(true) }
+func (n *dirNode) markProgress() { n.progress.Store(true) }
+
+// entryFailed records a failure to remove an entry of n. EBUSY from unlink
+// or rmdir means the entry is a mount point: reported as a mount.
+func (w *walk) entryFailed(n *dirNode, name, op string, err error) {
+	n.markKept()
+	if err == unix.EBUSY {
+		w.foundMount(n.fd, name, n.child(name))
+		return
+	}
+	w.fail(&os.PathError{Op: op, Path: n.child(name), Err: err})
+}
+
+// list reads one batch of n's entries: non-directories are unlinked at
+// once, subdirectories are passed to subdir. It returns false at the end of
+// the directory.
+func (w *walk) list(n *dirNode, buf []byte, subdir func(name []byte)) bool {
+	var nread int
+	err := ignoringEINTR(func() (err error) {
+		nread, err = unix.Getdents(n.fd, buf)
+		return err
+	})
+	if err != nil {
+		w.fail(&os.PathError{Op: "getdents64", Path: n.path(), Err: err})
+		n.markKept()
+		return false
+	}
+	if nread == 0 {
+		return false
+	}
+	removed := false
+	defer func() {
+		if removed {
+			n.markProgress()
+		}
+	}()
+	for off := 0; off < nread; {
+		d, next, err := nextDirent(buf[:nread], off)
+		if err != nil {
+			w.fail(&os.PathError{Op: "getdents64", Path: n.path(), Err: err})
+			n.markKept()
+			return false
+		}
+		off = next
+		if isDotOrDotDot(d.name) {
+			continue
+		}
+		if d.typ == unix.DT_DIR {
+			subdir(d.name)
+			continue
+		}
+		// DT_UNKNOWN and every other type: try unlink; EISDIR says it is a
+		// directory after all.
+		switch err := unlinkatPtr(n.fd, d.cstr(buf), 0); err {
+		case nil:
+			removed = true
+		case unix.ENOENT:
+		case unix.EISDIR:
+			subdir(d.name)
+		default:
+			w.entryFailed(n, string(d.name), "unlinkat", err)
+		}
+	}
+	return true
+}
+
+// finish tries to remove the emptied directory n from its parent. It
+// returns true when n should be listed again (its rmdir found entries a
+// pass missed) instead of being closed.
+func (w *walk) finish(n *dirNode) (again bool) {
+	p := n.parent
+	err := unlinkat(p.fd, n.name, unix.AT_REMOVEDIR)
+	kept, progress := n.kept.Load(), n.progress.Load()
+	switch err {
+	case nil, unix.ENOENT:
+		p.markProgress()
+		return false
+	case unix.ENOTEMPTY, unix.EEXIST:
+		if !kept && progress && n.passes < maxPasses {
+			if _, err := unix.Seek(n.fd, 0, 0); err == nil {
+				n.passes++
+				n.progress.Store(false)
+				n.eof = false
+				n.subdirs, n.next = n.subdirs[:0], 0
+				return true
+			}
+		}
+		p.markKept()
+		if !kept {
+			w.fail(&os.PathError{Op: "unlinkat", Path: n.path(), Err: err})
+		}
+		return false
+	case unix.ENOTDIR:
+		// The directory was moved away after we opened it and a
+		// non-directory took its name: remove that entry (never followed).
+		if err := unlinkat(p.fd, n.name, 0); err != nil && err != unix.ENOENT {
+			w.entryFailed(p, n.name, "unlinkat", err)
+		}
+		return false
+	}
+	w.entryFailed(p, n.name, "unlinkat", err)
+	return false
+}
+
+// serial removes the tree under root depth-first with an explicit stack.
+// At most w.maxOpen directory fds are open; the fds of shallower frames
+// are closed and reopened through ".." on the way back up.
+func (w *walk) serial(root *dirNode) {
+	buf := make([]byte, direntBufSize)
+	stack := []*dirNode{root}
+	defer func() {
+		for _, f := range stack {
+			if f.fd >= 0 {
+				unix.Close(f.fd)
+			}
+		}
+	}()
+	base := root.depth
+	for len(stack) > 0 {
+		if w.aborted.Load() {
+			return
+		}
+		f := stack[len(stack)-1]
+		if f.next < len(f.subdirs) {
+			name := f.subdirs[f.next]
+			f.next++
+			if c := w.enter(f, name); c != nil {
+				stack = append(stack, c)
+				if len(stack) > w.maxOpen {
+					w.evict(stack[len(stack)-w.maxOpen-1])
+				}
+			}
+			continue
+		}
+		if !f.eof {
+			f.subdirs, f.next = f.subdirs[:0], 0
+			if !w.list(f, buf, func(name []byte) { f.subdirs = append(f.subdirs, string(name)) }) {
+				f.eof = true
+			}
+			continue
+		}
+		// f is listed and its subdirectories are gone: remove f.
+		if f.depth > base && f.parent.fd < 0 {
+			if err := w.reopenParent(f); err != nil {
+				w.abort(err)
+				return
+			}
+		}
+		if w.finish(f) {
+			continue
+		}
+		unix.Close(f.fd)
+		f.fd = -1
+		stack = stack[:len(stack)-1]
+	}
+}
+
+// evict closes a frame's fd, remembering its identity for reopenParent.
+func (w *walk) evict(f *dirNode) {
+	if f.fd < 0 || f.parent == nil || f.parent.parent == nil {
+		return // never the start directory
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(f.fd, &st); err != nil {
+		return // keep it open rather than lose the ability to verify it
+	}
+	f.dev, f.ino = uint64(st.Dev), uint64(st.Ino)
+	unix.Close(f.fd)
+	f.fd = -1
+}
+
+// reopenParent reopens the evicted parent of f through f's "..", and
+// proves it is the same directory by device and inode: if the tree was
+// moved meanwhile, the walk stops instead of removing from somewhere else.
+func (w *walk) reopenParent(f *dirNode) error {
+	p := f.parent
+	fd, err := openat(f.fd, "..", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
+	if err != nil {
+		return &os.PathError{Op: "openat", Path: p.path(), Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return &os.PathError{Op: "fstat", Path: p.path(), Err: err}
+	}
+	if uint64(st.Dev) != p.dev || uint64(st.Ino) != p.ino {
+		unix.Close(fd)
+		return &os.PathError{Op: "openat", Path: p.path(), Err: errors.New("directory was moved during removal; stopping")}
+	}
+	p.fd = fd
+	return nil
+}
+
+// String is used in test failure messages.
+func (n *dirNode) String() string { return strings.TrimPrefix(n.path(), "/") }

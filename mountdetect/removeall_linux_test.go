@@ -1,0 +1,613 @@
+package mountdetect
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nodevol/nodevol/internal/mounttest"
+	"golang.org/x/sys/unix"
+)
+
+// walkStrategies are the strategies RemoveAll can run with on this kernel;
+// every RemoveAll case runs against each, serial and parallel.
+func walkStrategies(t testing.TB) []strategy {
+	var out []strategy
+	for _, s := range supportedStrategies() {
+		if s.walkSafe() {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		t.Skip("skipping: kernel has neither statx mount IDs nor openat2")
+	}
+	return out
+}
+
+type variant struct {
+	s       strategy
+	workers int
+	maxOpen int
+}
+
+func (v variant) String() string { return fmt.Sprintf("%s/workers=%d", v.s, v.workers) }
+
+func (v variant) opts() []Option {
+	return []Option{Workers(v.workers), optionFunc(func(c *config) {
+		c.strategy = v.s
+		c.maxOpen = v.maxOpen
+	})}
+}
+
+func variants(t testing.TB) []variant {
+	var out []variant
+	for _, s := range walkStrategies(t) {
+		out = append(out, variant{s: s, workers: 1}, variant{s: s, workers: 4})
+	}
+	return out
+}
+
+func forEachVariant(t *testing.T, fn func(t *testing.T, v variant)) {
+	for _, v := range variants(t) {
+		t.Run(v.String(), func(t *testing.T) { fn(t, v) })
+	}
+}
+
+func mustNotExist(t *testing.T, path string) {
+	t.Helper()
+	if _, err := os.Lstat(path); !os.IsNotExist(err) {
+		t.Errorf("%s still exists (lstat: %v)", path, err)
+	}
+}
+
+func crossing(t *testing.T, err error) *CrossesMountError {
+	t.Helper()
+	if !errors.Is(err, ErrCrossesMount) {
+		t.Fatalf("err = %v; want ErrCrossesMount", err)
+	}
+	var cm *CrossesMountError
+	if !errors.As(err, &cm) {
+		t.Fatalf("errors.As(%v, *CrossesMountError) = false", err)
+	}
+	return cm
+}
+
+func mountPoints(ms []Mount) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.MountPoint)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestRemoveAllBadInput(t *testing.T) {
+	root := t.TempDir()
+	mounttest.Build(t, root, "file x/keep data", "file keep data")
+	snap := mounttest.Snapshot(t, root)
+	for _, p := range []string{
+		"",
+		"relative/path",
+		"x",
+		"/",
+		"//",
+		"/./",
+		root + "/x/.",
+		root + "/x/..",
+		root + "/x/../",
+		root + "/.",
+		root + "/x\x00y",
+	} {
+		err := RemoveAll(p)
+		if !errors.Is(err, ErrInvalidPath) {
+			t.Errorf("RemoveAll(%q) = %v; want ErrInvalidPath", p, err)
+		}
+		var ipe *InvalidPathError
+		if !errors.As(err, &ipe) || ipe.Path != p || ipe.Reason == "" {
+			t.Errorf("RemoveAll(%q) = %#v; want *InvalidPathError naming the path with a reason", p, err)
+		}
+	}
+	mounttest.Intact(t, root, snap)
+}
+
+func TestRemoveAllMissingIsSuccess(t *testing.T) {
+	root := t.TempDir()
+	forEachVariant(t, func(t *testing.T, v variant) {
+		for _, p := range []string{
+			filepath.Join(root, "missing"),
+			filepath.Join(root, "missing/parent/too"),
+		} {
+			if err := RemoveAll(p, v.opts()...); err != nil {
+				t.Errorf("RemoveAll(%q) = %v; want nil", p, err)
+			}
+		}
+	})
+}
+
+func TestRemoveAllTreeWithSymlinksOut(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, v variant) {
+		base := t.TempDir()
+		outside := filepath.Join(base, "outside")
+		snap := mounttest.Sentinels(t, outside)
+		vol := filepath.Join(base, "pods/uid/volumes/kubernetes.io~empty-dir/cache")
+		mounttest.Build(t, vol,
+			"file a.txt hello",
+			"file d1/d2/d3/f deep",
+			"dir d1/empty",
+			"symlink link-dir "+outside,
+			"symlink d1/link-file "+filepath.Join(outside, "important.txt"),
+			"symlink d1/d2/link-rel ../../../../../../../outside",
+			"symlink dangling /nonexistent/x",
+			"symlink root-link /",
+		)
+		if err := unix.Mkfifo(filepath.Join(vol, "fifo"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Join(vol, "d1/d2"), 0o500); err != nil { // read-only dir: root's rmdir/unlink bypass, others fail
+			t.Fatal(err)
+		}
+		if os.Geteuid() != 0 {
+			os.Chmod(filepath.Join(vol, "d1/d2"), 0o755)
+		}
+		if err := RemoveAll(vol, v.opts()...); err != nil {
+			t.Fatalf("RemoveAll(%q) = %v; want nil", vol, err)
+		}
+		mustNotExist(t, vol)
+		mounttest.Intact(t, outside, snap)
+		if _, err := os.Stat(filepath.Dir(vol)); err != nil {
+			t.Errorf("parent of the removed directory is gone: %v", err)
+		}
+	})
+}
+
+func TestRemoveAllLastElementSymlink(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, v variant) {
+		base := t.TempDir()
+		outside := filepath.Join(base, "outside")
+		snap := mounttest.Sentinels(t, outside)
+		link := filepath.Join(base, "vol")
+		if err := os.Symlink(outside, link); err != nil {
+			t.Fatal(err)
+		}
+		if err := RemoveAll(link, v.opts()...); err != nil {
+			t.Fatalf("RemoveAll(%q) = %v; want nil", link, err)
+		}
+		mustNotExist(t, link)
+		mounttest.Intact(t, outside, snap)
+	})
+}
+
+func TestRemoveAllSingleFile(t *testing.T) {
+	base := t.TempDir()
+	f := filepath.Join(base, "f")
+	mounttest.Build(t, base, "file f x")
+	if err := RemoveAll(f); err != nil {
+		t.Fatalf("RemoveAll(%q) = %v", f, err)
+	}
+	mustNotExist(t, f)
+}
+
+func TestRemoveAllSymlinkedParent(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, v variant) {
+		base := t.TempDir()
+		// /var/lib/kubelet -> /data/kubelet, as on many nodes.
+		mounttest.Build(t, base, "file data/kubelet/pods/uid/volumes/v/file x", "symlink kubelet data/kubelet")
+		vol := filepath.Join(base, "kubelet/pods/uid/volumes/v")
+		if err := RemoveAll(vol, v.opts()...); err != nil {
+			t.Fatalf("RemoveAll(%q) = %v", vol, err)
+		}
+		mustNotExist(t, filepath.Join(base, "data/kubelet/pods/uid/volumes/v"))
+		if fi, err := os.Lstat(filepath.Join(base, "kubelet")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("the symlinked parent was changed: %v %v", fi, err)
+		}
+	})
+}
+
+// deepTree builds a chain of depth directories (each name 10 bytes, so the
+// path is far longer than PATH_MAX) using fd-relative calls, with a file at
+// every level.
+func deepTree(t testing.TB, root string, depth int) {
+	t.Helper()
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range depth {
+		name := fmt.Sprintf("d%09d", i)
+		if err := unix.Mkdirat(fd, name, 0o755); err != nil {
+			t.Fatalf("mkdirat at depth %d: %v", i, err)
+		}
+		ffd, err := unix.Openat(fd, "f", unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(ffd)
+		nfd, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(fd)
+		fd = nfd
+	}
+	unix.Close(fd)
+}
+
+func TestRemoveAllDeeperThanPathMax(t *testing.T) {
+	const depth = 1500 // 1500 × 11 bytes ≈ 16 KiB of path, four times PATH_MAX
+	for _, v := range variants(t) {
+		for _, maxOpen := range []int{0, 16} { // default window, and a small one forcing ".." reopens
+			v.maxOpen = maxOpen
+			t.Run(fmt.Sprintf("%s/maxOpen=%d", v, maxOpen), func(t *testing.T) {
+				base := mounttest.MemTempDir(t)
+				outside := filepath.Join(base, "outside")
+				snap := mounttest.Sentinels(t, outside)
+				root := filepath.Join(base, "deep")
+				deepTree(t, root, depth)
+				if err := RemoveAll(root, v.opts()...); err != nil {
+					t.Fatalf("RemoveAll(deep tree) = %v", err)
+				}
+				mustNotExist(t, root)
+				mounttest.Intact(t, outside, snap)
+			})
+		}
+	}
+}
+
+func TestRemoveAllHugeDirectory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping 100k-file directory in -short mode")
+	}
+	const n = 100_000
+	for _, workers := range []int{1, 4} {
+		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
+			base := mounttest.MemTempDir(t)
+			root := filepath.Join(base, "huge")
+			makeFlatDir(t, root, n)
+			outside := filepath.Join(base, "outside")
+			snap := mounttest.Sentinels(t, outside)
+			if err := RemoveAll(root, Workers(workers)); err != nil {
+				t.Fatalf("RemoveAll(%d-file dir) = %v", n, err)
+			}
+			mustNotExist(t, root)
+			mounttest.Intact(t, outside, snap)
+		})
+	}
+}
+
+func makeFlatDir(t testing.TB, dir string, n int) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	for i := range n {
+		f, err := unix.Openat(fd, "file-"+fmt.Sprint(i), unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(f)
+	}
+}
+
+// TestRemoveAllNestedMountsRefused covers invariant 3: a mount found
+// beneath the directory before removal means nothing at all is deleted,
+// and the error names every mount.
+func TestRemoveAllNestedMountsRefused(t *testing.T) {
+	mounttest.RequireMounts(t)
+	type tc struct {
+		name string
+		// prepare mounts things inside vol (and may use base for sources);
+		// it returns the mount points RemoveAll must report.
+		prepare func(t *testing.T, base, vol string) []string
+	}
+	cases := []tc{
+		{"tmpfs", func(t *testing.T, base, vol string) []string {
+			nas := filepath.Join(vol, "nas")
+			mounttest.Tmpfs(t, nas, "size=1m")
+			mounttest.Sentinels(t, nas)
+			return []string{nas}
+		}},
+		{"same-fs bind of a directory", func(t *testing.T, base, vol string) []string {
+			src := filepath.Join(base, "share")
+			mounttest.Sentinels(t, src)
+			dst := filepath.Join(vol, "a/b/share")
+			mounttest.Bind(t, src, dst)
+			return []string{dst}
+		}},
+		{"bind-mounted file", func(t *testing.T, base, vol string) []string {
+			src := filepath.Join(base, "secret.conf")
+			mounttest.Build(t, base, "file secret.conf do not delete me")
+			dst := filepath.Join(vol, "etc/secret.conf")
+			mounttest.Bind(t, src, dst)
+			return []string{dst}
+		}},
+		{"hugetlbfs", func(t *testing.T, base, vol string) []string {
+			hp := filepath.Join(vol, "hugepages")
+			mounttest.Mount(t, "nodev", hp, "hugetlbfs", 0, "pagesize=2M")
+			return []string{hp}
+		}},
+		{"several, one under another", func(t *testing.T, base, vol string) []string {
+			a := filepath.Join(vol, "x/nas")
+			mounttest.Tmpfs(t, a, "")
+			b := filepath.Join(a, "inner")
+			mounttest.Tmpfs(t, b, "")
+			c := filepath.Join(vol, "y/z")
+			mounttest.Tmpfs(t, c, "")
+			return []string{a, b, c}
+		}},
+		{"the directory itself is a tmpfs mount", func(t *testing.T, base, vol string) []string {
+			mounttest.Tmpfs(t, vol, "")
+			mounttest.Build(t, vol, "file inside x")
+			return []string{vol}
+		}},
+		{"the directory itself is a same-fs bind mount", func(t *testing.T, base, vol string) []string {
+			src := filepath.Join(base, "bindsrc")
+			mounttest.Sentinels(t, src)
+			mounttest.Bind(t, src, vol)
+			return []string{vol}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			forEachVariant(t, func(t *testing.T, v variant) {
+				base := t.TempDir()
+				vol := filepath.Join(base, "vol")
+				mounttest.Build(t, vol, "file top.txt t", "file a/mid.txt m", "symlink out "+base)
+				want := c.prepare(t, base, vol)
+				before := mounttest.Snapshot(t, base)
+				err := RemoveAll(vol, v.opts()...)
+				cm := crossing(t, err)
+				if cm.DuringWalk {
+					t.Errorf("DuringWalk = true; want false (found before removal)")
+				}
+				if got := mountPoints(cm.Mounts); !slices.Equal(got, want) {
+					t.Errorf("mounts = %q; want %q", got, want)
+				}
+				for _, w := range want {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q does not name %s", err, w)
+					}
+				}
+				// Nothing deleted anywhere: the whole base, mounts included.
+				mounttest.Intact(t, base, before)
+			})
+		})
+	}
+}
+
+// TestRemoveAllMountAppearsBeforeOpen mounts a tmpfs on a directory just
+// before the walk opens it: the walk must see another mount ID (or EXDEV)
+// and not enter it.
+func TestRemoveAllMountAppearsBeforeOpen(t *testing.T) {
+	mounttest.RequireMounts(t)
+	forEachVariant(t, func(t *testing.T, v variant) {
+		base := t.TempDir()
+		vol := filepath.Join(base, "vol")
+		mounttest.Build(t, vol, "file a/b/target/f x", "file a/sibling y", "file z z")
+		target := filepath.Join(vol, "a/b/target")
+		nas := filepath.Join(base, "nas")
+		mounttest.Tmpfs(t, nas, "")
+		snap := mounttest.Sentinels(t, nas)
+		testHookBeforeEnter = func(p string) {
+			if p == target {
+				mounttest.Bind(t, nas, target)
+			}
+		}
+		t.Cleanup(func() { testHookBeforeEnter = nil })
+		err := RemoveAll(vol, v.opts()...)
+		testHookBeforeEnter = nil
+		cm := crossing(t, err)
+		if !cm.DuringWalk {
+			t.Errorf("DuringWalk = false; want true")
+		}
+		if got := mountPoints(cm.Mounts); !slices.Equal(got, []string{target}) {
+			t.Errorf("mounts = %q; want [%s]", got, target)
+		}
+		if len(cm.Mounts) == 1 && cm.Mounts[0].FSType != "tmpfs" {
+			t.Errorf("FSType = %q; want tmpfs", cm.Mounts[0].FSType)
+		}
+		mounttest.Intact(t, nas, snap)
+		mounttest.Intact(t, target, snap)
+		// Everything not on the path to the mount is gone.
+		mustNotExist(t, filepath.Join(vol, "z"))
+		mustNotExist(t, filepath.Join(vol, "a/sibling"))
+	})
+}
+
+// TestRemoveAllMountAppearsAfterOpen mounts on a directory the walk has
+// already opened: the fd keeps naming the covered directory, which is
+// emptied; the mount itself is never entered, and its mount point is
+// reported when rmdir meets EBUSY.
+func TestRemoveAllMountAppearsAfterOpen(t *testing.T) {
+	mounttest.RequireMounts(t)
+	forEachVariant(t, func(t *testing.T, v variant) {
+		base := t.TempDir()
+		vol := filepath.Join(base, "vol")
+		mounttest.Build(t, vol, "file a/target/covered x", "file z z")
+		target := filepath.Join(vol, "a/target")
+		nas := filepath.Join(base, "nas")
+		mounttest.Tmpfs(t, nas, "")
+		snap := mounttest.Sentinels(t, nas)
+		testHookAfterEnter = func(p string) {
+			if p == target {
+				mounttest.Bind(t, nas, target)
+			}
+		}
+		t.Cleanup(func() { testHookAfterEnter = nil })
+		err := RemoveAll(vol, v.opts()...)
+		testHookAfterEnter = nil
+		cm := crossing(t, err)
+		if got := mountPoints(cm.Mounts); !slices.Equal(got, []string{target}) || !cm.DuringWalk {
+			t.Errorf("mounts = %q, DuringWalk = %v; want [%s], true", got, cm.DuringWalk, target)
+		}
+		mounttest.Intact(t, nas, snap)
+		mounttest.Intact(t, target, snap)
+		// The covered directory's own file was on our mount and is gone.
+		mounttest.Unmount(t, target)
+		mustNotExist(t, filepath.Join(target, "covered"))
+	})
+}
+
+// TestRemoveAllBindFileAppears bind-mounts a file over an entry of a
+// directory the walk is about to list: unlink meets EBUSY and the file's
+// data survives.
+func TestRemoveAllBindFileAppears(t *testing.T) {
+	mounttest.RequireMounts(t)
+	forEachVariant(t, func(t *testing.T, v variant) {
+		base := t.TempDir()
+		vol := filepath.Join(base, "vol")
+		mounttest.Build(t, vol, "file d/victim placeholder", "file d/other o", "file secret precious")
+		victim := filepath.Join(vol, "d/victim")
+		secret := filepath.Join(base, "secret")
+		mounttest.Build(t, base, "file secret precious")
+		testHookAfterEnter = func(p string) {
+			if p == filepath.Join(vol, "d") {
+				mounttest.Bind(t, secret, victim)
+			}
+		}
+		t.Cleanup(func() { testHookAfterEnter = nil })
+		err := RemoveAll(vol, v.opts()...)
+		testHookAfterEnter = nil
+		cm := crossing(t, err)
+		if got := mountPoints(cm.Mounts); !slices.Equal(got, []string{victim}) {
+			t.Errorf("mounts = %q; want [%s]", got, victim)
+		}
+		if b, err := os.ReadFile(secret); err != nil || string(b) != "precious" {
+			t.Errorf("bind-mounted file source = %q, %v; want intact", b, err)
+		}
+		mustNotExist(t, filepath.Join(vol, "d/other"))
+	})
+}
+
+// TestRemoveAllDirSwappedForSymlink replaces a directory with a symlink to
+// an outside sentinel directory exactly between listing its parent and
+// opening it.
+func TestRemoveAllDirSwappedForSymlink(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, v variant) {
+		base := t.TempDir()
+		outside := filepath.Join(base, "outside")
+		snap := mounttest.Sentinels(t, outside)
+		vol := filepath.Join(base, "vol")
+		mounttest.Build(t, vol, "file d/f x", "file e/g y")
+		d := filepath.Join(vol, "d")
+		testHookBeforeEnter = func(p string) {
+			if p == d {
+				if err := os.Rename(d, filepath.Join(base, "moved")); err != nil {
+					t.Error(err)
+				}
+				if err := os.Symlink(outside, d); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+		t.Cleanup(func() { testHookBeforeEnter = nil })
+		err := RemoveAll(vol, v.opts()...)
+		testHookBeforeEnter = nil
+		if err != nil {
+			t.Fatalf("RemoveAll = %v; want nil", err)
+		}
+		mustNotExist(t, vol)
+		mounttest.Intact(t, outside, snap)
+	})
+}
+
+// TestRemoveAllOpenedDirMovedOut moves a directory the walk has opened out
+// of the tree and puts a symlink to a sentinel in its place. The walk keeps
+// working inside the directory it opened (its own, moved, content), never
+// follows the symlink, and removes the symlink by name.
+func TestRemoveAllOpenedDirMovedOut(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, v variant) {
+		base := t.TempDir()
+		outside := filepath.Join(base, "outside")
+		snap := mounttest.Sentinels(t, outside)
+		vol := filepath.Join(base, "vol")
+		mounttest.Build(t, vol, "file d/f x", "file d/sub/g y")
+		d := filepath.Join(vol, "d")
+		testHookAfterEnter = func(p string) {
+			if p == d {
+				if err := os.Rename(d, filepath.Join(base, "moved")); err != nil {
+					t.Error(err)
+				}
+				if err := os.Symlink(outside, d); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+		t.Cleanup(func() { testHookAfterEnter = nil })
+		err := RemoveAll(vol, v.opts()...)
+		testHookAfterEnter = nil
+		if err != nil {
+			t.Fatalf("RemoveAll = %v; want nil", err)
+		}
+		mustNotExist(t, vol)
+		mounttest.Intact(t, outside, snap)
+	})
+}
+
+func TestRemoveAllImmutableFile(t *testing.T) {
+	mounttest.RequireMounts(t) // CAP_LINUX_IMMUTABLE, and a tmpfs that supports the flag
+	forEachVariant(t, func(t *testing.T, v variant) {
+		base := t.TempDir()
+		mounttest.Tmpfs(t, base, "")
+		vol := filepath.Join(base, "vol")
+		mounttest.Build(t, vol, "file a/locked x", "file a/free y", "file b/free z")
+		locked := filepath.Join(vol, "a/locked")
+		setImmutable(t, locked, true)
+		t.Cleanup(func() { setImmutable(t, locked, false) })
+		err := RemoveAll(vol, v.opts()...)
+		var pe *os.PathError
+		if !errors.As(err, &pe) || !errors.Is(err, unix.EPERM) || pe.Path != locked {
+			t.Fatalf("RemoveAll = %v; want *os.PathError EPERM naming %s", err, locked)
+		}
+		if errors.Is(err, ErrCrossesMount) {
+			t.Errorf("an immutable file is not a mount: %v", err)
+		}
+		if _, err := os.Stat(locked); err != nil {
+			t.Errorf("immutable file: %v", err)
+		}
+		mustNotExist(t, filepath.Join(vol, "a/free"))
+		mustNotExist(t, filepath.Join(vol, "b"))
+		setImmutable(t, locked, false)
+		if err := RemoveAll(vol, v.opts()...); err != nil {
+			t.Fatalf("second RemoveAll = %v", err)
+		}
+		mustNotExist(t, vol)
+	})
+}
+
+func setImmutable(t testing.TB, path string, on bool) {
+	t.Helper()
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		if os.IsNotExist(err) && !on {
+			return
+		}
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	flags, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS)
+	if err != nil {
+		t.Skipf("skipping: FS_IOC_GETFLAGS unsupported here: %v", err)
+	}
+	const immutable = 0x10 // FS_IMMUTABLE_FL
+	if on {
+		flags |= immutable
+	} else {
+		flags &^= immutable
+	}
+	v := int(flags)
+	if err := unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, v); err != nil {
+		t.Skipf("skipping: cannot set the immutable flag: %v", err)
+	}
+}

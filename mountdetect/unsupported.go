@@ -1,0 +1,22 @@
+//go:build !linux
+
+package mountdetect
+
+type strategy int
+
+const strategyAuto strategy = 0
+
+func autoStrategy() strategy { return strategyAuto }
+
+func detect(path string) (FSInfo, error) { return FSInfo{Path: path}, ErrUnsupported }
+
+func isMountPoint(string, strategy) (mounted, sure bool, err error) { return false, false, ErrUnsupported }
+
+func nestedMounts(string) ([]Mount, error) { return nil, ErrUnsupported }
+
+func removeAll(path string, _ *config) error {
+	if _, _, err := validateRemovePath(path); err != nil {
+		return err
+	}
+	return ErrUnsupported
+}
