@@ -60,7 +60,7 @@ var magicNames = map[uint32]string{
 	0x858458f6:     "ramfs",
 	0x73717368:     "squashfs",
 	0x63677270:     "cgroup2",
-	0x27e0eb:      "cgroup",
+	0x27e0eb:       "cgroup",
 	0x1cd1:         "devpts",
 	0x00c36400:     "ceph",
 	0x4d44:         "vfat",

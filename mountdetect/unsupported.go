@@ -10,7 +10,9 @@ func autoStrategy() strategy { return strategyAuto }
 
 func detect(path string) (FSInfo, error) { return FSInfo{Path: path}, ErrUnsupported }
 
-func isMountPoint(string, strategy) (mounted, sure bool, err error) { return false, false, ErrUnsupported }
+func isMountPoint(string, strategy) (mounted, sure bool, err error) {
+	return false, false, ErrUnsupported
+}
 
 func nestedMounts(string) ([]Mount, error) { return nil, ErrUnsupported }
 
