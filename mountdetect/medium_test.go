@@ -1,0 +1,139 @@
+package mountdetect
+
+import (
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParseHugePageSize(t *testing.T) {
+	for _, c := range []struct {
+		opts   string
+		size   int64
+		ok     bool
+		hasErr bool
+	}{
+		{"rw,relatime,pagesize=2M", 2 << 20, true, false},
+		{"rw,relatime,pagesize=1G", 1 << 30, true, false},
+		{"pagesize=2048k", 2 << 20, true, false},
+		{"pagesize=2097152,rw", 2 << 20, true, false},
+		{"pagesize=2Mi", 2 << 20, true, false},
+		{"rw,relatime", 0, false, false},
+		{"", 0, false, false},
+		{"pagesize=", 0, true, true},
+		{"pagesize=M", 0, true, true},
+		{"pagesize=2X", 0, true, true},
+		{"pagesize=99999999999E", 0, true, true},
+		{"xpagesize=2M", 0, false, false},
+	} {
+		size, ok, err := ParseHugePageSize(c.opts)
+		if size != c.size || ok != c.ok || (err != nil) != c.hasErr {
+			t.Errorf("ParseHugePageSize(%q) = %d, %v, %v; want %d, %v, err=%v", c.opts, size, ok, err, c.size, c.ok, c.hasErr)
+		}
+	}
+}
+
+func TestFormatQuantity(t *testing.T) {
+	for n, want := range map[int64]string{0: "0", 1000: "1000", 1024: "1Ki", 2 << 20: "2Mi", 1 << 30: "1Gi", 3 << 29: "1536Mi", 1<<20 + 1: "1048577"} {
+		if got := FormatQuantity(n); got != want {
+			t.Errorf("FormatQuantity(%d) = %q; want %q", n, got, want)
+		}
+	}
+}
+
+func TestMediumNames(t *testing.T) {
+	for m, want := range map[Medium]string{MediumDefault: "Default", MediumMemory: "Memory", MediumHugePages: "HugePages", Medium(9): "Medium(9)"} {
+		if m.String() != want {
+			t.Errorf("%d.String() = %q; want %q", int(m), m.String(), want)
+		}
+	}
+	b, _ := json.Marshal(struct{ M Medium }{MediumHugePages})
+	if string(b) != `{"M":"HugePages"}` {
+		t.Errorf("JSON = %s", b)
+	}
+	// hugetlbfs's magic does not fit in an int32: compare as uint32.
+	if MediumForMagic(0x958458f6) != MediumHugePages || MediumForMagic(uint32(int32(0x01021994))) != MediumMemory || FSTypeName(0x958458f6) != "hugetlbfs" {
+		t.Error("magic number mapping broken")
+	}
+	if got := FSTypeName(0x1234); got != "unknown(0x1234)" {
+		t.Errorf("FSTypeName(0x1234) = %q", got)
+	}
+}
+
+func TestCrossesMountErrorMessage(t *testing.T) {
+	err := error(&CrossesMountError{Path: "/v", Mounts: []Mount{{MountPoint: "/v/nas", FSType: "nfs4", Source: "filer:/export"}, {MountPoint: "/v/f"}}})
+	msg := err.Error()
+	for _, want := range []string{"/v", "/v/nas", "nfs4", "filer:/export", "/v/f", "nothing was deleted"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message %q lacks %q", msg, want)
+		}
+	}
+	wrapped := errors.Join(errors.New("x"), err)
+	if !errors.Is(wrapped, ErrCrossesMount) || errors.Is(wrapped, ErrInvalidPath) {
+		t.Errorf("errors.Is through wrapping is wrong for %v", wrapped)
+	}
+	if !errors.Is(ErrUnsupported, errors.ErrUnsupported) {
+		t.Error("ErrUnsupported does not match errors.ErrUnsupported")
+	}
+}
+
+func FuzzParseMemSize(f *testing.F) {
+	for _, s := range []string{"2M", "1G", "2048k", "2Mi", "0", "", "9223372036854775807", "8E", "1KiB", "2x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := ParseMemSize(s)
+		if err != nil {
+			return
+		}
+		if n < 0 {
+			t.Fatalf("ParseMemSize(%q) = %d < 0", s, n)
+		}
+		// Every accepted size prints as a quantity that parses back to it.
+		q := FormatQuantity(n)
+		back, err := ParseMemSize(q)
+		if err != nil || back != n {
+			t.Fatalf("ParseMemSize(%q) = %d; FormatQuantity → %q → %d, %v", s, n, q, back, err)
+		}
+	})
+}
+
+func FuzzParseHugePageSize(f *testing.F) {
+	f.Add("rw,relatime,pagesize=2M")
+	f.Add("pagesize=1G,pagesize=2M")
+	f.Add(",,pagesize=")
+	f.Fuzz(func(t *testing.T, opts string) {
+		size, ok, err := ParseHugePageSize(opts)
+		if !ok && (err != nil || size != 0) {
+			t.Fatalf("ParseHugePageSize(%q) = %d, %v, %v: no option but a result", opts, size, ok, err)
+		}
+		if ok && err == nil && !strings.Contains(opts, "pagesize=") {
+			t.Fatalf("ParseHugePageSize(%q) found an option that is not there", opts)
+		}
+	})
+}
+
+func FuzzValidateRemovePath(f *testing.F) {
+	for _, s := range []string{"/", "", "/a", "/a/..", "/a/.", "a", "//", "/a//b/", "/a/b/../c", "/..", "/a\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		dir, base, err := validateRemovePath(p)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidPath) {
+				t.Fatalf("validateRemovePath(%q) error %v does not match ErrInvalidPath", p, err)
+			}
+			return
+		}
+		// An accepted path names a real element below some directory: never
+		// the root, never relative, never "." or "..".
+		if !filepath.IsAbs(p) || base == "" || base == "." || base == ".." || strings.Contains(base, "/") || !filepath.IsAbs(dir) {
+			t.Fatalf("validateRemovePath(%q) accepted: dir %q base %q", p, dir, base)
+		}
+		if filepath.Join(dir, base) != filepath.Clean(p) {
+			t.Fatalf("validateRemovePath(%q): %q + %q != Clean %q", p, dir, base, filepath.Clean(p))
+		}
+	})
+}
