@@ -1,0 +1,296 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/nodevol/nodevol/mountdetect"
+)
+
+// entryKind is what a path names, as lstat sees it.
+type entryKind int
+
+const (
+	kindMissing entryKind = iota
+	kindDir
+	kindFile // a regular file, or a device, socket or fifo: anything unlinked, not walked
+	kindSymlink
+)
+
+func (k entryKind) String() string {
+	switch k {
+	case kindMissing:
+		return "missing"
+	case kindDir:
+		return "directory"
+	case kindFile:
+		return "file"
+	case kindSymlink:
+		return "symlink"
+	}
+	return fmt.Sprintf("entryKind(%d)", int(k))
+}
+
+// checkResult is what "nodevol check" reports about one path. The exported
+// fields are the --json output, one object per line; their names are part
+// of the CLI's contract.
+type checkResult struct {
+	Path           string              `json:"path"`
+	Exists         bool                `json:"exists"`
+	MountPoint     bool                `json:"mountPoint"`
+	MountPointSure bool                `json:"mountPointSure"`
+	FSType         string              `json:"fsType"`
+	Medium         mountdetect.Medium  `json:"medium"`
+	HugePageSize   string              `json:"hugePageSize"` // "2Mi"; "" when not hugetlbfs
+	NestedMounts   []mountdetect.Mount `json:"nestedMounts"` // never nil: [] in JSON
+	SafeToRemove   bool                `json:"safeToRemove"`
+	Error          string              `json:"error,omitempty"`
+
+	kind   entryKind
+	target string // a symlink's target
+	err    error
+}
+
+// code is the exit code this result calls for.
+func (r *checkResult) code() int {
+	switch {
+	case r.err != nil:
+		return exitError
+	case !r.SafeToRemove:
+		return exitRefused
+	}
+	return exitOK
+}
+
+func (r *checkResult) fail(err error) checkResult {
+	r.err = err
+	r.Error = err.Error()
+	r.SafeToRemove = false
+	return *r
+}
+
+// examine learns everything "check" reports about path. It is also how
+// "rm --dry-run" decides, so the two can never disagree.
+//
+// safeToRemove answers "would nodevol rm remove this without meeting a
+// mount?": a missing path is safe (nothing to remove); a symlink is safe
+// (rm unlinks the link and never follows it); anything else must not be a
+// mount point, the kernel must be sure of that, and a directory must have
+// no mount beneath it.
+func examine(path string) checkResult {
+	r := checkResult{Path: path, NestedMounts: []mountdetect.Mount{}}
+	if path == "" {
+		return r.fail(errors.New("empty path"))
+	}
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		r.SafeToRemove = true
+		return r
+	}
+	if err != nil {
+		return r.fail(err)
+	}
+	r.Exists = true
+	switch {
+	case fi.IsDir():
+		r.kind = kindDir
+	case fi.Mode()&fs.ModeSymlink != 0:
+		r.kind = kindSymlink
+		return examineSymlink(r)
+	default:
+		r.kind = kindFile
+	}
+
+	info, err := mountdetect.Detect(path)
+	if errors.Is(err, fs.ErrNotExist) { // removed since the lstat
+		return checkResult{Path: path, NestedMounts: r.NestedMounts, SafeToRemove: true}
+	}
+	if err != nil {
+		return r.fail(fmt.Errorf("detect: %w", err))
+	}
+	r.MountPoint, r.MountPointSure = info.MountPoint, info.MountPointSure
+	r.FSType, r.Medium = info.FSType, info.Medium
+	if info.HugePageSize > 0 {
+		r.HugePageSize = mountdetect.FormatQuantity(info.HugePageSize)
+	}
+	if r.kind == kindDir {
+		nested, err := mountdetect.NestedMounts(path)
+		if err != nil {
+			return r.fail(fmt.Errorf("list nested mounts: %w", err))
+		}
+		r.NestedMounts = append(r.NestedMounts, nested...)
+	}
+	r.SafeToRemove = !r.MountPoint && r.MountPointSure && len(r.NestedMounts) == 0
+	return r
+}
+
+// examineSymlink describes a symlink as rm sees it: rm removes the link
+// and never follows it, so the report is about the link (never a mount
+// point, on its parent's filesystem), not about its target.
+func examineSymlink(r checkResult) checkResult {
+	r.target, _ = os.Readlink(r.Path)
+	mounted, sure, err := mountdetect.IsMountPoint(r.Path)
+	if err != nil {
+		return r.fail(fmt.Errorf("mount point check: %w", err))
+	}
+	parent, err := mountdetect.Detect(filepath.Dir(r.Path))
+	if err != nil {
+		return r.fail(fmt.Errorf("detect parent directory: %w", err))
+	}
+	r.MountPoint, r.MountPointSure = mounted, sure
+	r.FSType = parent.FSType
+	r.SafeToRemove = !mounted && sure
+	return r
+}
+
+func runCheck(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("check", "[--json] PATH...",
+		`Report, for each path, whether it exists, whether it is a mount point (and
+whether the kernel is sure), its filesystem type, emptyDir medium and
+hugepage size, every mount nested beneath it, and whether "nodevol rm"
+would remove it without crossing a mount. Nothing is changed.
+
+Exit status: 0 every path is safe to remove (or missing), 1 some path is
+unsafe, 2 some path could not be examined or bad usage.`, stderr)
+	asJSON := fs.Bool("json", false, "print one JSON object per path per line")
+	paths, code := parseArgs(fs, args)
+	if code >= 0 {
+		return code
+	}
+	if len(paths) == 0 {
+		return usageError(fs, stderr, "no PATH given")
+	}
+	enc := newJSONEncoder(stdout)
+	code = exitOK
+	for i, p := range paths {
+		r := examine(p)
+		code = max(code, r.code())
+		if *asJSON {
+			if err := enc.Encode(&r); err != nil {
+				fmt.Fprintf(stderr, "nodevol check: write report: %v\n", err)
+				return exitError
+			}
+			continue
+		}
+		if i > 0 {
+			fmt.Fprintln(stdout)
+		}
+		writeCheckHuman(stdout, &r)
+	}
+	return code
+}
+
+func newJSONEncoder(w io.Writer) *json.Encoder {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // paths and sources print as they are
+	return enc
+}
+
+// writeCheckHuman prints a short block about one path:
+//
+//	/var/lib/kubelet/pods/…/volumes/kubernetes.io~empty-dir/cache
+//	  exists:        yes (directory)
+//	  mount point:   no (sure)
+//	  ...
+//	  verdict:       UNSAFE: 1 mount beneath it; nodevol rm would refuse and delete nothing
+func writeCheckHuman(w io.Writer, r *checkResult) {
+	line := func(label, value string) { fmt.Fprintf(w, "  %-15s%s\n", label+":", value) }
+	fmt.Fprintln(w, r.Path)
+	if r.err != nil {
+		line("error", r.Error)
+		line("verdict", "UNSAFE: could not be examined")
+		return
+	}
+	if !r.Exists {
+		line("exists", "no")
+		line("verdict", "safe: nothing to remove")
+		return
+	}
+	exists := "yes (" + r.kind.String()
+	if r.kind == kindSymlink {
+		exists += " to " + r.target + "; rm removes the link, never its target"
+	}
+	line("exists", exists+")")
+	switch {
+	case !r.MountPointSure:
+		line("mount point", yesNo(r.MountPoint)+" (NOT SURE: this kernel can only compare device numbers, which miss bind mounts)")
+	default:
+		line("mount point", yesNo(r.MountPoint)+" (sure)")
+	}
+	line("filesystem", r.FSType)
+	if r.kind != kindSymlink {
+		line("medium", r.Medium.String())
+	}
+	if r.HugePageSize != "" {
+		line("hugepage size", r.HugePageSize)
+	}
+	if r.kind == kindDir {
+		if len(r.NestedMounts) == 0 {
+			line("nested mounts", "none")
+		} else {
+			line("nested mounts", fmt.Sprint(len(r.NestedMounts)))
+			for _, m := range r.NestedMounts {
+				fmt.Fprintf(w, "    %s\n", describeMount(m))
+			}
+		}
+	}
+	if r.SafeToRemove {
+		switch r.kind {
+		case kindSymlink:
+			line("verdict", "safe to remove: rm unlinks the symlink and never follows it")
+		case kindFile:
+			line("verdict", "safe to remove: it is not a mount point")
+		default:
+			line("verdict", "safe to remove: nothing it holds is on another mount")
+		}
+		return
+	}
+	line("verdict", "UNSAFE: "+unsafeReason(r))
+}
+
+// unsafeReason says why a path that exists is not safe to remove.
+func unsafeReason(r *checkResult) string {
+	var why []string
+	if r.MountPoint {
+		why = append(why, "it is itself a mount point ("+r.FSType+"); unmount it first")
+	} else if !r.MountPointSure {
+		why = append(why, "cannot tell for sure that it is not a mount point")
+	}
+	if n := len(r.NestedMounts); n > 0 {
+		why = append(why, plural(n, "mount")+" beneath it")
+	}
+	return strings.Join(why, "; ") + "; nodevol rm would refuse and delete nothing"
+}
+
+// describeMount prints a mount as "mountPoint (fsType from source)".
+func describeMount(m mountdetect.Mount) string {
+	switch {
+	case m.FSType != "" && m.Source != "":
+		return fmt.Sprintf("%s (%s from %s)", m.MountPoint, m.FSType, m.Source)
+	case m.FSType != "":
+		return fmt.Sprintf("%s (%s)", m.MountPoint, m.FSType)
+	case m.Source != "":
+		return fmt.Sprintf("%s (from %s)", m.MountPoint, m.Source)
+	}
+	return m.MountPoint
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"syscall"
+)
+
+// envDemoParentNS carries, into the re-executed demo, the mount namespace
+// of the process that started it. The child mounts only when its own
+// namespace differs: a stray or inherited variable can never make the demo
+// mount on the host.
+const envDemoParentNS = "NODEVOL_DEMO_PARENT_MNTNS"
+
+// isolateDemo decides where the demo runs. As root it re-executes this
+// binary (with args) in a new mount namespace, whose mounts the Go runtime
+// makes private, waits for it and returns done with its exit code; the
+// re-executed process then gets canMount. Without root, or when no
+// namespace can be made, the demo runs here without mounting.
+//
+// It re-executes /proc/self/exe, so it must not be called from a test
+// binary as root.
+func isolateDemo(args []string, stdout, stderr io.Writer) (iso isolation, code int, done bool) {
+	if os.Geteuid() != 0 {
+		return isolation{skip: "not root: skipping the tmpfs NAS mount; run as root to see a refused teardown."}, 0, false
+	}
+	own, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		return isolation{skip: fmt.Sprintf("cannot tell which mount namespace this is (%v): skipping the tmpfs NAS mount rather than risk mounting on the host.", err)}, 0, false
+	}
+	if parent, ok := os.LookupEnv(envDemoParentNS); ok {
+		if parent != own {
+			return isolation{canMount: true}, 0, false
+		}
+		return isolation{skip: envDemoParentNS + " is set but this is not a new mount namespace: skipping the tmpfs NAS mount rather than mount on the host."}, 0, false
+	}
+	cmd := exec.Command("/proc/self/exe", args...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, stdout, stderr
+	cmd.Env = append(os.Environ(), envDemoParentNS+"="+own)
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Unshareflags: syscall.CLONE_NEWNS,
+		Pdeathsig:    syscall.SIGKILL,
+	}
+	err = cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return isolation{}, exitOK, true
+	case errors.As(err, &exit) && exit.Exited():
+		return isolation{}, exit.ExitCode(), true
+	case errors.As(err, &exit):
+		fmt.Fprintf(stderr, "nodevol demo: the demo in its private mount namespace died: %v\n", err)
+		return isolation{}, exitError, true
+	}
+	return isolation{skip: fmt.Sprintf("cannot create a private mount namespace (%v): skipping the tmpfs NAS mount rather than mount on the host.", err)}, 0, false
+}
+
+// mountNAS mounts the demo's "NAS": a 1 MiB tmpfs.
+func mountNAS(dir string) error {
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=1m,mode=0755"); err != nil {
+		return &os.PathError{Op: "mount", Path: dir, Err: err}
+	}
+	return nil
+}
+
+// unmountNAS unmounts it the ordinary way, as an operator would.
+func unmountNAS(dir string) error {
+	if err := syscall.Unmount(dir, 0); err != nil {
+		return &os.PathError{Op: "umount", Path: dir, Err: err}
+	}
+	return nil
+}
+
+// detachNAS unmounts it during cleanup, even if something still uses it.
+func detachNAS(dir string) error {
+	if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+		return &os.PathError{Op: "umount", Path: dir, Err: err}
+	}
+	return nil
+}

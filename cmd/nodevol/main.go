@@ -1,0 +1,128 @@
+// Command nodevol checks and removes pod volume directories on a Kubernetes
+// node without ever deleting anything that lives on another mount.
+//
+//	nodevol check [--json] PATH...
+//	nodevol rm [--dry-run] [--json] [--workers N] PATH...
+//	nodevol demo
+//
+// Exit status: 0 ok, 1 refused or unsafe, 2 usage or operational error.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+// Exit codes. When several paths are given the command exits with the most
+// severe code any of them produced.
+const (
+	exitOK      = 0 // everything was done (or is safe)
+	exitRefused = 1 // a path is unsafe, or its removal was refused
+	exitError   = 2 // bad usage, or a path could not be examined or removed
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// run is the whole command: it parses args, writes its report to stdout and
+// its diagnostics to stderr, and returns the exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		writeUsage(stderr)
+		return exitError
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "check":
+		return runCheck(rest, stdout, stderr)
+	case "rm":
+		return runRm(rest, stdout, stderr)
+	case "demo":
+		return runDemo(rest, stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		if len(rest) > 0 && rest[0] != "help" && rest[0] != "-h" {
+			// "nodevol help rm" is "nodevol rm -h".
+			return run([]string{rest[0], "-h"}, stdout, stderr)
+		}
+		writeUsage(stderr)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "nodevol: unknown command %q\n\n", cmd)
+	writeUsage(stderr)
+	return exitError
+}
+
+func writeUsage(w io.Writer) {
+	fmt.Fprint(w, `nodevol checks and removes pod volume directories without ever deleting
+anything that lives on another mount (a NAS, a bind mount, a tmpfs).
+
+Usage:
+  nodevol check [--json] PATH...
+        For each path: does it exist, is it a mount point, its filesystem,
+        emptyDir medium and hugepage size, the mounts nested beneath it, and
+        whether "nodevol rm" would remove it without crossing a mount.
+  nodevol rm [--dry-run] [--json] [--workers N] PATH...
+        Remove each absolute PATH and everything beneath it that is on the
+        same mount. If a mount is found beneath it, nothing is deleted.
+  nodevol demo
+        Show, in a temporary sandbox, a volume teardown refusing to empty a
+        NAS mounted inside the volume (as root; without root, a symlink).
+  nodevol help [COMMAND]
+
+Exit status: 0 ok, 1 unsafe or refused, 2 usage or operational error.
+`)
+}
+
+// newFlagSet returns a flag set for a subcommand that reports errors (and
+// -h) to stderr instead of exiting.
+func newFlagSet(name, synopsis, about string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("nodevol "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: nodevol %s %s\n\n%s\n", name, synopsis, about)
+		var hasFlags bool
+		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+		if hasFlags {
+			fmt.Fprintln(stderr, "\nFlags:")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+// parseArgs parses flags that may appear before, between or after the
+// paths: "nodevol rm /vol --dry-run" must be a dry run, not a removal of
+// /vol followed by a complaint about a path named "--dry-run". Everything
+// after "--" is a path.
+//
+// It returns the paths, and the exit code to return when it is not -1:
+// exitOK after -h (usage was printed), exitError after a bad flag.
+func parseArgs(fs *flag.FlagSet, args []string) (paths []string, code int) {
+	for {
+		err := fs.Parse(args)
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			return nil, exitOK
+		case err != nil:
+			return nil, exitError // the flag package already said why
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return paths, -1
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(paths, rest...), -1
+		}
+		paths = append(paths, rest[0])
+		args = rest[1:]
+	}
+}
+
+// usageError reports a usage mistake the flag package cannot see.
+func usageError(fs *flag.FlagSet, stderr io.Writer, format string, a ...any) int {
+	fmt.Fprintf(stderr, "%s: %s\n", fs.Name(), fmt.Sprintf(format, a...))
+	fs.Usage()
+	return exitError
+}

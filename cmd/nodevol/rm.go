@@ -1,0 +1,295 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/nodevol/nodevol/mountdetect"
+)
+
+// rmResult is what "nodevol rm" reports about one path. The exported
+// fields are the --json output, one object per line.
+//
+// With --dry-run, Removed and Refused say what rm would do; nothing is
+// removed.
+type rmResult struct {
+	Path         string              `json:"path"`
+	Removed      bool                `json:"removed"`
+	DryRun       bool                `json:"dryRun"`
+	Refused      bool                `json:"refused"`
+	NestedMounts []mountdetect.Mount `json:"nestedMounts"` // never nil: [] in JSON
+	Error        string              `json:"error,omitempty"`
+
+	kind       entryKind // what the path was before removal
+	duringWalk bool      // the refusing mounts appeared while removing
+	invalid    bool      // the path was refused before anything was looked at
+	err        error
+}
+
+func (r *rmResult) code() int {
+	switch {
+	case r.err != nil:
+		return exitError
+	case r.Refused:
+		return exitRefused
+	}
+	return exitOK
+}
+
+func (r *rmResult) setErr(err error) {
+	r.err = err
+	r.Error = err.Error()
+	r.invalid = errors.Is(err, mountdetect.ErrInvalidPath)
+}
+
+// removePath removes path with mountdetect.RemoveAll and sorts the outcome
+// into removed, refused (a mount was found) or failed.
+func removePath(path string, workers int) rmResult {
+	r := rmResult{Path: path, NestedMounts: []mountdetect.Mount{}}
+	// Only to word the report ("nothing to remove" vs "removed");
+	// RemoveAll itself treats a missing path as success.
+	if fi, err := os.Lstat(path); err == nil {
+		r.kind = kindOf(fi)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		r.kind = kindFile // exists as far as we know; RemoveAll will say more
+	}
+	err := mountdetect.RemoveAll(path, mountdetect.Workers(workers))
+	if err == nil {
+		r.Removed = r.kind != kindMissing
+		return r
+	}
+	var crossed *mountdetect.CrossesMountError
+	if !errors.As(err, &crossed) {
+		r.setErr(err)
+		return r
+	}
+	r.Refused = true
+	r.duringWalk = crossed.DuringWalk
+	r.NestedMounts = append(r.NestedMounts, crossed.Mounts...)
+	// RemoveAll joins a refusal during the walk with any other failure it
+	// met; keep those as errors.
+	if rest := withoutCrossesMount(err); rest != nil {
+		r.setErr(rest)
+	}
+	return r
+}
+
+// withoutCrossesMount returns err minus its *CrossesMountError parts, or
+// nil when nothing else is left.
+func withoutCrossesMount(err error) error {
+	var crossed *mountdetect.CrossesMountError
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		var rest []error
+		for _, e := range joined.Unwrap() {
+			if !errors.As(e, &crossed) {
+				rest = append(rest, e)
+			}
+		}
+		return errors.Join(rest...)
+	}
+	if errors.As(err, &crossed) {
+		return nil
+	}
+	return err
+}
+
+func kindOf(fi fs.FileInfo) entryKind {
+	switch {
+	case fi.IsDir():
+		return kindDir
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return kindSymlink
+	}
+	return kindFile
+}
+
+// planRemoval is rm --dry-run: it applies RemoveAll's path rules and then
+// the same examination as "check", and says what rm would do.
+func planRemoval(path string) rmResult {
+	r := rmResult{Path: path, DryRun: true, NestedMounts: []mountdetect.Mount{}}
+	if err := validateRemovePath(path); err != nil {
+		r.setErr(err)
+		return r
+	}
+	// RemoveAll acts on the cleaned path: "/vol/link/" removes the link.
+	c := examine(filepath.Clean(path))
+	r.kind = c.kind
+	switch {
+	case c.err != nil:
+		r.setErr(c.err)
+	case !c.Exists:
+	case c.SafeToRemove:
+		r.Removed = true
+	default:
+		r.Refused = true
+		if c.MountPoint || !c.MountPointSure {
+			// RemoveAll lists the path itself when it is (or may be) a
+			// mount point.
+			r.NestedMounts = append(r.NestedMounts, mountdetect.Mount{MountPoint: filepath.Clean(path), FSType: c.FSType})
+		}
+		r.NestedMounts = append(r.NestedMounts, c.NestedMounts...)
+	}
+	return r
+}
+
+// validateRemovePath applies the rules mountdetect.RemoveAll applies before
+// it touches anything (empty, NUL byte, relative, "/", last element "." or
+// "..") and fails the same way, so that a dry run refuses exactly what a
+// real run refuses. TestValidateRemovePathMatchesRemoveAll keeps the two in
+// step; an exported mountdetect.ValidateRemovePath would make this copy
+// unnecessary.
+func validateRemovePath(path string) error {
+	invalid := func(reason string) error { return &mountdetect.InvalidPathError{Path: path, Reason: reason} }
+	switch {
+	case path == "":
+		return invalid("empty path")
+	case strings.IndexByte(path, 0) >= 0:
+		return invalid("contains a NUL byte")
+	case !filepath.IsAbs(path):
+		return invalid("not absolute")
+	}
+	trimmed := strings.TrimRight(path, "/")
+	if last := trimmed[strings.LastIndexByte(trimmed, '/')+1:]; last == "." || last == ".." {
+		return invalid("last element is " + last)
+	}
+	if clean := filepath.Clean(path); clean == filepath.VolumeName(clean)+string(filepath.Separator) {
+		return invalid("refusing to remove the root directory")
+	}
+	return nil
+}
+
+func runRm(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("rm", "[--dry-run] [--json] [--workers N] PATH...",
+		`Remove each absolute PATH and everything beneath it that lives on the same
+mount, and nothing else. Before anything is deleted the whole tree is
+checked: if PATH is a mount point or any mount is nested beneath it (a NAS,
+a bind-mounted directory or file), rm refuses, lists every such mount and
+deletes nothing. Symlinks are removed, never followed. A missing PATH is
+not an error.
+
+Exit status: 0 every path removed (or missing), 1 some removal was refused
+because of a mount, 2 some path is invalid or could not be removed, or bad
+usage.`, stderr)
+	dryRun := fs.Bool("dry-run", false, "say what would be removed or refused; delete nothing")
+	asJSON := fs.Bool("json", false, "print one JSON object per path per line")
+	workers := fs.Int("workers", 1, "goroutines removing in parallel (at least 1); the guarantees are the same for any number")
+	paths, code := parseArgs(fs, args)
+	if code >= 0 {
+		return code
+	}
+	if *workers < 1 {
+		return usageError(fs, stderr, "--workers must be at least 1, got %d", *workers)
+	}
+	if len(paths) == 0 {
+		return usageError(fs, stderr, "no PATH given")
+	}
+	enc := newJSONEncoder(stdout)
+	code = exitOK
+	for _, p := range paths {
+		var r rmResult
+		if *dryRun {
+			r = planRemoval(p)
+		} else {
+			r = removePath(p, *workers)
+		}
+		code = max(code, r.code())
+		if *asJSON {
+			if err := enc.Encode(&r); err != nil {
+				fmt.Fprintf(stderr, "nodevol rm: write report: %v\n", err)
+				return exitError
+			}
+			continue
+		}
+		writeRmHuman(stdout, stderr, &r)
+	}
+	return code
+}
+
+// writeRmHuman reports one path: what was removed on stdout, refusals and
+// errors on stderr.
+func writeRmHuman(stdout, stderr io.Writer, r *rmResult) {
+	would := func(did, wouldDo string) string {
+		if r.DryRun {
+			return wouldDo
+		}
+		return did
+	}
+	if r.Refused {
+		switch {
+		case r.DryRun:
+			fmt.Fprintf(stderr, "would refuse %s: %s; nothing would be deleted:\n", r.Path, mountCount(r))
+		case r.duringWalk:
+			fmt.Fprintf(stderr, "refused %s: %s appeared during removal and %s left untouched; everything else on the volume's own mount was removed:\n",
+				r.Path, mountCount(r), isAre(len(r.NestedMounts), "was", "were"))
+		default:
+			fmt.Fprintf(stderr, "refused %s: %s; nothing was deleted:\n", r.Path, mountCount(r))
+		}
+		for _, m := range r.NestedMounts {
+			fmt.Fprintf(stderr, "  %s\n", describeMount(m))
+		}
+		if !r.duringWalk {
+			fmt.Fprintf(stderr, "unmount %s first (%s data is not the volume's to delete), then run nodevol rm again\n",
+				isAre(len(r.NestedMounts), "it", "them"), isAre(len(r.NestedMounts), "its", "their"))
+		}
+	}
+	if r.err != nil {
+		if r.invalid {
+			fmt.Fprintf(stderr, "nodevol rm: %v; nothing was touched\n", r.err)
+		} else {
+			fmt.Fprintf(stderr, "nodevol rm: %v\n", r.err)
+		}
+	}
+	if r.Refused || r.err != nil {
+		return
+	}
+	switch {
+	case r.kind == kindMissing:
+		fmt.Fprintf(stdout, "nothing to remove: %s does not exist\n", r.Path)
+	case r.kind == kindSymlink:
+		fmt.Fprintf(stdout, "%s the symlink %s (its target %s not touched)\n", would("removed", "would remove"), r.Path, would("was", "would not be"))
+	default:
+		fmt.Fprintf(stdout, "%s %s\n", would("removed", "would remove"), r.Path)
+	}
+}
+
+// mountCount says how many mounts stopped the removal, counting the path
+// itself when it is one of them.
+func mountCount(r *rmResult) string {
+	n := len(r.NestedMounts)
+	self := false
+	for _, m := range r.NestedMounts {
+		self = self || isPath(m.MountPoint, r.Path)
+	}
+	switch {
+	case self && n == 1:
+		return "it is itself a mount point"
+	case self:
+		return "it is itself a mount point, and " + plural(n-1, "mount") + " beneath it"
+	case r.duringWalk:
+		return plural(n, "mount")
+	}
+	return plural(n, "mount") + " beneath it"
+}
+
+// isPath reports whether mountPoint, as the kernel names it (symlinks
+// resolved), is path.
+func isPath(mountPoint, path string) bool {
+	clean := filepath.Clean(path)
+	if mountPoint == clean {
+		return true
+	}
+	real, err := filepath.EvalSymlinks(clean)
+	return err == nil && real == mountPoint
+}
+
+func isAre(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
