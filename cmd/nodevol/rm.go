@@ -251,7 +251,7 @@ func writeRmHuman(stdout, stderr io.Writer, r *rmResult) {
 	case r.kind == kindMissing:
 		fmt.Fprintf(stdout, "nothing to remove: %s does not exist\n", r.Path)
 	case r.kind == kindSymlink:
-		fmt.Fprintf(stdout, "%s the symlink %s (its target %s not touched)\n", would("removed", "would remove"), r.Path, would("was", "would not be"))
+		fmt.Fprintf(stdout, "%s the symlink %s (its target %s touched)\n", would("removed", "would remove"), r.Path, would("was not", "would not be"))
 	default:
 		fmt.Fprintf(stdout, "%s %s\n", would("removed", "would remove"), r.Path)
 	}
