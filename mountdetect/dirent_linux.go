@@ -21,6 +21,7 @@ var errBadDirent = errors.New("malformed getdents64 record")
 // the terminating NUL, which stays in the buffer at nameStart+len(name) so
 // the name can be handed to a syscall without copying.
 type dirent struct {
+	ino       uint64
 	typ       uint8
 	name      []byte
 	nameStart int
@@ -46,6 +47,7 @@ func nextDirent(buf []byte, off int) (dirent, int, error) {
 		return dirent{}, 0, errBadDirent // no terminating NUL, or an empty name
 	}
 	return dirent{
+		ino:       binary.NativeEndian.Uint64(rec),
 		typ:       rec[direntTypeOff],
 		name:      rec[direntNameOff:nameEnd],
 		nameStart: off + direntNameOff,

@@ -1,10 +1,12 @@
 package mountdetect
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,8 +25,9 @@ const (
 	// rmdir found it not empty (entries skipped by a reshuffled directory,
 	// Go issue 20841, or created concurrently).
 	maxPasses = 64
-	// direntBufSize is the getdents64 buffer: a few hundred entries a call.
-	direntBufSize = 32 << 10
+	// direntBufSize is the getdents64 buffer: tens of thousands of entries
+	// a call, so that sorting a batch by inode approaches a full sort.
+	direntBufSize = 1 << 20
 )
 
 // Test seams: called with a directory's path just before the walk opens it
@@ -256,7 +259,9 @@ func removeAll(path string, c *config) error {
 	if c.workers > 1 {
 		w.parallel(root, c.workers)
 	} else {
-		w.serial(root)
+		sc := scratchPool.Get().(*scratch)
+		w.serial(root, sc)
+		scratchPool.Put(sc)
 	}
 	return w.result(path)
 }
@@ -358,13 +363,24 @@ func (w *walk) entryFailed(n *dirNode, name, op string, err error) {
 	w.fail(&os.PathError{Op: op, Path: n.child(name), Err: err})
 }
 
+// scratch is one goroutine's reusable memory for listing directories.
+type scratch struct {
+	buf   []byte   // getdents64 records
+	files []dirent // the batch's non-directories, to unlink in inode order
+}
+
+// scratchPool keeps listing buffers between calls: a teardown of a small
+// volume should not allocate a megabyte each time.
+var scratchPool = sync.Pool{New: func() any { return &scratch{buf: make([]byte, direntBufSize)} }}
+
 // list reads one batch of n's entries: non-directories are unlinked at
-// once, subdirectories are passed to subdir. It returns false at the end of
-// the directory.
-func (w *walk) list(n *dirNode, buf []byte, subdir func(name []byte)) bool {
+// once, in inode order (as GNU rm does for large directories: on ext4 and
+// XFS it keeps inode-table updates local), subdirectories are passed to
+// subdir. It returns false at the end of the directory.
+func (w *walk) list(n *dirNode, sc *scratch, subdir func(name []byte)) bool {
 	var nread int
 	err := ignoringEINTR(func() (err error) {
-		nread, err = unix.Getdents(n.fd, buf)
+		nread, err = unix.Getdents(n.fd, sc.buf)
 		return err
 	})
 	if err != nil {
@@ -375,27 +391,27 @@ func (w *walk) list(n *dirNode, buf []byte, subdir func(name []byte)) bool {
 	if nread == 0 {
 		return false
 	}
-	removed := false
-	defer func() {
-		if removed {
-			n.markProgress()
-		}
-	}()
+	buf := sc.buf[:nread]
+	files := sc.files[:0]
 	for off := 0; off < nread; {
-		d, next, err := nextDirent(buf[:nread], off)
+		d, next, err := nextDirent(buf, off)
 		if err != nil {
 			w.fail(&os.PathError{Op: "getdents64", Path: n.path(), Err: err})
 			n.markKept()
 			return false
 		}
 		off = next
-		if isDotOrDotDot(d.name) {
-			continue
-		}
-		if d.typ == unix.DT_DIR {
+		switch {
+		case isDotOrDotDot(d.name):
+		case d.typ == unix.DT_DIR:
 			subdir(d.name)
-			continue
+		default:
+			files = append(files, d)
 		}
+	}
+	slices.SortFunc(files, func(a, b dirent) int { return cmp.Compare(a.ino, b.ino) })
+	removed := false
+	for _, d := range files {
 		// DT_UNKNOWN and every other type: try unlink; EISDIR says it is a
 		// directory after all.
 		switch err := unlinkatPtr(n.fd, d.cstr(buf), 0); err {
@@ -407,6 +423,10 @@ func (w *walk) list(n *dirNode, buf []byte, subdir func(name []byte)) bool {
 		default:
 			w.entryFailed(n, string(d.name), "unlinkat", err)
 		}
+	}
+	sc.files = files[:0]
+	if removed {
+		n.markProgress()
 	}
 	return true
 }
@@ -452,8 +472,7 @@ func (w *walk) finish(n *dirNode) (again bool) {
 // serial removes the tree under root depth-first with an explicit stack.
 // At most w.maxOpen directory fds are open; the fds of shallower frames
 // are closed and reopened through ".." on the way back up.
-func (w *walk) serial(root *dirNode) {
-	buf := make([]byte, direntBufSize)
+func (w *walk) serial(root *dirNode, sc *scratch) {
 	stack := []*dirNode{root}
 	defer func() {
 		for _, f := range stack {
@@ -481,7 +500,7 @@ func (w *walk) serial(root *dirNode) {
 		}
 		if !f.eof {
 			f.subdirs, f.next = f.subdirs[:0], 0
-			if !w.list(f, buf, func(name []byte) { f.subdirs = append(f.subdirs, string(name)) }) {
+			if !w.list(f, sc, func(name []byte) { f.subdirs = append(f.subdirs, string(name)) }) {
 				f.eof = true
 			}
 			continue

@@ -70,13 +70,14 @@ func (w *walk) parallel(root *dirNode, workers int) {
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			buf := make([]byte, direntBufSize)
+			sc := scratchPool.Get().(*scratch)
+			defer scratchPool.Put(sc)
 			for {
 				t, ok := q.pop()
 				if !ok {
 					return
 				}
-				w.process(q, t, buf)
+				w.process(q, t, sc)
 				q.done()
 			}
 		})
@@ -84,7 +85,7 @@ func (w *walk) parallel(root *dirNode, workers int) {
 	wg.Wait()
 }
 
-func (w *walk) process(q *taskQueue, t task, buf []byte) {
+func (w *walk) process(q *taskQueue, t task, sc *scratch) {
 	n := t.relist
 	if n == nil {
 		if w.aborted.Load() {
@@ -99,13 +100,13 @@ func (w *walk) process(q *taskQueue, t task, buf []byte) {
 		if n.depth >= w.maxOpen {
 			// Deep chain: the serial walk removes the subtree (and n
 			// itself) with a bounded number of open fds.
-			w.serial(n)
+			w.serial(n, sc)
 			w.release(q, t.parent)
 			return
 		}
 		n.pending.Store(1)
 	}
-	for !w.aborted.Load() && w.list(n, buf, func(name []byte) {
+	for !w.aborted.Load() && w.list(n, sc, func(name []byte) {
 		n.pending.Add(1)
 		q.push(task{parent: n, name: string(name)})
 	}) {

@@ -1,0 +1,166 @@
+package mountdetect
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/nodevol/nodevol/internal/mounttest"
+	"golang.org/x/sys/unix"
+)
+
+// Reproduce (as root for the ext4 image and the mount-table benchmark):
+//
+//	go test -run '^$' -bench . -benchtime 3x ./mountdetect
+//
+// Results and the machine they came from are in docs/benchmarks.md.
+
+const benchFiles = 100_000
+
+// benchFilesystems returns the directories to benchmark removal on: a tmpfs
+// and, as root, a freshly made ext4 filesystem on a loop device (a real
+// on-disk filesystem; this CI machine's root filesystem spends ~0.5 ms of
+// kernel time per file creation, which would make building 100k-file trees
+// take minutes).
+func benchFilesystems(b *testing.B) map[string]string {
+	fss := map[string]string{"tmpfs": mounttest.MemTempDir(b)}
+	if os.Geteuid() != 0 || !mounttest.InPrivateNamespace() {
+		return fss
+	}
+	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
+		return fss
+	}
+	dir := b.TempDir()
+	img := filepath.Join(dir, "ext4.img")
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if out, err := exec.Command("truncate", "-s", "4G", img).CombinedOutput(); err != nil {
+		b.Fatalf("truncate: %v %s", err, out)
+	}
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", img).CombinedOutput(); err != nil {
+		b.Fatalf("mkfs.ext4: %v %s", err, out)
+	}
+	if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
+		b.Logf("skipping ext4: mount -o loop: %v %s", err, out)
+		return fss
+	}
+	b.Cleanup(func() { _ = exec.Command("umount", mnt).Run() })
+	fss["ext4-loop"] = mnt
+	return fss
+}
+
+// makeTree creates dirs directories of files/dirs files each (dirs == 0:
+// one flat directory of files files).
+func makeTree(b *testing.B, root string, dirs, files int) {
+	b.Helper()
+	if dirs == 0 {
+		makeFlatDir(b, root, files)
+		return
+	}
+	for d := range dirs {
+		makeFlatDir(b, filepath.Join(root, fmt.Sprintf("dir%03d", d)), files/dirs)
+	}
+}
+
+func BenchmarkRemoveAll(b *testing.B) {
+	removers := []struct {
+		name string
+		fn   func(string) error
+	}{
+		{"nodevol-workers=1", func(p string) error { return RemoveAll(p) }},
+		{"nodevol-workers=2", func(p string) error { return RemoveAll(p, Workers(2)) }},
+		{"nodevol-workers=4", func(p string) error { return RemoveAll(p, Workers(4)) }},
+		{"os.RemoveAll", os.RemoveAll},
+		{"rm-rf", func(p string) error { return exec.Command("rm", "-rf", p).Run() }},
+	}
+	shapes := []struct {
+		name string
+		dirs int
+	}{{"flat", 0}, {"100dirs", 100}}
+	for fsName, base := range benchFilesystems(b) {
+		for _, shape := range shapes {
+			for _, r := range removers {
+				b.Run(fmt.Sprintf("fs=%s/shape=%s/%s", fsName, shape.name, r.name), func(b *testing.B) {
+					for i := 0; b.Loop(); i++ {
+						b.StopTimer()
+						root := filepath.Join(base, fmt.Sprintf("tree-%d", i))
+						makeTree(b, root, shape.dirs, benchFiles)
+						unix.Sync()
+						b.StartTimer()
+						if err := r.fn(root); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchFiles), "ns/file")
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkMountCheck measures the per-directory mount check with no extra
+// mounts and with 5,000 tmpfs mounts in the namespace: the check must cost
+// the same (it never reads the mount table). Reading the mount table
+// (NestedMounts) is the baseline that does grow.
+func BenchmarkMountCheck(b *testing.B) {
+	base := b.TempDir()
+	mounttest.Build(b, base, "dir plain/sub")
+	plain := filepath.Join(base, "plain")
+	for _, extra := range []int{0, 5000} {
+		if extra > 0 {
+			mounttest.RequireMounts(b)
+			many := filepath.Join(base, "many")
+			mounttest.Tmpfs(b, many, "size=1m")
+			for i := range extra {
+				d := filepath.Join(many, fmt.Sprint(i))
+				if err := os.Mkdir(d, 0o755); err != nil {
+					b.Fatal(err)
+				}
+				if err := unix.Mount("tmpfs", d, "tmpfs", 0, "size=4k"); err != nil {
+					b.Fatalf("mount %d: %v", i, err)
+				}
+			}
+		}
+		pfd, err := unix.Open(plain, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		w := &walk{s: autoStrategy()}
+		parent := &dirNode{fd: pfd, name: plain}
+		if mask := w.s.statxMask(); mask != 0 {
+			var sx unix.Statx_t
+			if err := unix.Statx(pfd, "", unix.AT_EMPTY_PATH, mask, &sx); err != nil {
+				b.Fatal(err)
+			}
+			w.rootMnt = sx.Mnt_id
+		}
+		b.Run(fmt.Sprintf("mounts=+%d/walk-openDir", extra), func(b *testing.B) {
+			for b.Loop() {
+				fd, crossed, err := w.openDir(parent, "sub")
+				if err != nil || crossed {
+					b.Fatal(err, crossed)
+				}
+				unix.Close(fd)
+			}
+		})
+		b.Run(fmt.Sprintf("mounts=+%d/IsMountPoint", extra), func(b *testing.B) {
+			for b.Loop() {
+				if m, sure, err := IsMountPoint(plain); m || !sure || err != nil {
+					b.Fatal(m, sure, err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("mounts=+%d/NestedMounts(mountinfo)", extra), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := NestedMounts(plain); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		unix.Close(pfd)
+	}
+}
