@@ -134,7 +134,15 @@ func openat(dirfd int, name string, flags int) (int, error) {
 func fdPath(fd int, fallback string) (string, error) {
 	p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
 	if err == nil && strings.HasPrefix(p, "/") {
-		return strings.TrimSuffix(p, " (deleted)"), nil
+		// The kernel appends " (deleted)" to unlinked files' names; a
+		// name that really ends so is kept when the file still has links.
+		if trimmed, ok := strings.CutSuffix(p, " (deleted)"); ok {
+			var st unix.Stat_t
+			if unix.Fstat(fd, &st) == nil && st.Nlink == 0 {
+				return trimmed, nil
+			}
+		}
+		return p, nil
 	}
 	// Without /proc, resolve the name instead; the answer can be stale if
 	// the tree is changing, which only makes the mount listing less exact.

@@ -122,7 +122,9 @@ type FSInfo struct {
 // Detect reports the filesystem type, mount-point status and emptyDir
 // medium of path. The path is opened once and every answer is about that
 // open file, so a rename during the call cannot mix two files' answers.
-// Symlinks in path are followed (Detect describes what the path names).
+// Symlinks in path are followed, the last element included: Detect
+// describes what the path leads to (IsMountPoint, by contrast, answers
+// about a symlink itself, which is never a mount point).
 func Detect(path string) (FSInfo, error) { return detect(path) }
 
 // IsMountPoint reports whether path (a directory or a file) is the root of
@@ -194,6 +196,16 @@ func (f optionFunc) apply(c *config) { f(c) }
 // Workers sets how many goroutines remove in parallel (default 1). The
 // guarantees are the same for every worker count.
 func Workers(n int) Option { return optionFunc(func(c *config) { c.workers = n }) }
+
+// ValidateRemovePath returns the error RemoveAll would return for path
+// before looking at the filesystem: an *InvalidPathError (matching
+// ErrInvalidPath) for an empty, relative or root path, one with a NUL byte,
+// or one whose last element is "." or "..". Dry runs use it to refuse
+// exactly what RemoveAll refuses.
+func ValidateRemovePath(path string) error {
+	_, _, err := validateRemovePath(path)
+	return err
+}
 
 // validateRemovePath refuses paths RemoveAll must never act on and returns
 // the cleaned path split into its parent and last element.

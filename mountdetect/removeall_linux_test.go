@@ -611,3 +611,32 @@ func setImmutable(t testing.TB, path string, on bool) {
 		t.Skipf("skipping: cannot set the immutable flag: %v", err)
 	}
 }
+
+// TestValidateRemovePathMatchesRemoveAll: ValidateRemovePath (used by dry
+// runs) must refuse exactly what RemoveAll refuses, with the same message.
+// Every path here is invalid or missing, so RemoveAll deletes nothing.
+func TestValidateRemovePathMatchesRemoveAll(t *testing.T) {
+	base := t.TempDir()
+	for _, p := range []string{
+		"", "rel", "./rel", "../rel", ".", "..",
+		"/", "//", "///", "/.", "/..", "/../", "/./",
+		base + "/missing/..", base + "/missing/../", base + "/missing/.", base + "/missing/./", base + "/missing/..//",
+		base + "/missing", base + "/missing/", base + "//missing", base + "/./missing", base + "/x/../missing",
+		base + "/mis\x00sing", base + "/..missing", base + "/missing..", base + "/.missing",
+	} {
+		valid := ValidateRemovePath(p)
+		real := RemoveAll(p)
+		if !errors.Is(real, ErrInvalidPath) {
+			if real != nil {
+				t.Fatalf("RemoveAll(%q) = %v; want nil (missing) or an invalid-path error", p, real)
+			}
+			if valid != nil {
+				t.Errorf("ValidateRemovePath(%q) = %v; RemoveAll accepts it", p, valid)
+			}
+			continue
+		}
+		if valid == nil || valid.Error() != real.Error() {
+			t.Errorf("ValidateRemovePath(%q) = %v; RemoveAll says %v", p, valid, real)
+		}
+	}
+}

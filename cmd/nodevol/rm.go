@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/nodevol/nodevol/mountdetect"
 )
@@ -112,7 +111,7 @@ func kindOf(fi fs.FileInfo) entryKind {
 // the same examination as "check", and says what rm would do.
 func planRemoval(path string) rmResult {
 	r := rmResult{Path: path, DryRun: true, NestedMounts: []mountdetect.Mount{}}
-	if err := validateRemovePath(path); err != nil {
+	if err := mountdetect.ValidateRemovePath(path); err != nil {
 		r.setErr(err)
 		return r
 	}
@@ -135,32 +134,6 @@ func planRemoval(path string) rmResult {
 		r.NestedMounts = append(r.NestedMounts, c.NestedMounts...)
 	}
 	return r
-}
-
-// validateRemovePath applies the rules mountdetect.RemoveAll applies before
-// it touches anything (empty, NUL byte, relative, "/", last element "." or
-// "..") and fails the same way, so that a dry run refuses exactly what a
-// real run refuses. TestValidateRemovePathMatchesRemoveAll keeps the two in
-// step; an exported mountdetect.ValidateRemovePath would make this copy
-// unnecessary.
-func validateRemovePath(path string) error {
-	invalid := func(reason string) error { return &mountdetect.InvalidPathError{Path: path, Reason: reason} }
-	switch {
-	case path == "":
-		return invalid("empty path")
-	case strings.IndexByte(path, 0) >= 0:
-		return invalid("contains a NUL byte")
-	case !filepath.IsAbs(path):
-		return invalid("not absolute")
-	}
-	trimmed := strings.TrimRight(path, "/")
-	if last := trimmed[strings.LastIndexByte(trimmed, '/')+1:]; last == "." || last == ".." {
-		return invalid("last element is " + last)
-	}
-	if clean := filepath.Clean(path); clean == filepath.VolumeName(clean)+string(filepath.Separator) {
-		return invalid("refusing to remove the root directory")
-	}
-	return nil
 }
 
 func runRm(args []string, stdout, stderr io.Writer) int {

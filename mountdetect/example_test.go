@@ -1,0 +1,79 @@
+//go:build linux
+
+package mountdetect_test
+
+import (
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+
+	"github.com/nodevol/nodevol/mountdetect"
+)
+
+func ExampleRemoveAll() {
+	dir, err := os.MkdirTemp("", "example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	vol := filepath.Join(dir, "pods/uid/volumes/kubernetes.io~empty-dir/cache")
+	os.MkdirAll(filepath.Join(vol, "a/b"), 0o755)
+	os.WriteFile(filepath.Join(vol, "a/b/data"), []byte("x"), 0o644)
+	os.Symlink("/etc", filepath.Join(vol, "etc-link")) // unlinked, never followed
+
+	err = mountdetect.RemoveAll(vol)
+	var crossing *mountdetect.CrossesMountError
+	switch {
+	case errors.As(err, &crossing):
+		// Something is mounted inside the volume: nothing was deleted.
+		for _, m := range crossing.Mounts {
+			fmt.Println("mounted inside:", m.MountPoint, m.FSType, m.Source)
+		}
+	case err != nil:
+		log.Fatal(err)
+	}
+	_, err = os.Lstat(vol)
+	fmt.Println("removed:", errors.Is(err, os.ErrNotExist))
+	_, err = os.Stat("/etc")
+	fmt.Println("/etc intact:", err == nil)
+	// Output:
+	// removed: true
+	// /etc intact: true
+}
+
+func ExampleRemoveAll_invalidPath() {
+	err := mountdetect.RemoveAll("/")
+	fmt.Println(errors.Is(err, mountdetect.ErrInvalidPath))
+	fmt.Println(err)
+	// Output:
+	// true
+	// invalid path "/": refusing to remove the root directory
+}
+
+func ExampleIsMountPoint() {
+	mounted, sure, err := mountdetect.IsMountPoint("/")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(mounted, sure)
+	// Output: true true
+}
+
+func ExampleDetect() {
+	info, err := mountdetect.Detect("/dev/shm")
+	if err != nil {
+		fmt.Println("no /dev/shm here")
+		return
+	}
+	// On most Linux systems /dev/shm is a tmpfs mount: an emptyDir of
+	// medium Memory looks just like it.
+	fmt.Println(info.FSType, info.Medium, info.MountPoint)
+}
+
+func ExampleParseHugePageSize() {
+	size, ok, err := mountdetect.ParseHugePageSize("rw,relatime,pagesize=2M")
+	fmt.Println(size, ok, err, mountdetect.FormatQuantity(size))
+	// Output: 2097152 true <nil> 2Mi
+}
