@@ -1,6 +1,22 @@
-// Package volume will hold the volume plugin API: validated names and
-// their reversible escaping, the kubelet's on-disk layout
-// (<root>/pods/<uid>/volumes/<escaped-plugin>/<volume>), Spec and Pod
-// types, the small Plugin/Mounter/Unmounter interfaces and the plugin
-// registry. It depends on nothing else in nodevol.
+// Package volume is nodevol's volume plugin API.
+//
+//   - Names: plugin names are Kubernetes qualified names ([prefix/]name),
+//     escaped to directory names by replacing '/' with '~' and back,
+//     losslessly (a valid name has no '~'). Pod UIDs, volume names and
+//     container names are validated; a violation is an *InvalidNameError
+//     naming the field and the value (errors.Is ErrInvalidName).
+//   - Layout: the kubelet's on-disk layout under a root (default
+//     /var/lib/kubelet). Every component is validated before it is joined,
+//     so no Layout method can return a path outside the root, and
+//     ParseVolumePath turns a volume directory back into (pod UID, plugin,
+//     volume).
+//   - Types: Spec (with EmptyDirSource), Pod, unique names.
+//   - Plugins: small interfaces — Plugin, Mounter, Unmounter, the optional
+//     SpecConstructor for reconstruction after a restart, and Host for what
+//     plugins need from the node — and a Registry that validates names,
+//     rejects duplicates and finds exactly one plugin for a spec.
+//   - Errors: *OperationError classifies failures as Final, Transient or
+//     Uncertain, wrapping the cause so errors.Is/As still reach it.
+//
+// The package depends on nothing else in nodevol.
 package volume
