@@ -215,3 +215,20 @@ func (r *Registry) Names() []string {
 	sort.Strings(names)
 	return names
 }
+
+// NewHost returns a Host with a fixed layout, mounter and allocatable
+// memory (bytes; 0 when unknown). A nil mounter makes plugins use the
+// operating system's mount(2)/umount2(2).
+func NewHost(layout Layout, mounter SystemMounter, allocatableMemory int64) Host {
+	return staticHost{layout: layout, mounter: mounter, allocatable: allocatableMemory}
+}
+
+type staticHost struct {
+	layout      Layout
+	mounter     SystemMounter
+	allocatable int64
+}
+
+func (h staticHost) Layout() Layout                        { return h.layout }
+func (h staticHost) Mounter() SystemMounter                { return h.mounter }
+func (h staticHost) NodeAllocatableMemory() (int64, error) { return h.allocatable, nil }

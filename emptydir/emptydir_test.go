@@ -1,0 +1,348 @@
+package emptydir
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"k8s.io/klog/v2/ktesting"
+	mount "k8s.io/mount-utils"
+
+	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/mountdetect"
+	"github.com/nodevol/nodevol/volume"
+)
+
+const testUID = "8a3f0c52-1d4e-4b7a-9c21-6e5d2f1a7b90"
+
+type env struct {
+	ctx    context.Context
+	root   string
+	layout volume.Layout
+	plugin *Plugin
+}
+
+func newEnv(t *testing.T, root string, mounter volume.SystemMounter, opts ...Option) *env {
+	t.Helper()
+	l, err := volume.NewLayout(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{root: root, layout: l, plugin: New(volume.NewHost(l, mounter, 8<<30), opts...), ctx: testContext(t)}
+}
+
+func (e *env) pod(vols ...volume.Spec) *volume.Pod {
+	return &volume.Pod{UID: testUID, Namespace: "default", Name: "web", Volumes: vols}
+}
+
+func (e *env) setUp(t *testing.T, pod *volume.Pod, name string) volume.Mounter {
+	t.Helper()
+	m, err := e.plugin.NewMounter(pod.Volume(name), pod)
+	if err != nil {
+		t.Fatalf("NewMounter(%s): %v", name, err)
+	}
+	if err := m.SetUp(testContext(t), volume.MounterArgs{}); err != nil {
+		t.Fatalf("SetUp(%s): %v", name, err)
+	}
+	return m
+}
+
+func (e *env) tearDown(name string) error {
+	u, err := e.plugin.NewUnmounter(name, testUID)
+	if err != nil {
+		return err
+	}
+	return u.TearDown(e.ctx)
+}
+
+// testContext carries a logger that writes to t.Log.
+func testContext(t *testing.T) context.Context {
+	_, ctx := ktesting.NewTestContext(t)
+	return ctx
+}
+
+func (e *env) metaDir(t *testing.T, name string) string {
+	t.Helper()
+	d, err := e.layout.PluginVolumeDir(testUID, PluginName, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func mustNotExist(t *testing.T, p string) {
+	t.Helper()
+	if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s still exists (%v)", p, err)
+	}
+}
+
+func emptyDirSpec(name string, medium volume.StorageMedium) volume.Spec {
+	return volume.Spec{Name: name, EmptyDir: &volume.EmptyDirSource{Medium: medium}}
+}
+
+func TestSetUpDefault(t *testing.T) {
+	e := newEnv(t, t.TempDir(), nil)
+	old := syscall.Umask(0o077) // SetUp must not depend on the umask
+	defer syscall.Umask(old)
+	pod := e.pod(emptyDirSpec("cache", ""), volume.Spec{Name: "shared", EmptyDir: &volume.EmptyDirSource{StickyBit: true}})
+	m := e.setUp(t, pod, "cache")
+	want := filepath.Join(e.root, "pods", testUID, "volumes/kubernetes.io~empty-dir/cache")
+	if m.Path() != want {
+		t.Errorf("Path = %s; want %s", m.Path(), want)
+	}
+	fi, err := os.Stat(want)
+	if err != nil || fi.Mode().Perm() != 0o777 || fi.Mode()&os.ModeSticky != 0 {
+		t.Errorf("volume dir mode = %v, %v; want drwxrwxrwx", fi.Mode(), err)
+	}
+	meta := e.metaDir(t, "cache")
+	if !isReady(meta) {
+		t.Error("no ready marker")
+	}
+	if fi, err := os.Stat(meta); err != nil || fi.Mode().Perm() != 0o750 {
+		t.Errorf("metadata dir mode = %v, %v; want 0750", fi.Mode(), err)
+	}
+	md, err := readMetadata(meta)
+	if err != nil || md == nil || md.Medium != mountdetect.MediumDefault {
+		t.Errorf("metadata = %+v, %v", md, err)
+	}
+	s := e.setUp(t, pod, "shared")
+	if fi, _ := os.Stat(s.Path()); fi.Mode()&os.ModeSticky == 0 || fi.Mode().Perm() != 0o777 {
+		t.Errorf("sticky volume mode = %v; want drwxrwxrwt", fi.Mode())
+	}
+
+	// Idempotent: a second SetUp changes nothing and keeps the files.
+	os.WriteFile(filepath.Join(want, "data"), []byte("x"), 0o644)
+	e.setUp(t, pod, "cache")
+	if _, err := os.Stat(filepath.Join(want, "data")); err != nil {
+		t.Errorf("second SetUp lost data: %v", err)
+	}
+	// A ready marker whose directory vanished is repaired.
+	os.RemoveAll(want)
+	e.setUp(t, pod, "cache")
+	if fi, err := os.Stat(want); err != nil || !fi.IsDir() {
+		t.Errorf("SetUp did not repair the vanished directory: %v", err)
+	}
+}
+
+func TestTearDownDefault(t *testing.T) {
+	base := t.TempDir()
+	outside := filepath.Join(base, "outside")
+	snap := mounttest.Sentinels(t, outside)
+	e := newEnv(t, filepath.Join(base, "kubelet"), nil)
+	pod := e.pod(emptyDirSpec("cache", ""))
+	m := e.setUp(t, pod, "cache")
+	mounttest.Build(t, m.Path(), "file a/b/c data", "symlink out "+outside, "symlink a/file-out "+filepath.Join(outside, "important.txt"))
+	if err := e.tearDown("cache"); err != nil {
+		t.Fatalf("TearDown = %v", err)
+	}
+	mustNotExist(t, m.Path())
+	mustNotExist(t, e.metaDir(t, "cache"))
+	mounttest.Intact(t, outside, snap)
+	// Idempotent.
+	if err := e.tearDown("cache"); err != nil {
+		t.Fatalf("second TearDown = %v", err)
+	}
+}
+
+func TestTearDownMissingVolumeRemovesLeftoverMetadata(t *testing.T) {
+	e := newEnv(t, t.TempDir(), nil)
+	m := e.setUp(t, e.pod(emptyDirSpec("cache", "")), "cache")
+	os.Remove(m.Path())
+	if err := e.tearDown("cache"); err != nil {
+		t.Fatal(err)
+	}
+	mustNotExist(t, e.metaDir(t, "cache"))
+}
+
+func TestKubeletRootThroughSymlink(t *testing.T) {
+	base := t.TempDir()
+	mounttest.Build(t, base, "dir data/kubelet", "symlink kubelet data/kubelet")
+	e := newEnv(t, filepath.Join(base, "kubelet"), nil)
+	pod := e.pod(emptyDirSpec("cache", ""))
+	m := e.setUp(t, pod, "cache")
+	if _, err := os.Stat(filepath.Join(base, "data/kubelet/pods", testUID, "volumes/kubernetes.io~empty-dir/cache")); err != nil {
+		t.Fatalf("volume not under the symlink target: %v", err)
+	}
+	spec, err := e.plugin.ConstructSpec("cache", m.Path())
+	if err != nil || spec.EmptyDir == nil || spec.EmptyDir.Medium != "" {
+		t.Errorf("ConstructSpec = %+v, %v", spec, err)
+	}
+	if err := e.tearDown("cache"); err != nil {
+		t.Fatal(err)
+	}
+	mustNotExist(t, filepath.Join(base, "data/kubelet/pods", testUID, "volumes/kubernetes.io~empty-dir/cache"))
+	if fi, err := os.Lstat(filepath.Join(base, "kubelet")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("kubelet root symlink changed: %v", err)
+	}
+}
+
+func TestInvalidNames(t *testing.T) {
+	e := newEnv(t, t.TempDir(), nil)
+	for _, c := range []struct{ uid, vol string }{
+		{"../../etc", "cache"}, {"", "cache"}, {testUID, ".."}, {testUID, "../x"}, {testUID, "Cache"}, {"a/b", "v"},
+	} {
+		pod := &volume.Pod{UID: c.uid, Volumes: []volume.Spec{emptyDirSpec(c.vol, "")}}
+		if _, err := e.plugin.NewMounter(&pod.Volumes[0], pod); !errors.Is(err, volume.ErrInvalidName) {
+			t.Errorf("NewMounter(uid %q, vol %q) = %v; want ErrInvalidName", c.uid, c.vol, err)
+		}
+		if c.vol == "Cache" {
+			continue // a valid directory name, only not a valid spec name
+		}
+		if _, err := e.plugin.NewUnmounter(c.vol, c.uid); !errors.Is(err, volume.ErrInvalidName) {
+			t.Errorf("NewUnmounter(%q, %q) = %v; want ErrInvalidName", c.vol, c.uid, err)
+		}
+	}
+	if entries, _ := os.ReadDir(e.root); len(entries) != 0 {
+		t.Errorf("invalid names created %v", entries)
+	}
+	if _, err := e.plugin.NewMounter(&volume.Spec{Name: "x", Other: 1}, e.pod()); err == nil {
+		t.Error("NewMounter accepted a non-emptyDir spec")
+	}
+	if e.plugin.CanSupport(&volume.Spec{Name: "x", Other: 1}) || !e.plugin.CanSupport(&volume.Spec{Name: "x", EmptyDir: &volume.EmptyDirSource{}}) {
+		t.Error("CanSupport wrong")
+	}
+}
+
+func TestConstructSpec(t *testing.T) {
+	e := newEnv(t, t.TempDir(), nil)
+	pod := e.pod(volume.Spec{Name: "cache", EmptyDir: &volume.EmptyDirSource{SizeLimit: 1 << 20}})
+	m := e.setUp(t, pod, "cache")
+	spec, err := e.plugin.ConstructSpec("cache", m.Path())
+	if err != nil || spec.Name != "cache" || spec.EmptyDir.SizeLimit != 1<<20 {
+		t.Errorf("ConstructSpec = %+v, %v", spec, err)
+	}
+	os.RemoveAll(e.metaDir(t, "cache")) // no metadata: from the disk
+	if spec, err := e.plugin.ConstructSpec("cache", m.Path()); err != nil || spec.EmptyDir.Medium != "" {
+		t.Errorf("ConstructSpec without metadata = %+v, %v", spec, err)
+	}
+	for _, p := range []string{"/elsewhere/pods/u/volumes/kubernetes.io~empty-dir/cache", m.Path() + "/..", filepath.Join(e.root, "pods", testUID, "volumes/example.com~x/cache")} {
+		if _, err := e.plugin.ConstructSpec("cache", p); err == nil {
+			t.Errorf("ConstructSpec(%q) accepted", p)
+		}
+	}
+}
+
+func TestPlanSetUpSizes(t *testing.T) {
+	const Mi, Gi = int64(1 << 20), int64(1 << 30)
+	for _, c := range []struct {
+		name        string
+		src         volume.EmptyDirSource
+		pod         volume.Pod
+		allocatable int64
+		size, page  int64
+		err         string
+	}{
+		{name: "memory: allocatable only", src: volume.EmptyDirSource{Medium: "Memory"}, allocatable: 8 * Gi, size: 8 * Gi},
+		{name: "memory: pod limit smaller", src: volume.EmptyDirSource{Medium: "Memory"}, pod: volume.Pod{MemoryLimit: 512 * Mi}, allocatable: 8 * Gi, size: 512 * Mi},
+		{name: "memory: sizeLimit smallest", src: volume.EmptyDirSource{Medium: "Memory", SizeLimit: 64 * Mi}, pod: volume.Pod{MemoryLimit: 512 * Mi}, allocatable: 8 * Gi, size: 64 * Mi},
+		{name: "memory: nothing known", src: volume.EmptyDirSource{Medium: "Memory"}, size: 0},
+		{name: "hugepages: one size", src: volume.EmptyDirSource{Medium: "HugePages"}, pod: volume.Pod{HugePages: map[int64]int64{2 * Mi: Gi}}, page: 2 * Mi},
+		{name: "hugepages: none", src: volume.EmptyDirSource{Medium: "HugePages"}, err: "requests no huge pages"},
+		{name: "hugepages: several", src: volume.EmptyDirSource{Medium: "HugePages"}, pod: volume.Pod{HugePages: map[int64]int64{2 * Mi: Gi, Gi: Gi}}, err: "several huge page sizes (1Gi, 2Mi)"},
+		{name: "hugepages-1Gi", src: volume.EmptyDirSource{Medium: "HugePages-1Gi"}, pod: volume.Pod{HugePages: map[int64]int64{2 * Mi: Gi, Gi: Gi}}, page: Gi},
+		{name: "hugepages-2Mi not requested", src: volume.EmptyDirSource{Medium: "HugePages-2Mi"}, pod: volume.Pod{HugePages: map[int64]int64{Gi: Gi}}, err: "no huge pages of size 2Mi"},
+		{name: "hugepages-bad", src: volume.EmptyDirSource{Medium: "HugePages-x"}, err: "invalid page size"},
+		{name: "unknown medium", src: volume.EmptyDirSource{Medium: "Disk"}, err: "unknown emptyDir medium"},
+	} {
+		p, err := planSetUp(&c.src, &c.pod, c.allocatable)
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s: err = %v; want %q", c.name, err, c.err)
+			}
+			continue
+		}
+		if err != nil || p.size != c.size || p.pageSize != c.page {
+			t.Errorf("%s: plan = %+v, %v; want size %d page %d", c.name, p, err, c.size, c.page)
+		}
+	}
+}
+
+// TestMemoryWithFakeMounter checks the options SetUp passes and the
+// refusal to mount over a foreign mount, with mount-utils' FakeMounter
+// (no root needed; the real tmpfs is tested below).
+func TestMemoryWithFakeMounter(t *testing.T) {
+	fake := mount.NewFakeMounter(nil)
+	e := newEnv(t, t.TempDir(), fake)
+	pod := e.pod(volume.Spec{Name: "mem", EmptyDir: &volume.EmptyDirSource{Medium: "Memory", SizeLimit: 64 << 20}})
+	pod.MemoryLimit = 1 << 30
+	m := e.setUp(t, pod, "mem")
+	if len(fake.MountPoints) != 1 {
+		t.Fatalf("mounts = %+v", fake.MountPoints)
+	}
+	mp := fake.MountPoints[0]
+	wantOpts := []string{"size=67108864"}
+	if kernelSupportsNoswap() {
+		wantOpts = append(wantOpts, "noswap")
+	}
+	if mp.Path != m.Path() || mp.Type != "tmpfs" || strings.Join(mp.Opts, ",") != strings.Join(wantOpts, ",") {
+		t.Errorf("mount = %+v; want tmpfs on %s with %v", mp, m.Path(), wantOpts)
+	}
+	md, _ := readMetadata(e.metaDir(t, "mem"))
+	if md == nil || md.Medium != mountdetect.MediumMemory || md.SizeBytes != 64<<20 {
+		t.Errorf("metadata = %+v", md)
+	}
+}
+
+func TestReleaseAtLeast(t *testing.T) {
+	for rel, want := range map[string]bool{"6.18.44-fc-v445": true, "6.3.0": true, "6.2.16": false, "5.15.0-91-generic": false, "7.0": true, "6.3rc1": true, "x.y": false, "6": false} {
+		if got := releaseAtLeast(rel, 6, 3); got != want {
+			t.Errorf("releaseAtLeast(%q, 6, 3) = %v; want %v", rel, got, want)
+		}
+	}
+}
+
+type fakeQuotas struct {
+	assigned map[string]uint32
+	clearErr error
+	cleared  []string
+}
+
+func (f *fakeQuotas) Assign(path string, limit int64) (uint32, error) {
+	if f.assigned == nil {
+		f.assigned = map[string]uint32{}
+	}
+	f.assigned[path] = 1048577
+	return 1048577, nil
+}
+func (f *fakeQuotas) Clear(path string) error {
+	if f.clearErr != nil {
+		return f.clearErr
+	}
+	f.cleared = append(f.cleared, path)
+	return nil
+}
+func (f *fakeQuotas) Usage(string) (int64, int64, error) { return 0, 0, errors.New("unused") }
+
+func TestQuotaWiring(t *testing.T) {
+	q := &fakeQuotas{clearErr: errors.New("quotactl: EIO")}
+	root := t.TempDir()
+	e := newEnv(t, root, nil, WithQuotas(q))
+	m := e.setUp(t, e.pod(volume.Spec{Name: "cache", EmptyDir: &volume.EmptyDirSource{SizeLimit: 1 << 20}}), "cache")
+	if q.assigned[m.Path()] != 1048577 {
+		t.Fatalf("quota not assigned: %v", q.assigned)
+	}
+	// A failing Clear is returned, and nothing is removed.
+	err := e.tearDown("cache")
+	if err == nil || !strings.Contains(err.Error(), "EIO") || volume.KindOf(err) != volume.Transient {
+		t.Fatalf("TearDown = %v; want the quota error, transient", err)
+	}
+	if _, err := os.Stat(m.Path()); err != nil || !isReady(e.metaDir(t, "cache")) {
+		t.Errorf("failed TearDown changed the volume: %v", err)
+	}
+	q.clearErr = nil
+	if err := e.tearDown("cache"); err != nil || len(q.cleared) != 1 {
+		t.Fatalf("TearDown = %v, cleared %v", err, q.cleared)
+	}
+	// A recorded project without a quota manager is not silently leaked.
+	e2 := newEnv(t, root, nil, WithQuotas(&fakeQuotas{}))
+	e2.setUp(t, e2.pod(emptyDirSpec("other", "")), "other")
+	e3 := newEnv(t, root, nil)
+	if err := e3.tearDown("other"); err == nil || volume.KindOf(err) != volume.Final {
+		t.Errorf("TearDown without quota manager = %v; want a final error", err)
+	}
+}

@@ -1,0 +1,100 @@
+package emptydir
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/nodevol/nodevol/mountdetect"
+	"github.com/nodevol/nodevol/volume"
+)
+
+// setupPlan is what SetUp will create for one volume, derived from the
+// spec and the pod before anything is touched.
+type setupPlan struct {
+	medium   mountdetect.Medium
+	size     int64 // tmpfs size= in bytes; 0: no size option
+	pageSize int64 // hugetlbfs pagesize= in bytes
+	sticky   bool
+}
+
+// planSetUp checks the spec against the pod and computes sizes:
+//
+//   - Memory: tmpfs size is the smallest positive of the node's allocatable
+//     memory, the pod's memory limit and the volume's sizeLimit;
+//   - HugePages: the page size is the only hugepage size the pod requests;
+//     HugePages-<size>: that size, which the pod must request.
+func planSetUp(src *volume.EmptyDirSource, pod *volume.Pod, allocatable int64) (setupPlan, error) {
+	p := setupPlan{sticky: src.StickyBit}
+	switch m := src.Medium; {
+	case m == volume.StorageMediumDefault:
+		p.medium = mountdetect.MediumDefault
+	case m == volume.StorageMediumMemory:
+		p.medium = mountdetect.MediumMemory
+		p.size = smallestPositive(allocatable, pod.MemoryLimit, src.SizeLimit)
+	case m.IsHugePages():
+		p.medium = mountdetect.MediumHugePages
+		size, err := hugePageSize(m, pod)
+		if err != nil {
+			return p, err
+		}
+		p.pageSize = size
+	default:
+		return p, fmt.Errorf("unknown emptyDir medium %q (want \"\", Memory, HugePages or HugePages-<size>)", m)
+	}
+	return p, nil
+}
+
+func smallestPositive(vals ...int64) int64 {
+	var best int64
+	for _, v := range vals {
+		if v > 0 && (best == 0 || v < best) {
+			best = v
+		}
+	}
+	return best
+}
+
+func hugePageSize(m volume.StorageMedium, pod *volume.Pod) (int64, error) {
+	if m == volume.StorageMediumHugePages {
+		if len(pod.HugePages) == 0 {
+			return 0, fmt.Errorf("medium HugePages: the pod requests no huge pages")
+		}
+		if len(pod.HugePages) > 1 {
+			var sizes []string
+			for s := range pod.HugePages {
+				sizes = append(sizes, mountdetect.FormatQuantity(s))
+			}
+			return 0, fmt.Errorf("medium HugePages: the pod requests several huge page sizes (%s); use HugePages-<size>", strings.Join(slices.Sorted(slices.Values(sizes)), ", "))
+		}
+		for s := range pod.HugePages {
+			if s <= 0 {
+				return 0, fmt.Errorf("medium HugePages: invalid page size %d", s)
+			}
+			return s, nil
+		}
+	}
+	sizeStr := strings.TrimPrefix(string(m), string(volume.StorageMediumHugePagesPrefix))
+	size, err := mountdetect.ParseMemSize(sizeStr)
+	if err != nil || size <= 0 {
+		return 0, fmt.Errorf("medium %q: invalid page size %q", m, sizeStr)
+	}
+	if _, ok := pod.HugePages[size]; !ok {
+		return 0, fmt.Errorf("medium %q: the pod requests no huge pages of size %s", m, mountdetect.FormatQuantity(size))
+	}
+	return size, nil
+}
+
+// specMedium is the API medium for what was found on disk.
+func specMedium(m mountdetect.Medium, pageSize int64) volume.StorageMedium {
+	switch m {
+	case mountdetect.MediumMemory:
+		return volume.StorageMediumMemory
+	case mountdetect.MediumHugePages:
+		if pageSize > 0 {
+			return volume.StorageMediumHugePagesPrefix + volume.StorageMedium(mountdetect.FormatQuantity(pageSize))
+		}
+		return volume.StorageMediumHugePages
+	}
+	return volume.StorageMediumDefault
+}

@@ -1,0 +1,136 @@
+package emptydir
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/nodevol/nodevol/mountdetect"
+	"github.com/nodevol/nodevol/volume"
+)
+
+// PluginName is the emptyDir plugin's name, as in the kubelet.
+const PluginName = "kubernetes.io/empty-dir"
+
+// Quotas is what the plugin needs from a project-quota implementation
+// (package fsquota provides one). A nil Quotas means no quotas.
+type Quotas interface {
+	// Assign gives path a project ID and (when limitBytes > 0 and enforcing)
+	// a limit, and returns the ID.
+	Assign(path string, limitBytes int64) (projectID uint32, err error)
+	// Clear removes path's quota and releases its project ID.
+	Clear(path string) error
+	// Usage returns the bytes and inodes charged to path's project.
+	Usage(path string) (bytes, inodes int64, err error)
+}
+
+// Plugin is the kubernetes.io/empty-dir volume plugin.
+type Plugin struct {
+	host   volume.Host
+	quotas Quotas
+}
+
+var (
+	_ volume.Plugin          = (*Plugin)(nil)
+	_ volume.SpecConstructor = (*Plugin)(nil)
+)
+
+// Option configures the plugin.
+type Option interface{ apply(*Plugin) }
+
+type optionFunc func(*Plugin)
+
+func (f optionFunc) apply(p *Plugin) { f(p) }
+
+// WithQuotas makes SetUp assign project quotas to Default volumes and
+// TearDown clear them.
+func WithQuotas(q Quotas) Option { return optionFunc(func(p *Plugin) { p.quotas = q }) }
+
+// New returns the plugin for host.
+func New(host volume.Host, opts ...Option) *Plugin {
+	p := &Plugin{host: host}
+	for _, o := range opts {
+		o.apply(p)
+	}
+	return p
+}
+
+// Name returns PluginName.
+func (p *Plugin) Name() string { return PluginName }
+
+// CanSupport reports whether spec is an emptyDir.
+func (p *Plugin) CanSupport(spec *volume.Spec) bool { return spec != nil && spec.EmptyDir != nil }
+
+// paths returns the volume directory and the metadata directory.
+func (p *Plugin) paths(podUID, vol string) (dir, metaDir string, err error) {
+	l := p.host.Layout()
+	if dir, err = l.VolumeDir(podUID, PluginName, vol); err != nil {
+		return "", "", err
+	}
+	if metaDir, err = l.PluginVolumeDir(podUID, PluginName, vol); err != nil {
+		return "", "", err
+	}
+	return dir, metaDir, nil
+}
+
+// NewMounter returns the Mounter for spec in pod.
+func (p *Plugin) NewMounter(spec *volume.Spec, pod *volume.Pod) (volume.Mounter, error) {
+	if !p.CanSupport(spec) {
+		return nil, fmt.Errorf("%s: spec %q is not an emptyDir", PluginName, spec.Name)
+	}
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if err := volume.ValidatePodUID(pod.UID); err != nil {
+		return nil, err
+	}
+	dir, metaDir, err := p.paths(pod.UID, spec.Name)
+	if err != nil {
+		return nil, err
+	}
+	return &mounter{plugin: p, source: *spec.EmptyDir, pod: pod, dir: dir, metaDir: metaDir}, nil
+}
+
+// NewUnmounter returns the Unmounter for a volume of a pod; it needs no
+// spec (the metadata file and the disk say what to undo).
+func (p *Plugin) NewUnmounter(vol, podUID string) (volume.Unmounter, error) {
+	dir, metaDir, err := p.paths(podUID, vol)
+	if err != nil {
+		return nil, err
+	}
+	return &unmounter{plugin: p, dir: dir, metaDir: metaDir}, nil
+}
+
+// ConstructSpec rebuilds a volume's spec from disk (reconstruction after a
+// restart): from the metadata file when there is one, else from what is
+// mounted at volumePath.
+func (p *Plugin) ConstructSpec(vol, volumePath string) (*volume.Spec, error) {
+	vp, err := p.host.Layout().ParseVolumePath(volumePath)
+	if err != nil {
+		return nil, err
+	}
+	if vp.Plugin != PluginName || vp.Volume != vol {
+		return nil, fmt.Errorf("%s: %s is not the emptyDir volume %q", PluginName, volumePath, vol)
+	}
+	_, metaDir, err := p.paths(vp.PodUID, vol)
+	if err != nil {
+		return nil, err
+	}
+	meta, err := readMetadata(metaDir)
+	if err != nil {
+		return nil, err
+	}
+	src := &volume.EmptyDirSource{}
+	switch {
+	case meta != nil:
+		src.Medium = specMedium(meta.Medium, meta.HugePageSize)
+		src.SizeLimit = meta.SizeLimit
+	default:
+		info, err := mountdetect.Detect(volumePath)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		src.Medium = specMedium(info.Medium, info.HugePageSize)
+	}
+	return &volume.Spec{Name: vol, EmptyDir: src}, nil
+}
