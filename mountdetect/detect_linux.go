@@ -153,7 +153,9 @@ func fdPath(fd int, fallback string) (string, error) {
 	return filepath.Abs(real)
 }
 
-func detect(path string) (FSInfo, error) {
+// detect implements Detect; with a non-nil table the hugetlbfs page size
+// comes from it instead of a fresh read of the mount table.
+func detect(path string, tab *MountTable) (FSInfo, error) {
 	info := FSInfo{Path: path}
 	fd, err := openat(unix.AT_FDCWD, path, unix.O_PATH)
 	if err != nil {
@@ -174,7 +176,12 @@ func detect(path string) (FSInfo, error) {
 		info.Medium = MediumForMagic(info.Magic)
 	}
 	if info.Magic == MagicHugetlbfs {
-		size, err := hugePageSizeOf(fd, path)
+		var size int64
+		if tab != nil {
+			size, err = tab.hugePageSizeOf(fd, path)
+		} else {
+			size, err = hugePageSizeOf(fd, path)
+		}
 		if err != nil {
 			return info, err
 		}

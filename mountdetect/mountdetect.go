@@ -125,7 +125,7 @@ type FSInfo struct {
 // Symlinks in path are followed, the last element included: Detect
 // describes what the path leads to (IsMountPoint, by contrast, answers
 // about a symlink itself, which is never a mount point).
-func Detect(path string) (FSInfo, error) { return detect(path) }
+func Detect(path string) (FSInfo, error) { return detect(path, nil) }
 
 // IsMountPoint reports whether path (a directory or a file) is the root of
 // a mount. sure is false when only the st_dev fallback was available; that

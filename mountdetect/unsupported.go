@@ -8,7 +8,13 @@ const strategyAuto strategy = 0
 
 func autoStrategy() strategy { return strategyAuto }
 
-func detect(path string) (FSInfo, error) { return FSInfo{Path: path}, ErrUnsupported }
+func detect(path string, _ *MountTable) (FSInfo, error) { return FSInfo{Path: path}, ErrUnsupported }
+
+type mountTableData struct{}
+
+func readMountTable() (*MountTable, error) { return nil, ErrUnsupported }
+
+func (t *MountTable) nestedMounts(string) ([]Mount, error) { return nil, ErrUnsupported }
 
 func isMountPoint(string, strategy) (mounted, sure bool, err error) {
 	return false, false, ErrUnsupported
