@@ -213,7 +213,7 @@ func TestForeignMountOnVolumeRefused(t *testing.T) {
 	if !isMounted(t, m.Path()) {
 		t.Error("the foreign mount was unmounted")
 	}
-	plan, err := PlanTearDown(m.Path(), e.metaDir(t, "cache"))
+	plan, err := PlanTearDown(m.Path(), e.metaDir(t, "cache"), nil)
 	if err != nil || plan.Action != ActionRefuse || len(plan.Mounts) != 1 || plan.Mounts[0].MountPoint != m.Path() {
 		t.Errorf("PlanTearDown = %+v, %v", plan, err)
 	}

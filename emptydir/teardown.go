@@ -79,8 +79,10 @@ func (e *RefusedError) Error() string {
 func (e *RefusedError) Unwrap() error { return e.Err }
 
 // PlanTearDown examines an emptyDir volume directory and its metadata
-// directory and says what TearDown would do. It changes nothing.
-func PlanTearDown(dir, metaDir string) (Plan, error) {
+// directory and says what TearDown would do. It changes nothing. tab, when
+// not nil, answers the mount-table questions (a scan of many volumes reads
+// the table once); nil reads the kernel's table now.
+func PlanTearDown(dir, metaDir string, tab *mountdetect.MountTable) (Plan, error) {
 	p := Plan{Path: dir, MetaDir: metaDir}
 	meta, err := readMetadata(metaDir)
 	if err != nil {
@@ -102,11 +104,15 @@ func PlanTearDown(dir, metaDir string) (Plan, error) {
 		p.Action, p.Reason = ActionRemove, "the volume path is a symlink; it is unlinked, not followed"
 		return p, nil
 	}
-	if p.Info, err = mountdetect.Detect(dir); err != nil {
+	detect, nestedMounts := mountdetect.Detect, mountdetect.NestedMounts
+	if tab != nil {
+		detect, nestedMounts = tab.Detect, tab.NestedMounts
+	}
+	if p.Info, err = detect(dir); err != nil {
 		return p, err
 	}
 	if fi.IsDir() {
-		nested, err := mountdetect.NestedMounts(dir)
+		nested, err := nestedMounts(dir)
 		if err != nil {
 			return p, err
 		}
@@ -168,7 +174,7 @@ func tearDown(ctx context.Context, dir, metaDir string, mounter volume.SystemMou
 	fail := func(kind volume.FailureKind, err error) error {
 		return &volume.OperationError{Kind: kind, Op: "TearDown", Path: dir, Err: err}
 	}
-	plan, err := PlanTearDown(dir, metaDir)
+	plan, err := PlanTearDown(dir, metaDir, nil)
 	if err != nil {
 		return fail(volume.Transient, err)
 	}
