@@ -1,0 +1,78 @@
+package mountdetect
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nodevol/nodevol/internal/mounttest"
+	"golang.org/x/sys/unix"
+)
+
+func TestDiskUsage(t *testing.T) {
+	base := t.TempDir()
+	vol := filepath.Join(base, "vol")
+	mounttest.Build(t, vol, "file a "+strings.Repeat("a", 10000), "file d/b "+strings.Repeat("b", 5000), "symlink d/l /etc", "dir empty")
+	if err := os.Link(filepath.Join(vol, "a"), filepath.Join(vol, "d/hard")); err != nil {
+		t.Fatal(err)
+	}
+	// The expectation, computed independently with lstat (du's way).
+	var want, inodes int64
+	seen := map[uint64]bool{}
+	err := filepath.WalkDir(vol, func(p string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		if !seen[st.Ino] {
+			seen[st.Ino] = true
+			want += st.Blocks * 512
+			inodes++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range walkStrategies(t) {
+		u, err := diskUsage(vol, s)
+		if err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+		if u.Bytes != want || u.Inodes != inodes || inodes != 6 || want == 0 {
+			t.Errorf("%s: DiskUsage = %+v; want %d bytes, %d inodes (6: vol, a, d, d/b, d/l, empty; d/hard is a)", s, u, want, inodes)
+		}
+	}
+	if _, err := DiskUsage(filepath.Join(base, "missing")); !os.IsNotExist(err) {
+		t.Errorf("missing: %v", err)
+	}
+
+	t.Run("mounts are not counted", func(t *testing.T) {
+		mounttest.RequireMounts(t)
+		nas := filepath.Join(vol, "nas")
+		mounttest.Tmpfs(t, nas, "")
+		mounttest.Build(t, nas, "file big "+strings.Repeat("n", 100000))
+		mounttest.Build(t, base, "file src "+strings.Repeat("s", 100000))
+		mounttest.Bind(t, filepath.Join(base, "src"), filepath.Join(vol, "d/bound"))
+		for _, s := range walkStrategies(t) {
+			u, err := diskUsage(vol, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The bind mount point file "d/bound" was created empty
+			// beneath the mount; the covered file is not counted either.
+			if u.Bytes != want || u.Inodes != inodes {
+				t.Errorf("%s: DiskUsage = %+v; want %d bytes, %d inodes (mounts skipped)", s, u, want, inodes)
+			}
+			got := mountPoints(u.Skipped)
+			if !slices.Equal(got, []string{filepath.Join(vol, "d/bound"), nas}) {
+				t.Errorf("%s: skipped = %q", s, got)
+			}
+		}
+	})
+}

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package mountdetect
+
+func diskUsage(string, strategy) (Usage, error) { return Usage{}, ErrUnsupported }
