@@ -55,6 +55,16 @@ type dirNode struct {
 	kept     atomic.Bool // something was deliberately left here (a mount, an error)
 	passes   int
 
+	// keptNames are the entries deliberately left here (see keep). A
+	// directory reopened through ".." is listed again from offset 0 (a new
+	// fd has no position), where those entries reappear: list skips them,
+	// or a kept subtree deeper than maxOpen would be walked, and its
+	// ancestor evicted and reopened, forever. reopened is only ever set on
+	// a node owned by one serial walk, so list reads keptNames unlocked.
+	keptMu    sync.Mutex
+	keptNames map[string]struct{}
+	reopened  bool
+
 	// Parallel walk: outstanding tasks (its own listing plus children).
 	pending atomic.Int64
 }
@@ -328,7 +338,7 @@ func (w *walk) enter(parent *dirNode, name string) *dirNode {
 	switch {
 	case crossed:
 		w.foundMount(parent.fd, name, parent.child(name))
-		parent.markKept()
+		parent.keep(name)
 		return nil
 	case err == nil:
 		return &dirNode{parent: parent, name: name, fd: fd, depth: parent.depth + 1}
@@ -345,17 +355,29 @@ func (w *walk) enter(parent *dirNode, name string) *dirNode {
 		return nil
 	}
 	w.fail(&os.PathError{Op: "openat", Path: parent.child(name), Err: err})
-	parent.markKept()
+	parent.keep(name)
 	return nil
 }
 
 func (n *dirNode) markKept()     { n.kept.Store(true) }
 func (n *dirNode) markProgress() { n.progress.Store(true) }
 
+// keep records that the entry name of n was deliberately left in place (a
+// mount, or an entry that could not be removed and was reported).
+func (n *dirNode) keep(name string) {
+	n.kept.Store(true)
+	n.keptMu.Lock()
+	if n.keptNames == nil {
+		n.keptNames = make(map[string]struct{})
+	}
+	n.keptNames[name] = struct{}{}
+	n.keptMu.Unlock()
+}
+
 // entryFailed records a failure to remove an entry of n. EBUSY from unlink
 // or rmdir means the entry is a mount point: reported as a mount.
 func (w *walk) entryFailed(n *dirNode, name, op string, err error) {
-	n.markKept()
+	n.keep(name)
 	if err == unix.EBUSY {
 		w.foundMount(n.fd, name, n.child(name))
 		return
@@ -393,6 +415,10 @@ func (w *walk) list(n *dirNode, sc *scratch, subdir func(name []byte)) bool {
 	}
 	buf := sc.buf[:nread]
 	files := sc.files[:0]
+	var skip map[string]struct{}
+	if n.reopened {
+		skip = n.keptNames // already met and reported in this walk
+	}
 	for off := 0; off < nread; {
 		d, next, err := nextDirent(buf, off)
 		if err != nil {
@@ -403,6 +429,7 @@ func (w *walk) list(n *dirNode, sc *scratch, subdir func(name []byte)) bool {
 		off = next
 		switch {
 		case isDotOrDotDot(d.name):
+		case skip != nil && isKept(skip, d.name):
 		case d.typ == unix.DT_DIR:
 			subdir(d.name)
 		default:
@@ -431,6 +458,11 @@ func (w *walk) list(n *dirNode, sc *scratch, subdir func(name []byte)) bool {
 	return true
 }
 
+func isKept(names map[string]struct{}, name []byte) bool {
+	_, ok := names[string(name)]
+	return ok
+}
+
 // finish tries to remove the emptied directory n from its parent. It
 // returns true when n should be listed again (its rmdir found entries a
 // pass missed) instead of being closed.
@@ -452,7 +484,7 @@ func (w *walk) finish(n *dirNode) (again bool) {
 				return true
 			}
 		}
-		p.markKept()
+		p.keep(n.name)
 		if !kept {
 			w.fail(&os.PathError{Op: "unlinkat", Path: n.path(), Err: err})
 		}
@@ -554,6 +586,7 @@ func (w *walk) reopenParent(f *dirNode) error {
 		return &os.PathError{Op: "openat", Path: p.path(), Err: errors.New("directory was moved during removal; stopping")}
 	}
 	p.fd = fd
+	p.reopened = true
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nodevol/nodevol/internal/mounttest"
 	"golang.org/x/sys/unix"
@@ -638,5 +639,81 @@ func TestValidateRemovePathMatchesRemoveAll(t *testing.T) {
 		if valid == nil || valid.Error() != real.Error() {
 			t.Errorf("ValidateRemovePath(%q) = %v; RemoveAll says %v", p, valid, real)
 		}
+	}
+}
+
+// removeAllWithin runs RemoveAll and panics (stopping the whole binary,
+// whose goroutine dump shows where it spins) if it does not return in time:
+// a test goroutine left looping would disturb every later test.
+func removeAllWithin(t *testing.T, d time.Duration, path string, opts ...Option) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- RemoveAll(path, opts...) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		panic(fmt.Sprintf("%s: RemoveAll(%s) did not return within %v", t.Name(), path, d))
+	}
+}
+
+// TestRemoveAllDeepKeptEntryTerminates: an entry that must stay (an
+// immutable file, a mount that appears mid-walk) deeper than the fd window
+// below some directory p. The walk evicts p's fd, and on the way back up
+// reopens p through ".." — a new fd, listed again from offset 0, where the
+// kept subtree reappeared: it was walked again, p evicted and reopened
+// again, forever (and a mount was appended to the report on every round).
+func TestRemoveAllDeepKeptEntryTerminates(t *testing.T) {
+	mounttest.RequireMounts(t)
+	chain := "p/s/d0/d1/d2/d3/d4/d5/d6/d7/d8/d9"
+	for _, kind := range []string{"immutable file", "mount appears"} {
+		t.Run(kind, func(t *testing.T) {
+			forEachVariant(t, func(t *testing.T, v variant) {
+				v.maxOpen = 4
+				base := t.TempDir()
+				mounttest.Tmpfs(t, base, "")
+				vol := filepath.Join(base, "vol")
+				deep := filepath.Join(vol, chain)
+				mounttest.Build(t, vol, "file "+chain+"/free f", "file "+chain+"/locked/keep k", "file p/other o", "file top t")
+				locked := filepath.Join(deep, "locked")
+				nas := filepath.Join(base, "nas")
+				var snap map[string]string
+				if kind == "immutable file" {
+					locked = filepath.Join(locked, "keep")
+					setImmutable(t, locked, true)
+					t.Cleanup(func() { setImmutable(t, locked, false) })
+				} else {
+					mounttest.Tmpfs(t, nas, "")
+					snap = mounttest.Sentinels(t, nas)
+					testHookBeforeEnter = func(p string) {
+						if p == locked {
+							mounttest.Bind(t, nas, locked)
+						}
+					}
+					t.Cleanup(func() { testHookBeforeEnter = nil })
+				}
+				err := removeAllWithin(t, 20*time.Second, vol, v.opts()...)
+				testHookBeforeEnter = nil
+				if err == nil || strings.Contains(err.Error(), "more errors") {
+					t.Errorf("RemoveAll = %v; want exactly one failure", err)
+				}
+				if kind == "immutable file" {
+					var pe *os.PathError
+					if !errors.As(err, &pe) || pe.Path != locked || !errors.Is(err, unix.EPERM) {
+						t.Errorf("RemoveAll = %v; want EPERM naming %s", err, locked)
+					}
+				} else {
+					cm := crossing(t, err)
+					if got := mountPoints(cm.Mounts); !slices.Equal(got, []string{locked}) || !cm.DuringWalk {
+						t.Errorf("mounts = %q, DuringWalk = %v; want [%s] once, true", got, cm.DuringWalk, locked)
+					}
+					mounttest.Intact(t, nas, snap)
+					mounttest.Intact(t, locked, snap)
+				}
+				for _, gone := range []string{"top", "p/other", chain + "/free"} {
+					mustNotExist(t, filepath.Join(vol, gone))
+				}
+			})
+		})
 	}
 }
