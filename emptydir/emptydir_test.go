@@ -1,3 +1,5 @@
+//go:build linux
+
 package emptydir
 
 import (
@@ -344,5 +346,30 @@ func TestQuotaWiring(t *testing.T) {
 	e3 := newEnv(t, root, nil)
 	if err := e3.tearDown("other"); err == nil || volume.KindOf(err) != volume.Final {
 		t.Errorf("TearDown without quota manager = %v; want a final error", err)
+	}
+}
+
+func TestUsageByWalk(t *testing.T) {
+	e := newEnv(t, t.TempDir(), nil)
+	m := e.setUp(t, e.pod(emptyDirSpec("cache", "")), "cache")
+	mounttest.Build(t, m.Path(), "file a "+strings.Repeat("x", 8192), "file b/c y")
+	u, err := e.plugin.Usage(testUID, "cache")
+	if err != nil || u.Source != SourceWalk || u.Inodes != 4 || u.Bytes < 8192 {
+		t.Errorf("Usage = %+v, %v; want a walk with 4 inodes and at least 8 KiB", u, err)
+	}
+	if _, err := e.plugin.Usage("../x", "cache"); !errors.Is(err, volume.ErrInvalidName) {
+		t.Errorf("Usage(bad uid) = %v", err)
+	}
+}
+
+type usageQuotas struct{ fakeQuotas }
+
+func (usageQuotas) Usage(string) (int64, int64, error) { return 12345, 6, nil }
+
+func TestUsageByQuota(t *testing.T) {
+	e := newEnv(t, t.TempDir(), nil, WithQuotas(&usageQuotas{}))
+	e.setUp(t, e.pod(emptyDirSpec("cache", "")), "cache")
+	if u, err := e.plugin.Usage(testUID, "cache"); err != nil || u != (Usage{Bytes: 12345, Inodes: 6, Source: SourceQuota}) {
+		t.Errorf("Usage = %+v, %v", u, err)
 	}
 }

@@ -1,6 +1,7 @@
 package emptydir
 
 import (
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,4 +52,13 @@ func releaseAtLeast(release string, major, minor int) bool {
 		return false
 	}
 	return maj > major || (maj == major && mn >= minor)
+}
+
+// statfsUsage is the space and inodes in use on the filesystem at dir.
+func statfsUsage(dir string) (bytes, inodes int64, err error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, 0, &os.PathError{Op: "statfs", Path: dir, Err: err}
+	}
+	return int64(st.Blocks-st.Bfree) * int64(st.Bsize), int64(st.Files - st.Ffree), nil
 }

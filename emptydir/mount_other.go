@@ -13,3 +13,5 @@ func (osMounter) Mount(source, target, fstype string, options []string) error {
 func (osMounter) Unmount(target string) error { return mountdetect.ErrUnsupported }
 
 func kernelSupportsNoswap() bool { return false }
+
+func statfsUsage(string) (int64, int64, error) { return 0, 0, mountdetect.ErrUnsupported }

@@ -218,3 +218,15 @@ func TestForeignMountOnVolumeRefused(t *testing.T) {
 		t.Errorf("PlanTearDown = %+v, %v", plan, err)
 	}
 }
+
+func TestUsageOfMemoryVolume(t *testing.T) {
+	mounttest.RequireMounts(t)
+	e := newEnv(t, t.TempDir(), nil)
+	m := e.setUp(t, e.pod(volume.Spec{Name: "mem", EmptyDir: &volume.EmptyDirSource{Medium: "Memory", SizeLimit: 4 << 20}}), "mem")
+	t.Cleanup(func() { _ = osMounter{}.Unmount(m.Path()) })
+	mounttest.Build(t, m.Path(), "file a "+strings.Repeat("x", 100000))
+	u, err := e.plugin.Usage(testUID, "mem")
+	if err != nil || u.Source != SourceStatfs || u.Bytes < 100000 || u.Inodes < 2 {
+		t.Errorf("Usage = %+v, %v; want statfs with at least 100000 bytes", u, err)
+	}
+}
