@@ -23,3 +23,9 @@ func Bind(t testing.TB, src, dst string) { Mount(t, src, dst, "", 0, "") }
 
 // Unmount is not available outside Linux.
 func Unmount(t testing.TB, target string) { t.Skip("skipping: mounts are Linux-only") }
+
+// LoopFS is not available outside Linux.
+func LoopFS(tb testing.TB, fstype string, size int64, mountOpts string, mkfsArgs ...string) string {
+	tb.Skip("skipping: loop mounts are Linux-only")
+	return ""
+}
