@@ -570,9 +570,18 @@ func (w *walk) evict(f *dirNode) {
 // reopenParent reopens the evicted parent of f through f's "..", and
 // proves it is the same directory by device and inode: if the tree was
 // moved meanwhile, the walk stops instead of removing from somewhere else.
+//
+// Like any lookup, ".." steps onto whatever is mounted on the parent now,
+// so it is opened with the same mount check as a descent (EXDEV, or another
+// mount ID): a mount that appeared on an evicted directory is reported and
+// never entered. The covered directory is then out of reach; the walk stops.
 func (w *walk) reopenParent(f *dirNode) error {
 	p := f.parent
-	fd, err := openat(f.fd, "..", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
+	fd, crossed, err := w.openDir(f, "..")
+	if crossed {
+		w.foundMount(f.fd, "..", p.path())
+		return &os.PathError{Op: "openat", Path: p.path(), Err: errors.New("a mount appeared on this directory during removal; stopping")}
+	}
 	if err != nil {
 		return &os.PathError{Op: "openat", Path: p.path(), Err: err}
 	}

@@ -717,3 +717,51 @@ func TestRemoveAllDeepKeptEntryTerminates(t *testing.T) {
 		})
 	}
 }
+
+// TestRemoveAllMountOnEvictedAncestor mounts on a directory whose fd the
+// serial walk has evicted (the tree is deeper than the fd window). The walk
+// reopens it through "..", which steps onto the new mount: that must be
+// reported as a mount found during the walk, naming it, and not entered —
+// not misreported as "moved" (tmpfs), nor walked into with every entry of
+// the new mount reported as a mount of its own (a bind of the directory
+// onto itself, same device and inode).
+func TestRemoveAllMountOnEvictedAncestor(t *testing.T) {
+	mounttest.RequireMounts(t)
+	for _, kind := range []string{"tmpfs", "self-bind"} {
+		t.Run(kind, func(t *testing.T) {
+			forEachVariant(t, func(t *testing.T, v variant) {
+				v.maxOpen = 4
+				base := t.TempDir()
+				vol := filepath.Join(base, "vol")
+				a := filepath.Join(vol, "a")
+				chain := "a/b/d0/d1/d2/d3/d4/d5/d6/d7"
+				mounttest.Build(t, vol, "file "+chain+"/f x", "file a/y/z z", "file top t")
+				deepest := filepath.Join(vol, chain)
+				var snap map[string]string
+				testHookBeforeEnter = func(p string) {
+					if p != deepest {
+						return
+					}
+					mounttest.Build(t, a, "file zz/keep k")
+					if kind == "tmpfs" {
+						mounttest.Tmpfs(t, a, "")
+						snap = mounttest.Sentinels(t, a)
+					} else {
+						mounttest.Bind(t, a, a)
+					}
+				}
+				t.Cleanup(func() { testHookBeforeEnter = nil })
+				err := removeAllWithin(t, 20*time.Second, vol, v.opts()...)
+				testHookBeforeEnter = nil
+				cm := crossing(t, err)
+				if got := mountPoints(cm.Mounts); !slices.Equal(got, []string{a}) || !cm.DuringWalk {
+					t.Errorf("mounts = %q, DuringWalk = %v; want [%s], true (err: %v)", got, cm.DuringWalk, a, err)
+				}
+				if snap != nil {
+					mounttest.Intact(t, a, snap)
+				}
+				mustNotExist(t, filepath.Join(vol, "top"))
+			})
+		})
+	}
+}
