@@ -270,10 +270,23 @@ func isMountPoint(path string, s strategy) (mounted, sure bool, err error) {
 	if err != nil {
 		return false, false, err
 	}
-	if abs == "/" {
-		return true, true, nil
+	// Split the path as given, not as filepath.Abs cleaned it: the kernel
+	// resolves "link/.." to the parent of link's target, not to the
+	// directory holding link, and follows a symlink written with a trailing
+	// slash. Such last elements are answered about where the kernel says
+	// the path leads.
+	trimmed := strings.TrimRight(path, "/")
+	if trimmed == "" {
+		return true, true, nil // "/"
 	}
-	dir, base := filepath.Split(abs)
+	slash := strings.LastIndexByte(trimmed, '/')
+	dir, base := trimmed[:slash+1], trimmed[slash+1:]
+	if base == "." || base == ".." {
+		return isMountPointResolved(path, s)
+	}
+	if dir == "" {
+		dir = "."
+	}
 	pfd, err := openat(unix.AT_FDCWD, dir, unix.O_PATH|unix.O_DIRECTORY)
 	if err != nil {
 		return false, false, &os.PathError{Op: "open", Path: dir, Err: err}
@@ -285,10 +298,29 @@ func isMountPoint(path string, s strategy) (mounted, sure bool, err error) {
 		return false, false, &os.PathError{Op: "fstatat", Path: path, Err: err}
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		if len(trimmed) < len(path) {
+			return isMountPointResolved(path, s) // "link/" names the target
+		}
 		// mount(2) follows symlinks, so a symlink is never a mount root.
 		return false, true, nil
 	}
 	return childIsMountRoot(pfd, base, abs, &st, s)
+}
+
+// isMountPointResolved answers isMountPoint for the file path leads to,
+// named by the kernel (a clean path without symlinks, so this recursion
+// ends at once).
+func isMountPointResolved(path string, s strategy) (mounted, sure bool, err error) {
+	fd, err := openat(unix.AT_FDCWD, path, unix.O_PATH)
+	if err != nil {
+		return false, false, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	real, err := fdPath(fd, path)
+	unix.Close(fd)
+	if err != nil {
+		return false, false, err
+	}
+	return isMountPoint(real, s)
 }
 
 // childIsMountRoot runs the fallback chain, starting at s, for the entry

@@ -70,6 +70,29 @@ func TestIsMountPoint(t *testing.T) {
 			mounttest.Tmpfs(t, filepath.Join(base, "data/kubelet/vol"), "")
 			return filepath.Join(base, "kubelet/vol")
 		}},
+		// The kernel resolves "link/.." to the parent of link's target and
+		// follows "link/": IsMountPoint must answer about that, as Detect
+		// does, not about the lexically cleaned path (once a confident
+		// "no").
+		{name: "dot-dot after a symlink", needRoot: true, want: true, prepare: func(t *testing.T, base string) string {
+			mounttest.Tmpfs(t, filepath.Join(base, "mnt"), "")
+			mounttest.Build(t, base, "dir mnt/sub", "symlink link mnt/sub")
+			return filepath.Join(base, "link") + "/.."
+		}},
+		{name: "trailing slash follows a symlink", needRoot: true, want: true, prepare: func(t *testing.T, base string) string {
+			mounttest.Tmpfs(t, filepath.Join(base, "mnt"), "")
+			mounttest.Build(t, base, "symlink link mnt")
+			return filepath.Join(base, "link") + "/"
+		}},
+		{name: "dot inside a mount root", needRoot: true, want: true, prepare: func(t *testing.T, base string) string {
+			mounttest.Tmpfs(t, filepath.Join(base, "mnt"), "")
+			mounttest.Build(t, base, "symlink link mnt")
+			return filepath.Join(base, "link") + "/."
+		}},
+		{name: "dot-dot to a plain directory", prepare: func(t *testing.T, base string) string {
+			mounttest.Build(t, base, "dir a/b")
+			return filepath.Join(base, "a/b") + "/.."
+		}},
 		{name: "hugetlbfs", needRoot: true, want: true, prepare: func(t *testing.T, base string) string {
 			p := filepath.Join(base, "hp")
 			mounttest.Mount(t, "nodev", p, "hugetlbfs", 0, "pagesize=2M")

@@ -133,7 +133,9 @@ func Detect(path string) (FSInfo, error) { return detect(path, nil) }
 // are about to delete data must treat "not mounted, not sure" as unsafe.
 //
 // Symlinks in the parent directories are followed (so /var/lib/kubelet may
-// be a symlink); a symlink as the last component is never a mount point.
+// be a symlink), and ".." after one goes where the kernel goes; a symlink
+// as the last component is never a mount point, unless written with a
+// trailing slash ("link/"), which names its target, as in the kernel.
 // Strategies, in order: statx STATX_ATTR_MOUNT_ROOT (Linux 5.8+), openat2
 // RESOLVE_NO_XDEV (5.6+), /proc/self/mountinfo, st_dev comparison.
 func IsMountPoint(path string) (mounted, sure bool, err error) {
