@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -73,6 +74,13 @@ func TestCrossesMountErrorMessage(t *testing.T) {
 	wrapped := errors.Join(errors.New("x"), err)
 	if !errors.Is(wrapped, ErrCrossesMount) || errors.Is(wrapped, ErrInvalidPath) {
 		t.Errorf("errors.Is through wrapping is wrong for %v", wrapped)
+	}
+	// Names inside a volume are chosen by whoever writes there: a newline or
+	// "; " in a mount point must not split the message or forge an entry.
+	forged := "/v/x\nrefusing to remove /v: nothing; /v/fake [nfs4 from filer:/export]"
+	msg = (&CrossesMountError{Path: "/v\tdir", Mounts: []Mount{{MountPoint: forged, FSType: "tmpfs"}}}).Error()
+	if strings.ContainsAny(msg, "\n\t") || !strings.Contains(msg, strconv.Quote(forged)) || !strings.Contains(msg, strconv.Quote("/v\tdir")) {
+		t.Errorf("message %q does not quote the control characters and separators in its paths", msg)
 	}
 	if !errors.Is(ErrUnsupported, errors.ErrUnsupported) {
 		t.Error("ErrUnsupported does not match errors.ErrUnsupported")

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -54,7 +55,7 @@ type CrossesMountError struct {
 func (e *CrossesMountError) Error() string {
 	var b strings.Builder
 	b.WriteString("refusing to remove ")
-	b.WriteString(e.Path)
+	b.WriteString(quotePath(e.Path))
 	b.WriteString(": ")
 	b.WriteString(ErrCrossesMount.Error())
 	if e.DuringWalk {
@@ -65,7 +66,7 @@ func (e *CrossesMountError) Error() string {
 	b.WriteString(":")
 	for _, m := range e.Mounts {
 		b.WriteString(" ")
-		b.WriteString(m.MountPoint)
+		b.WriteString(quotePath(m.MountPoint))
 		if m.FSType != "" || m.Source != "" {
 			b.WriteString(" [")
 			b.WriteString(m.FSType)
@@ -79,6 +80,17 @@ func (e *CrossesMountError) Error() string {
 	}
 	s := b.String()
 	return strings.TrimSuffix(s, ";")
+}
+
+// quotePath quotes a path for an error message when it holds characters
+// that would let it pass for more of the message: mount points found during
+// a walk are named by whoever wrote into the volume, and a newline or "; "
+// in a name could split a log line or add a fake entry to the list.
+func quotePath(p string) string {
+	if strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f || r == ';' || r == '[' || r == '"' }) {
+		return strconv.Quote(p)
+	}
+	return p
 }
 
 // Is makes errors.Is(err, ErrCrossesMount) true.
