@@ -1,0 +1,449 @@
+// Package pendingops runs volume operations so that at most one runs per
+// key, with exponential backoff after failures — the kubelet's "nested
+// pending operations", with the same matching rules, indexed so that each
+// Run and completion costs O(1) whatever the number of outstanding keys,
+// and with failed entries that do not live forever.
+//
+// A Key is (volume, pod, node). When looking for an operation that blocks
+// a new one:
+//
+//   - an empty volume matches nothing: the operation always runs;
+//   - an empty pod (or node), on either side, matches any pod (or node):
+//     a volume-wide operation (pod "") excludes every per-pod operation on
+//     the volume, and the reverse;
+//   - a pending match wins; among finished (failed) matches an exact key
+//     beats a wildcard one.
+//
+// Run returns an *AlreadyExistsError when a matching operation is pending,
+// and a *BackoffError when the matching entry last failed with the same
+// operation name less than its backoff ago (500 ms doubling to 2m2s by
+// default). A different operation name resets the backoff. A successful
+// run removes its entry; a failed entry is dropped once its backoff has
+// expired and it has stayed idle for Options.ForgetAfter, or when Forget is
+// called for its pod.
+package pendingops
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// Key identifies what an operation works on.
+type Key struct {
+	Volume string
+	Pod    string
+	Node   string
+}
+
+func (k Key) String() string {
+	return fmt.Sprintf("{volume %q, pod %q, node %q}", k.Volume, k.Pod, k.Node)
+}
+
+// OpName names an operation kind; backoff is kept per (key, OpName).
+type OpName string
+
+// Operation names used by nodevol's executor.
+const (
+	OpMount         OpName = "mount"
+	OpUnmount       OpName = "unmount"
+	OpUnmountDevice OpName = "unmount_device"
+	OpMapDevice     OpName = "map_device"
+	OpUnmapDevice   OpName = "unmap_device"
+	OpVerify        OpName = "verify"
+)
+
+// Defaults match the kubelet.
+const (
+	DefaultInitialBackoff = 500 * time.Millisecond
+	DefaultMaxBackoff     = 2*time.Minute + 2*time.Second
+	DefaultForgetAfter    = 10 * time.Minute
+)
+
+// Options configure Operations. Zero fields take the defaults.
+type Options struct {
+	Clock          clock.Clock // real time when nil
+	InitialBackoff time.Duration
+	MaxBackoff     time.Duration
+	// ForgetAfter is how long a failed entry stays after its backoff has
+	// expired before it is dropped (the kubelet keeps them forever).
+	ForgetAfter time.Duration
+	// NoBackoff removes failed entries at once (no backoff), like the
+	// kubelet's exponentialBackOffOnError=false.
+	NoBackoff bool
+}
+
+// entry is one operation slot: pending, or failed and backing off.
+type entry struct {
+	key      Key
+	name     OpName
+	pending  bool
+	lastErr  error
+	lastTime time.Time
+	backoff  time.Duration // 0: never failed
+	dropAt   time.Time     // when a failed entry may be dropped
+	heapIdx  int           // index in the expiry heap, -1 when not there
+}
+
+// volumeOps holds one volume's entries by (pod, node).
+type volumeOps struct {
+	ops      map[podNode]*entry
+	npending int
+}
+
+type podNode struct{ pod, node string }
+
+// Operations is the set of pending and failed operations. Its methods are
+// safe for concurrent use.
+type Operations struct {
+	opts  Options
+	clock clock.Clock
+
+	mu      sync.Mutex
+	volumes map[string]*volumeOps
+	npend   int
+	idle    chan struct{} // closed while nothing is pending
+	expiry  expiryHeap
+}
+
+// New returns an empty set.
+func New(opts Options) *Operations {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.InitialBackoff <= 0 {
+		opts.InitialBackoff = DefaultInitialBackoff
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = DefaultMaxBackoff
+	}
+	if opts.ForgetAfter <= 0 {
+		opts.ForgetAfter = DefaultForgetAfter
+	}
+	idle := make(chan struct{})
+	close(idle)
+	return &Operations{opts: opts, clock: opts.Clock, volumes: map[string]*volumeOps{}, idle: idle}
+}
+
+// find returns the entry that blocks or carries the backoff for key, as
+// the kubelet's isOperationExists decides: a pending match wins; among
+// non-pending matches, the exact key beats a wildcard one. The lookup
+// touches only key.Volume's entries: exact and wildcard candidates are map
+// lookups, and only a query with an empty pod or node ranges over that
+// volume's entries (never over other volumes').
+func (o *Operations) find(key Key) *entry {
+	if key.Volume == "" {
+		return nil
+	}
+	v := o.volumes[key.Volume]
+	if v == nil {
+		return nil
+	}
+	matches := func(e *entry) bool {
+		return (e.key.Pod == "" || key.Pod == "" || e.key.Pod == key.Pod) &&
+			(e.key.Node == "" || key.Node == "" || e.key.Node == key.Node)
+	}
+	var candidate *entry
+	consider := func(e *entry) *entry {
+		if e == nil || !matches(e) {
+			return nil
+		}
+		if e.pending {
+			return e
+		}
+		if candidate == nil || (e.key.Pod == key.Pod && e.key.Node == key.Node) {
+			candidate = e
+		}
+		return nil
+	}
+	if key.Pod != "" && key.Node != "" {
+		// Every possible match is one of four keys.
+		for _, pn := range [...]podNode{{key.Pod, key.Node}, {key.Pod, ""}, {"", key.Node}, {"", ""}} {
+			if e := consider(v.ops[pn]); e != nil {
+				return e
+			}
+		}
+		return candidate
+	}
+	if v.npending > 0 {
+		for _, e := range v.ops {
+			if e.pending && matches(e) {
+				return e
+			}
+		}
+	}
+	if e := v.ops[podNode{key.Pod, key.Node}]; e != nil {
+		return e // exact, not pending
+	}
+	for _, e := range v.ops {
+		if matches(e) {
+			return e
+		}
+	}
+	return nil
+}
+
+// Run starts fn in its own goroutine as operation name on key, unless a
+// matching operation is pending (*AlreadyExistsError) or the matching entry
+// is backing off from a failure of the same operation (*BackoffError).
+// fn's error (or its panic, as a *PanicError) decides the backoff; done, if
+// not nil, is called with it after the bookkeeping, from fn's goroutine.
+func (o *Operations) Run(ctx context.Context, key Key, name OpName, fn func(context.Context) error, done func(error)) error {
+	o.mu.Lock()
+	now := o.clock.Now()
+	o.dropExpired(now)
+	e := o.find(key)
+	switch {
+	case e == nil:
+		e = &entry{key: key, name: name, heapIdx: -1}
+		o.insert(e)
+	case e.pending:
+		o.mu.Unlock()
+		return &AlreadyExistsError{Key: key, Op: name, Pending: e.key, PendingOp: e.name}
+	default:
+		if e.backoff > 0 && !now.After(e.lastTime.Add(e.backoff)) {
+			if e.name == name {
+				err := &BackoffError{Key: key, Op: name, LastError: e.lastErr, LastTime: e.lastTime, Duration: e.backoff}
+				o.mu.Unlock()
+				return err
+			}
+			// A different operation: its own backoff starts from scratch.
+			e.backoff, e.lastErr, e.lastTime = 0, nil, time.Time{}
+		}
+		e.name = name
+		if e.key != key && key.Volume != "" {
+			o.rekey(e, key)
+		}
+	}
+	if key.Volume != "" {
+		o.markPending(e)
+	} else {
+		o.npend++
+		o.ensureBusy()
+	}
+	o.mu.Unlock()
+
+	go func() {
+		err := runRecovering(ctx, fn)
+		o.complete(e, err)
+		if done != nil {
+			done(err)
+		}
+	}()
+	return nil
+}
+
+func runRecovering(ctx context.Context, fn func(context.Context) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return fn(ctx)
+}
+
+func (o *Operations) complete(e *entry, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if e.key.Volume == "" { // never indexed: always runs, leaves nothing
+		o.npend--
+		o.maybeIdle()
+		return
+	}
+	o.unmarkPending(e)
+	if err == nil || o.opts.NoBackoff {
+		o.remove(e)
+		return
+	}
+	if e.backoff == 0 {
+		e.backoff = o.opts.InitialBackoff
+	} else {
+		e.backoff = min(2*e.backoff, o.opts.MaxBackoff)
+	}
+	e.lastErr = err
+	e.lastTime = o.clock.Now()
+	e.dropAt = e.lastTime.Add(e.backoff + o.opts.ForgetAfter)
+	o.pushExpiry(e)
+}
+
+// IsPending reports whether an operation matching key is running.
+func (o *Operations) IsPending(key Key) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	e := o.find(key)
+	return e != nil && e.pending
+}
+
+// IsSafeToRetry reports whether Run(key, name) would start now: no
+// matching operation is pending and no matching entry is backing off from
+// a failure of name.
+func (o *Operations) IsSafeToRetry(key Key, name OpName) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	e := o.find(key)
+	switch {
+	case e == nil:
+		return true
+	case e.pending:
+		return false
+	}
+	return !(e.backoff > 0 && !o.clock.Now().After(e.lastTime.Add(e.backoff)) && e.name == name)
+}
+
+// LastError returns the error of the last failed run of the entry matching
+// key, and when it may be retried; nil when there is none.
+func (o *Operations) LastError(key Key) (err error, retryAfter time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if e := o.find(key); e != nil && e.lastErr != nil {
+		return e.lastErr, e.lastTime.Add(e.backoff)
+	}
+	return nil, time.Time{}
+}
+
+// Forget drops the failed (non-pending) entries of volume for pod, on any
+// node: the pod is gone, its backoff no longer matters.
+func (o *Operations) Forget(volume, pod string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	v := o.volumes[volume]
+	if v == nil {
+		return
+	}
+	for pn, e := range v.ops {
+		if pn.pod == pod && !e.pending {
+			o.remove(e)
+		}
+	}
+}
+
+// Wait blocks until no operation is pending (failed entries do not count)
+// or ctx is done.
+func (o *Operations) Wait(ctx context.Context) error {
+	o.mu.Lock()
+	idle := o.idle
+	o.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Len returns the number of entries, pending and failed.
+func (o *Operations) Len() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.dropExpired(o.clock.Now())
+	n := 0
+	for _, v := range o.volumes {
+		n += len(v.ops)
+	}
+	return n
+}
+
+func (o *Operations) insert(e *entry) {
+	if e.key.Volume == "" {
+		return
+	}
+	v := o.volumes[e.key.Volume]
+	if v == nil {
+		v = &volumeOps{ops: make(map[podNode]*entry, 1)}
+		o.volumes[e.key.Volume] = v
+	}
+	v.ops[podNode{e.key.Pod, e.key.Node}] = e
+}
+
+func (o *Operations) rekey(e *entry, key Key) {
+	v := o.volumes[e.key.Volume]
+	delete(v.ops, podNode{e.key.Pod, e.key.Node})
+	e.key = key
+	v.ops[podNode{key.Pod, key.Node}] = e
+}
+
+func (o *Operations) remove(e *entry) {
+	o.removeExpiry(e)
+	v := o.volumes[e.key.Volume]
+	if v == nil || v.ops[podNode{e.key.Pod, e.key.Node}] != e {
+		return
+	}
+	delete(v.ops, podNode{e.key.Pod, e.key.Node})
+	if len(v.ops) == 0 {
+		delete(o.volumes, e.key.Volume)
+	}
+}
+
+func (o *Operations) markPending(e *entry) {
+	o.removeExpiry(e)
+	e.pending = true
+	o.volumes[e.key.Volume].npending++
+	o.npend++
+	o.ensureBusy()
+}
+
+func (o *Operations) unmarkPending(e *entry) {
+	e.pending = false
+	o.volumes[e.key.Volume].npending--
+	o.npend--
+	o.maybeIdle()
+}
+
+func (o *Operations) ensureBusy() {
+	if o.npend == 1 {
+		o.idle = make(chan struct{})
+	}
+}
+
+func (o *Operations) maybeIdle() {
+	if o.npend == 0 {
+		close(o.idle)
+	}
+}
+
+// dropExpired removes failed entries whose backoff expired more than
+// ForgetAfter ago. Each entry enters the heap once per failure, so the
+// work is amortised O(log n) per failure and O(1) when nothing expires.
+func (o *Operations) dropExpired(now time.Time) {
+	for len(o.expiry) > 0 && !o.expiry[0].dropAt.After(now) {
+		o.remove(o.expiry[0])
+	}
+}
+
+func (o *Operations) pushExpiry(e *entry) {
+	o.removeExpiry(e)
+	heap.Push(&o.expiry, e)
+}
+
+func (o *Operations) removeExpiry(e *entry) {
+	if e.heapIdx >= 0 {
+		heap.Remove(&o.expiry, e.heapIdx)
+	}
+}
+
+type expiryHeap []*entry
+
+func (h expiryHeap) Len() int           { return len(h) }
+func (h expiryHeap) Less(i, j int) bool { return h[i].dropAt.Before(h[j].dropAt) }
+func (h expiryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIdx, h[j].heapIdx = i, j
+}
+func (h *expiryHeap) Push(x any) {
+	e := x.(*entry)
+	e.heapIdx = len(*h)
+	*h = append(*h, e)
+}
+func (h *expiryHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	e.heapIdx = -1
+	*h = old[:len(old)-1]
+	return e
+}
