@@ -232,3 +232,19 @@ type staticHost struct {
 func (h staticHost) Layout() Layout                        { return h.layout }
 func (h staticHost) Mounter() SystemMounter                { return h.mounter }
 func (h staticHost) NodeAllocatableMemory() (int64, error) { return h.allocatable, nil }
+
+// DeviceMountablePlugin is implemented by plugins whose volumes are
+// attached or mounted once per node before pods use them (block devices,
+// CSI with staging). Operations on their volumes are serialized
+// volume-wide; for other plugins (emptyDir) each pod's operations on a
+// volume are independent.
+type DeviceMountablePlugin interface {
+	Plugin
+	DeviceMountable() bool
+}
+
+// IsDeviceMountable reports whether p's operations are volume-wide.
+func IsDeviceMountable(p Plugin) bool {
+	dm, ok := p.(DeviceMountablePlugin)
+	return ok && dm.DeviceMountable()
+}
