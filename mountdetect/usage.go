@@ -16,5 +16,8 @@ type Usage struct {
 // DiskUsage walks the tree at path the way RemoveAll does — fd-relative,
 // never following symlinks, never entering another mount — and adds up
 // what it finds. Hard-linked files are counted once. Files that vanish
-// during the walk are not counted; other errors stop the walk.
+// during the walk are not counted; other errors stop the walk. It keeps one
+// directory fd open per level of depth (RemoveAll bounds its fds; this
+// read-only walk does not), so a tree deeper than the fd limit fails with
+// EMFILE.
 func DiskUsage(path string) (Usage, error) { return diskUsage(path, autoStrategy()) }

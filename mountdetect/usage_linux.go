@@ -81,7 +81,8 @@ func diskUsage(path string, s strategy) (Usage, error) {
 			stack = append(stack, &usageFrame{fd: cfd, path: f.path + "/" + name})
 			continue
 		}
-		n, err := unix.Getdents(f.fd, sc.buf)
+		var n int
+		err := ignoringEINTR(func() (err error) { n, err = unix.Getdents(f.fd, sc.buf); return err })
 		if err != nil {
 			return u, &os.PathError{Op: "getdents64", Path: f.path, Err: err}
 		}
@@ -102,7 +103,10 @@ func diskUsage(path string, s strategy) (Usage, error) {
 			case d.typ == unix.DT_DIR:
 				f.subs = append(f.subs, string(d.name))
 			default:
-				err := unix.Statx(f.fd, string(d.name), unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT, mask, &sx)
+				name := string(d.name)
+				err := ignoringEINTR(func() error {
+					return unix.Statx(f.fd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT, mask, &sx)
+				})
 				switch {
 				case err == unix.ENOENT:
 				case err != nil:
