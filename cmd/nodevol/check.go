@@ -83,7 +83,16 @@ func (r *checkResult) fail(err error) checkResult {
 // (rm unlinks the link and never follows it); anything else must not be a
 // mount point, the kernel must be sure of that, and a directory must have
 // no mount beneath it.
-func examine(path string) checkResult {
+func examine(path string) checkResult { return examineIn(nil, path) }
+
+// examineIn is examine answering the mount-table questions from tab, or
+// from the kernel's table now when tab is nil ("scan" reads the table
+// once for every volume).
+func examineIn(tab *mountdetect.MountTable, path string) checkResult {
+	detect, nestedMounts := mountdetect.Detect, mountdetect.NestedMounts
+	if tab != nil {
+		detect, nestedMounts = tab.Detect, tab.NestedMounts
+	}
 	r := checkResult{Path: path, NestedMounts: []mountdetect.Mount{}}
 	if path == "" {
 		return r.fail(errors.New("empty path"))
@@ -102,12 +111,12 @@ func examine(path string) checkResult {
 		r.kind = kindDir
 	case fi.Mode()&fs.ModeSymlink != 0:
 		r.kind = kindSymlink
-		return examineSymlink(r)
+		return examineSymlink(r, detect)
 	default:
 		r.kind = kindFile
 	}
 
-	info, err := mountdetect.Detect(path)
+	info, err := detect(path)
 	if errors.Is(err, fs.ErrNotExist) { // removed since the lstat
 		return checkResult{Path: path, NestedMounts: r.NestedMounts, SafeToRemove: true}
 	}
@@ -120,7 +129,7 @@ func examine(path string) checkResult {
 		r.HugePageSize = mountdetect.FormatQuantity(info.HugePageSize)
 	}
 	if r.kind == kindDir {
-		nested, err := mountdetect.NestedMounts(path)
+		nested, err := nestedMounts(path)
 		if err != nil {
 			return r.fail(fmt.Errorf("list nested mounts: %w", err))
 		}
@@ -133,13 +142,13 @@ func examine(path string) checkResult {
 // examineSymlink describes a symlink as rm sees it: rm removes the link
 // and never follows it, so the report is about the link (never a mount
 // point, on its parent's filesystem), not about its target.
-func examineSymlink(r checkResult) checkResult {
+func examineSymlink(r checkResult, detect func(string) (mountdetect.FSInfo, error)) checkResult {
 	r.target, _ = os.Readlink(r.Path)
 	mounted, sure, err := mountdetect.IsMountPoint(r.Path)
 	if err != nil {
 		return r.fail(fmt.Errorf("mount point check: %w", err))
 	}
-	parent, err := mountdetect.Detect(filepath.Dir(r.Path))
+	parent, err := detect(filepath.Dir(r.Path))
 	if err != nil {
 		return r.fail(fmt.Errorf("detect parent directory: %w", err))
 	}

@@ -6,7 +6,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
+	"strings"
 	"syscall"
+
+	"github.com/moby/sys/mountinfo"
 )
 
 // envDemoParentNS carries, into the re-executed demo, the mount namespace
@@ -80,4 +84,41 @@ func detachNAS(dir string) error {
 		return &os.PathError{Op: "umount", Path: dir, Err: err}
 	}
 	return nil
+}
+
+// mountsUnder describes the mounts beneath dir (a resolved path), one
+// "mount point  filesystem  superblock options" line each, sorted: the
+// options say what the emptyDir plugin asked for (size=, noswap,
+// pagesize=), which nodevol check and scan do not show.
+func mountsUnder(dir string) ([]string, error) {
+	infos, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		return nil, err
+	}
+	var lines []string
+	for _, m := range infos {
+		if m.Mountpoint == dir {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("%s  %s  %s", m.Mountpoint, m.FSType, m.VFSOptions))
+	}
+	slices.Sort(lines)
+	return lines, nil
+}
+
+// mountPointsUnder lists the mount points beneath dir, deepest first, so
+// they can be unmounted in that order.
+func mountPointsUnder(dir string) ([]string, error) {
+	infos, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		return nil, err
+	}
+	var points []string
+	for _, m := range infos {
+		if m.Mountpoint != dir {
+			points = append(points, m.Mountpoint)
+		}
+	}
+	slices.SortFunc(points, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
+	return points, nil
 }

@@ -18,3 +18,6 @@ func isolateDemo(args []string, stdout, stderr io.Writer) (iso isolation, code i
 func mountNAS(dir string) error   { return errors.ErrUnsupported }
 func unmountNAS(dir string) error { return errors.ErrUnsupported }
 func detachNAS(dir string) error  { return errors.ErrUnsupported }
+
+func mountsUnder(dir string) ([]string, error)      { return nil, errors.ErrUnsupported }
+func mountPointsUnder(dir string) ([]string, error) { return nil, errors.ErrUnsupported }

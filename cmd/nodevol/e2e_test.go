@@ -77,7 +77,7 @@ func TestCLI(t *testing.T) {
 	t.Run("usage", func(t *testing.T) {
 		r := bin.run(t, nil)
 		r.wantCode(t, exitError)
-		wantContains(t, "stderr", r.stderr, "Usage:", "nodevol check", "nodevol rm", "nodevol demo")
+		wantContains(t, "stderr", r.stderr, "Usage:", "nodevol check", "nodevol rm", "nodevol teardown", "nodevol scan", "nodevol demo")
 		bin.run(t, nil, "help").wantCode(t, exitOK)
 	})
 
@@ -150,6 +150,9 @@ func TestCLI(t *testing.T) {
 			`invalid path "": empty path; nothing was touched`)
 	})
 
+	t.Run("teardown", func(t *testing.T) { testTeardownCLI(t, bin) })
+	t.Run("scan", func(t *testing.T) { testScanCLI(t, bin) })
+
 	t.Run("demo", func(t *testing.T) {
 		tmp := t.TempDir() // the demo's sandbox goes here; it must be empty afterwards
 		start := time.Now()
@@ -189,17 +192,32 @@ func TestCLI(t *testing.T) {
 
 func wantDemoWithNAS(t *testing.T, r result) {
 	t.Helper()
+	const dir = "$POD/volumes/kubernetes.io~empty-dir/"
 	wantContains(t, "demo output", r.stdout,
 		"in a private mount namespace",
-		"$ nodevol check $VOL\n",
-		"      verdict:       UNSAFE: 1 mount beneath it",
-		"$ nodevol rm $VOL\n    refused $VOL: 1 mount beneath it; nothing was deleted:\n      $VOL/nas (tmpfs from tmpfs)\n",
-		"(exit status 1)",
+		"  "+dir+"scratch  tmpfs  rw,size=65536k", // sizeLimit 64Mi beats the pod limit and allocatable
+		"$ nodevol scan --root $ROOT\n",
+		"    Unsafe to remove:\n      $VOL\n        1 mount(s) beneath the volume",
+		"        $VOL/nas (tmpfs from tmpfs)\n",
+		" volumes, 1 unsafe, 0 problems, 0 leftovers\n    (exit status 1)\n",
+		"$ nodevol teardown $VOL\n    refused $VOL: 1 mount(s) beneath the volume",
+		"nothing was changed (the ready marker and metadata are kept):\n      $VOL/nas (tmpfs from tmpfs)\n    (exit status 1)\n",
 		`The NAS is intact: $VOL/nas/important.txt still reads "`+demoNASData+`"`,
-		"$ umount $VOL/nas\n$ nodevol rm $VOL\n    removed $VOL\n    (exit status 0)\n",
+		"The pod's own files and the ready marker are still there too",
+		"$ umount $VOL/nas\n$ nodevol teardown "+dir+"*\n    removed $VOL (a Default-medium volume on ",
+		"    unmounted and removed "+dir+"scratch (Memory medium: tmpfs)\n",
+		"$ROOT: 0 volumes, 0 unsafe, 0 problems, 1 leftover\n    (exit status 0)\n",
 		"OK: ",
 	)
-	if r.stderr != "" {
+	wantRow(t, r.stdout, demoPodUID, "kubernetes.io/empty-dir", "cache", "Default", "no", "1", "UNSAFE")
+	wantRow(t, r.stdout, demoPodUID, "kubernetes.io/empty-dir", "scratch", "Memory", "yes (tmpfs)", "0", "safe (teardown unmounts it)")
+	if _, err := os.Stat(demoHugePages); err == nil {
+		wantContains(t, "demo output", r.stdout,
+			"  "+dir+"huge  hugetlbfs  rw,pagesize=2M\n",
+			"    unmounted and removed "+dir+"huge (HugePages medium: hugetlbfs, pagesize 2Mi)\n")
+		wantRow(t, r.stdout, demoPodUID, "kubernetes.io/empty-dir", "huge", "HugePages-2Mi", "yes (hugetlbfs)", "0", "safe (teardown unmounts it)")
+	}
+	if strings.Contains(r.stdout, "PROMISE BROKEN") || r.stderr != "" {
 		t.Errorf("demo stderr = %q, want nothing", r.stderr)
 	}
 }
@@ -208,12 +226,15 @@ func wantDemoWithSymlink(t *testing.T, r result) {
 	t.Helper()
 	wantContains(t, "demo output", r.stdout,
 		"not root: skipping the tmpfs NAS mount; run as root to see a refused teardown",
-		"$ nodevol check $VOL\n",
-		"      verdict:       safe to remove",
-		"$ nodevol rm $VOL\n    removed $VOL\n    (exit status 0)\n",
+		"$ nodevol scan --root $ROOT\n",
+		"$ROOT: 1 volume, 0 unsafe, 0 problems, 0 leftovers\n    (exit status 0)\n",
+		"$ nodevol teardown $POD/volumes/kubernetes.io~empty-dir/*\n    removed $VOL (a Default-medium volume on ",
+		")\n    (exit status 0)\nThe volume is gone, link included.\n",
 		`The NAS is intact: $NAS/important.txt still reads "`+demoNASData+`"`,
+		"$ROOT: 0 volumes, 0 unsafe, 0 problems, 1 leftover\n    (exit status 0)\n",
 		"OK: ",
 	)
+	wantRow(t, r.stdout, demoPodUID, "kubernetes.io/empty-dir", "cache", "Default", "no", "0", "safe")
 	if strings.Contains(r.stdout, "PROMISE BROKEN") || r.stderr != "" {
 		t.Errorf("demo stderr = %q, want nothing", r.stderr)
 	}

@@ -3,6 +3,8 @@
 //
 //	nodevol check [--json] PATH...
 //	nodevol rm [--dry-run] [--json] [--workers N] PATH...
+//	nodevol teardown [--dry-run] [--json] VOLUME_DIR...
+//	nodevol scan [--json] [--root DIR]
 //	nodevol demo
 //
 // Exit status: 0 ok, 1 refused or unsafe, 2 usage or operational error.
@@ -39,6 +41,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runCheck(rest, stdout, stderr)
 	case "rm":
 		return runRm(rest, stdout, stderr)
+	case "teardown":
+		return runTeardown(rest, stdout, stderr)
+	case "scan":
+		return runScan(rest, stdout, stderr)
 	case "demo":
 		return runDemo(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
@@ -66,9 +72,18 @@ Usage:
   nodevol rm [--dry-run] [--json] [--workers N] PATH...
         Remove each absolute PATH and everything beneath it that is on the
         same mount. If a mount is found beneath it, nothing is deleted.
+  nodevol teardown [--dry-run] [--json] VOLUME_DIR...
+        Tear down each emptyDir volume directory as the emptyDir plugin does:
+        remove a Default volume, unmount and remove a Memory or HugePages
+        one, and refuse (changing nothing) when a mount is beneath it.
+  nodevol scan [--json] [--root DIR]
+        List every pod volume under the kubelet root (default
+        /var/lib/kubelet) with its medium, mounts and whether it is safe to
+        remove, plus entries that do not parse and leftover pod directories.
   nodevol demo
-        Show, in a temporary sandbox, a volume teardown refusing to empty a
-        NAS mounted inside the volume (as root; without root, a symlink).
+        Show, in a temporary kubelet root, emptyDir volumes set up, scanned
+        and torn down, and a teardown refusing to empty a NAS mounted inside
+        a volume (as root; without root, a symlink).
   nodevol help [COMMAND]
 
 Exit status: 0 ok, 1 unsafe or refused, 2 usage or operational error.

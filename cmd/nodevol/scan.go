@@ -1,0 +1,382 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/nodevol/nodevol/emptydir"
+	"github.com/nodevol/nodevol/mountdetect"
+	"github.com/nodevol/nodevol/volume"
+)
+
+// scanVolume is what "nodevol scan" reports about one volume directory.
+// The exported fields are the --json output, one object per volume per
+// line; their names are part of the CLI's contract.
+//
+// Medium is what is on disk; it is empty when the volume could not be
+// examined (SafeToRemove is then false and Reason starts with "could not
+// be examined").
+type scanVolume struct {
+	PodUID       string              `json:"podUID"`
+	Plugin       string              `json:"plugin"`
+	Volume       string              `json:"volume"`
+	Path         string              `json:"path"`
+	Medium       string              `json:"medium"`
+	MountPoint   bool                `json:"mountPoint"`
+	NestedMounts []mountdetect.Mount `json:"nestedMounts"` // never nil: [] in JSON
+	SafeToRemove bool                `json:"safeToRemove"`
+	Reason       string              `json:"reason"`
+
+	exists       bool
+	sure         bool   // the kernel is sure about MountPoint
+	fsType       string // of the volume directory
+	hugePageSize int64
+	unmounts     bool  // an emptyDir tmpfs/hugetlbfs: safe because teardown unmounts it
+	err          error // could not be examined
+}
+
+// scanProblem and scanLeftover are the other --json lines of "scan",
+// told apart from volumes (and from each other) by their first key.
+type scanProblem struct {
+	Problem string `json:"problem"`
+	Error   string `json:"error"`
+
+	err error
+}
+
+type scanLeftover struct {
+	Leftover string `json:"leftover"`
+}
+
+// scanReport is one scan of a kubelet root.
+type scanReport struct {
+	root      string
+	volumes   []scanVolume
+	problems  []scanProblem
+	leftovers []scanLeftover
+}
+
+func (s *scanReport) unsafe() (n int) {
+	for i := range s.volumes {
+		if !s.volumes[i].SafeToRemove {
+			n++
+		}
+	}
+	return n
+}
+
+// code is the exit code the scan calls for: 2 when a volume or an entry
+// could not be examined or read, 1 when a volume is unsafe or an entry
+// does not parse, else 0. Leftover pod directories are not a failure.
+func (s *scanReport) code() int {
+	code := exitOK
+	for i := range s.volumes {
+		switch {
+		case s.volumes[i].err != nil:
+			code = max(code, exitError)
+		case !s.volumes[i].SafeToRemove:
+			code = max(code, exitRefused)
+		}
+	}
+	for _, p := range s.problems {
+		code = max(code, exitRefused)
+		var pe *fs.PathError
+		if errors.As(p.err, &pe) && !errors.Is(p.err, fs.ErrNotExist) {
+			code = exitError // an entry that could not be read, not a bad name
+		}
+	}
+	return code
+}
+
+// scanRoot lists every volume directory under root and examines each one,
+// answering every mount question from one read of the mount table.
+func scanRoot(root string) (*scanReport, error) {
+	layout, err := volume.NewLayout(root)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(root); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("kubelet root %s does not exist", root)
+		}
+		return nil, fmt.Errorf("kubelet root: %w", err)
+	}
+	found, err := layout.ScanVolumes()
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s has no pods directory (%s does not exist): is it a kubelet root?", root, layout.PodsDir())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list volumes: %w", err)
+	}
+	s := &scanReport{root: root}
+	for _, p := range found.Problems {
+		s.problems = append(s.problems, scanProblem{Problem: p.Path, Error: p.Err.Error(), err: p.Err})
+	}
+	for _, l := range found.Leftovers {
+		s.leftovers = append(s.leftovers, scanLeftover{Leftover: l})
+	}
+	if len(found.Volumes) == 0 {
+		return s, nil
+	}
+	tab, err := mountdetect.ReadMountTable()
+	if err != nil {
+		return nil, err
+	}
+	for _, vd := range found.Volumes {
+		s.volumes = append(s.volumes, examineVolume(layout, tab, vd))
+	}
+	return s, nil
+}
+
+// examineVolume decides whether a volume directory could be removed
+// without touching another mount. An emptyDir gets the answer its own
+// teardown would give (a tmpfs or hugetlbfs emptyDir is safe: teardown
+// unmounts it); any other plugin's volume is safe only when nothing is
+// mounted on it or beneath it, because unmounting it is that plugin's job.
+func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.VolumeDir) scanVolume {
+	v := scanVolume{PodUID: vd.PodUID, Plugin: vd.Plugin, Volume: vd.Volume, Path: vd.Path, NestedMounts: []mountdetect.Mount{}}
+	fail := func(err error) scanVolume {
+		v.err = err
+		v.Medium, v.MountPoint, v.SafeToRemove = "", false, false
+		v.NestedMounts = v.NestedMounts[:0]
+		v.Reason = "could not be examined: " + err.Error()
+		return v
+	}
+	if vd.Plugin == emptydir.PluginName {
+		metaDir, err := layout.PluginVolumeDir(vd.PodUID, vd.Plugin, vd.Volume)
+		if err != nil {
+			return fail(err)
+		}
+		plan, err := emptydir.PlanTearDown(vd.Path, metaDir, tab)
+		if err != nil {
+			return fail(err)
+		}
+		v.exists = plan.Exists
+		v.Medium = plan.Info.Medium.String()
+		v.MountPoint, v.sure = plan.Info.MountPoint, plan.Info.MountPointSure || !plan.Exists
+		v.fsType, v.hugePageSize = plan.Info.FSType, plan.Info.HugePageSize
+		for _, m := range plan.Mounts {
+			if m.MountPoint != vd.Path { // PlanTearDown lists the directory itself too
+				v.NestedMounts = append(v.NestedMounts, m)
+			}
+		}
+		v.SafeToRemove = plan.Action != emptydir.ActionRefuse
+		v.unmounts = plan.Action == emptydir.ActionUnmountAndRemove
+		v.Reason = plan.Reason
+		switch plan.Action {
+		case emptydir.ActionNone:
+			v.Reason = "gone since it was listed"
+		case emptydir.ActionUnmountAndRemove:
+			v.Reason += "; nodevol teardown unmounts it, then removes it"
+		case emptydir.ActionRemove:
+			v.Reason += "; nodevol teardown removes it"
+		case emptydir.ActionRefuse:
+			v.Reason += "; nodevol teardown would refuse"
+		}
+		return v
+	}
+	c := examineIn(tab, vd.Path)
+	if c.err != nil {
+		return fail(c.err)
+	}
+	v.exists = c.Exists
+	v.Medium = c.Medium.String()
+	v.MountPoint, v.sure = c.MountPoint, c.MountPointSure || !c.Exists
+	v.fsType = c.FSType
+	if c.HugePageSize != "" {
+		v.hugePageSize, _ = mountdetect.ParseMemSize(c.HugePageSize)
+	}
+	v.NestedMounts = append(v.NestedMounts, c.NestedMounts...)
+	v.SafeToRemove = c.SafeToRemove
+	var why []string
+	switch {
+	case !c.Exists:
+		why = append(why, "gone since it was listed")
+	case c.MountPoint:
+		why = append(why, fmt.Sprintf("a %s volume is still mounted (%s); its plugin must unmount it first", vd.Plugin, c.FSType))
+	case !c.MountPointSure:
+		why = append(why, "the kernel cannot say for sure whether it is a mount point")
+	}
+	if n := len(c.NestedMounts); n > 0 {
+		why = append(why, plural(n, "mount")+" beneath it; unmount "+isAre(n, "it", "them")+" first")
+	}
+	if c.Exists && c.SafeToRemove {
+		why = append(why, fmt.Sprintf("a %s volume directory with nothing mounted on or beneath it; nodevol rm can remove it", vd.Plugin))
+	}
+	v.Reason = strings.Join(why, "; ")
+	return v
+}
+
+func runScan(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("scan", "[--json] [--root DIR]",
+		`List every pod volume directory under the kubelet root
+(<root>/pods/<uid>/volumes/<plugin>/<volume>, all plugins) and say, for
+each, its medium, whether it is a mount point, the mounts nested beneath it
+and whether it is safe to remove. The mount table is read once.
+
+  kubernetes.io/empty-dir  safe unless "nodevol teardown" would refuse; a
+                           Memory or HugePages emptyDir is safe (teardown
+                           unmounts it)
+  any other plugin         safe only when it is not a mount point and has
+                           no mount beneath it: unmounting a CSI, NFS or
+                           secret volume is its own plugin's job
+
+Entries that do not parse (bad pod UIDs or names, files where directories
+belong) are listed as problems, and pod directories without any volume
+directory as leftovers. Nothing is changed.
+
+--json prints one object per line: for each volume
+  {"podUID","plugin","volume","path","medium","mountPoint","nestedMounts",
+   "safeToRemove","reason"}
+then {"problem":PATH,"error":TEXT} per problem and {"leftover":PATH} per
+leftover pod directory.
+
+Exit status: 0 every volume is safe and every entry parses (leftovers are
+fine), 1 some volume is unsafe or some entry does not parse, 2 the root or
+some entry could not be read or examined, or bad usage.`, stderr)
+	asJSON := fs.Bool("json", false, "print one JSON object per volume, problem and leftover per line")
+	root := fs.String("root", volume.DefaultRoot, "the kubelet root directory")
+	extra, code := parseArgs(fs, args)
+	if code >= 0 {
+		return code
+	}
+	if len(extra) > 0 {
+		return usageError(fs, stderr, "scan takes no arguments (got %q); use --root DIR", extra[0])
+	}
+	if *root == "" {
+		return usageError(fs, stderr, "--root must not be empty")
+	}
+	dir, err := filepath.Abs(*root)
+	if err != nil {
+		fmt.Fprintf(stderr, "nodevol scan: %v\n", err)
+		return exitError
+	}
+	s, err := scanRoot(dir)
+	if err != nil {
+		fmt.Fprintf(stderr, "nodevol scan: %v\n", err)
+		return exitError
+	}
+	if *asJSON {
+		if err := writeScanJSON(stdout, s); err != nil {
+			fmt.Fprintf(stderr, "nodevol scan: write report: %v\n", err)
+			return exitError
+		}
+	} else {
+		writeScanHuman(stdout, s)
+	}
+	return s.code()
+}
+
+func writeScanJSON(w io.Writer, s *scanReport) error {
+	enc := newJSONEncoder(w)
+	for i := range s.volumes {
+		if err := enc.Encode(&s.volumes[i]); err != nil {
+			return err
+		}
+	}
+	for i := range s.problems {
+		if err := enc.Encode(&s.problems[i]); err != nil {
+			return err
+		}
+	}
+	for i := range s.leftovers {
+		if err := enc.Encode(&s.leftovers[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeScanHuman prints one table row per volume, then the details of the
+// unsafe ones, the problems, the leftovers and a one-line summary.
+func writeScanHuman(w io.Writer, s *scanReport) {
+	if len(s.volumes) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "POD UID\tPLUGIN\tVOLUME\tMEDIUM\tMOUNT POINT\tNESTED\tVERDICT")
+		for i := range s.volumes {
+			v := &s.volumes[i]
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", v.PodUID, v.Plugin, v.Volume, v.mediumColumn(), v.mountColumn(), len(v.NestedMounts), v.verdict())
+		}
+		tw.Flush()
+	}
+	printed := len(s.volumes) > 0
+	section := func(title string) {
+		if printed {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintln(w, title)
+		printed = true
+	}
+	if n := s.unsafe(); n > 0 {
+		section("Unsafe to remove:")
+		for i := range s.volumes {
+			v := &s.volumes[i]
+			if v.SafeToRemove {
+				continue
+			}
+			fmt.Fprintf(w, "  %s\n    %s\n", v.Path, v.Reason)
+			for _, m := range v.NestedMounts {
+				fmt.Fprintf(w, "    %s\n", describeMount(m))
+			}
+		}
+	}
+	if len(s.problems) > 0 {
+		section("Problems (entries that do not parse or could not be read; left alone):")
+		for _, p := range s.problems {
+			fmt.Fprintf(w, "  %s\n    %s\n", p.Problem, p.Error)
+		}
+	}
+	if len(s.leftovers) > 0 {
+		section("Leftovers (pod directories without any volume directory):")
+		for _, l := range s.leftovers {
+			fmt.Fprintf(w, "  %s\n", l.Leftover)
+		}
+	}
+	if printed {
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "%s: %s, %d unsafe, %s, %s\n", s.root,
+		plural(len(s.volumes), "volume"), s.unsafe(), plural(len(s.problems), "problem"), plural(len(s.leftovers), "leftover"))
+}
+
+func (v *scanVolume) mediumColumn() string {
+	switch {
+	case v.err != nil || !v.exists:
+		return "-"
+	case v.hugePageSize > 0:
+		return v.Medium + "-" + mountdetect.FormatQuantity(v.hugePageSize)
+	}
+	return v.Medium
+}
+
+func (v *scanVolume) mountColumn() string {
+	switch {
+	case v.err != nil || !v.exists:
+		return "-"
+	case !v.sure:
+		return "unsure"
+	case v.MountPoint:
+		return "yes (" + v.fsType + ")"
+	}
+	return "no"
+}
+
+func (v *scanVolume) verdict() string {
+	switch {
+	case v.err != nil:
+		return "ERROR"
+	case !v.SafeToRemove:
+		return "UNSAFE"
+	case !v.exists:
+		return "gone"
+	case v.unmounts:
+		return "safe (teardown unmounts it)"
+	}
+	return "safe"
+}

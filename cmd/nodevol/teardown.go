@@ -1,0 +1,278 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strings"
+
+	"k8s.io/klog/v2"
+
+	"github.com/nodevol/nodevol/emptydir"
+	"github.com/nodevol/nodevol/mountdetect"
+	"github.com/nodevol/nodevol/volume"
+)
+
+// teardownResult is what "nodevol teardown" reports about one volume
+// directory. The exported fields are the --json output, one object per
+// line; their names are part of the CLI's contract.
+//
+// Medium is what is on disk (Default when nothing is there) and Action
+// what the teardown did or, with --dry-run, would do; both are empty when
+// the path could not be examined (Error says why).
+type teardownResult struct {
+	Path    string              `json:"path"`
+	PodUID  string              `json:"podUID"`
+	Volume  string              `json:"volume"`
+	Medium  string              `json:"medium"`
+	Action  string              `json:"action"`
+	DryRun  bool                `json:"dryRun"`
+	Done    bool                `json:"done"`
+	Refused bool                `json:"refused"`
+	Mounts  []mountdetect.Mount `json:"mounts"` // never nil: [] in JSON
+	Reason  string              `json:"reason"`
+	Error   string              `json:"error,omitempty"`
+
+	plan       emptydir.Plan
+	metaExists bool // the metadata directory was there before the teardown
+	duringWalk bool // the refusing mounts appeared while removing
+	err        error
+}
+
+func (r *teardownResult) code() int {
+	switch {
+	case r.err != nil:
+		return exitError
+	case r.Refused:
+		return exitRefused
+	}
+	return exitOK
+}
+
+func (r *teardownResult) setErr(err error) {
+	r.err = err
+	r.Error = err.Error()
+}
+
+// setPlan copies what a plan says into the report.
+func (r *teardownResult) setPlan(p emptydir.Plan) {
+	r.plan = p
+	r.Medium = p.Info.Medium.String()
+	r.Action = p.Action.String()
+	r.Reason = p.Reason
+	r.Refused = p.Action == emptydir.ActionRefuse
+	r.Mounts = append(r.Mounts[:0], p.Mounts...)
+}
+
+// emptyDirPaths parses a volume directory given on the command line and
+// returns its metadata directory. Only emptyDir volumes are accepted: the
+// teardown of any other plugin's volume (unmounting a CSI or NFS volume)
+// belongs to that plugin.
+func emptyDirPaths(path string) (vp volume.VolumePath, metaDir string, err error) {
+	layout, vp, err := volume.ParseVolumePathAnyRoot(path)
+	if err != nil {
+		return vp, "", err
+	}
+	if vp.Plugin != emptydir.PluginName {
+		return vp, "", fmt.Errorf("%s is a %s volume, not an emptyDir (%s): nodevol teardown only tears down emptyDir volumes; a %s volume must be unmounted by its own plugin",
+			path, vp.Plugin, emptydir.PluginName, vp.Plugin)
+	}
+	metaDir, err = layout.PluginVolumeDir(vp.PodUID, vp.Plugin, vp.Volume)
+	return vp, metaDir, err
+}
+
+// planTeardown is teardown --dry-run: what emptydir's TearDown would do,
+// from emptydir.PlanTearDown, which changes nothing.
+func planTeardown(path string) teardownResult {
+	r := teardownResult{Path: path, DryRun: true, Mounts: []mountdetect.Mount{}}
+	vp, metaDir, err := emptyDirPaths(path)
+	r.PodUID, r.Volume = vp.PodUID, vp.Volume
+	if err != nil {
+		r.setErr(err)
+		return r
+	}
+	r.metaExists = exists(metaDir)
+	plan, err := emptydir.PlanTearDown(path, metaDir, nil)
+	if err != nil {
+		r.setErr(err)
+		return r
+	}
+	r.setPlan(plan)
+	return r
+}
+
+// tearDownVolume tears the volume down with emptydir.TearDownPath, exactly
+// as the plugin's Unmounter does. TearDownPath says only whether it
+// succeeded, so the report's medium and action come from a plan made just
+// before (TearDownPath makes its own, from the same disk).
+func tearDownVolume(ctx context.Context, path string) teardownResult {
+	r := teardownResult{Path: path, Mounts: []mountdetect.Mount{}}
+	vp, metaDir, err := emptyDirPaths(path)
+	r.PodUID, r.Volume = vp.PodUID, vp.Volume
+	if err != nil {
+		r.setErr(err)
+		return r
+	}
+	r.metaExists = exists(metaDir)
+	if plan, err := emptydir.PlanTearDown(path, metaDir, nil); err == nil {
+		r.setPlan(plan)
+	} // else TearDownPath fails the same way and says why
+	err = emptydir.TearDownPath(ctx, path, metaDir, nil, nil)
+	if err == nil {
+		r.Done = true
+		if r.Refused || r.Action == "" {
+			// The plan refused or failed, yet TearDown (which planned
+			// again) succeeded: the disk changed between the two.
+			r.Refused, r.Mounts = false, r.Mounts[:0]
+			r.Action, r.Reason = "", "torn down; the volume changed while it was being examined"
+		}
+		return r
+	}
+	var refused *emptydir.RefusedError
+	if !errors.As(err, &refused) {
+		r.Refused, r.Mounts = false, r.Mounts[:0]
+		r.setErr(err)
+		return r
+	}
+	r.Refused = true
+	r.Action = emptydir.ActionRefuse.String()
+	r.Reason = refused.Plan.Reason
+	r.Mounts = append(r.Mounts[:0], refused.Plan.Mounts...)
+	var crossed *mountdetect.CrossesMountError
+	if errors.As(err, &crossed) {
+		r.duringWalk = crossed.DuringWalk
+	}
+	// RemoveAll joins a refusal during the walk with any other failure it
+	// met; keep those as errors.
+	if rest := withoutCrossesMount(refused.Err); rest != nil {
+		r.setErr(rest)
+	}
+	return r
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return !errors.Is(err, fs.ErrNotExist)
+}
+
+// quietContext is a context whose logger discards everything: the CLI
+// reports every outcome itself, so emptydir's log lines would only repeat
+// them in another format on stderr.
+func quietContext() context.Context {
+	return klog.NewContext(context.Background(), klog.Logger{})
+}
+
+func runTeardown(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("teardown", "[--dry-run] [--json] VOLUME_DIR...",
+		`Tear down each emptyDir volume directory exactly as the emptyDir plugin does,
+for example
+  /var/lib/kubelet/pods/<uid>/volumes/kubernetes.io~empty-dir/<volume>
+(absolute and clean; the kubelet root is what precedes /pods/). Its metadata
+(the ready marker) is in <root>/pods/<uid>/plugins/kubernetes.io~empty-dir/.
+
+  nothing there          success; leftover metadata is removed
+  Default medium         the directory is removed without crossing a mount
+  Memory, HugePages      the tmpfs or hugetlbfs is unmounted, then removed
+  a mount beneath it     refused: nothing changes, ready marker included,
+                         and every mount is listed
+  anything else mounted  refused (an NFS share on the directory itself, or a
+  on it, or unsure       kernel that cannot tell whether it is a mount point)
+
+Volumes of other plugins are not torn down here: their own plugin must
+unmount them.
+
+Exit status: 0 every volume torn down (or nothing there), 1 some teardown
+was refused because of a mount, 2 some path is not an emptyDir volume
+directory or could not be torn down, or bad usage.`, stderr)
+	dryRun := fs.Bool("dry-run", false, "say what would be done per volume; change nothing")
+	asJSON := fs.Bool("json", false, "print one JSON object per path per line")
+	paths, code := parseArgs(fs, args)
+	if code >= 0 {
+		return code
+	}
+	if len(paths) == 0 {
+		return usageError(fs, stderr, "no VOLUME_DIR given")
+	}
+	ctx := quietContext()
+	enc := newJSONEncoder(stdout)
+	code = exitOK
+	for _, p := range paths {
+		var r teardownResult
+		if *dryRun {
+			r = planTeardown(p)
+		} else {
+			r = tearDownVolume(ctx, p)
+		}
+		code = max(code, r.code())
+		if *asJSON {
+			if err := enc.Encode(&r); err != nil {
+				fmt.Fprintf(stderr, "nodevol teardown: write report: %v\n", err)
+				return exitError
+			}
+			continue
+		}
+		writeTeardownHuman(stdout, stderr, &r)
+	}
+	return code
+}
+
+// writeTeardownHuman reports one volume: what was (or would be) done on
+// stdout, refusals and errors on stderr.
+func writeTeardownHuman(stdout, stderr io.Writer, r *teardownResult) {
+	if r.Refused {
+		switch {
+		case r.DryRun:
+			fmt.Fprintf(stderr, "would refuse %s: %s; nothing would change:\n", r.Path, r.Reason)
+		case r.duringWalk:
+			fmt.Fprintf(stderr, "refused %s: %s; %s left untouched, everything else on the volume's own mount was removed, the ready marker was kept:\n",
+				r.Path, r.Reason, isAre(len(r.Mounts), "it was", "they were"))
+		default:
+			fmt.Fprintf(stderr, "refused %s: %s; nothing was changed (the ready marker and metadata are kept):\n", r.Path, r.Reason)
+		}
+		for _, m := range r.Mounts {
+			fmt.Fprintf(stderr, "  %s\n", describeMount(m))
+		}
+		if !r.duringWalk && !strings.Contains(r.Reason, "unmount") {
+			fmt.Fprintf(stderr, "unmount %s first, then run nodevol teardown again\n", isAre(len(r.Mounts), "it", "them"))
+		}
+	}
+	if r.err != nil {
+		fmt.Fprintf(stderr, "nodevol teardown: %v\n", r.err)
+	}
+	if r.Refused || r.err != nil {
+		return
+	}
+	medium := r.plan.Info.Medium.String()
+	switch r.Action {
+	case emptydir.ActionNone.String():
+		meta := ""
+		if r.metaExists {
+			meta = "; its leftover metadata was removed"
+			if r.DryRun {
+				meta = "; its leftover metadata would be removed"
+			}
+		}
+		fmt.Fprintf(stdout, "nothing to tear down: %s does not exist%s\n", r.Path, meta)
+	case emptydir.ActionRemove.String():
+		if r.DryRun {
+			fmt.Fprintf(stdout, "would remove %s (%s)\n", r.Path, r.Reason)
+		} else {
+			fmt.Fprintf(stdout, "removed %s (%s)\n", r.Path, r.Reason)
+		}
+	case emptydir.ActionUnmountAndRemove.String():
+		fs := r.plan.Info.FSType
+		if r.plan.Info.HugePageSize > 0 {
+			fs += ", pagesize " + mountdetect.FormatQuantity(r.plan.Info.HugePageSize)
+		}
+		if r.DryRun {
+			fmt.Fprintf(stdout, "would unmount and remove %s (%s medium: %s)\n", r.Path, medium, fs)
+		} else {
+			fmt.Fprintf(stdout, "unmounted and removed %s (%s medium: %s)\n", r.Path, medium, fs)
+		}
+	default:
+		fmt.Fprintf(stdout, "torn down %s\n", r.Path)
+	}
+}

@@ -1,0 +1,223 @@
+//go:build linux
+
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/moby/sys/mountinfo"
+
+	"github.com/nodevol/nodevol/emptydir"
+	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/volume"
+)
+
+// testTeardownCLI runs "nodevol teardown" end to end; TestCLI calls it
+// with the binary it built.
+func testTeardownCLI(t *testing.T, bin binary) {
+	t.Run("Default volume, then again", func(t *testing.T) {
+		base := realTempDir(t)
+		k := newKubelet(t, base)
+		vol := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
+		outside := filepath.Join(base, "outside")
+		snap := mounttest.Sentinels(t, outside)
+		mounttest.Build(t, vol, "file index.db scratch", "file tmp/chunk x", "symlink nas "+outside)
+		ready := k.ready(t, testUID, "cache")
+		if _, err := os.Stat(ready); err != nil {
+			t.Fatalf("SetUp wrote no ready marker: %v", err)
+		}
+
+		r := bin.run(t, nil, "teardown", vol)
+		r.wantCode(t, exitOK)
+		if !strings.HasPrefix(r.stdout, "removed "+vol+" (a Default-medium volume on ") || r.stderr != "" {
+			t.Errorf("stdout %q, stderr %q; want %q... and nothing", r.stdout, r.stderr, "removed "+vol)
+		}
+		mustNotExist(t, vol)
+		mustNotExist(t, filepath.Dir(ready))
+		mounttest.Intact(t, outside, snap)
+
+		// Idempotent: nothing there is success, and says so.
+		r = bin.run(t, nil, "teardown", vol)
+		r.wantCode(t, exitOK)
+		if want := "nothing to tear down: " + vol + " does not exist\n"; r.stdout != want {
+			t.Errorf("second teardown: stdout %q, want %q", r.stdout, want)
+		}
+		r = bin.run(t, nil, "teardown", "--json", vol)
+		r.wantCode(t, exitOK)
+		objs := jsonLines(t, r.stdout, teardownKeys...)
+		if len(objs) != 1 {
+			t.Fatalf("got %d JSON lines, want 1", len(objs))
+		}
+		o := objs[0]
+		if o["path"] != vol || o["podUID"] != testUID || o["volume"] != "cache" || o["action"] != "nothing" ||
+			o["done"] != true || o["refused"] != false || o["dryRun"] != false {
+			t.Errorf("teardown --json of a missing volume = %v; want action nothing, done", o)
+		}
+	})
+
+	t.Run("leftover metadata only", func(t *testing.T) {
+		k := newKubelet(t, realTempDir(t))
+		vol := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
+		if err := os.Remove(vol); err != nil {
+			t.Fatal(err)
+		}
+		r := bin.run(t, nil, "teardown", "--dry-run", vol)
+		r.wantCode(t, exitOK)
+		wantContains(t, "stdout", r.stdout, "nothing to tear down: "+vol+" does not exist; its leftover metadata would be removed\n")
+		r = bin.run(t, nil, "teardown", vol)
+		r.wantCode(t, exitOK)
+		wantContains(t, "stdout", r.stdout, "does not exist; its leftover metadata was removed\n")
+		mustNotExist(t, filepath.Dir(k.ready(t, testUID, "cache")))
+	})
+
+	t.Run("dry run changes nothing", func(t *testing.T) {
+		base := realTempDir(t)
+		k := newKubelet(t, base)
+		vol := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
+		mounttest.Build(t, vol, "file index.db scratch")
+		before := mounttest.Snapshot(t, base)
+
+		r := bin.run(t, nil, "teardown", vol, "--dry-run") // a flag after the path is still a flag
+		r.wantCode(t, exitOK)
+		wantContains(t, "stdout", r.stdout, "would remove "+vol+" (a Default-medium volume on ")
+		r = bin.run(t, nil, "teardown", "--dry-run", "--json", vol)
+		r.wantCode(t, exitOK)
+		objs := jsonLines(t, r.stdout, teardownKeys...)
+		if len(objs) != 1 || objs[0]["action"] != "remove" || objs[0]["medium"] != "Default" ||
+			objs[0]["dryRun"] != true || objs[0]["done"] != false || objs[0]["refused"] != false {
+			t.Errorf("teardown --dry-run --json = %v; want action remove, medium Default, dryRun, not done", objs)
+		}
+		mounttest.Intact(t, base, before)
+	})
+
+	t.Run("not an emptyDir volume directory", func(t *testing.T) {
+		base := realTempDir(t)
+		k := newKubelet(t, base)
+		csi := k.dir(t, testUID, "kubernetes.io/csi", "pvc-1")
+		mounttest.Build(t, csi, "file data x")
+		emptyDir := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
+		before := mounttest.Snapshot(t, base)
+		for _, tc := range []struct{ path, stderr string }{
+			{csi, csi + " is a kubernetes.io/csi volume, not an emptyDir (kubernetes.io/empty-dir): nodevol teardown only tears down emptyDir volumes"},
+			{"relative/pods/" + testUID + "/volumes/kubernetes.io~empty-dir/cache", "must be absolute and clean"},
+			{emptyDir + "/", "must be absolute and clean"},
+			{filepath.Join(base, "kubelet", "pods", testUID), "does not end in pods/<uid>/volumes/<plugin>/<volume>"},
+			{filepath.Join(k.root, "pods", testUID, "volumes", "bad~plugin~x", "v"), "not a pod volume path"},
+			{"", "not a pod volume path"},
+		} {
+			r := bin.run(t, nil, "teardown", tc.path)
+			r.wantCode(t, exitError)
+			wantContains(t, "stderr", r.stderr, "nodevol teardown: ", tc.stderr)
+			if r.stdout != "" {
+				t.Errorf("teardown %q: stdout %q, want nothing", tc.path, r.stdout)
+			}
+		}
+		r := bin.run(t, nil, "teardown", "--json", csi)
+		r.wantCode(t, exitError)
+		objs := jsonLines(t, r.stdout, append(teardownKeys, "error")...)
+		if len(objs) != 1 || objs[0]["podUID"] != testUID || objs[0]["volume"] != "pvc-1" || objs[0]["done"] != false {
+			t.Errorf("teardown --json of a csi volume = %v; want its pod UID and volume, not done, an error", objs)
+		}
+		mounttest.Intact(t, base, before)
+	})
+
+	t.Run("refused with a NAS inside, then torn down", func(t *testing.T) {
+		mounttest.RequireMounts(t)
+		base := realTempDir(t)
+		k := newKubelet(t, base)
+		vol := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
+		mounttest.Build(t, vol, "file index.db scratch")
+		nas := filepath.Join(vol, "nas")
+		mounttest.Tmpfs(t, nas, "size=1m")
+		mounttest.Sentinels(t, nas)
+		before := mounttest.Snapshot(t, base) // volume, NAS, ready marker, metadata
+
+		r := bin.run(t, nil, "teardown", vol)
+		r.wantCode(t, exitRefused)
+		wantContains(t, "stderr", r.stderr,
+			"refused "+vol+": 1 mount(s) beneath the volume",
+			"nothing was changed (the ready marker and metadata are kept):\n  "+nas+" (tmpfs from tmpfs)\n")
+		if r.stdout != "" {
+			t.Errorf("stdout %q; want nothing (a refusal is reported on stderr)", r.stdout)
+		}
+		mounttest.Intact(t, base, before)
+		if _, err := os.Stat(k.ready(t, testUID, "cache")); err != nil {
+			t.Errorf("a refused teardown removed the ready marker: %v", err)
+		}
+
+		r = bin.run(t, nil, "teardown", "--json", vol)
+		r.wantCode(t, exitRefused)
+		objs := jsonLines(t, r.stdout, teardownKeys...)
+		if len(objs) != 1 {
+			t.Fatalf("got %d JSON lines, want 1", len(objs))
+		}
+		o := objs[0]
+		mounts, _ := o["mounts"].([]any)
+		if o["action"] != "refuse" || o["refused"] != true || o["done"] != false || len(mounts) != 1 ||
+			mounts[0].(map[string]any)["mountPoint"] != nas || mounts[0].(map[string]any)["fsType"] != "tmpfs" {
+			t.Errorf("teardown --json = %v; want refused with the NAS listed", o)
+		}
+		r = bin.run(t, nil, "teardown", "--dry-run", vol)
+		r.wantCode(t, exitRefused)
+		wantContains(t, "stderr", r.stderr, "would refuse "+vol+": ", "nothing would change:\n  "+nas+" (tmpfs from tmpfs)\n")
+		mounttest.Intact(t, base, before)
+
+		// A refusal and an error: the error's exit code wins.
+		r = bin.run(t, nil, "teardown", vol, "relative")
+		r.wantCode(t, exitError)
+		mounttest.Intact(t, base, before)
+
+		mounttest.Unmount(t, nas)
+		r = bin.run(t, nil, "teardown", vol)
+		r.wantCode(t, exitOK)
+		mustNotExist(t, vol)
+		mustNotExist(t, k.ready(t, testUID, "cache"))
+	})
+
+	t.Run("Memory and HugePages volumes are unmounted and removed", func(t *testing.T) {
+		mounttest.RequireMounts(t)
+		base := realTempDir(t)
+		k := newKubelet(t, base)
+		vols := []string{k.setUp(t, testUID, "scratch", volume.EmptyDirSource{Medium: volume.StorageMediumMemory, SizeLimit: 16 << 20})}
+		want := []string{"unmounted and removed " + vols[0] + " (Memory medium: tmpfs)\n"}
+		if _, err := os.Stat(demoHugePages); err == nil {
+			vols = append(vols, k.setUp(t, testUID, "huge", volume.EmptyDirSource{Medium: "HugePages-2Mi"}))
+			want = append(want, "unmounted and removed "+vols[1]+" (HugePages medium: hugetlbfs, pagesize 2Mi)\n")
+		}
+		for _, v := range vols {
+			if mounted, err := mountinfo.Mounted(v); err != nil || !mounted {
+				t.Fatalf("SetUp left %s unmounted (%v)", v, err)
+			}
+		}
+		r := bin.run(t, nil, append([]string{"teardown", "--dry-run"}, vols...)...)
+		r.wantCode(t, exitOK)
+		wantContains(t, "stdout", r.stdout, "would unmount and remove "+vols[0]+" (Memory medium: tmpfs)\n")
+
+		r = bin.run(t, nil, append([]string{"teardown"}, vols...)...)
+		r.wantCode(t, exitOK)
+		wantContains(t, "stdout", r.stdout, want...)
+		for _, v := range vols {
+			mustNotExist(t, v)
+			mustNotExist(t, k.ready(t, testUID, filepath.Base(v)))
+		}
+		if left, err := mountsUnder(base); err != nil || len(left) > 0 {
+			t.Errorf("mounts left under %s after teardown: %q (%v)", base, left, err)
+		}
+	})
+
+	t.Run("Memory volume JSON", func(t *testing.T) {
+		mounttest.RequireMounts(t)
+		k := newKubelet(t, realTempDir(t))
+		vol := k.setUp(t, testUID, "scratch", volume.EmptyDirSource{Medium: volume.StorageMediumMemory})
+		r := bin.run(t, nil, "teardown", "--json", vol)
+		r.wantCode(t, exitOK)
+		objs := jsonLines(t, r.stdout, teardownKeys...)
+		if len(objs) != 1 || objs[0]["medium"] != "Memory" || objs[0]["action"] != emptydir.ActionUnmountAndRemove.String() || objs[0]["done"] != true {
+			t.Errorf("teardown --json = %v; want medium Memory, action unmount-and-remove, done", objs)
+		}
+		mustNotExist(t, vol)
+	})
+}
