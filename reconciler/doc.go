@@ -1,5 +1,33 @@
-// Package reconciler will hold the desired and actual state of world, the
-// reconciler loop, the operation executor with nested pending operations
-// and exponential backoff, reconstruction after a restart, and the Manager
-// facade that custom kubelets embed.
+// Package reconciler is the volume manager a custom kubelet embeds: the
+// desired state of world (pods and the volumes they want), the actual
+// state of world (volumes set up, mounted or uncertain), the reconciler
+// loop between them, reconstruction after a restart, and the Manager
+// facade.
+//
+// The loop is event-driven: AddPod, RemovePod and every finished operation
+// wake it at once and mark the pods concerned, so a pass looks only at
+// what changed (with nothing changed it costs nanoseconds and allocates
+// nothing), and a periodic full pass (ResyncPeriod) is the safety net. A
+// pass first tears down what no pod wants, then sets up what pods want and
+// lack, like the kubelet's reconciler. Operations run through
+// reconciler/executor and reconciler/pendingops: one at a time per volume
+// and pod, with exponential backoff after failures; a backoff's expiry
+// wakes the loop again.
+//
+// Nothing is torn down before MarkSourcesReady: after a restart the volumes
+// found on disk are put into the actual state as uncertain, and only once
+// every pod source has re-added its pods are the unwanted ones torn down —
+// through the same plugin TearDown, which for emptyDir never deletes data
+// on another mount. Wanted ones are verified by SetUp. Unknown plugins and
+// names that do not parse are recorded (Problems) and left alone. A pod
+// directory is removed when its pod is gone and its volumes are: volumes/
+// with rmdir only, the rest with mountdetect.RemoveAll.
+//
+// Plugins arrive through the volume package's interfaces: this package
+// never imports emptydir. It does use mountdetect (the safety core) to
+// remove pod directories and to count refused teardowns.
+//
+// Metrics (Options.Registerer): nodevol_volume_operation_duration_seconds
+// {operation, plugin, status}, nodevol_volumes{plugin, state},
+// nodevol_teardown_refused_total{plugin}.
 package reconciler

@@ -1,0 +1,517 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/nodevol/nodevol/mountdetect"
+	"github.com/nodevol/nodevol/reconciler/executor"
+	"github.com/nodevol/nodevol/reconciler/pendingops"
+	"github.com/nodevol/nodevol/subpath"
+	"github.com/nodevol/nodevol/volume"
+)
+
+// Options configure a Manager. Only Plugins is required.
+type Options struct {
+	// Root is the kubelet root directory (volume.DefaultRoot when empty).
+	Root string
+	// Plugins serve the volumes pods ask for.
+	Plugins []volume.Plugin
+	// Logger is used when the context passed to Run carries none.
+	Logger *klog.Logger
+	// Registerer receives the Manager's metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// Clock drives backoff, resync and timeouts (real time when nil).
+	Clock clock.WithTicker
+	// ResyncPeriod is the safety-net full pass (default 10s): every change
+	// already wakes the loop at once.
+	ResyncPeriod time.Duration
+	// InitialBackoff and MaxBackoff tune operation retries (500ms, 2m2s).
+	InitialBackoff, MaxBackoff time.Duration
+
+	// pollOnly disables event wake-ups (the benchmark's polling baseline).
+	pollOnly bool
+}
+
+// MountedVolume describes a volume in the actual state of world.
+type MountedVolume struct {
+	Name      volume.UniqueVolumeName `json:"name"`
+	InnerName string                  `json:"innerName"`
+	Plugin    string                  `json:"plugin"`
+	State     MountState              `json:"state"`
+	// LastError is the failure that made the volume uncertain, if any.
+	LastError error `json:"-"`
+}
+
+// ErrPodNotFound is returned by WaitForMount for a pod that was not added.
+var ErrPodNotFound = errors.New("pod not in the desired state of world")
+
+// errReconstructed is the cause recorded for volumes found on disk.
+var errReconstructed = errors.New("found on disk at start-up; state unknown until verified")
+
+// Manager is the volume manager a custom kubelet embeds: it keeps the
+// desired state (AddPod, RemovePod), reconciles the actual state towards it
+// through the operation executor, reconstructs what is on disk at start-up,
+// and tears unwanted volumes down only after MarkSourcesReady.
+type Manager struct {
+	opts     Options
+	layout   volume.Layout
+	registry *volume.Registry
+	x        *executor.Executor
+	dsw      *desiredState
+	asw      *actualState
+	metrics  *metrics
+	clock    clock.WithTicker
+	logger   klog.Logger
+
+	sourcesReady atomic.Bool
+	wake         chan struct{}
+
+	mu        sync.Mutex
+	dirty     map[string]struct{}
+	spare     map[string]struct{}
+	forceFull bool
+	retry     map[string]time.Time
+	lastErr   map[string]error
+	problems  []volume.ScanProblem
+
+	actions []executor.MountedVolume // reused by the loop: a steady pass allocates nothing
+	mounts  []executor.VolumeToMount
+}
+
+// New builds a Manager; Run starts it.
+func New(opts Options) (*Manager, error) {
+	if opts.Root == "" {
+		opts.Root = volume.DefaultRoot
+	}
+	if opts.ResyncPeriod <= 0 {
+		opts.ResyncPeriod = 10 * time.Second
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	layout, err := volume.NewLayout(opts.Root)
+	if err != nil {
+		return nil, err
+	}
+	registry, err := volume.NewRegistry(opts.Plugins...)
+	if err != nil {
+		return nil, err
+	}
+	met, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	m := &Manager{
+		opts: opts, layout: layout, registry: registry, metrics: met, clock: opts.Clock,
+		logger: klog.Background(),
+		dsw:    newDesiredState(),
+		wake:   make(chan struct{}, 1),
+		dirty:  map[string]struct{}{}, spare: map[string]struct{}{},
+		retry: map[string]time.Time{}, lastErr: map[string]error{},
+	}
+	if opts.Logger != nil {
+		m.logger = *opts.Logger
+	}
+	m.asw = newActualState(m.markDirty, met.gauge)
+	ops := pendingops.New(pendingops.Options{Clock: opts.Clock, InitialBackoff: opts.InitialBackoff, MaxBackoff: opts.MaxBackoff})
+	m.x = executor.New(executor.Options{
+		Clock:      opts.Clock,
+		Operations: ops,
+		Subpaths:   subpath.New(layout),
+		Hooks:      executor.Hooks{Finish: met.finish},
+	})
+	return m, nil
+}
+
+// Layout is the kubelet root's layout.
+func (m *Manager) Layout() volume.Layout { return m.layout }
+
+// AddPod adds (or replaces) a pod and the volumes it wants.
+func (m *Manager) AddPod(pod *volume.Pod) error {
+	if err := pod.Validate(); err != nil {
+		return err
+	}
+	dp := &desiredPod{pod: pod, volumes: make(map[string]*desiredVolume, len(pod.Volumes))}
+	for i := range pod.Volumes {
+		spec := &pod.Volumes[i]
+		plugin, err := m.registry.FindBySpec(spec)
+		if err != nil {
+			return fmt.Errorf("pod %s: %w", pod.UID, err)
+		}
+		dp.volumes[spec.Name] = &desiredVolume{name: uniqueName(plugin, pod.UID, spec.Name), spec: spec, plugin: plugin}
+	}
+	m.dsw.setPod(dp)
+	m.markDirty(pod.UID)
+	return nil
+}
+
+// RemovePod removes a pod: its volumes will be torn down (once sources are
+// ready) and its directory removed.
+func (m *Manager) RemovePod(uid string) {
+	m.dsw.deletePod(uid)
+	m.markDirty(uid)
+}
+
+// MarkSourcesReady says every pod source has delivered its pods: from now
+// on volumes no pod wants are torn down. Until then nothing is, so a
+// restart never tears down the volumes of pods not yet re-added.
+func (m *Manager) MarkSourcesReady() {
+	m.sourcesReady.Store(true)
+	m.mu.Lock()
+	m.forceFull = true
+	m.mu.Unlock()
+	m.poke()
+}
+
+func uniqueName(p volume.Plugin, uid, inner string) volume.UniqueVolumeName {
+	if volume.IsDeviceMountable(p) {
+		return volume.UniqueVolumeName(p.Name() + "/" + inner)
+	}
+	return volume.PodVolumeName(p.Name(), uid, inner)
+}
+
+func (m *Manager) markDirty(uid string) {
+	m.mu.Lock()
+	m.dirty[uid] = struct{}{}
+	m.mu.Unlock()
+	if !m.opts.pollOnly {
+		m.poke()
+	}
+}
+
+func (m *Manager) poke() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run reconstructs the actual state from disk, then reconciles until ctx
+// is done. The context's logger (klog.FromContext) is used when set.
+func (m *Manager) Run(ctx context.Context) error {
+	if l := klog.FromContext(ctx); l.GetSink() != nil {
+		m.logger = l
+	}
+	ctx = klog.NewContext(ctx, m.logger)
+	m.reconstruct()
+	resync := m.clock.NewTicker(m.opts.ResyncPeriod)
+	defer resync.Stop()
+	full := true
+	for {
+		m.pass(ctx, full)
+		full = false
+		var retryC <-chan time.Time
+		var retryTimer clock.Timer
+		if next, ok := m.nextRetry(); ok {
+			retryTimer = m.clock.NewTimer(max(next.Sub(m.clock.Now()), 0))
+			retryC = retryTimer.C()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-m.wake:
+		case <-retryC:
+		case <-resync.C():
+			full = true
+		}
+		if retryTimer != nil {
+			retryTimer.Stop()
+		}
+	}
+}
+
+func (m *Manager) nextRetry() (time.Time, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var next time.Time
+	for _, t := range m.retry {
+		if next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	return next, !next.IsZero()
+}
+
+// pass reconciles the pods that changed (all of them when full): first
+// the unmounts of volumes no pod wants, then the mounts pods want and
+// lack, as the kubelet does. With nothing to do it allocates nothing.
+func (m *Manager) pass(ctx context.Context, full bool) {
+	m.mu.Lock()
+	work := m.dirty
+	m.dirty, m.spare = m.spare, nil
+	if m.forceFull {
+		full, m.forceFull = true, false
+	}
+	if len(m.retry) > 0 {
+		now := m.clock.Now()
+		for uid, at := range m.retry {
+			if !at.After(now) {
+				work[uid] = struct{}{}
+				delete(m.retry, uid)
+			}
+		}
+	}
+	m.mu.Unlock()
+	if full {
+		m.dsw.mu.RLock()
+		for uid := range m.dsw.pods {
+			work[uid] = struct{}{}
+		}
+		m.dsw.mu.RUnlock()
+		m.asw.mu.RLock()
+		for uid := range m.asw.pods {
+			work[uid] = struct{}{}
+		}
+		m.asw.mu.RUnlock()
+	}
+	for uid := range work {
+		m.reconcileUnmount(ctx, uid)
+	}
+	for uid := range work {
+		m.reconcileMount(ctx, uid)
+	}
+	clear(work)
+	m.mu.Lock()
+	m.spare = work
+	m.mu.Unlock()
+}
+
+func (m *Manager) reconcileUnmount(ctx context.Context, uid string) {
+	m.actions = m.actions[:0]
+	m.asw.mu.RLock()
+	for inner, av := range m.asw.pods[uid] {
+		if !m.dsw.wants(uid, inner) {
+			m.actions = append(m.actions, av.mv)
+		}
+	}
+	m.asw.mu.RUnlock()
+	if !m.sourcesReady.Load() {
+		return
+	}
+	for _, mv := range m.actions {
+		m.handle(uid, mv.Plugin, mv.VolumeName, m.x.UnmountVolume(ctx, mv, m.asw, m.done(uid, mv.Plugin, mv.VolumeName)))
+	}
+	if len(m.actions) == 0 && !m.dsw.hasPod(uid) && m.asw.podVolumeCount(uid) == 0 {
+		m.cleanupPodDir(ctx, uid)
+	}
+}
+
+func (m *Manager) reconcileMount(ctx context.Context, uid string) {
+	m.mounts = m.mounts[:0]
+	m.dsw.mu.RLock()
+	dp := m.dsw.pods[uid]
+	if dp != nil {
+		for inner, dv := range dp.volumes {
+			av, ok := m.asw.get(uid, inner)
+			if !ok || av.state != StateMounted {
+				m.mounts = append(m.mounts, executor.VolumeToMount{VolumeName: dv.name, Pod: dp.pod, Spec: dv.spec, Plugin: dv.plugin})
+			}
+		}
+	}
+	m.dsw.mu.RUnlock()
+	for _, v := range m.mounts {
+		m.handle(uid, v.Plugin, v.VolumeName, m.x.MountVolume(ctx, v, m.asw, m.done(uid, v.Plugin, v.VolumeName)))
+	}
+}
+
+// handle deals with the executor's answer to a Run: started, already
+// running (its completion will mark the pod dirty) or backing off (retry
+// when the backoff expires).
+func (m *Manager) handle(uid string, p volume.Plugin, name volume.UniqueVolumeName, err error) {
+	var be *pendingops.BackoffError
+	switch {
+	case err == nil, errors.Is(err, pendingops.ErrAlreadyExists):
+	case errors.As(err, &be):
+		m.retryAt(uid, be.RetryAfter())
+	default:
+		m.logger.Error(err, "Cannot start volume operation", "pod", uid, "volume", name)
+		m.mu.Lock()
+		m.lastErr[uid] = err
+		m.mu.Unlock()
+	}
+}
+
+func (m *Manager) retryAt(uid string, at time.Time) {
+	m.mu.Lock()
+	if old, ok := m.retry[uid]; !ok || at.Before(old) {
+		m.retry[uid] = at.Add(time.Millisecond) // strictly after the backoff
+	}
+	m.mu.Unlock()
+	m.poke() // re-arm the loop's retry timer
+}
+
+func (m *Manager) done(uid string, p volume.Plugin, name volume.UniqueVolumeName) func(error) {
+	return func(err error) {
+		m.mu.Lock()
+		if err != nil {
+			m.lastErr[uid] = err
+		} else {
+			delete(m.lastErr, uid)
+		}
+		m.mu.Unlock()
+		if err != nil {
+			if _, at := m.x.Operations().LastError(executor.Key(p, name, uid)); !at.IsZero() {
+				m.retryAt(uid, at)
+			}
+		}
+		m.markDirty(uid)
+	}
+}
+
+// cleanupPodDir removes the directory of a pod that is gone and has no
+// volume left: volumes/ with rmdir only (a volume directory still there
+// stays, and so does the pod directory), everything else with
+// mountdetect.RemoveAll, which never crosses a mount.
+func (m *Manager) cleanupPodDir(ctx context.Context, uid string) {
+	podDir, err := m.layout.PodDir(uid)
+	if err != nil {
+		return
+	}
+	entries, err := os.ReadDir(podDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, e := range entries {
+		p := filepath.Join(podDir, e.Name())
+		if e.Name() == "volumes" && e.IsDir() {
+			errs = append(errs, rmdirVolumes(p))
+			continue
+		}
+		errs = append(errs, mountdetect.RemoveAll(p))
+	}
+	if err := errors.Join(errs...); err != nil {
+		m.logger.Error(err, "Pod directory not fully removed; will retry", "pod", uid, "dir", podDir)
+		m.mu.Lock()
+		m.lastErr[uid] = err
+		m.mu.Unlock()
+		m.retryAt(uid, m.clock.Now().Add(m.opts.ResyncPeriod))
+		return
+	}
+	if err := os.Remove(podDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		m.logger.Error(err, "Cannot remove pod directory", "pod", uid)
+		return
+	}
+	klog.FromContext(ctx).V(2).Info("Removed pod directory", "pod", uid)
+}
+
+// rmdirVolumes removes <pod>/volumes/<plugin>/ directories and volumes/
+// itself, never anything that is not empty.
+func rmdirVolumes(dir string) error {
+	plugins, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, p := range plugins {
+		if err := os.Remove(filepath.Join(dir, p.Name())); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		if err := os.Remove(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// WaitForMount waits until every volume of pod uid is mounted, or ctx is
+// done (then the error carries the last operation failure, if any).
+func (m *Manager) WaitForMount(ctx context.Context, uid string) error {
+	for {
+		changed := m.asw.watch()
+		m.dsw.mu.RLock()
+		dp := m.dsw.pods[uid]
+		all := dp != nil
+		if dp != nil {
+			for inner := range dp.volumes {
+				if av, ok := m.asw.get(uid, inner); !ok || av.state != StateMounted {
+					all = false
+					break
+				}
+			}
+		}
+		m.dsw.mu.RUnlock()
+		if dp == nil {
+			return fmt.Errorf("%w: %s", ErrPodNotFound, uid)
+		}
+		if all {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return m.waitErr(ctx, uid, "mount")
+		}
+	}
+}
+
+// WaitForUnmount waits until pod uid has no volume left in the actual
+// state, or ctx is done. Then, when a teardown was refused, the error says
+// why: errors.Is(err, mountdetect.ErrCrossesMount) holds and errors.As
+// gives the *mountdetect.CrossesMountError with the nested mounts.
+func (m *Manager) WaitForUnmount(ctx context.Context, uid string) error {
+	for {
+		changed := m.asw.watch()
+		if m.asw.podVolumeCount(uid) == 0 {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return m.waitErr(ctx, uid, "unmount")
+		}
+	}
+}
+
+func (m *Manager) waitErr(ctx context.Context, uid, what string) error {
+	m.mu.Lock()
+	last := m.lastErr[uid]
+	m.mu.Unlock()
+	if last != nil {
+		return fmt.Errorf("waiting for %s of pod %s: %w; last error: %w", what, uid, ctx.Err(), last)
+	}
+	return fmt.Errorf("waiting for %s of pod %s: %w", what, uid, ctx.Err())
+}
+
+// MountedVolumes lists the volumes of pod uid in the actual state.
+func (m *Manager) MountedVolumes(uid string) []MountedVolume {
+	m.asw.mu.RLock()
+	defer m.asw.mu.RUnlock()
+	out := make([]MountedVolume, 0, len(m.asw.pods[uid]))
+	for inner, av := range m.asw.pods[uid] {
+		out = append(out, MountedVolume{Name: av.mv.VolumeName, InnerName: inner, Plugin: av.mv.Plugin.Name(), State: av.state, LastError: av.lastErr})
+	}
+	return out
+}
+
+// Problems lists what reconstruction found on disk and left alone
+// (unknown plugins, names that do not parse, specs that could not be
+// rebuilt).
+func (m *Manager) Problems() []volume.ScanProblem {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]volume.ScanProblem(nil), m.problems...)
+}
+
+// LastError returns the last operation error for pod uid, if any.
+func (m *Manager) LastError(uid string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lastErr[uid]
+}

@@ -1,0 +1,394 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/nodevol/nodevol/emptydir"
+	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/mountdetect"
+	"github.com/nodevol/nodevol/volume"
+)
+
+// faultyPlugin is emptyDir with a TearDown that can fail, panic or hang,
+// and that counts concurrent operations per volume.
+type faultyPlugin struct {
+	*emptydir.Plugin
+	failTearDowns atomic.Int32 // fail this many TearDowns, then behave
+	panicOnce     atomic.Bool
+	hang          atomic.Bool
+	tearDowns     atomic.Int32
+	running       sync.Map // pod/volume → *atomic.Int32
+	overlaps      atomic.Int32
+}
+
+type faultyUnmounter struct {
+	volume.Unmounter
+	p   *faultyPlugin
+	key string
+}
+
+func (p *faultyPlugin) NewUnmounter(vol, uid string) (volume.Unmounter, error) {
+	u, err := p.Plugin.NewUnmounter(vol, uid)
+	if err != nil {
+		return nil, err
+	}
+	return &faultyUnmounter{Unmounter: u, p: p, key: uid + "/" + vol}, nil
+}
+
+func (u *faultyUnmounter) TearDown(ctx context.Context) error {
+	c, _ := u.p.running.LoadOrStore(u.key, new(atomic.Int32))
+	if c.(*atomic.Int32).Add(1) > 1 {
+		u.p.overlaps.Add(1)
+	}
+	defer c.(*atomic.Int32).Add(-1)
+	u.p.tearDowns.Add(1)
+	if u.p.hang.Load() {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	if u.p.panicOnce.CompareAndSwap(true, false) {
+		panic("plugin bug")
+	}
+	if u.p.failTearDowns.Add(-1) >= 0 {
+		return errors.New("injected TearDown failure")
+	}
+	return u.Unmounter.TearDown(ctx)
+}
+
+type testEnv struct {
+	t      *testing.T
+	root   string
+	layout volume.Layout
+	plugin *faultyPlugin
+	reg    *prometheus.Registry
+	m      *Manager
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startManager(t *testing.T, root string, opts Options) *testEnv {
+	t.Helper()
+	l, err := volume.NewLayout(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &testEnv{t: t, root: root, layout: l, reg: prometheus.NewRegistry()}
+	e.plugin = &faultyPlugin{Plugin: emptydir.New(volume.NewHost(l, nil, 0))}
+	opts.Root = root
+	opts.Plugins = []volume.Plugin{e.plugin}
+	opts.Registerer = e.reg
+	if opts.InitialBackoff == 0 {
+		opts.InitialBackoff, opts.MaxBackoff = time.Millisecond, 10*time.Millisecond
+	}
+	e.m, err = New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, e.cancel = context.WithCancel(ctx)
+	e.done = make(chan struct{})
+	go func() {
+		defer close(e.done)
+		if err := e.m.Run(ctx); err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	}()
+	t.Cleanup(e.stop)
+	return e
+}
+
+func (e *testEnv) stop() {
+	e.cancel()
+	<-e.done
+}
+
+func pod(uid string, vols ...string) *volume.Pod {
+	p := &volume.Pod{UID: uid, Namespace: "default", Name: "pod-" + uid}
+	for _, v := range vols {
+		p.Volumes = append(p.Volumes, volume.Spec{Name: v, EmptyDir: &volume.EmptyDirSource{}})
+	}
+	return p
+}
+
+func (e *testEnv) volDir(uid, vol string) string {
+	d, _ := e.layout.VolumeDir(uid, emptydir.PluginName, vol)
+	return d
+}
+
+func waitCtx(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}
+
+func TestMountAndUnmount(t *testing.T) {
+	e := startManager(t, t.TempDir(), Options{})
+	if err := e.m.AddPod(pod("p1", "cache", "scratch")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.WaitForMount(waitCtx(t, 10*time.Second), "p1"); err != nil {
+		t.Fatal(err)
+	}
+	mv := e.m.MountedVolumes("p1")
+	if len(mv) != 2 || mv[0].State != StateMounted {
+		t.Fatalf("MountedVolumes = %+v", mv)
+	}
+	if !exists(e.volDir("p1", "cache")) || !exists(e.volDir("p1", "scratch")) {
+		t.Fatal("volume directories missing")
+	}
+	if err := e.m.WaitForMount(waitCtx(t, time.Second), "nope"); !errors.Is(err, ErrPodNotFound) {
+		t.Errorf("WaitForMount(unknown pod) = %v", err)
+	}
+
+	// Sources not ready: removing the pod tears nothing down.
+	e.m.RemovePod("p1")
+	if err := e.m.WaitForUnmount(waitCtx(t, 200*time.Millisecond), "p1"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitForUnmount before sources are ready = %v; want a timeout", err)
+	}
+	if !exists(e.volDir("p1", "cache")) {
+		t.Fatal("volume torn down before sources were ready")
+	}
+	e.m.MarkSourcesReady()
+	if err := e.m.WaitForUnmount(waitCtx(t, 10*time.Second), "p1"); err != nil {
+		t.Fatal(err)
+	}
+	podDir, _ := e.layout.PodDir("p1")
+	deadline := time.Now().Add(5 * time.Second)
+	for exists(podDir) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if exists(podDir) {
+		t.Errorf("pod directory %s not removed", podDir)
+	}
+	if got := testutil.ToFloat64(e.m.metrics.volumes.WithLabelValues(emptydir.PluginName, "mounted")); got != 0 {
+		t.Errorf("mounted gauge = %v; want 0", got)
+	}
+	if n, err := testutil.GatherAndCount(e.reg, "nodevol_volume_operation_duration_seconds"); err != nil || n < 2 {
+		t.Errorf("operation histogram series = %d, %v", n, err)
+	}
+}
+
+func TestRestartReconstruction(t *testing.T) {
+	root := t.TempDir()
+	e1 := startManager(t, root, Options{})
+	for _, uid := range []string{"keep", "gone"} {
+		if err := e1.m.AddPod(pod(uid, "cache")); err != nil {
+			t.Fatal(err)
+		}
+		if err := e1.m.WaitForMount(waitCtx(t, 10*time.Second), uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(e1.volDir("keep", "cache"), "data"), []byte("x"), 0o644)
+	// Things reconstruction must report and leave alone.
+	os.MkdirAll(filepath.Join(root, "pods/other/volumes/example.com~unknown/v"), 0o755)
+	os.MkdirAll(filepath.Join(root, "pods/bad/volumes/a~b~c/v"), 0o755)
+	e1.stop() // "crash": nothing is torn down
+
+	e2 := startManager(t, root, Options{})
+	deadline := time.Now().Add(5 * time.Second)
+	for len(e2.m.MountedVolumes("gone")) == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if mv := e2.m.MountedVolumes("gone"); len(mv) != 1 || mv[0].State != StateUncertain {
+		t.Fatalf("reconstructed = %+v; want one uncertain volume", mv)
+	}
+	probs := e2.m.Problems()
+	var paths []string
+	for _, p := range probs {
+		paths = append(paths, strings.TrimPrefix(p.Path, root+"/"))
+	}
+	if got := strings.Join(paths, " "); !strings.Contains(got, "pods/bad/volumes/a~b~c") || !strings.Contains(got, "pods/other/volumes/example.com~unknown/v") {
+		t.Errorf("problems = %s", got)
+	}
+	// Sources not ready yet: nothing is torn down even after a while.
+	time.Sleep(100 * time.Millisecond)
+	if !exists(e2.volDir("gone", "cache")) {
+		t.Fatal("torn down before sources were ready")
+	}
+	// The kubelet re-adds the pod it still runs; its volume is verified.
+	if err := e2.m.AddPod(pod("keep", "cache")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e2.m.WaitForMount(waitCtx(t, 10*time.Second), "keep"); err != nil {
+		t.Fatal(err)
+	}
+	e2.m.MarkSourcesReady()
+	if err := e2.m.WaitForUnmount(waitCtx(t, 10*time.Second), "gone"); err != nil {
+		t.Fatal(err)
+	}
+	if exists(e2.volDir("gone", "cache")) {
+		t.Error("orphaned volume not torn down")
+	}
+	if b, err := os.ReadFile(filepath.Join(e2.volDir("keep", "cache"), "data")); err != nil || string(b) != "x" {
+		t.Errorf("wanted volume lost its data: %q %v", b, err)
+	}
+	if !exists(filepath.Join(root, "pods/other/volumes/example.com~unknown/v")) {
+		t.Error("unknown plugin's directory was touched")
+	}
+}
+
+func TestTearDownFailuresRetryWithBackoff(t *testing.T) {
+	e := startManager(t, t.TempDir(), Options{})
+	e.plugin.failTearDowns.Store(3)
+	e.m.MarkSourcesReady()
+	if err := e.m.AddPod(pod("p", "cache")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.WaitForMount(waitCtx(t, 10*time.Second), "p"); err != nil {
+		t.Fatal(err)
+	}
+	e.m.RemovePod("p")
+	if err := e.m.WaitForUnmount(waitCtx(t, 10*time.Second), "p"); err != nil {
+		t.Fatalf("WaitForUnmount = %v", err)
+	}
+	if n := e.plugin.tearDowns.Load(); n != 4 {
+		t.Errorf("TearDown ran %d times; want 4 (3 failures, then success)", n)
+	}
+	if e.plugin.overlaps.Load() != 0 {
+		t.Error("two TearDowns of one volume overlapped")
+	}
+}
+
+func TestTearDownPanics(t *testing.T) {
+	e := startManager(t, t.TempDir(), Options{})
+	e.plugin.panicOnce.Store(true)
+	e.m.MarkSourcesReady()
+	e.m.AddPod(pod("p", "cache"))
+	if err := e.m.WaitForMount(waitCtx(t, 10*time.Second), "p"); err != nil {
+		t.Fatal(err)
+	}
+	e.m.RemovePod("p")
+	if err := e.m.WaitForUnmount(waitCtx(t, 10*time.Second), "p"); err != nil {
+		t.Fatalf("WaitForUnmount after a panic = %v", err)
+	}
+}
+
+func TestTearDownHangsUntilStopped(t *testing.T) {
+	e := startManager(t, t.TempDir(), Options{})
+	e.plugin.hang.Store(true)
+	e.m.MarkSourcesReady()
+	e.m.AddPod(pod("p", "cache"))
+	if err := e.m.WaitForMount(waitCtx(t, 10*time.Second), "p"); err != nil {
+		t.Fatal(err)
+	}
+	e.m.RemovePod("p")
+	if err := e.m.WaitForUnmount(waitCtx(t, 200*time.Millisecond), "p"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitForUnmount = %v; want a timeout while TearDown hangs", err)
+	}
+	e.stop() // cancels the hanging TearDown's context
+	if err := e.m.x.Operations().Wait(waitCtx(t, 5*time.Second)); err != nil {
+		t.Fatalf("hanging operation did not end with the context: %v", err)
+	}
+}
+
+// TestNestedMountRefusal: a NAS inside an emptyDir, the pod deleted: the
+// teardown is refused with backoff retries, WaitForUnmount says why, the
+// NAS is intact; once the NAS is unmounted the teardown completes.
+func TestNestedMountRefusal(t *testing.T) {
+	mounttest.RequireMounts(t)
+	e := startManager(t, t.TempDir(), Options{InitialBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	e.m.MarkSourcesReady()
+	e.m.AddPod(pod("p", "cache"))
+	if err := e.m.WaitForMount(waitCtx(t, 10*time.Second), "p"); err != nil {
+		t.Fatal(err)
+	}
+	nas := filepath.Join(e.volDir("p", "cache"), "nas")
+	mounttest.Tmpfs(t, nas, "size=1m")
+	snap := mounttest.Sentinels(t, nas)
+	e.m.RemovePod("p")
+	err := e.m.WaitForUnmount(waitCtx(t, 300*time.Millisecond), "p")
+	var crossing *mountdetect.CrossesMountError
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &crossing) || crossing.Mounts[0].MountPoint != nas {
+		t.Fatalf("WaitForUnmount = %v; want a timeout that names the NAS", err)
+	}
+	if n := testutil.ToFloat64(e.m.metrics.refused.WithLabelValues(emptydir.PluginName)); n < 2 {
+		t.Errorf("refused teardowns = %v; want retries (≥2)", n)
+	}
+	if mv := e.m.MountedVolumes("p"); len(mv) != 1 || mv[0].State != StateUncertain {
+		t.Errorf("volume state = %+v; want uncertain", mv)
+	}
+	mounttest.Intact(t, nas, snap)
+	mounttest.Unmount(t, nas)
+	if err := e.m.WaitForUnmount(waitCtx(t, 10*time.Second), "p"); err != nil {
+		t.Fatalf("WaitForUnmount after the NAS is gone = %v", err)
+	}
+}
+
+// TestChurn: 1,000 pods added and removed concurrently; every volume ends
+// unmounted and no two operations ever ran on one key at once.
+func TestChurn(t *testing.T) {
+	e := startManager(t, mounttest.MemTempDir(t), Options{})
+	e.m.MarkSourcesReady()
+	const pods = 1000
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := w; i < pods; i += 4 {
+				uid := fmt.Sprintf("pod-%04d", i)
+				if err := e.m.AddPod(pod(uid, "a", "b")); err != nil {
+					t.Error(err)
+					return
+				}
+				if i%3 == 0 {
+					e.m.RemovePod(uid) // removed before it is even mounted
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i := range pods {
+		e.m.RemovePod(fmt.Sprintf("pod-%04d", i))
+	}
+	for i := range pods {
+		if err := e.m.WaitForUnmount(waitCtx(t, 30*time.Second), fmt.Sprintf("pod-%04d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.m.x.Operations().Wait(waitCtx(t, 30*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.plugin.overlaps.Load(); n != 0 {
+		t.Errorf("%d overlapping TearDowns on one key", n)
+	}
+	entries, _ := os.ReadDir(filepath.Join(e.root, "pods"))
+	deadline := time.Now().Add(10 * time.Second)
+	for len(entries) > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		entries, _ = os.ReadDir(filepath.Join(e.root, "pods"))
+	}
+	if len(entries) != 0 {
+		t.Errorf("%d pod directories left", len(entries))
+	}
+}
+
+func TestAddPodErrors(t *testing.T) {
+	e := startManager(t, t.TempDir(), Options{})
+	if err := e.m.AddPod(&volume.Pod{UID: "../x"}); !errors.Is(err, volume.ErrInvalidName) {
+		t.Errorf("AddPod(bad uid) = %v", err)
+	}
+	if err := e.m.AddPod(&volume.Pod{UID: "p", Volumes: []volume.Spec{{Name: "v", Other: 1}}}); !errors.Is(err, volume.ErrPluginNotFound) {
+		t.Errorf("AddPod(no plugin) = %v", err)
+	}
+	if _, err := New(Options{Root: "relative"}); err == nil {
+		t.Error("New accepted a relative root")
+	}
+}
