@@ -1,5 +1,59 @@
-// Package fsquota will hold project quotas for emptyDir volumes on XFS and
-// ext4: project IDs through the FS_IOC_FSGETXATTR/FS_IOC_FSSETXATTR ioctls,
-// limits and usage through quotactl_fd, and /etc/projects-style bookkeeping
-// that survives restarts.
+// Package fsquota gives directories XFS and ext4 project quotas: usage
+// accounting for emptyDir volumes and, on request, a hard limit equal to
+// their sizeLimit. It talks to the kernel directly — no xfs_quota, no
+// lsattr, no process is ever started — and keeps its state where it
+// survives a restart: on the directory (its project ID) and in the
+// /etc/projects (id:path) and /etc/projid (name:id) files.
+//
+// # What it guarantees
+//
+//   - A directory's project ID is read and written with the
+//     FS_IOC_FSGETXATTR/FS_IOC_FSSETXATTR ioctls; directories get
+//     FS_XFLAG_PROJINHERIT, so everything created below them is charged
+//     to the project.
+//   - Limits and usage go through quotactl_fd (Linux 5.14+) on the
+//     directory itself, or quotactl on the filesystem's block device on
+//     older kernels: the XFS interface (Q_XGETQUOTA/Q_XSETQLIM) on XFS,
+//     the generic one (Q_GETQUOTA/Q_SETQUOTA) on ext4.
+//   - Restart-safe: Manager.Assign adopts a directory that already
+//     carries its ID, and gives back the recorded ID to a directory the
+//     files name but that lost (or never got) its tag; Manager.Clear needs
+//     only the path and releases the ID. The files are written before the
+//     directory is tagged and emptied in the reverse order, so a crash at
+//     any point leaves a state the next Assign or Clear completes — no
+//     project ID leaks.
+//   - IDs are allocated from 1048577 upward, skipping IDs that either file
+//     records and IDs that already have usage or limits (a directory
+//     carrying an ID is itself charged as one inode, so live IDs are
+//     found even when the files forgot them); probing is bounded.
+//   - The bookkeeping files are shared safely: an exclusive flock on their
+//     directory serialises every read-modify-write across goroutines and
+//     processes; each file is replaced atomically (temporary file, fsync,
+//     rename, fsync of the directory); symlinks and non-regular files are
+//     refused; lines this package does not understand are kept verbatim.
+//   - An ID a directory only inherited from its parent is never adopted or
+//     released as its own.
+//   - Monitoring-only by default (limits set to none); the Enforce option
+//     sets the hard block limit to the requested size. XFS reports an
+//     exceeded project quota as ENOSPC, not EDQUOT.
+//
+// # When it says no
+//
+// Anything other than xfs or ext4, a kernel without quotactl, or a
+// filesystem mounted without project quota accounting (prjquota) yields an
+// *UnsupportedError that says which; it matches ErrNotSupported and
+// errors.ErrUnsupported, and callers such as emptydir then measure usage by
+// walking the tree. Support is cached per mount (by mount ID, never reused
+// with STATX_MNT_ID_UNIQUE on 6.8+); only positive answers are cached, and
+// a quota call that finds accounting off drops the entry. On other
+// operating systems every operation returns ErrNotSupported.
+//
+// # Not covered
+//
+// Files already in a directory when it is assigned keep their old project;
+// hard links and renames across projects fail with EXDEV (a kernel rule).
+// One directory gets one project: the kubelet's sharing of one project
+// between the volumes of a pod is not reproduced. Other tools that edit the
+// bookkeeping files without taking the directory lock can still race with
+// this package.
 package fsquota

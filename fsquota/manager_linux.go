@@ -1,0 +1,367 @@
+package fsquota
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/nodevol/nodevol/mountdetect"
+	"golang.org/x/sys/unix"
+)
+
+func (m *Manager) quota() quotaBackend {
+	if m.backend != nil {
+		return m.backend
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.backend == nil {
+		m.backend = &kernelQuota{}
+	}
+	return m.backend
+}
+
+// cleanPath makes path absolute and clean: it is what the projects file
+// records.
+func cleanPath(path string) (string, error) {
+	if path == "" {
+		return "", &os.PathError{Op: "fsquota", Path: path, Err: unix.EINVAL}
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	return abs, nil
+}
+
+// open opens the directory at path without following a final symlink and
+// learns its filesystem and mount.
+func (m *Manager) open(path string) (*fsRef, error) {
+	fd, err := openNoFollow(path, unix.O_DIRECTORY)
+	if err != nil {
+		return nil, err
+	}
+	r := &fsRef{fd: fd, path: path, isDir: true}
+	var sfs unix.Statfs_t
+	if err := ignoringEINTR(func() error { return unix.Fstatfs(fd, &sfs) }); err != nil {
+		unix.Close(fd)
+		return nil, &os.PathError{Op: "fstatfs", Path: path, Err: err}
+	}
+	r.magic = uint32(sfs.Type)
+	var sx unix.Statx_t
+	err = ignoringEINTR(func() error {
+		return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID_UNIQUE|unix.STATX_MNT_ID, &sx)
+	})
+	if err != nil {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			unix.Close(fd)
+			return nil, &os.PathError{Op: "fstat", Path: path, Err: err}
+		}
+		r.dev = uint64(st.Dev)
+	} else {
+		r.dev = unix.Mkdev(sx.Dev_major, sx.Dev_minor)
+		switch {
+		case sx.Mask&unix.STATX_MNT_ID_UNIQUE != 0:
+			r.key.mntID, r.key.unique = sx.Mnt_id, true
+		case sx.Mask&unix.STATX_MNT_ID != 0:
+			r.key.mntID = sx.Mnt_id
+		}
+	}
+	r.key.dev = r.dev
+	return r, nil
+}
+
+func (r *fsRef) close() { unix.Close(r.fd) }
+
+// support answers whether r's filesystem has project quota accounting on,
+// from the cache or the kernel.
+func (m *Manager) support(r *fsRef) (quotaState, error) {
+	if r.magic != magicXFS && r.magic != magicExt4 {
+		return quotaState{}, &UnsupportedError{Path: r.path, Reason: mountdetect.FSTypeName(r.magic) + " is neither xfs nor ext4"}
+	}
+	m.mu.Lock()
+	st, ok := m.cache[r.key]
+	m.mu.Unlock()
+	if ok {
+		return st, nil
+	}
+	st, err := m.quota().state(r)
+	if err != nil {
+		if reason := unsupportedReason(err); reason != "" {
+			return quotaState{}, &UnsupportedError{Path: r.path, Reason: reason, Err: err}
+		}
+		return quotaState{}, &ProjectError{Op: "check quota support", Path: r.path, Err: err}
+	}
+	if !st.accounting {
+		return quotaState{}, &UnsupportedError{Path: r.path, Reason: "project quota accounting is off (mount the filesystem with prjquota)"}
+	}
+	m.mu.Lock()
+	m.cache[r.key] = st
+	m.mu.Unlock()
+	return st, nil
+}
+
+// quotaErr turns a failed quota call into the error to return: errnos that
+// mean "no quotas here" drop the cached positive answer and become an
+// *UnsupportedError.
+func (m *Manager) quotaErr(r *fsRef, op string, id uint32, err error) error {
+	if reason := unsupportedReason(err); reason != "" {
+		m.mu.Lock()
+		delete(m.cache, r.key)
+		m.mu.Unlock()
+		return &UnsupportedError{Path: r.path, Reason: reason, Err: err}
+	}
+	return &ProjectError{Op: op, Path: r.path, ProjectID: id, Err: err}
+}
+
+func (m *Manager) checkSupport(path string) error {
+	path, err := cleanPath(path)
+	if err != nil {
+		return err
+	}
+	r, err := m.open(path)
+	if err != nil {
+		return err
+	}
+	defer r.close()
+	_, err = m.support(r)
+	return err
+}
+
+// parentProjectID returns the project ID of path's parent directory, 0
+// when it has none or cannot be read.
+func parentProjectID(path string) uint32 {
+	id, err := projectID(filepath.Dir(path))
+	if err != nil {
+		return 0
+	}
+	return id
+}
+
+// owns reports whether project id on the directory at path belongs to that
+// directory: the projects file records it for path, or records it nowhere
+// and the parent does not carry it (so it was not inherited).
+func owns(p *projectsFile, id uint32, path string) bool {
+	if id == 0 {
+		return false
+	}
+	paths := p.pathsForID(id)
+	if slices.Contains(paths, path) {
+		return true
+	}
+	return len(paths) == 0 && parentProjectID(path) != id
+}
+
+func (m *Manager) assign(path string, limitBytes int64) (uint32, error) {
+	path, err := cleanPath(path)
+	if err != nil {
+		return 0, err
+	}
+	if !validEntryPath(path) {
+		return 0, &ProjectError{Op: "assign", Path: path, Err: errors.New("the path cannot be recorded in a projects file")}
+	}
+	r, err := m.open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer r.close()
+	st, err := m.support(r)
+	if err != nil {
+		return 0, err
+	}
+	x, err := getFsxattr(r.fd)
+	if err != nil {
+		return 0, fsxattrErr(path, "FS_IOC_FSGETXATTR", err)
+	}
+
+	t, err := m.begin()
+	if err != nil {
+		return 0, &ProjectError{Op: "assign", Path: path, Err: err}
+	}
+	defer t.close()
+
+	var id uint32
+	switch recorded, isRecorded := t.projects.idForPath(path); {
+	case owns(t.projects, x.Projid, path):
+		id = x.Projid
+		m.log.V(2).Info("Adopting the directory's project ID", "path", path, "projectID", id)
+	case isRecorded:
+		// Recorded, but the directory was never tagged (or lost its tag).
+		id = recorded
+		m.log.V(2).Info("Reusing the recorded project ID", "path", path, "projectID", id)
+	default:
+		if id, err = m.allocate(r, t); err != nil {
+			return 0, err
+		}
+		m.log.V(2).Info("Allocated project ID", "path", path, "projectID", id, "inherited", x.Projid)
+	}
+
+	// Bookkeeping first (projects, then projid), so that a crash at any
+	// point leaves a state the next Assign or Clear completes.
+	if changed, err := t.projects.add(id, path); err != nil {
+		return 0, &ProjectError{Op: "assign", Path: path, ProjectID: id, Err: err}
+	} else if changed {
+		if err := t.writeProjects(); err != nil {
+			return 0, &ProjectError{Op: "assign", Path: path, ProjectID: id, Err: err}
+		}
+	}
+	if changed, err := t.projid.add(m.nameFor(id), id); err != nil {
+		return 0, &ProjectError{Op: "assign", Path: path, ProjectID: id, Err: err}
+	} else if changed {
+		if err := t.writeProjid(); err != nil {
+			return 0, &ProjectError{Op: "assign", Path: path, ProjectID: id, Err: err}
+		}
+	}
+
+	var hard int64
+	if m.enforce && limitBytes > 0 {
+		hard = limitBytes
+		if !st.enforcing {
+			m.log.Info("Project quota limit set but not enforced: the filesystem is mounted without enforcement (pqnoenforce)", "path", path, "projectID", id)
+		}
+	}
+	if err := m.quota().setLimit(r, id, hard); err != nil {
+		return 0, m.quotaErr(r, "set limit", id, err)
+	}
+	if err := setFdProjectID(r.fd, true, id); err != nil {
+		return 0, &ProjectError{Op: "assign", Path: path, ProjectID: id, Err: fsxattrErr(path, "FS_IOC_FSSETXATTR", err)}
+	}
+	return id, nil
+}
+
+// allocate finds the lowest ID from firstID that neither file records and
+// that has no usage and no limits, probing at most maxProbes IDs.
+func (m *Manager) allocate(r *fsRef, t *tx) (uint32, error) {
+	probes := 0
+	for id := m.firstID; id >= m.firstID && id <= maxProjectID; id++ {
+		if t.projects.hasID(id) || t.projid.hasID(id) || t.projid.hasName(m.nameFor(id)) {
+			continue
+		}
+		if probes >= m.maxProbes {
+			break
+		}
+		probes++
+		d, err := m.quota().get(r, id)
+		if err != nil {
+			return 0, m.quotaErr(r, "allocate", id, err)
+		}
+		if d.unused() {
+			return id, nil
+		}
+		m.log.V(3).Info("Skipping project ID in use", "projectID", id, "bytes", d.bytes, "inodes", d.inodes)
+	}
+	return 0, &ProjectError{Op: "allocate", Path: r.path, Err: fmt.Errorf("%w: probed %d IDs from %d", ErrNoFreeID, probes, m.firstID)}
+}
+
+func (m *Manager) clear(path string) error {
+	path, err := cleanPath(path)
+	if err != nil {
+		return err
+	}
+	t, err := m.begin()
+	if err != nil {
+		return &ProjectError{Op: "clear", Path: path, Err: err}
+	}
+	defer t.close()
+
+	released := map[uint32]bool{}
+	for _, id := range t.projects.idsForPath(path) {
+		released[id] = true
+	}
+
+	r, err := m.open(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		// Gone already: only the bookkeeping is left to undo.
+	case err != nil:
+		return &ProjectError{Op: "clear", Path: path, Err: err}
+	default:
+		defer r.close()
+		x, xerr := getFsxattr(r.fd)
+		if xerr != nil && !isUnsupported(fsxattrErr(path, "", xerr)) {
+			return &ProjectError{Op: "clear", Path: path, Err: fsxattrErr(path, "FS_IOC_FSGETXATTR", xerr)}
+		}
+		if xerr == nil && owns(t.projects, x.Projid, path) {
+			released[x.Projid] = true
+		}
+		if len(released) > 0 {
+			if _, err := m.support(r); err == nil {
+				for _, id := range sortedIDs(released) {
+					if err := m.quota().setLimit(r, id, 0); err != nil && !isUnsupported(m.quotaErr(r, "clear limit", id, err)) {
+						return m.quotaErr(r, "clear limit", id, err)
+					}
+				}
+			} else if !isUnsupported(err) {
+				return &ProjectError{Op: "clear", Path: path, Err: err}
+			}
+		}
+		if xerr == nil && released[x.Projid] {
+			if err := setFdProjectID(r.fd, true, 0); err != nil {
+				return &ProjectError{Op: "clear", Path: path, ProjectID: x.Projid, Err: fsxattrErr(path, "FS_IOC_FSSETXATTR", err)}
+			}
+		}
+	}
+
+	// projid first, then projects: until the projects entry is gone a
+	// repeated Clear finds the work to finish, and allocation skips the ID.
+	projectsChanged := len(t.projects.removePath(path)) > 0
+	projidChanged := false
+	for id := range released {
+		if !t.projects.hasID(id) && t.projid.removeID(id) {
+			projidChanged = true
+		}
+	}
+	if projidChanged {
+		if err := t.writeProjid(); err != nil {
+			return &ProjectError{Op: "clear", Path: path, Err: err}
+		}
+	}
+	if projectsChanged {
+		if err := t.writeProjects(); err != nil {
+			return &ProjectError{Op: "clear", Path: path, Err: err}
+		}
+	}
+	for id := range released {
+		m.log.V(2).Info("Released project ID", "path", path, "projectID", id)
+	}
+	return nil
+}
+
+func (m *Manager) usage(path string) (Usage, error) {
+	path, err := cleanPath(path)
+	if err != nil {
+		return Usage{}, err
+	}
+	r, err := m.open(path)
+	if err != nil {
+		return Usage{}, err
+	}
+	defer r.close()
+	if _, err := m.support(r); err != nil {
+		return Usage{}, err
+	}
+	x, err := getFsxattr(r.fd)
+	if err != nil {
+		return Usage{}, fsxattrErr(path, "FS_IOC_FSGETXATTR", err)
+	}
+	if x.Projid == 0 {
+		return Usage{}, &ProjectError{Op: "usage", Path: path, Err: ErrNoProject}
+	}
+	d, err := m.quota().get(r, x.Projid)
+	if err != nil {
+		return Usage{}, m.quotaErr(r, "usage", x.Projid, err)
+	}
+	return Usage{Bytes: d.bytes, Inodes: d.inodes, LimitBytes: d.hardBytes}, nil
+}
+
+func sortedIDs(set map[uint32]bool) []uint32 {
+	ids := make([]uint32, 0, len(set))
+	for id := range set {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}

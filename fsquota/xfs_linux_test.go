@@ -1,0 +1,505 @@
+package fsquota
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/nodevol/nodevol/internal/mounttest"
+	"golang.org/x/sys/unix"
+)
+
+// xfsDir returns a fresh directory on a loop-mounted XFS image (skipping
+// without root, a private mount namespace or mkfs.xfs).
+func xfsDir(t *testing.T) string {
+	t.Helper()
+	mnt := mounttest.LoopFS(t, "xfs", 512<<20, "", "-q", "-f")
+	dir := filepath.Join(mnt, "pods")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func mkdir(t *testing.T, path string) string {
+	t.Helper()
+	if err := os.MkdirAll(path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func mustProjectID(t *testing.T, path string) uint32 {
+	t.Helper()
+	id, err := ProjectID(path)
+	if err != nil {
+		t.Fatalf("ProjectID(%q) = %v", path, err)
+	}
+	return id
+}
+
+func xflags(t *testing.T, path string) uint32 {
+	t.Helper()
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	x, err := getFsxattr(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x.Xflags
+}
+
+func TestFsxattrProjectIDOnXFS(t *testing.T) {
+	root := xfsDir(t)
+	dir := mkdir(t, filepath.Join(root, "vol"))
+	if got := mustProjectID(t, dir); got != 0 {
+		t.Fatalf("ProjectID of a new directory = %d; want 0", got)
+	}
+	const id = 1048600
+	if err := SetProjectID(dir, id); err != nil {
+		t.Fatalf("SetProjectID(%q, %d) = %v", dir, id, err)
+	}
+	if got := mustProjectID(t, dir); got != id {
+		t.Errorf("ProjectID after set = %d; want %d", got, id)
+	}
+	if xflags(t, dir)&fsXflagProjinherit == 0 {
+		t.Error("directory lacks FS_XFLAG_PROJINHERIT after SetProjectID")
+	}
+	// Everything created below inherits the ID; subdirectories the flag.
+	mounttest.Build(t, dir, "file f data", "dir sub/deeper", "file sub/deeper/g more", "symlink l f")
+	for _, p := range []string{"f", "sub", "sub/deeper", "sub/deeper/g"} {
+		if got := mustProjectID(t, filepath.Join(dir, p)); got != id {
+			t.Errorf("ProjectID(%s) = %d; want the inherited %d", p, got, id)
+		}
+	}
+	if xflags(t, filepath.Join(dir, "sub/deeper"))&fsXflagProjinherit == 0 {
+		t.Error("subdirectory did not inherit FS_XFLAG_PROJINHERIT")
+	}
+	// A symlink is never opened through.
+	if _, err := ProjectID(filepath.Join(dir, "l")); !errors.Is(err, unix.ELOOP) {
+		t.Errorf("ProjectID(symlink) = %v; want ELOOP", err)
+	}
+	// Clearing drops the flag; new entries get no ID.
+	if err := SetProjectID(dir, 0); err != nil {
+		t.Fatal(err)
+	}
+	if xflags(t, dir)&fsXflagProjinherit != 0 {
+		t.Error("FS_XFLAG_PROJINHERIT still set after SetProjectID(0)")
+	}
+	mounttest.Build(t, dir, "file after x")
+	if got := mustProjectID(t, filepath.Join(dir, "after")); got != 0 {
+		t.Errorf("file created after clearing has project %d; want 0", got)
+	}
+	// Files keep what they had.
+	if got := mustProjectID(t, filepath.Join(dir, "f")); got != id {
+		t.Errorf("old file's project = %d; want %d", got, id)
+	}
+}
+
+// TestRealKernelQuotaCalls runs the real quotactl backend. On a kernel
+// without quotas (this project's CI host) or an image mounted without
+// prjquota, every quota call returns ErrNotSupported with the reason, and
+// nothing is changed.
+func TestRealKernelQuotaCalls(t *testing.T) {
+	root := xfsDir(t)
+	dir := mkdir(t, filepath.Join(root, "vol"))
+	bk := newBookkeeping(t)
+	m := New(WithProjectsFile(bk.projects), WithProjidFile(bk.projid), Enforce())
+
+	err := m.CheckSupport(dir)
+	if err == nil {
+		t.Skip("this kernel has project quotas on the loop image; the VM tests cover that case")
+	}
+	var ue *UnsupportedError
+	if !errors.As(err, &ue) || !errors.Is(err, ErrNotSupported) || !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("CheckSupport(%q) = %v; want an *UnsupportedError matching ErrNotSupported and errors.ErrUnsupported", dir, err)
+	}
+	if ue.Reason == "" || ue.Path != dir {
+		t.Errorf("UnsupportedError = %+v; want the path and a reason", ue)
+	}
+	t.Logf("reason: %v", err)
+	if ok, err := m.SupportsQuotas(dir); ok || err != nil {
+		t.Errorf("SupportsQuotas = %v, %v; want false, nil", ok, err)
+	}
+	if id, err := m.Assign(dir, 10<<20); !errors.Is(err, ErrNotSupported) || id != 0 {
+		t.Errorf("Assign = %d, %v; want 0, ErrNotSupported", id, err)
+	}
+	if got := mustProjectID(t, dir); got != 0 {
+		t.Errorf("Assign on an unsupported filesystem tagged the directory with %d", got)
+	}
+	if p, q := bk.read(t); p != "" || q != "" {
+		t.Errorf("Assign on an unsupported filesystem wrote bookkeeping: %q, %q", p, q)
+	}
+	if err := SetProjectID(dir, 1048599); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.Usage(dir); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Usage = %v; want ErrNotSupported (emptydir then walks)", err)
+	}
+	// Clear still undoes what it can without quotas: the ID and the files.
+	if err := m.Clear(dir); err != nil {
+		t.Errorf("Clear on an unsupported filesystem = %v; want nil", err)
+	}
+	if got := mustProjectID(t, dir); got != 0 {
+		t.Errorf("ProjectID after Clear = %d; want 0", got)
+	}
+}
+
+func TestUnsupportedFilesystem(t *testing.T) {
+	m, _ := fakeManager(t, newFake())
+	dir := t.TempDir()
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(dir, &sfs); err != nil {
+		t.Fatal(err)
+	}
+	if magic := uint32(sfs.Type); magic == magicXFS || magic == magicExt4 {
+		// Still exercise the magic check on a memory filesystem.
+		dir = mounttest.MemTempDir(t)
+		if err := unix.Statfs(dir, &sfs); err != nil || uint32(sfs.Type) == magicXFS || uint32(sfs.Type) == magicExt4 {
+			t.Skip("no filesystem other than xfs/ext4 to test on")
+		}
+	}
+	err := m.CheckSupport(dir)
+	var ue *UnsupportedError
+	if !errors.As(err, &ue) || !strings.Contains(ue.Reason, "neither xfs nor ext4") {
+		t.Errorf("CheckSupport(%q) = %v; want an *UnsupportedError naming the filesystem", dir, err)
+	}
+	if _, err := m.Assign(dir, 0); !errors.Is(err, ErrNotSupported) {
+		t.Errorf("Assign = %v; want ErrNotSupported", err)
+	}
+}
+
+func TestAssignUsageClear(t *testing.T) {
+	root := xfsDir(t)
+	fake := newFake()
+	m, bk := fakeManager(t, fake)
+	os.WriteFile(bk.projects, []byte("# by hand\nweird line\n"), 0o644)
+	os.WriteFile(bk.projid, []byte("admin:42\n"), 0o644)
+
+	a, b := mkdir(t, filepath.Join(root, "a")), mkdir(t, filepath.Join(root, "b"))
+	idA, err := m.Assign(a, 10<<20)
+	if err != nil || idA != FirstProjectID {
+		t.Fatalf("Assign(a) = %d, %v; want %d", idA, err, FirstProjectID)
+	}
+	if again, err := m.Assign(a, 10<<20); err != nil || again != idA {
+		t.Errorf("second Assign(a) = %d, %v; want the same %d", again, err, idA)
+	}
+	idB, err := m.Assign(b, 0)
+	if err != nil || idB != idA+1 {
+		t.Fatalf("Assign(b) = %d, %v; want %d", idB, err, idA+1)
+	}
+	if got := mustProjectID(t, a); got != idA {
+		t.Errorf("ProjectID(a) = %d; want %d", got, idA)
+	}
+	if xflags(t, a)&fsXflagProjinherit == 0 {
+		t.Error("assigned directory lacks FS_XFLAG_PROJINHERIT")
+	}
+	if fake.limits[idA] != 0 {
+		t.Errorf("monitoring-only Manager set a limit of %d", fake.limits[idA])
+	}
+	projects, projid := bk.read(t)
+	wantProjects := fmt.Sprintf("# by hand\nweird line\n%d:%s\n%d:%s\n", idA, a, idB, b)
+	wantProjid := fmt.Sprintf("admin:42\nvolume%d:%d\nvolume%d:%d\n", idA, idA, idB, idB)
+	if projects != wantProjects || projid != wantProjid {
+		t.Errorf("files = %q, %q; want %q, %q", projects, projid, wantProjects, wantProjid)
+	}
+
+	fake.usage[idA] = dquot{bytes: 8192, inodes: 3}
+	if bytes, inodes, err := m.Usage(a); err != nil || bytes != 8192 || inodes != 3 {
+		t.Errorf("Usage(a) = %d, %d, %v; want 8192, 3", bytes, inodes, err)
+	}
+	if n, err := m.Consumption(a); err != nil || n != 8192 {
+		t.Errorf("Consumption(a) = %d, %v", n, err)
+	}
+	if n, err := m.Inodes(a); err != nil || n != 3 {
+		t.Errorf("Inodes(a) = %d, %v", n, err)
+	}
+	plain := mkdir(t, filepath.Join(root, "plain"))
+	if _, _, err := m.Usage(plain); !errors.Is(err, ErrNoProject) {
+		t.Errorf("Usage of a directory without a project = %v; want ErrNoProject", err)
+	}
+
+	delete(fake.usage, idA)
+	if err := m.Clear(a); err != nil {
+		t.Fatalf("Clear(a) = %v", err)
+	}
+	if got := mustProjectID(t, a); got != 0 {
+		t.Errorf("ProjectID(a) after Clear = %d; want 0", got)
+	}
+	if err := m.Clear(a); err != nil {
+		t.Errorf("second Clear(a) = %v; want nil", err)
+	}
+	projects, projid = bk.read(t)
+	wantProjects = fmt.Sprintf("# by hand\nweird line\n%d:%s\n", idB, b)
+	wantProjid = fmt.Sprintf("admin:42\nvolume%d:%d\n", idB, idB)
+	if projects != wantProjects || projid != wantProjid {
+		t.Errorf("files after Clear = %q, %q; want %q, %q", projects, projid, wantProjects, wantProjid)
+	}
+	// The released ID is handed out again.
+	c := mkdir(t, filepath.Join(root, "c"))
+	if idC, err := m.Assign(c, 0); err != nil || idC != idA {
+		t.Errorf("Assign(c) after Clear(a) = %d, %v; want the released %d", idC, err, idA)
+	}
+	// A directory that is gone has its bookkeeping removed.
+	os.RemoveAll(b)
+	if err := m.Clear(b); err != nil {
+		t.Errorf("Clear of a removed directory = %v", err)
+	}
+	if projects, _ := bk.read(t); strings.Contains(projects, b) {
+		t.Errorf("entry for the removed directory survived Clear:\n%s", projects)
+	}
+}
+
+func TestEnforceSetsHardLimit(t *testing.T) {
+	root := xfsDir(t)
+	fake := newFake()
+	m, _ := fakeManager(t, fake, Enforce())
+	dir := mkdir(t, filepath.Join(root, "v"))
+	id, err := m.Assign(dir, 10<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fake.limits[id] != 10<<20 {
+		t.Errorf("hard limit = %d; want %d", fake.limits[id], 10<<20)
+	}
+	if err := m.Clear(dir); err != nil {
+		t.Fatal(err)
+	}
+	if fake.limits[id] != 0 {
+		t.Errorf("hard limit after Clear = %d; want 0", fake.limits[id])
+	}
+	// Without a size there is no limit even when enforcing.
+	id, _ = m.Assign(dir, 0)
+	if fake.limits[id] != 0 {
+		t.Errorf("hard limit for size 0 = %d; want none", fake.limits[id])
+	}
+}
+
+func TestAdoptionAfterRestart(t *testing.T) {
+	root := xfsDir(t)
+	fake := newFake()
+	m1, bk := fakeManager(t, fake)
+	dir := mkdir(t, filepath.Join(root, "vol"))
+	id, err := m1.Assign(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1, q1 := bk.read(t)
+
+	// A new process: new Manager, same files, same directory.
+	m2 := New(WithProjectsFile(bk.projects), WithProjidFile(bk.projid))
+	m2.backend = fake
+	if got, err := m2.Assign(dir, 0); err != nil || got != id {
+		t.Errorf("Assign after restart = %d, %v; want the adopted %d", got, err, id)
+	}
+	if p2, q2 := bk.read(t); p2 != p1 || q2 != q1 {
+		t.Errorf("adoption changed the files: %q %q; were %q %q", p2, q2, p1, q1)
+	}
+	// Clear needs nothing but the path.
+	if err := m2.Clear(dir); err != nil {
+		t.Fatal(err)
+	}
+	if p, q := bk.read(t); p != "" || q != "" {
+		t.Errorf("files after Clear = %q, %q; want empty", p, q)
+	}
+}
+
+func TestAdoptUnrecordedID(t *testing.T) {
+	root := xfsDir(t)
+	m, bk := fakeManager(t, newFake())
+	dir := mkdir(t, filepath.Join(root, "vol"))
+	const foreign = 2000000
+	if err := SetProjectID(dir, foreign); err != nil {
+		t.Fatal(err)
+	}
+	if id, err := m.Assign(dir, 0); err != nil || id != foreign {
+		t.Errorf("Assign of a directory carrying unrecorded ID %d = %d, %v; want it adopted", foreign, id, err)
+	}
+	if p, _ := bk.read(t); p != fmt.Sprintf("%d:%s\n", foreign, dir) {
+		t.Errorf("projects = %q; want the adopted ID recorded", p)
+	}
+}
+
+func TestInheritedIDIsNotAdopted(t *testing.T) {
+	root := xfsDir(t)
+	m, bk := fakeManager(t, newFake())
+	parent := mkdir(t, filepath.Join(root, "parent"))
+	parentID, err := m.Assign(parent, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := mkdir(t, filepath.Join(parent, "child"))
+	if got := mustProjectID(t, child); got != parentID {
+		t.Fatalf("child did not inherit: %d", got)
+	}
+	childID, err := m.Assign(child, 0)
+	if err != nil || childID == parentID {
+		t.Fatalf("Assign(child) = %d, %v; want an ID of its own, not the parent's %d", childID, err, parentID)
+	}
+	if err := m.Clear(child); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustProjectID(t, parent); got != parentID {
+		t.Errorf("Clear(child) touched the parent: %d", got)
+	}
+	// A directory that only inherited its ID (never assigned) is left alone
+	// by Clear, and the parent's ID is not released.
+	other := mkdir(t, filepath.Join(parent, "other"))
+	if err := m.Clear(other); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustProjectID(t, other); got != parentID {
+		t.Errorf("Clear of an inheriting directory changed its ID to %d", got)
+	}
+	if p, _ := bk.read(t); !strings.Contains(p, fmt.Sprintf("%d:%s", parentID, parent)) {
+		t.Errorf("parent's entry lost:\n%s", p)
+	}
+}
+
+func TestRecordedButUntaggedIsReused(t *testing.T) {
+	root := xfsDir(t)
+	m, bk := fakeManager(t, newFake())
+	dir := mkdir(t, filepath.Join(root, "vol"))
+	// A crash after the bookkeeping was written, before the directory was
+	// tagged.
+	os.WriteFile(bk.projects, fmt.Appendf(nil, "1048590:%s\n", dir), 0o644)
+	if id, err := m.Assign(dir, 0); err != nil || id != 1048590 {
+		t.Errorf("Assign = %d, %v; want the recorded 1048590", id, err)
+	}
+	if got := mustProjectID(t, dir); got != 1048590 {
+		t.Errorf("ProjectID = %d; want 1048590", got)
+	}
+	// And a crash in the same place before Clear: Clear removes the entry.
+	os.WriteFile(bk.projects, fmt.Appendf(nil, "1048591:%s/x\n", root), 0o644)
+	if err := m.Clear(filepath.Join(root, "x")); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := bk.read(t); p != "" {
+		t.Errorf("projects after Clear = %q; want empty", p)
+	}
+}
+
+func TestAllocationSkips(t *testing.T) {
+	root := xfsDir(t)
+	fake := newFake()
+	m, bk := fakeManager(t, fake)
+	os.WriteFile(bk.projects, []byte("1048577:/elsewhere/a\ngarbage\n"), 0o644)
+	os.WriteFile(bk.projid, []byte("old:1048578\nvolume1048579:7\n"), 0o644)
+	fake.usage[1048580] = dquot{bytes: 4096, inodes: 1}
+	fake.usage[1048581] = dquot{hardBytes: 1 << 20}
+	fake.limits[1048581] = 1 << 20
+	fake.usage[1048582] = dquot{inodes: 1}
+	dir := mkdir(t, filepath.Join(root, "v"))
+	if id, err := m.Assign(dir, 0); err != nil || id != 1048583 {
+		t.Errorf("Assign = %d, %v; want 1048583 (skipping recorded IDs, a clashing name, usage and limits)", id, err)
+	}
+	p, q := bk.read(t)
+	if !strings.HasPrefix(p, "1048577:/elsewhere/a\ngarbage\n") || !strings.HasPrefix(q, "old:1048578\nvolume1048579:7\n") {
+		t.Errorf("existing lines not preserved: %q %q", p, q)
+	}
+}
+
+func TestAllocationIsBounded(t *testing.T) {
+	root := xfsDir(t)
+	fake := newFake()
+	m, bk := fakeManager(t, fake, WithMaxProbes(5), WithFirstID(100))
+	for id := uint32(100); id < 200; id++ {
+		fake.usage[id] = dquot{inodes: 1}
+	}
+	dir := mkdir(t, filepath.Join(root, "v"))
+	if _, err := m.Assign(dir, 0); !errors.Is(err, ErrNoFreeID) {
+		t.Errorf("Assign with every probed ID in use = %v; want ErrNoFreeID", err)
+	}
+	if got := mustProjectID(t, dir); got != 0 {
+		t.Errorf("failed Assign tagged the directory with %d", got)
+	}
+	if p, q := bk.read(t); p != "" || q != "" {
+		t.Errorf("failed Assign wrote bookkeeping: %q %q", p, q)
+	}
+}
+
+func TestAssignRefusesSymlink(t *testing.T) {
+	root := xfsDir(t)
+	m, _ := fakeManager(t, newFake())
+	real := mkdir(t, filepath.Join(root, "real"))
+	link := filepath.Join(root, "link")
+	os.Symlink(real, link)
+	if _, err := m.Assign(link, 0); !errors.Is(err, unix.ELOOP) && !errors.Is(err, unix.ENOTDIR) {
+		t.Errorf("Assign(symlink) = %v; want ELOOP or ENOTDIR (O_NOFOLLOW|O_DIRECTORY)", err)
+	}
+	if got := mustProjectID(t, real); got != 0 {
+		t.Errorf("Assign through a symlink tagged its target with %d", got)
+	}
+}
+
+func TestSupportCache(t *testing.T) {
+	root := xfsDir(t)
+	fake := newFake()
+	m, _ := fakeManager(t, fake)
+	dir := mkdir(t, filepath.Join(root, "v"))
+	if _, err := m.Assign(dir, 0); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := m.CheckSupport(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fake.stateCalls != 1 {
+		t.Errorf("state asked %d times for one mount; want 1 (cached)", fake.stateCalls)
+	}
+	// Accounting turned off behind our back: the next quota call says so
+	// and the cached positive is dropped.
+	fake.getErr, fake.off = unix.ESRCH, true
+	if _, _, err := m.Usage(dir); !errors.Is(err, ErrNotSupported) {
+		t.Errorf("Usage with accounting off = %v; want ErrNotSupported", err)
+	}
+	if err := m.CheckSupport(dir); !errors.Is(err, ErrNotSupported) || fake.stateCalls != 2 {
+		t.Errorf("CheckSupport after = %v (state asked %d times); want a fresh negative answer", err, fake.stateCalls)
+	}
+	// Negative answers are not cached.
+	m.CheckSupport(dir)
+	if fake.stateCalls != 3 {
+		t.Errorf("negative answer was cached (state asked %d times)", fake.stateCalls)
+	}
+	fake.getErr, fake.off = nil, false
+	if err := m.CheckSupport(dir); err != nil {
+		t.Errorf("CheckSupport after accounting came back = %v", err)
+	}
+}
+
+func TestConcurrentAssign(t *testing.T) {
+	root := xfsDir(t)
+	m, bk := fakeManager(t, newFake())
+	var wg sync.WaitGroup
+	ids := make([]uint32, 12)
+	for i := range ids {
+		dir := mkdir(t, filepath.Join(root, fmt.Sprint(i)))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id, err := m.Assign(dir, 0)
+			if err != nil {
+				t.Error(err)
+			}
+			ids[i] = id
+		}()
+	}
+	wg.Wait()
+	slices.Sort(ids)
+	if len(slices.Compact(slices.Clone(ids))) != len(ids) {
+		t.Errorf("IDs handed out twice: %v", ids)
+	}
+	p, _ := bk.read(t)
+	if n := strings.Count(p, "\n"); n != len(ids) {
+		t.Errorf("%d projects lines; want %d:\n%s", n, len(ids), p)
+	}
+}
