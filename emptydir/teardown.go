@@ -53,9 +53,12 @@ type Plan struct {
 	Exists  bool
 	// Info is what mountdetect.Detect says about Path (when it exists).
 	Info mountdetect.FSInfo
-	// Meta is the metadata SetUp recorded, or nil.
-	Meta   *Metadata
-	Action Action
+	// Meta is the metadata SetUp recorded, or nil; MetaErr says why it
+	// could not be read (TearDown then stops before removing anything, so
+	// that a recorded quota cannot leak).
+	Meta    *Metadata
+	MetaErr error
+	Action  Action
 	// Mounts lists the mounts that make Action ActionRefuse: every mount
 	// beneath Path, or Path itself when a foreign filesystem is mounted on
 	// it or its mount status is uncertain.
@@ -84,11 +87,7 @@ func (e *RefusedError) Unwrap() error { return e.Err }
 // the table once); nil reads the kernel's table now.
 func PlanTearDown(dir, metaDir string, tab *mountdetect.MountTable) (Plan, error) {
 	p := Plan{Path: dir, MetaDir: metaDir}
-	meta, err := readMetadata(metaDir)
-	if err != nil {
-		return p, err
-	}
-	p.Meta = meta
+	p.Meta, p.MetaErr = readMetadata(metaDir) // unreadable metadata does not stop a plan
 	fi, err := os.Lstat(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		p.Action, p.Reason = ActionNone, "the volume directory does not exist"
@@ -118,7 +117,8 @@ func PlanTearDown(dir, metaDir string, tab *mountdetect.MountTable) (Plan, error
 		}
 		if len(nested) > 0 {
 			p.Action, p.Mounts = ActionRefuse, nested
-			p.Reason = fmt.Sprintf("%d mount(s) beneath the volume; unmount them first (their data is not the volume's)", len(nested))
+			p.Reason = fmt.Sprintf("%d %s beneath the volume; unmount %s first (their data is not the volume's)",
+				len(nested), plural(len(nested), "mount", "mounts"), plural(len(nested), "it", "them"))
 			return p, nil
 		}
 	}
@@ -155,60 +155,66 @@ func (u *unmounter) Path() string { return u.dir }
 // removed; a Default volume's quota is cleared and the directory removed
 // with mountdetect.RemoveAll. The metadata goes last.
 func (u *unmounter) TearDown(ctx context.Context) error {
-	return tearDown(ctx, u.dir, u.metaDir, u.plugin.mounter(), u.plugin.quotas)
+	_, err := tearDown(ctx, u.dir, u.metaDir, u.plugin.mounter(), u.plugin.quotas)
+	return err
 }
 
 // TearDownPath tears down the emptyDir volume at dir whose metadata lives
-// in metaDir, exactly as the plugin's Unmounter does. mounter and quotas
-// may be nil (the OS mounter; no quotas). It is what `nodevol teardown`
-// runs on a volume directory given on the command line.
-func TearDownPath(ctx context.Context, dir, metaDir string, mounter volume.SystemMounter, quotas Quotas) error {
+// in metaDir, exactly as the plugin's Unmounter does, and returns the plan
+// it acted on (what it found and did). mounter and quotas may be nil (the
+// OS mounter; no quotas). It is what `nodevol teardown` runs on a volume
+// directory given on the command line.
+func TearDownPath(ctx context.Context, dir, metaDir string, mounter volume.SystemMounter, quotas Quotas) (Plan, error) {
 	if mounter == nil {
 		mounter = osMounter{}
 	}
 	return tearDown(ctx, dir, metaDir, mounter, quotas)
 }
 
-func tearDown(ctx context.Context, dir, metaDir string, mounter volume.SystemMounter, quotas Quotas) error {
+func tearDown(ctx context.Context, dir, metaDir string, mounter volume.SystemMounter, quotas Quotas) (Plan, error) {
 	logger := klog.FromContext(ctx).WithValues("volume", dir)
 	fail := func(kind volume.FailureKind, err error) error {
 		return &volume.OperationError{Kind: kind, Op: "TearDown", Path: dir, Err: err}
 	}
 	plan, err := PlanTearDown(dir, metaDir, nil)
 	if err != nil {
-		return fail(volume.Transient, err)
+		return plan, fail(volume.Transient, err)
+	}
+	if plan.MetaErr != nil && plan.Action != ActionRefuse {
+		// Without the metadata a recorded quota could leak: stop here.
+		return plan, fail(volume.Transient, fmt.Errorf("read metadata: %w", plan.MetaErr))
 	}
 	switch plan.Action {
 	case ActionRefuse:
 		crossing := &mountdetect.CrossesMountError{Path: dir, Mounts: plan.Mounts}
 		logger.Info("Refusing emptyDir teardown", "reason", plan.Reason, "mounts", len(plan.Mounts))
-		return fail(volume.Transient, &RefusedError{Plan: plan, Err: crossing})
+		return plan, fail(volume.Transient, &RefusedError{Plan: plan, Err: crossing})
 	case ActionUnmountAndRemove:
 		if err := mounter.Unmount(dir); err != nil {
-			return fail(volume.Uncertain, fmt.Errorf("unmount %s: %w", plan.Info.FSType, err))
+			return plan, fail(volume.Uncertain, fmt.Errorf("unmount %s: %w", plan.Info.FSType, err))
 		}
 		logger.V(2).Info("Unmounted emptyDir", "fsType", plan.Info.FSType)
 		if err := removeTree(dir); err != nil {
-			return fail(volume.Transient, err)
+			return plan, fail(volume.Transient, err)
 		}
 	case ActionRemove:
 		if plan.Meta != nil && plan.Meta.QuotaProjectID != 0 {
 			if quotas == nil {
-				return fail(volume.Final, fmt.Errorf("the volume has quota project %d but no quota manager is configured; refusing to leak it", plan.Meta.QuotaProjectID))
+				return plan, fail(volume.Final, fmt.Errorf("the volume has quota project %d but no quota manager is configured; refusing to leak it", plan.Meta.QuotaProjectID))
 			}
 			if err := quotas.Clear(dir); err != nil {
-				return fail(volume.Transient, fmt.Errorf("clear quota project %d: %w", plan.Meta.QuotaProjectID, err))
+				return plan, fail(volume.Transient, fmt.Errorf("clear quota project %d: %w", plan.Meta.QuotaProjectID, err))
 			}
 		}
 		if err := removeTree(dir); err != nil {
-			return fail(volume.Transient, err)
+			return plan, fail(volume.Transient, err)
 		}
 	}
 	if err := removeMetadata(metaDir); err != nil {
-		return fail(volume.Transient, fmt.Errorf("remove metadata: %w", err))
+		return plan, fail(volume.Transient, fmt.Errorf("remove metadata: %w", err))
 	}
 	logger.V(2).Info("emptyDir torn down", "action", plan.Action)
-	return nil
+	return plan, nil
 }
 
 // removeTree is mountdetect.RemoveAll, whose refusal (a mount that
@@ -220,4 +226,11 @@ func removeTree(dir string) error {
 		return &RefusedError{Plan: Plan{Path: dir, Action: ActionRefuse, Mounts: crossing.Mounts, Reason: "a mount appeared beneath the volume"}, Err: err}
 	}
 	return err
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

@@ -25,7 +25,7 @@ type memVolume struct {
 	path string
 }
 
-func (p *memPlugin) Name() string                  { return "example.com/mem" }
+func (p *memPlugin) Name() string                   { return "example.com/mem" }
 func (p *memPlugin) CanSupport(s *volume.Spec) bool { return s.Other == "mem" }
 func (p *memPlugin) NewMounter(s *volume.Spec, pod *volume.Pod) (volume.Mounter, error) {
 	return memVolume{p: p, path: pod.UID + "/" + s.Name}, nil
@@ -34,7 +34,7 @@ func (p *memPlugin) NewUnmounter(vol, uid string) (volume.Unmounter, error) {
 	return memVolume{p: p, path: uid + "/" + vol}, nil
 }
 func (v memVolume) SetUp(context.Context, volume.MounterArgs) error { return nil }
-func (v memVolume) Path() string                                     { return v.path }
+func (v memVolume) Path() string                                    { return v.path }
 func (v memVolume) TearDown(context.Context) error {
 	if v.p.tornDown != nil {
 		v.p.tornDown <- v.path

@@ -48,7 +48,7 @@ func (l Layout) ScanVolumes() (ScanResult, error) {
 	for _, pod := range pods {
 		podPath := filepath.Join(l.PodsDir(), pod.Name())
 		if !pod.IsDir() {
-			problem(podPath, fmt.Errorf("not a directory (%s)", pod.Type()))
+			problem(podPath, fmt.Errorf("not a directory (%s)", describeType(pod.Type())))
 			continue
 		}
 		if err := ValidatePodUID(pod.Name()); err != nil {
@@ -69,7 +69,7 @@ func (l Layout) ScanVolumes() (ScanResult, error) {
 		for _, pl := range plugins {
 			plPath := filepath.Join(volsPath, pl.Name())
 			if !pl.IsDir() {
-				problem(plPath, fmt.Errorf("not a directory (%s)", pl.Type()))
+				problem(plPath, fmt.Errorf("not a directory (%s)", describeType(pl.Type())))
 				continue
 			}
 			plugin, err := UnescapePluginName(pl.Name())
@@ -107,7 +107,24 @@ func readSubdirs(dir string) ([]os.DirEntry, error) {
 		return nil, err
 	}
 	if !fi.IsDir() {
-		return nil, fmt.Errorf("%s is not a directory (%s)", dir, fi.Mode().Type())
+		return nil, fmt.Errorf("%s is not a directory (%s)", dir, describeType(fi.Mode().Type()))
 	}
 	return os.ReadDir(dir)
+}
+
+// describeType names a file type for messages.
+func describeType(t os.FileMode) string {
+	switch {
+	case t == 0:
+		return "a regular file"
+	case t&os.ModeSymlink != 0:
+		return "a symlink"
+	case t&os.ModeNamedPipe != 0:
+		return "a named pipe"
+	case t&os.ModeSocket != 0:
+		return "a socket"
+	case t&os.ModeDevice != 0:
+		return "a device"
+	}
+	return t.String()
 }

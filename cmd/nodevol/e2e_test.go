@@ -197,10 +197,10 @@ func wantDemoWithNAS(t *testing.T, r result) {
 		"in a private mount namespace",
 		"  "+dir+"scratch  tmpfs  rw,size=65536k", // sizeLimit 64Mi beats the pod limit and allocatable
 		"$ nodevol scan --root $ROOT\n",
-		"    Unsafe to remove:\n      $VOL\n        1 mount(s) beneath the volume",
+		"    Unsafe to remove:\n      $VOL\n        1 mount beneath the volume",
 		"        $VOL/nas (tmpfs from tmpfs)\n",
 		" volumes, 1 unsafe, 0 problems, 0 leftovers\n    (exit status 1)\n",
-		"$ nodevol teardown $VOL\n    refused $VOL: 1 mount(s) beneath the volume",
+		"$ nodevol teardown $VOL\n    refused $VOL: 1 mount beneath the volume",
 		"nothing was changed (the ready marker and metadata are kept):\n      $VOL/nas (tmpfs from tmpfs)\n    (exit status 1)\n",
 		`The NAS is intact: $VOL/nas/important.txt still reads "`+demoNASData+`"`,
 		"The pod's own files and the ready marker are still there too",

@@ -105,9 +105,7 @@ func planTeardown(path string) teardownResult {
 }
 
 // tearDownVolume tears the volume down with emptydir.TearDownPath, exactly
-// as the plugin's Unmounter does. TearDownPath says only whether it
-// succeeded, so the report's medium and action come from a plan made just
-// before (TearDownPath makes its own, from the same disk).
+// as the plugin's Unmounter does, and reports the plan it acted on.
 func tearDownVolume(ctx context.Context, path string) teardownResult {
 	r := teardownResult{Path: path, Mounts: []mountdetect.Mount{}}
 	vp, metaDir, err := emptyDirPaths(path)
@@ -117,18 +115,10 @@ func tearDownVolume(ctx context.Context, path string) teardownResult {
 		return r
 	}
 	r.metaExists = exists(metaDir)
-	if plan, err := emptydir.PlanTearDown(path, metaDir, nil); err == nil {
-		r.setPlan(plan)
-	} // else TearDownPath fails the same way and says why
-	err = emptydir.TearDownPath(ctx, path, metaDir, nil, nil)
+	plan, err := emptydir.TearDownPath(ctx, path, metaDir, nil, nil)
+	r.setPlan(plan)
 	if err == nil {
 		r.Done = true
-		if r.Refused || r.Action == "" {
-			// The plan refused or failed, yet TearDown (which planned
-			// again) succeeded: the disk changed between the two.
-			r.Refused, r.Mounts = false, r.Mounts[:0]
-			r.Action, r.Reason = "", "torn down; the volume changed while it was being examined"
-		}
 		return r
 	}
 	var refused *emptydir.RefusedError

@@ -138,7 +138,7 @@ func testTeardownCLI(t *testing.T, bin binary) {
 		r := bin.run(t, nil, "teardown", vol)
 		r.wantCode(t, exitRefused)
 		wantContains(t, "stderr", r.stderr,
-			"refused "+vol+": 1 mount(s) beneath the volume",
+			"refused "+vol+": 1 mount beneath the volume",
 			"nothing was changed (the ready marker and metadata are kept):\n  "+nas+" (tmpfs from tmpfs)\n")
 		if r.stdout != "" {
 			t.Errorf("stdout %q; want nothing (a refusal is reported on stderr)", r.stdout)
