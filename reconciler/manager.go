@@ -361,7 +361,7 @@ func (m *Manager) done(uid string, p volume.Plugin, name volume.UniqueVolumeName
 		}
 		m.mu.Unlock()
 		if err != nil {
-			if _, at := m.x.Operations().LastError(executor.Key(p, name, uid)); !at.IsZero() {
+			if at, _ := m.x.Operations().LastError(executor.Key(p, name, uid)); !at.IsZero() {
 				m.retryAt(uid, at)
 			}
 		}

@@ -295,15 +295,15 @@ func (o *Operations) IsSafeToRetry(key Key, name OpName) bool {
 	return !(e.backoff > 0 && !o.clock.Now().After(e.lastTime.Add(e.backoff)) && e.name == name)
 }
 
-// LastError returns the error of the last failed run of the entry matching
-// key, and when it may be retried; nil when there is none.
-func (o *Operations) LastError(key Key) (err error, retryAfter time.Time) {
+// LastError returns when the entry matching key may be retried and the
+// error of its last failed run; a zero time and nil when there is none.
+func (o *Operations) LastError(key Key) (retryAfter time.Time, err error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if e := o.find(key); e != nil && e.lastErr != nil {
-		return e.lastErr, e.lastTime.Add(e.backoff)
+		return e.lastTime.Add(e.backoff), e.lastErr
 	}
-	return nil, time.Time{}
+	return time.Time{}, nil
 }
 
 // Forget drops the failed (non-pending) entries of volume for pod, on any
