@@ -36,7 +36,7 @@ type Manager struct {
 	maxProbes    int
 	nameFor      func(id uint32) string
 
-	backend quotaBackend // nil: the kernel
+	backend quotaBackend // the kernel, or a fake in tests
 
 	mu    sync.Mutex
 	cache map[mountKey]quotaState // positive support answers only
@@ -88,6 +88,7 @@ func New(opts ...Option) *Manager {
 		maxProbes:    DefaultMaxProbes,
 		nameFor:      func(id uint32) string { return fmt.Sprintf("volume%d", id) },
 		cache:        map[mountKey]quotaState{},
+		backend:      defaultBackend(),
 	}
 	for _, o := range opts {
 		o.apply(m)

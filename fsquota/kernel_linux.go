@@ -164,7 +164,7 @@ func (d dquot) unused() bool {
 
 // quotaBackend is the quotactl half of the kernel, a seam so that tests on
 // a kernel without quotas can still drive Manager through real fsxattr
-// ioctls. nil in Manager means kernelQuota.
+// ioctls. New installs kernelQuota.
 type quotaBackend interface {
 	state(r *fsRef) (quotaState, error)
 	get(r *fsRef, id uint32) (dquot, error)

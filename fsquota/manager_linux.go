@@ -11,17 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func (m *Manager) quota() quotaBackend {
-	if m.backend != nil {
-		return m.backend
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.backend == nil {
-		m.backend = &kernelQuota{}
-	}
-	return m.backend
-}
+func (m *Manager) quota() quotaBackend { return m.backend }
+
+func defaultBackend() quotaBackend { return &kernelQuota{} }
 
 // cleanPath makes path absolute and clean: it is what the projects file
 // records.
@@ -295,7 +287,7 @@ func (m *Manager) clear(path string) error {
 					}
 				}
 			} else if !isUnsupported(err) {
-				return &ProjectError{Op: "clear", Path: path, Err: err}
+				return err
 			}
 		}
 		if xerr == nil && released[x.Projid] {

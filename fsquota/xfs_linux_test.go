@@ -126,6 +126,19 @@ func TestRealKernelQuotaCalls(t *testing.T) {
 		t.Errorf("UnsupportedError = %+v; want the path and a reason", ue)
 	}
 	t.Logf("reason: %v", err)
+	// The fallback state (no quotactl_fd, the device cache) is shared by
+	// goroutines; -race checks it.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := m.CheckSupport(dir); !errors.Is(err, ErrNotSupported) {
+				t.Errorf("concurrent CheckSupport = %v", err)
+			}
+		}()
+	}
+	wg.Wait()
 	if ok, err := m.SupportsQuotas(dir); ok || err != nil {
 		t.Errorf("SupportsQuotas = %v, %v; want false, nil", ok, err)
 	}
