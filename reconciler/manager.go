@@ -288,14 +288,22 @@ func (m *Manager) pass(ctx context.Context, full bool) {
 }
 
 func (m *Manager) reconcileUnmount(ctx context.Context, uid string) {
+	// Locks are taken desired-then-actual everywhere (or one at a time, as
+	// here): nesting them in both orders could deadlock against waiting
+	// writers.
 	m.actions = m.actions[:0]
 	m.asw.mu.RLock()
-	for inner, av := range m.asw.pods[uid] {
-		if !m.dsw.wants(uid, inner) {
-			m.actions = append(m.actions, av.mv)
-		}
+	for _, av := range m.asw.pods[uid] {
+		m.actions = append(m.actions, av.mv)
 	}
 	m.asw.mu.RUnlock()
+	unwanted := m.actions[:0]
+	for _, mv := range m.actions {
+		if !m.dsw.wants(uid, mv.InnerName) {
+			unwanted = append(unwanted, mv)
+		}
+	}
+	m.actions = unwanted
 	if !m.sourcesReady.Load() {
 		return
 	}
