@@ -12,12 +12,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nodevol/nodevol/internal/mountns"
 )
 
 const (
-	envInNS   = "NODEVOL_TEST_IN_MOUNTNS"
-	envNoNS   = "NODEVOL_TEST_NO_MOUNTNS"
-	nsEnabled = "1"
+	envInNS = "NODEVOL_TEST_IN_MOUNTNS" // the parent's namespace, set by mountns.Reexec
+	envNoNS = "NODEVOL_TEST_NO_MOUNTNS" // why there is no private namespace
 )
 
 // Main runs the package's tests. As root on Linux it first re-executes the
@@ -26,7 +27,7 @@ const (
 // reaches the host. Call it from TestMain: func TestMain(m *testing.M) { mounttest.Main(m) }.
 func Main(m *testing.M) {
 	if os.Getenv(envInNS) == "" && os.Getenv(envNoNS) == "" {
-		code, err := reexecInNamespace()
+		code, err := mountns.Reexec(envInNS, os.Args[1:], mountns.Streams{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr})
 		if err == nil {
 			os.Exit(code)
 		}
@@ -37,7 +38,7 @@ func Main(m *testing.M) {
 
 // InPrivateNamespace reports whether this process runs in the private mount
 // namespace Main set up.
-func InPrivateNamespace() bool { return os.Getenv(envInNS) == nsEnabled }
+func InPrivateNamespace() bool { return mountns.Child(envInNS) }
 
 // RequireMounts skips the test unless it may mount: it must run as root, in
 // the private mount namespace Main creates.

@@ -1,46 +1,12 @@
 package mounttest
 
 import (
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
 )
-
-// reexecInNamespace runs this test binary again, with the same arguments, in
-// a new mount namespace whose mounts are all private (the Go runtime makes
-// them so when it unshares CLONE_NEWNS). It returns the child's exit code.
-func reexecInNamespace() (int, error) {
-	if os.Geteuid() != 0 {
-		return 0, errors.New("not root")
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return 0, err
-	}
-	cmd := exec.Command(exe, os.Args[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), envInNS+"="+nsEnabled)
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Unshareflags: syscall.CLONE_NEWNS,
-		Pdeathsig:    syscall.SIGKILL,
-	}
-	err = cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, nil
-	case errors.As(err, &exit) && exit.Exited():
-		return exit.ExitCode(), nil
-	case errors.As(err, &exit):
-		return 1, nil // killed by a signal; its output already said why
-	}
-	return 0, err
-}
 
 // Mount mounts and registers an MNT_DETACH unmount in t.Cleanup. target is
 // created (as a directory) when missing.

@@ -3,11 +3,8 @@
 package mounttest
 
 import (
-	"errors"
 	"testing"
 )
-
-func reexecInNamespace() (int, error) { return 0, errors.New("mount namespaces are Linux-only") }
 
 // Mount is not available outside Linux.
 func Mount(t testing.TB, source, target, fstype string, flags uintptr, data string) {

@@ -1,0 +1,31 @@
+// Package mountns runs a program again inside a new, private mount
+// namespace, so that whatever it mounts (and forgets to unmount) vanishes
+// with it and never reaches the host. The test helpers and `nodevol demo`
+// both use it.
+package mountns
+
+import "errors"
+
+// ErrNotRoot is returned when the caller cannot create a mount namespace.
+var ErrNotRoot = errors.New("creating a mount namespace needs root (CAP_SYS_ADMIN)")
+
+// Child reports whether this process was started by Reexec with the same
+// envName and really runs in a mount namespace other than its parent's. A
+// stray or inherited variable can never make it true on the host: the
+// parent's namespace is compared with this one's.
+func Child(envName string) bool { return child(envName) }
+
+// Reexec runs /proc/self/exe with args in a new mount namespace whose
+// mounts are private, wires its standard streams to the given ones, waits
+// for it, and returns its exit code (1 when a signal killed it). envName
+// tells the child it is one (see Child). err is set only when the child
+// could not be started at all; the caller then runs without mounting.
+func Reexec(envName string, args []string, streams Streams) (code int, err error) {
+	return reexec(envName, args, streams)
+}
+
+// Streams are the child's standard streams (nil: none).
+type Streams struct {
+	Stdin          any // io.Reader; any so callers can pass *os.File or nil
+	Stdout, Stderr any // io.Writer
+}
