@@ -5,6 +5,7 @@ package emptydir
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	mount "k8s.io/mount-utils"
 
+	"github.com/nodevol/nodevol/fsquota"
 	"github.com/nodevol/nodevol/internal/mounttest"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
@@ -371,5 +373,47 @@ func TestUsageByQuota(t *testing.T) {
 	e.setUp(t, e.pod(emptyDirSpec("cache", "")), "cache")
 	if u, err := e.plugin.Usage(testUID, "cache"); err != nil || u != (Usage{Bytes: 12345, Inodes: 6, Source: SourceQuota}) {
 		t.Errorf("Usage = %+v, %v", u, err)
+	}
+}
+
+type unsupportedQuotas struct{ fakeQuotas }
+
+func (unsupportedQuotas) Assign(string, int64) (uint32, error) {
+	return 0, fmt.Errorf("ext3: %w", errors.ErrUnsupported)
+}
+
+// TestQuotaUnsupportedIsNotAFailure: on a filesystem without project
+// quotas SetUp succeeds, records no project, and usage comes from a walk.
+func TestQuotaUnsupportedIsNotAFailure(t *testing.T) {
+	e := newEnv(t, t.TempDir(), nil, WithQuotas(&unsupportedQuotas{}))
+	e.setUp(t, e.pod(emptyDirSpec("cache", "")), "cache")
+	md, err := readMetadata(e.metaDir(t, "cache"))
+	if err != nil || md.QuotaProjectID != 0 {
+		t.Fatalf("metadata = %+v, %v; want no project", md, err)
+	}
+	if u, err := e.plugin.Usage(testUID, "cache"); err != nil || u.Source != SourceWalk {
+		t.Errorf("Usage = %+v, %v; want a walk", u, err)
+	}
+	if err := e.tearDown("cache"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRealQuotaManagerOnXFS wires fsquota.Manager on a loop-mounted XFS
+// without quota accounting (this kernel has none): SetUp records no
+// project, TearDown succeeds; the project IDs themselves are tested in
+// fsquota (and with real limits in its VM test).
+func TestRealQuotaManagerOnXFS(t *testing.T) {
+	root := mounttest.LoopFS(t, "xfs", 300<<20, "", "-q", "-f")
+	files := t.TempDir()
+	q := fsquota.New(fsquota.WithProjectsFile(filepath.Join(files, "projects")), fsquota.WithProjidFile(filepath.Join(files, "projid")))
+	e := newEnv(t, filepath.Join(root, "kubelet"), nil, WithQuotas(q))
+	e.setUp(t, e.pod(volume.Spec{Name: "cache", EmptyDir: &volume.EmptyDirSource{SizeLimit: 1 << 20}}), "cache")
+	md, _ := readMetadata(e.metaDir(t, "cache"))
+	if md == nil || md.QuotaProjectID != 0 {
+		t.Errorf("metadata = %+v; want no project on a kernel without quotas", md)
+	}
+	if err := e.tearDown("cache"); err != nil {
+		t.Fatal(err)
 	}
 }

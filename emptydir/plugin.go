@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/nodevol/nodevol/fsquota"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -12,8 +13,11 @@ import (
 // PluginName is the emptyDir plugin's name, as in the kubelet.
 const PluginName = "kubernetes.io/empty-dir"
 
-// Quotas is what the plugin needs from a project-quota implementation
-// (package fsquota provides one). A nil Quotas means no quotas.
+// Quotas is what the plugin needs from a project-quota implementation:
+// *fsquota.Manager provides it. A nil Quotas means no quotas. Assign
+// failing with an error matching errors.ErrUnsupported (a filesystem
+// without project quotas) is not a SetUp failure: the volume simply has no
+// project, and its usage is measured by walking.
 type Quotas interface {
 	// Assign gives path a project ID and (when limitBytes > 0 and enforcing)
 	// a limit, and returns the ID.
@@ -33,6 +37,7 @@ type Plugin struct {
 var (
 	_ volume.Plugin          = (*Plugin)(nil)
 	_ volume.SpecConstructor = (*Plugin)(nil)
+	_ Quotas                 = (*fsquota.Manager)(nil)
 )
 
 // Option configures the plugin.

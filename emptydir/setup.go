@@ -61,6 +61,12 @@ func (m *mounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
 		err = m.setUpDir(plan, args)
 		if err == nil && m.plugin.quotas != nil {
 			meta.QuotaProjectID, err = m.plugin.quotas.Assign(m.dir, m.source.SizeLimit)
+			if errors.Is(err, errors.ErrUnsupported) {
+				// No project quotas on this filesystem: usage is measured
+				// by walking, and no project ID is recorded.
+				logger.V(2).Info("No project quota for the volume; usage will be measured by walking", "reason", err)
+				meta.QuotaProjectID, err = 0, nil
+			}
 			if err != nil {
 				err = fmt.Errorf("assign quota: %w", err)
 			}

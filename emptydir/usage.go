@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/nodevol/nodevol/fsquota"
 	"github.com/nodevol/nodevol/mountdetect"
 )
 
@@ -42,7 +43,8 @@ func (p *Plugin) Usage(podUID, vol string) (Usage, error) {
 		if err == nil {
 			return Usage{Bytes: bytes, Inodes: inodes, Source: SourceQuota}, nil
 		}
-		if !errors.Is(err, errors.ErrUnsupported) {
+		// Unsupported, or the directory lost its project ID: walk instead.
+		if !errors.Is(err, errors.ErrUnsupported) && !errors.Is(err, fsquota.ErrNoProject) {
 			return Usage{}, fmt.Errorf("quota usage of %s: %w", dir, err)
 		}
 	}
