@@ -394,13 +394,23 @@ func (m *Manager) cleanupPodDir(ctx context.Context, uid string) {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	// volumes/ first: while a volume directory is still there (a plugin this
+	// Manager does not serve, a volume left alone by reconstruction), the
+	// rest of the pod directory — plugins/<plugin>/<volume> metadata,
+	// volume-subpaths — still belongs to it and must not be removed.
+	// (os.ReadDir sorts, so "plugins" used to go before "volumes".)
 	for _, e := range entries {
-		p := filepath.Join(podDir, e.Name())
 		if e.Name() == "volumes" && e.IsDir() {
-			errs = append(errs, rmdirVolumes(p))
-			continue
+			errs = append(errs, rmdirVolumes(filepath.Join(podDir, e.Name())))
 		}
-		errs = append(errs, mountdetect.RemoveAll(p))
+	}
+	if errors.Join(errs...) == nil {
+		for _, e := range entries {
+			if e.Name() == "volumes" && e.IsDir() {
+				continue
+			}
+			errs = append(errs, mountdetect.RemoveAll(filepath.Join(podDir, e.Name())))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		m.logger.Error(err, "Pod directory not fully removed; will retry", "pod", uid, "dir", podDir)

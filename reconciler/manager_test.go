@@ -392,3 +392,47 @@ func TestAddPodErrors(t *testing.T) {
 		t.Error("New accepted a relative root")
 	}
 }
+
+// TestPodDirCleanupKeepsOtherPluginsMetadata: a pod whose emptyDir is torn
+// down still has a volume of a plugin this Manager does not serve on disk.
+// Its volumes/ directory cannot be removed, so nothing else of the pod
+// directory may be: the other plugin's metadata under plugins/ must stay.
+func TestPodDirCleanupKeepsOtherPluginsMetadata(t *testing.T) {
+	e := startManager(t, t.TempDir(), Options{})
+	e.m.MarkSourcesReady()
+	if err := e.m.AddPod(pod("p", "cache")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.WaitForMount(waitCtx(t, 10*time.Second), "p"); err != nil {
+		t.Fatal(err)
+	}
+	podDir, _ := e.layout.PodDir("p")
+	meta := filepath.Join(podDir, "plugins/example.com~csi/v/vol_data.json")
+	mounttest.Build(t, podDir,
+		"dir volumes/example.com~csi/v",
+		"file plugins/example.com~csi/v/vol_data.json {\"volumeHandle\":\"h\"}",
+		"file volume-subpaths/v/ctr/keep data",
+	)
+	e.m.RemovePod("p")
+	if err := e.m.WaitForUnmount(waitCtx(t, 10*time.Second), "p"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.x.Operations().Wait(waitCtx(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	// Let the loop reach the pod-directory cleanup (it runs after the
+	// unmount's completion marks the pod dirty).
+	deadline := time.Now().Add(2 * time.Second)
+	for e.m.LastError("p") == nil && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !exists(meta) {
+		t.Fatalf("%s removed while the volume it describes is still on disk", meta)
+	}
+	if !exists(filepath.Join(podDir, "volume-subpaths/v/ctr/keep")) {
+		t.Error("volume-subpaths of a volume still on disk removed")
+	}
+	if !exists(filepath.Join(podDir, "volumes/example.com~csi/v")) {
+		t.Error("the other plugin's volume directory was removed")
+	}
+}
