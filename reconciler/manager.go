@@ -82,6 +82,11 @@ type Manager struct {
 	spare     map[string]struct{}
 	forceFull bool
 	retry     map[string]time.Time
+	// deferred are pods a pass found gone (not in the desired state) while
+	// sources were not ready: they are in neither state of world once their
+	// volumes are gone, so a full pass would never visit them again;
+	// MarkSourcesReady marks them dirty.
+	deferred map[string]struct{}
 	lastErr   map[string]error
 	problems  []volume.ScanProblem
 
@@ -118,7 +123,7 @@ func New(opts Options) (*Manager, error) {
 		dsw:    newDesiredState(),
 		wake:   make(chan struct{}, 1),
 		dirty:  map[string]struct{}{}, spare: map[string]struct{}{},
-		retry: map[string]time.Time{}, lastErr: map[string]error{},
+		retry: map[string]time.Time{}, lastErr: map[string]error{}, deferred: map[string]struct{}{},
 	}
 	if opts.Logger != nil {
 		m.logger = *opts.Logger
@@ -167,11 +172,34 @@ func (m *Manager) RemovePod(uid string) {
 // on volumes no pod wants are torn down. Until then nothing is, so a
 // restart never tears down the volumes of pods not yet re-added.
 func (m *Manager) MarkSourcesReady() {
-	m.sourcesReady.Store(true)
 	m.mu.Lock()
+	// Stored under mu so that deferPod cannot miss it (see there).
+	m.sourcesReady.Store(true)
 	m.forceFull = true
+	for uid := range m.deferred {
+		m.dirty[uid] = struct{}{}
+	}
+	clear(m.deferred)
 	m.mu.Unlock()
 	m.poke()
+}
+
+// deferPod remembers a pod that is gone while sources are not ready, so that
+// MarkSourcesReady revisits it (its directory, e.g. a leftover found by
+// reconstruction, is cleaned then). Checked again under mu: if sources
+// became ready meanwhile, the pod is marked dirty instead of being lost.
+func (m *Manager) deferPod(uid string) {
+	m.mu.Lock()
+	ready := m.sourcesReady.Load()
+	if ready {
+		m.dirty[uid] = struct{}{}
+	} else {
+		m.deferred[uid] = struct{}{}
+	}
+	m.mu.Unlock()
+	if ready {
+		m.poke()
+	}
 }
 
 func uniqueName(p volume.Plugin, uid, inner string) volume.UniqueVolumeName {
@@ -305,6 +333,9 @@ func (m *Manager) reconcileUnmount(ctx context.Context, uid string) {
 	}
 	m.actions = unwanted
 	if !m.sourcesReady.Load() {
+		if !m.dsw.hasPod(uid) {
+			m.deferPod(uid)
+		}
 		return
 	}
 	for _, mv := range m.actions {

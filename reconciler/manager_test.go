@@ -436,3 +436,26 @@ func TestPodDirCleanupKeepsOtherPluginsMetadata(t *testing.T) {
 		t.Error("the other plugin's volume directory was removed")
 	}
 }
+
+// TestLeftoverPodDirRemovedAfterSourcesReady: a pod directory with no
+// volume left, found at start-up before sources are ready, is removed once
+// MarkSourcesReady is called (it is in neither state of world, so a full
+// pass alone would never visit it).
+func TestLeftoverPodDirRemovedAfterSourcesReady(t *testing.T) {
+	root := t.TempDir()
+	mounttest.Build(t, root, "file pods/left/plugins/kubernetes.io~empty-dir/v/ready ", "dir pods/left/volumes/kubernetes.io~empty-dir")
+	e := startManager(t, root, Options{})
+	podDir, _ := e.layout.PodDir("left")
+	time.Sleep(50 * time.Millisecond) // the first passes run before sources are ready
+	if !exists(podDir) {
+		t.Fatal("leftover pod directory removed before sources were ready")
+	}
+	e.m.MarkSourcesReady()
+	deadline := time.Now().Add(3 * time.Second)
+	for exists(podDir) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if exists(podDir) {
+		t.Errorf("leftover pod directory %s never removed after MarkSourcesReady", podDir)
+	}
+}
