@@ -15,6 +15,10 @@ import (
 	"github.com/nodevol/nodevol/mountdetect"
 )
 
+// testHookAfterMountTable, when set by a test, runs right after Clean has
+// read the mount table (to mount something "during the walk").
+var testHookAfterMountTable func()
+
 func openDirNoFollow(dirfd int, name string) (int, error) {
 	for {
 		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -28,7 +32,11 @@ func openDirNoFollow(dirfd int, name string) (int, error) {
 // following a symlink.
 func isMountRoot(dirfd int, name string) (bool, uint32, error) {
 	var sx unix.Statx_t
-	if err := unix.Statx(dirfd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT, unix.STATX_TYPE, &sx); err != nil {
+	flags := unix.AT_SYMLINK_NOFOLLOW | unix.AT_NO_AUTOMOUNT
+	if name == "" {
+		flags |= unix.AT_EMPTY_PATH // about dirfd itself
+	}
+	if err := unix.Statx(dirfd, name, flags, unix.STATX_TYPE, &sx); err != nil {
 		return false, 0, err
 	}
 	if sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 {
@@ -90,7 +98,8 @@ func clean(ctx context.Context, dir string) error {
 	defer unix.Close(parent)
 	defer unix.Close(fd)
 
-	if mounted, _, err := isMountRoot(parent, filepath.Base(dir)); err != nil || mounted {
+	// Ask the open directory, not the path: what the walk works on is fd.
+	if mounted, _, err := isMountRoot(fd, ""); err != nil || mounted {
 		if err != nil {
 			return err
 		}
@@ -101,6 +110,9 @@ func clean(ctx context.Context, dir string) error {
 	nested, err := mountdetect.NestedMounts(dir)
 	if err != nil {
 		return err
+	}
+	if testHookAfterMountTable != nil {
+		testHookAfterMountTable()
 	}
 	real := dir
 	if p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd)); err == nil {
@@ -141,6 +153,19 @@ func clean(ctx context.Context, dir string) error {
 		}
 		if err != nil {
 			left(&os.PathError{Op: "openat", Path: cpath, Err: err})
+			continue
+		}
+		// The mount table was read before the walk: a mount that appeared
+		// on the container directory since is not in holdsForeign. Ask the
+		// open directory itself, so that nothing on another mount is ever
+		// unlinked.
+		if mounted, _, err := isMountRoot(cfd, ""); err != nil || mounted {
+			unix.Close(cfd)
+			if err != nil {
+				left(&os.PathError{Op: "statx", Path: cpath, Err: err})
+			} else {
+				left(&mountdetect.CrossesMountError{Path: dir, Mounts: []mountdetect.Mount{{MountPoint: cpath}}, DuringWalk: true})
+			}
 			continue
 		}
 		errs = append(errs, cleanContainer(logger, cfd, cpath, ctr, holdsForeign)...)

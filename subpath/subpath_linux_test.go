@@ -209,3 +209,23 @@ func TestCleanBusyMount(t *testing.T) {
 		t.Fatalf("Clean once no longer busy = %v", err)
 	}
 }
+
+// TestCleanMountOnContainerDirDuringWalk: a mount that appears on a
+// <container> directory after Clean read the mount table is not entered:
+// nothing on it is unlinked, and Clean reports it.
+func TestCleanMountOnContainerDirDuringWalk(t *testing.T) {
+	mounttest.RequireMounts(t)
+	e := newEnv(t)
+	mounttest.Build(t, e.subDir, "dir app/0")
+	ctrDir := filepath.Join(e.subDir, "app")
+	nas := filepath.Join(e.base, "nas")
+	mounttest.Build(t, nas, "file 0 precious", "dir 1")
+	snap := mounttest.Snapshot(t, nas)
+	testHookAfterMountTable = func() { mounttest.Bind(t, nas, ctrDir) }
+	t.Cleanup(func() { testHookAfterMountTable = nil })
+	err := e.cleaner.Clean(e.ctx, uid, "data")
+	if !errors.Is(err, ErrLeft) || !strings.Contains(err.Error(), ctrDir) {
+		t.Errorf("Clean = %v; want ErrLeft naming %s", err, ctrDir)
+	}
+	mounttest.Intact(t, nas, snap)
+}
