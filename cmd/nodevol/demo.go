@@ -2,23 +2,50 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/emptydir"
 	"github.com/nodevol/nodevol/mountdetect"
+	"github.com/nodevol/nodevol/reconciler"
 	"github.com/nodevol/nodevol/volume"
 )
 
 const (
-	demoPodUID = "3f6c2a1e-7b4d-4c9a-9e21-5d8f0b6a4c17"
-	// demoNASData is what the "NAS" holds; the demo reads it back at the end.
+	demoPodUID = "3f6c2a1e-7b4d-4c9a-9e21-5d8f0b6a4c17" // pod "web"
+	demoDBUID  = "9b1d4e7f-2c3a-4d5e-8f60-7a1b2c3d4e5f" // pod "db"
+	// demoNASData is what the "NAS" holds; the demo reads it back.
 	demoNASData = "invoices 2019-2025: the only copy, kept on the NAS"
+	// demoDBData is what pod db keeps in its volume across the restart.
+	demoDBData = "orders table, 3 rows"
+
+	demoAllocatable = 1 << 30   // the node's allocatable memory
+	demoMemoryLimit = 256 << 20 // pod web's memory limit
+	demoSizeLimit   = 64 << 20  // the Memory volume's sizeLimit
+	demoHugePage    = 2 << 20
+	demoHugePages   = "/sys/kernel/mm/hugepages/hugepages-2048kB"
+
+	// Small backoffs make the Manager's retries visible within a second.
+	demoInitialBackoff = 100 * time.Millisecond
+	demoMaxBackoff     = 400 * time.Millisecond
+	// demoRefusedWait is how long the demo waits for a teardown that a
+	// NAS mount blocks; demoWait bounds every wait that should succeed.
+	demoRefusedWait = time.Second
+	demoWait        = 5 * time.Second
+
+	refusedMetric = "nodevol_teardown_refused_total"
 )
 
 // isolation says whether the demo may mount in this process.
@@ -29,33 +56,41 @@ type isolation struct {
 }
 
 // demo is one run of "nodevol demo": a temporary kubelet root under tmp,
-// the emptyDir plugin working on it, and whatever was mounted there, so
-// that cleanup can undo it.
+// a volume manager (reconciler.Manager) with the emptyDir plugin working
+// on it, and whatever was mounted there, so that cleanup can undo it.
 type demo struct {
 	out         io.Writer
 	tmp         string
 	root        string // the kubelet root, shown as $ROOT
-	pod         string // the pod directory, shown as $POD
-	vol         string // the Default volume directory, shown as $VOL
+	vol         string // pod web's Default volume "cache", shown as $VOL
 	nas         string // the NAS directory outside the volume (no root), shown as $NAS
-	plugin      *emptydir.Plugin
 	layout      volume.Layout
+	canMount    bool
 	mounted     string // the NAS mount point while mounted
 	mountedOnce bool   // something was mounted at some point
+	stop        func() error
 }
 
 func runDemo(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("demo", "",
-		`Build a throwaway kubelet root under a temporary directory, let the emptyDir
-plugin set volumes up in it, and show scan and teardown protecting data that
-is not the volume's. As root, in a private mount namespace, the pod gets a
-Default, a Memory (tmpfs with a sizeLimit) and, when the kernel has 2 MiB
-huge pages, a HugePages-2Mi volume, and a tmpfs "NAS" is mounted inside the
-Default one: scan calls it unsafe, teardown refuses and the NAS keeps its
-data, and once it is unmounted teardown removes every volume. Without root,
-a symlink inside a Default volume points to a "NAS" directory outside it:
-teardown removes the link and the NAS keeps its data. Everything is removed
-afterwards.
+		`Run the volume manager (reconciler.Manager) with the emptyDir plugin on a
+throwaway kubelet root in a temporary directory, with small retry backoffs
+(100ms doubling to 400ms) so that retries show within a second:
+
+  - two pods, web and db, are added and their volumes set up;
+  - web is removed while a "NAS" is mounted inside its Default volume: the
+    teardown is refused, again at every retry, and the NAS keeps its data;
+    once the NAS is unmounted the next retry tears web down;
+  - the Manager is stopped and a new one started on the same root: it
+    reconstructs db's volume from disk (uncertain), verifies it when db is
+    added again, and tears it down when db is removed;
+  - a final "nodevol scan" finds nothing left.
+
+As root the demo runs in a private mount namespace, and pod web also gets a
+Memory (tmpfs with a sizeLimit) and, when the kernel has 2 MiB huge pages, a
+HugePages-2Mi volume. Without root there is no NAS mount: a symlink in web's
+Default volume points to a "NAS" directory outside it, and the teardown
+removes the link without following it. Everything is removed afterwards.
 
 Exit status: 0 every promise held, 2 one was broken (or the sandbox could
 not be built).`, stderr)
@@ -75,12 +110,10 @@ not be built).`, stderr)
 		fmt.Fprintf(stderr, "nodevol demo: %v\n", err)
 		return exitError
 	}
-	d := &demo{out: stdout, tmp: tmp}
+	d := &demo{out: stdout, tmp: tmp, canMount: iso.canMount}
 	err = d.build()
-	if err == nil && iso.canMount {
-		err = d.withNAS()
-	} else if err == nil {
-		err = d.withSymlink(iso.skip)
+	if err == nil {
+		err = d.run(iso.skip)
 	}
 	if cerr := d.cleanup(); cerr != nil {
 		err = errors.Join(err, cerr)
@@ -92,9 +125,9 @@ not be built).`, stderr)
 	return exitOK
 }
 
-// build makes the kubelet root and the emptyDir plugin that works on it.
-// The kernel names mount points with symlinks resolved, so the root is
-// resolved too: the demo's output then shortens every path the same way.
+// build makes the kubelet root's layout. The kernel names mount points
+// with symlinks resolved, so the root is resolved too: the demo's output
+// then shortens every path the same way.
 func (d *demo) build() error {
 	tmp, err := filepath.EvalSymlinks(d.tmp)
 	if err != nil {
@@ -104,103 +137,173 @@ func (d *demo) build() error {
 	if d.layout, err = volume.NewLayout(d.root); err != nil {
 		return fmt.Errorf("build the sandbox: %w", err)
 	}
-	if d.pod, err = d.layout.PodDir(demoPodUID); err != nil {
+	if d.vol, err = d.layout.VolumeDir(demoPodUID, emptydir.PluginName, "cache"); err != nil {
 		return fmt.Errorf("build the sandbox: %w", err)
 	}
-	d.plugin = emptydir.New(volume.NewHost(d.layout, nil, demoAllocatable))
 	return nil
 }
 
-const (
-	demoAllocatable = 1 << 30   // the node's allocatable memory
-	demoMemoryLimit = 256 << 20 // the pod's memory limit
-	demoSizeLimit   = 64 << 20  // the Memory volume's sizeLimit
-	demoHugePage    = 2 << 20
-	demoHugePages   = "/sys/kernel/mm/hugepages/hugepages-2048kB"
-)
-
-// setUp sets the pod's volumes up with the emptyDir plugin, as the kubelet
-// would, and fills the Default one ("cache") with the pod's scratch files.
-func (d *demo) setUp(specs []volume.Spec) error {
-	pod := &volume.Pod{UID: demoPodUID, Namespace: "default", Name: "web", Volumes: specs,
+// pods are the demo's two pods: web, with a Default volume (and as root a
+// Memory and a HugePages one), and db, with one Default volume.
+func (d *demo) pods() (web, db *volume.Pod, about []string) {
+	web = &volume.Pod{UID: demoPodUID, Namespace: "default", Name: "web",
+		Volumes:     []volume.Spec{{Name: "cache", EmptyDir: &volume.EmptyDirSource{}}},
 		MemoryLimit: demoMemoryLimit, HugePages: map[int64]int64{demoHugePage: 8 * demoHugePage}}
-	ctx := quietContext()
-	for i := range pod.Volumes {
-		spec := &pod.Volumes[i]
-		m, err := d.plugin.NewMounter(spec, pod)
-		if err != nil {
-			return fmt.Errorf("set up %s: %w", spec.Name, err)
-		}
-		if spec.EmptyDir.Medium != volume.StorageMediumDefault {
-			d.mountedOnce = true // cleanup must look for mounts
-		}
-		if err := m.SetUp(ctx, volume.MounterArgs{}); err != nil {
-			return fmt.Errorf("set up %s: %w", spec.Name, err)
-		}
-		if spec.Name == "cache" {
-			d.vol = m.Path()
+	webAbout := "cache Default"
+	if d.canMount {
+		web.Volumes = append(web.Volumes, volume.Spec{Name: "scratch", EmptyDir: &volume.EmptyDirSource{Medium: volume.StorageMediumMemory, SizeLimit: demoSizeLimit}})
+		webAbout += ", scratch Memory (sizeLimit 64Mi, pod limit 256Mi)"
+		if _, err := os.Stat(demoHugePages); err == nil {
+			web.Volumes = append(web.Volumes, volume.Spec{Name: "huge", EmptyDir: &volume.EmptyDirSource{Medium: volume.StorageMediumHugePagesPrefix + "2Mi"}})
+			webAbout += ", huge HugePages-2Mi"
+		} else {
+			webAbout += " (no HugePages-2Mi: " + demoHugePages + " does not exist)"
 		}
 	}
-	return writeFiles(d.vol, map[string]string{
-		"index.db":         "pod scratch data",
-		"tmp/chunk-0001":   "more scratch",
-		"tmp/chunk-0002":   "and more",
-		"thumbnails/a.png": "not really a png",
+	db = &volume.Pod{UID: demoDBUID, Namespace: "default", Name: "db",
+		Volumes: []volume.Spec{{Name: "data", EmptyDir: &volume.EmptyDirSource{}}}}
+	return web, db, []string{webAbout, "data Default"}
+}
+
+// startManager starts a Manager on the demo's root, with a fresh emptyDir
+// plugin (as a restarted process would have) and a logger that discards
+// everything, and runs it until d.stop.
+func (d *demo) startManager(reg prometheus.Registerer) (*reconciler.Manager, error) {
+	logger := logr.Discard()
+	m, err := reconciler.New(reconciler.Options{
+		Root:           d.root,
+		Plugins:        []volume.Plugin{emptydir.New(volume.NewHost(d.layout, nil, demoAllocatable))},
+		Logger:         &logger,
+		Registerer:     reg,
+		InitialBackoff: demoInitialBackoff,
+		MaxBackoff:     demoMaxBackoff,
 	})
-}
-
-// volumeDirs lists the pod's emptyDir volume directories, sorted, as the
-// shell would expand $POD/volumes/kubernetes.io~empty-dir/*.
-func (d *demo) volumeDirs() ([]string, error) {
-	dir := filepath.Dir(d.vol)
-	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("start the Manager: %w", err)
 	}
-	var paths []string
-	for _, e := range entries {
-		paths = append(paths, filepath.Join(dir, e.Name()))
+	// Run prefers the context's logger to Options.Logger, and klog's
+	// global one when the context has none: give it the quiet one.
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logger))
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	d.stop = func() error {
+		d.stop = nil
+		cancel()
+		if err := <-done; err != nil {
+			return fmt.Errorf("Manager.Run: %w", err)
+		}
+		return nil
 	}
-	return paths, nil
+	return m, nil
 }
 
-// readyMarker is the kubelet's "SetUp completed" marker of the volume.
-func (d *demo) readyMarker(name string) string {
-	meta, _ := d.layout.PluginVolumeDir(demoPodUID, emptydir.PluginName, name)
-	return filepath.Join(meta, "ready")
-}
-
-// withNAS is the demo as root, in a private mount namespace.
-func (d *demo) withNAS() error {
-	fmt.Fprintln(d.out, "nodevol demo: a pod's emptyDir volumes set up, scanned and torn down while a NAS is mounted inside one")
-	fmt.Fprintln(d.out, "(in a private mount namespace: no mount made here can reach the host)")
-	fmt.Fprintln(d.out)
-	specs := []volume.Spec{
-		{Name: "cache", EmptyDir: &volume.EmptyDirSource{}},
-		{Name: "scratch", EmptyDir: &volume.EmptyDirSource{Medium: volume.StorageMediumMemory, SizeLimit: demoSizeLimit}},
-	}
-	fmt.Fprintf(d.out, "A temporary kubelet root:\n  ROOT=%s\n", d.root)
-	fmt.Fprintf(d.out, "The emptyDir plugin sets up the volumes of pod %s (POD=$ROOT/pods/%s):\n", demoPodUID, demoPodUID)
-	fmt.Fprintln(d.out, "  cache    Default                 VOL=$POD/volumes/kubernetes.io~empty-dir/cache")
-	fmt.Fprintln(d.out, "  scratch  Memory, sizeLimit 64Mi  (pod memory limit 256Mi, node allocatable 1Gi)")
-	if _, err := os.Stat(demoHugePages); err == nil {
-		specs = append(specs, volume.Spec{Name: "huge", EmptyDir: &volume.EmptyDirSource{Medium: volume.StorageMediumHugePagesPrefix + "2Mi"}})
-		fmt.Fprintln(d.out, "  huge     HugePages-2Mi           (pod requests hugepages-2Mi: 16Mi)")
+// run is the whole demo.
+func (d *demo) run(skip string) error {
+	fmt.Fprintln(d.out, "nodevol demo: the volume manager (reconciler.Manager) with the emptyDir plugin, on a temporary kubelet root")
+	if d.canMount {
+		fmt.Fprintln(d.out, "(in a private mount namespace: no mount made here can reach the host)")
 	} else {
-		fmt.Fprintf(d.out, "  (no HugePages-2Mi volume: %s does not exist)\n", demoHugePages)
+		fmt.Fprintln(d.out, skip)
 	}
-	if err := d.setUp(specs); err != nil {
+	fmt.Fprintf(d.out, "  ROOT=%s\n", d.root)
+	fmt.Fprintln(d.out, "  Manager 1: reconciler.New(Options{Root: $ROOT, Plugins: emptyDir, InitialBackoff: 100ms, MaxBackoff: 400ms}); go Run(ctx)")
+	fmt.Fprintln(d.out)
+
+	reg := prometheus.NewRegistry()
+	m, err := d.startManager(reg)
+	if err != nil {
 		return err
 	}
-	mounts, err := mountsUnder(d.root)
-	if err != nil {
-		return fmt.Errorf("list the volumes' mounts: %w", err)
+	web, db, about := d.pods()
+	fmt.Fprintln(d.out, "Two pods arrive; the Manager sets their volumes up:")
+	fmt.Fprintf(d.out, "  AddPod(web): %s\n", about[0])
+	fmt.Fprintf(d.out, "  AddPod(db):  %s\n", about[1])
+	for _, p := range []*volume.Pod{web, db} {
+		if err := m.AddPod(p); err != nil {
+			return fmt.Errorf("AddPod(%s): %w", p.Name, err)
+		}
 	}
-	fmt.Fprintln(d.out, "Their mounts, as /proc/self/mountinfo lists them:")
-	for _, m := range mounts {
-		fmt.Fprintf(d.out, "  %s\n", d.short().Replace(m))
+	m.MarkSourcesReady()
+	start := time.Now()
+	for _, p := range []*volume.Pod{web, db} {
+		if err := d.waitMount(m, p); err != nil {
+			return err
+		}
 	}
+	fmt.Fprintf(d.out, "  MarkSourcesReady(); WaitForMount(web), WaitForMount(db): ok after %s\n", since(start))
+	fmt.Fprintln(d.out, "  MountedVolumes(web), MountedVolumes(db):")
+	if err := d.printVolumes(m, web, db); err != nil {
+		return err
+	}
+	if err := writeFiles(d.vol, map[string]string{"index.db": "pod scratch data", "tmp/chunk-0001": "more scratch"}); err != nil {
+		return fmt.Errorf("fill $VOL: %w", err)
+	}
+	if err := writeFiles(d.dbVol(), map[string]string{"data.db": demoDBData}); err != nil {
+		return fmt.Errorf("fill db's volume: %w", err)
+	}
+	fmt.Fprintln(d.out)
 
+	if d.canMount {
+		if err := d.tearDownWithNAS(m, reg, web); err != nil {
+			return err
+		}
+	} else if err := d.tearDownWithSymlink(m, web); err != nil {
+		return err
+	}
+	fmt.Fprintln(d.out)
+
+	fmt.Fprintln(d.out, "Restart: Manager 1 stops (its context is cancelled); db's volume stays on disk, data.db in it.")
+	if err := d.stop(); err != nil {
+		return err
+	}
+	if m, err = d.startManager(nil); err != nil {
+		return err
+	}
+	fmt.Fprintln(d.out, "Manager 2 starts on the same $ROOT and reconstructs what it finds there:")
+	if err := d.reconstructed(m, db); err != nil {
+		return err
+	}
+	if err := m.AddPod(db); err != nil {
+		return fmt.Errorf("AddPod(db): %w", err)
+	}
+	m.MarkSourcesReady()
+	if err := d.waitMount(m, db); err != nil {
+		return err
+	}
+	fmt.Fprintf(d.out, "  AddPod(db); MarkSourcesReady(); WaitForMount(db): ok, SetUp verified it: %s\n", d.states(m, db))
+	if err := d.dbIntact(); err != nil {
+		return err
+	}
+	m.RemovePod(db.UID)
+	if err := d.waitUnmount(m, db); err != nil {
+		return err
+	}
+	fmt.Fprintln(d.out, "  RemovePod(db); WaitForUnmount(db): ok; db's pod directory is gone")
+	if err := d.step("nodevol scan --root $ROOT", exitOK, func(w io.Writer) int { return runScan([]string{"--root", d.root}, w, w) }); err != nil {
+		return err
+	}
+	if err := d.stop(); err != nil {
+		return err
+	}
+	if d.canMount {
+		if mounts, err := mountPointsUnder(d.root); err != nil || len(mounts) > 0 {
+			return fmt.Errorf("PROMISE BROKEN: every pod is gone but mounts are left under $ROOT: %q (%v)", mounts, err)
+		}
+	}
+	fmt.Fprintln(d.out)
+	if d.canMount {
+		fmt.Fprintln(d.out, "OK: the NAS was never touched; web was torn down at the first retry after it was unmounted;")
+	} else {
+		fmt.Fprintln(d.out, "OK: the teardown removed the link and never followed it: the data outside the volume survived;")
+	}
+	fmt.Fprintln(d.out, "after the restart, db's volume was found on disk, kept with its data, and torn down when db went.")
+	return nil
+}
+
+// tearDownWithNAS removes pod web while a NAS is mounted in its Default
+// volume: the teardown is refused at every retry and the NAS keeps its
+// data; once the NAS is unmounted, the next retry succeeds.
+func (d *demo) tearDownWithNAS(m *reconciler.Manager, reg prometheus.Gatherer, web *volume.Pod) error {
 	nas := filepath.Join(d.vol, "nas")
 	if err := os.Mkdir(nas, 0o755); err != nil {
 		return fmt.Errorf("build the sandbox: %w", err)
@@ -212,84 +315,74 @@ func (d *demo) withNAS() error {
 	if err := writeFiles(nas, map[string]string{"important.txt": demoNASData}); err != nil {
 		return fmt.Errorf("fill the NAS: %w", err)
 	}
-	fmt.Fprintln(d.out, `The pod writes scratch files into $VOL, and a sidecar mounts a "NAS" (a 1 MiB tmpfs)`)
-	fmt.Fprintln(d.out, "at $VOL/nas; it holds important.txt.")
-	fmt.Fprintln(d.out)
+	fmt.Fprintf(d.out, "The pods write files into their volumes, and a sidecar of web mounts a \"NAS\" (a 1 MiB tmpfs)\n")
+	fmt.Fprintf(d.out, "holding important.txt at $VOL/nas, inside web's cache volume:\n  VOL=%s\n", d.vol)
 	if err := d.step("nodevol scan --root $ROOT", exitRefused, func(w io.Writer) int { return runScan([]string{"--root", d.root}, w, w) }); err != nil {
 		return err
 	}
 	fmt.Fprintln(d.out)
-	fmt.Fprintln(d.out, "The pod is deleted. The kubelet's emptyDir teardown would now call os.RemoveAll($VOL),")
-	fmt.Fprintln(d.out, "which empties the NAS before failing with EBUSY on its mount point. nodevol instead:")
-	if err := d.step("nodevol teardown $VOL", exitRefused, func(w io.Writer) int { return runTeardown([]string{d.vol}, w, w) }); err != nil {
-		return err
+
+	fmt.Fprintln(d.out, "web is deleted. The kubelet would now os.RemoveAll($VOL), emptying the NAS; nodevol's teardown refuses:")
+	m.RemovePod(web.UID)
+	ctx, cancel := context.WithTimeout(context.Background(), demoRefusedWait)
+	err := m.WaitForUnmount(ctx, web.UID)
+	cancel()
+	var crosses *mountdetect.CrossesMountError
+	switch {
+	case err == nil:
+		return errors.New("PROMISE BROKEN: WaitForUnmount(web) succeeded: the teardown of a volume with a NAS mounted inside was not refused")
+	case !errors.As(err, &crosses):
+		return fmt.Errorf("PROMISE BROKEN: WaitForUnmount(web) failed, but not with a *mountdetect.CrossesMountError: %w", err)
 	}
+	fmt.Fprintf(d.out, "  RemovePod(web); WaitForUnmount(web) gives up after its %s timeout (%s);\n", demoRefusedWait, context.DeadlineExceeded)
+	fmt.Fprintln(d.out, "  errors.As finds the *mountdetect.CrossesMountError of the last refusal:")
+	reason := crosses.Error()
+	var refused *emptydir.RefusedError
+	if errors.As(err, &refused) {
+		reason = refused.Plan.Reason
+	}
+	fmt.Fprintf(d.out, "    %s\n", d.short().Replace(reason))
+	for _, mnt := range crosses.Mounts {
+		fmt.Fprintf(d.out, "    %s\n", d.short().Replace(describeMount(mnt)))
+	}
+	n, err := counterValue(reg, refusedMetric, "plugin", emptydir.PluginName)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", refusedMetric, err)
+	}
+	if n < 1 {
+		return fmt.Errorf("PROMISE BROKEN: %s{plugin=%q} is %v after a refused teardown", refusedMetric, emptydir.PluginName, n)
+	}
+	fmt.Fprintf(d.out, "  %s{plugin=%q} = %v: %s\n", refusedMetric, emptydir.PluginName, n, attempts(int(n)))
+	fmt.Fprintf(d.out, "  MountedVolumes(web): %s; the others were unmounted and removed\n", d.states(m, web))
 	if err := d.intact(filepath.Join(nas, "important.txt"), "$VOL/nas/important.txt"); err != nil {
 		return err
 	}
 	if _, err := os.Stat(filepath.Join(d.vol, "index.db")); err != nil {
 		return fmt.Errorf("PROMISE BROKEN: a refused teardown deleted the pod's own files: %w", err)
 	}
-	if _, err := os.Stat(d.readyMarker("cache")); err != nil {
+	if _, err := os.Stat(d.readyMarker(demoPodUID, "cache")); err != nil {
 		return fmt.Errorf("PROMISE BROKEN: a refused teardown removed the ready marker: %w", err)
 	}
-	fmt.Fprintln(d.out, "The pod's own files and the ready marker are still there too: a refused teardown changes nothing.")
+	fmt.Fprintln(d.out, "web's own files in $VOL and its ready marker are still there too: a refused teardown changes nothing.")
 	fmt.Fprintln(d.out)
 
-	fmt.Fprintln(d.out, "The sidecar is gone; unmount the NAS and tear down every volume of the pod:")
+	fmt.Fprintln(d.out, "The sidecar is gone; unmount the NAS:")
 	fmt.Fprintln(d.out, "$ umount $VOL/nas")
 	if err := unmountNAS(nas); err != nil {
 		return fmt.Errorf("unmount the NAS: %w", err)
 	}
 	d.mounted = ""
-	if err := d.tearDownAll(); err != nil {
+	start := time.Now()
+	if err := d.waitUnmount(m, web); err != nil {
 		return err
 	}
-	if err := d.step("nodevol scan --root $ROOT", exitOK, func(w io.Writer) int { return runScan([]string{"--root", d.root}, w, w) }); err != nil {
-		return err
-	}
-	if mounts, err := mountsUnder(d.root); err != nil || len(mounts) > 0 {
-		return fmt.Errorf("PROMISE BROKEN: teardown succeeded but mounts are left under $ROOT: %q (%v)", mounts, err)
-	}
-	fmt.Fprintln(d.out)
-	fmt.Fprintln(d.out, "OK: the NAS was never touched, and every volume was torn down (tmpfs and hugetlbfs unmounted)")
-	fmt.Fprintln(d.out, "once nothing else was mounted in it; only the empty pod directory is left, for the kubelet.")
+	fmt.Fprintf(d.out, "  WaitForUnmount(web): ok after %s, at the next retry; web's volumes and pod directory are gone\n", since(start))
 	return nil
 }
 
-// tearDownAll runs "nodevol teardown" on every volume of the pod and
-// checks that each volume and its metadata are gone.
-func (d *demo) tearDownAll() error {
-	vols, err := d.volumeDirs()
-	if err != nil {
-		return fmt.Errorf("list the volumes: %w", err)
-	}
-	if err := d.step("nodevol teardown $POD/volumes/kubernetes.io~empty-dir/*", exitOK, func(w io.Writer) int { return runTeardown(vols, w, w) }); err != nil {
-		return err
-	}
-	for _, v := range vols {
-		if _, err := os.Lstat(v); !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("PROMISE BROKEN: teardown succeeded but %s is still there (%v)", v, err)
-		}
-		if marker := d.readyMarker(filepath.Base(v)); exists(marker) {
-			return fmt.Errorf("PROMISE BROKEN: teardown succeeded but the ready marker %s is still there", marker)
-		}
-	}
-	return nil
-}
-
-// withSymlink is the demo without the right to mount: the "NAS" is a
-// directory outside the volume that a symlink inside it points to.
-func (d *demo) withSymlink(skip string) error {
-	fmt.Fprintln(d.out, "nodevol demo: a pod's emptyDir volume set up, scanned and torn down while it links to data outside it")
-	fmt.Fprintln(d.out, skip)
-	fmt.Fprintln(d.out)
-	fmt.Fprintf(d.out, "A temporary kubelet root:\n  ROOT=%s\n", d.root)
-	fmt.Fprintf(d.out, "The emptyDir plugin sets up a Default volume for pod %s (POD=$ROOT/pods/%s):\n", demoPodUID, demoPodUID)
-	fmt.Fprintln(d.out, "  cache    Default                 VOL=$POD/volumes/kubernetes.io~empty-dir/cache")
-	if err := d.setUp([]volume.Spec{{Name: "cache", EmptyDir: &volume.EmptyDirSource{}}}); err != nil {
-		return err
-	}
+// tearDownWithSymlink removes pod web while its Default volume holds a
+// symlink to a "NAS" directory outside it: the link goes, the NAS stays.
+func (d *demo) tearDownWithSymlink(m *reconciler.Manager, web *volume.Pod) error {
 	d.nas = filepath.Join(filepath.Dir(d.root), "nas-share")
 	if err := writeFiles(d.nas, map[string]string{"important.txt": demoNASData}); err != nil {
 		return fmt.Errorf("build the sandbox: %w", err)
@@ -297,33 +390,203 @@ func (d *demo) withSymlink(skip string) error {
 	if err := os.Symlink(d.nas, filepath.Join(d.vol, "nas")); err != nil {
 		return fmt.Errorf("build the sandbox: %w", err)
 	}
-	fmt.Fprintln(d.out, "The pod writes scratch files into $VOL, and $VOL/nas is a symlink to a \"NAS\" directory")
-	fmt.Fprintf(d.out, "outside the volume, holding important.txt:\n  NAS=%s\n", d.nas)
-	fmt.Fprintln(d.out)
+	fmt.Fprintf(d.out, "The pods write files into their volumes; in web's cache volume ($VOL), nas is a symlink\n")
+	fmt.Fprintf(d.out, "to a \"NAS\" directory outside it, holding important.txt:\n  VOL=%s\n  NAS=%s\n", d.vol, d.nas)
 	if err := d.step("nodevol scan --root $ROOT", exitOK, func(w io.Writer) int { return runScan([]string{"--root", d.root}, w, w) }); err != nil {
 		return err
 	}
 	fmt.Fprintln(d.out)
-	fmt.Fprintln(d.out, "The pod is deleted; a teardown that followed the link would delete the NAS's files.")
-	if err := d.tearDownAll(); err != nil {
+	fmt.Fprintln(d.out, "web is deleted; a teardown that followed the link would delete the NAS's files:")
+	m.RemovePod(web.UID)
+	start := time.Now()
+	if err := d.waitUnmount(m, web); err != nil {
 		return err
 	}
-	fmt.Fprintln(d.out, "The volume is gone, link included.")
-	if err := d.intact(filepath.Join(d.nas, "important.txt"), "$NAS/important.txt"); err != nil {
-		return err
+	fmt.Fprintf(d.out, "  RemovePod(web); WaitForUnmount(web): ok after %s; web's volume (link included) and pod directory are gone\n", since(start))
+	return d.intact(filepath.Join(d.nas, "important.txt"), "$NAS/important.txt")
+}
+
+// reconstructed waits until the new Manager has put db's volume into its
+// actual state (Run reconstructs before its first pass), and prints it.
+func (d *demo) reconstructed(m *reconciler.Manager, db *volume.Pod) error {
+	deadline := time.Now().Add(demoWait)
+	for len(m.MountedVolumes(db.UID)) == 0 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("PROMISE BROKEN: Manager 2 did not reconstruct db's volume within %s", demoWait)
+		}
+		time.Sleep(time.Millisecond)
 	}
-	if err := d.step("nodevol scan --root $ROOT", exitOK, func(w io.Writer) int { return runScan([]string{"--root", d.root}, w, w) }); err != nil {
-		return err
+	vols := m.MountedVolumes(db.UID)
+	if len(vols) != 1 || vols[0].InnerName != "data" || vols[0].State != reconciler.StateUncertain {
+		return fmt.Errorf("PROMISE BROKEN: Manager 2 reconstructed %s for db; want data uncertain", d.states(m, db))
 	}
-	fmt.Fprintln(d.out)
-	fmt.Fprintln(d.out, "OK: teardown removed the link and never followed it; the data outside the volume survived.")
+	why := ""
+	if vols[0].LastError != nil {
+		why = " (" + vols[0].LastError.Error() + ")"
+	}
+	fmt.Fprintf(d.out, "  MountedVolumes(db): %s%s\n", d.states(m, db), why)
+	problems := "none"
+	if ps := m.Problems(); len(ps) > 0 {
+		var all []string
+		for _, p := range ps {
+			all = append(all, d.short().Replace(p.Path+": "+p.Err.Error()))
+		}
+		problems = strings.Join(all, "; ")
+	}
+	fmt.Fprintf(d.out, "  Problems(): %s\n", problems)
+	fmt.Fprintln(d.out, "  Nothing is torn down before MarkSourcesReady, so db's volume waits for db to be added again.")
 	return nil
+}
+
+// waitMount waits until every volume of pod p is mounted.
+func (d *demo) waitMount(m *reconciler.Manager, p *volume.Pod) error {
+	ctx, cancel := context.WithTimeout(context.Background(), demoWait)
+	defer cancel()
+	if err := m.WaitForMount(ctx, p.UID); err != nil {
+		return fmt.Errorf("WaitForMount(%s): %w", p.Name, err)
+	}
+	return nil
+}
+
+// waitUnmount waits until pod p has no volume left, then until the
+// Manager has removed its pod directory (which it does in the pass after).
+func (d *demo) waitUnmount(m *reconciler.Manager, p *volume.Pod) error {
+	ctx, cancel := context.WithTimeout(context.Background(), demoWait)
+	defer cancel()
+	if err := m.WaitForUnmount(ctx, p.UID); err != nil {
+		return fmt.Errorf("PROMISE BROKEN: WaitForUnmount(%s): %w", p.Name, err)
+	}
+	podDir, err := d.layout.PodDir(p.UID)
+	if err != nil {
+		return err
+	}
+	for {
+		_, err := os.Lstat(podDir)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("PROMISE BROKEN: %s's volumes are torn down but its pod directory %s is still there after %s (%v)", p.Name, podDir, demoWait, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// printVolumes prints the volumes of each pod in the Manager's actual
+// state, with the mount of each one that is a mount point.
+func (d *demo) printVolumes(m *reconciler.Manager, pods ...*volume.Pod) error {
+	var lines [][]string
+	for _, p := range pods {
+		vols := m.MountedVolumes(p.UID)
+		slices.SortFunc(vols, func(a, b reconciler.MountedVolume) int { return strings.Compare(a.InnerName, b.InnerName) })
+		if len(vols) != len(p.Volumes) {
+			return fmt.Errorf("PROMISE BROKEN: WaitForMount(%s) succeeded with %d of %d volumes in MountedVolumes", p.Name, len(vols), len(p.Volumes))
+		}
+		for _, v := range vols {
+			if v.State != reconciler.StateMounted {
+				return fmt.Errorf("PROMISE BROKEN: WaitForMount(%s) succeeded but volume %s is %s", p.Name, v.InnerName, v.State)
+			}
+			dir, err := d.layout.VolumeDir(p.UID, v.Plugin, v.InnerName)
+			if err != nil {
+				return err
+			}
+			lines = append(lines, []string{p.Name, v.InnerName, v.State.String(), mountOf(dir)})
+		}
+	}
+	widths := make([]int, 3)
+	for _, l := range lines {
+		for i := range widths {
+			widths[i] = max(widths[i], len(l[i]))
+		}
+	}
+	for _, l := range lines {
+		fmt.Fprintln(d.out, strings.TrimRight(fmt.Sprintf("    %-*s  %-*s  %-*s  %s", widths[0], l[0], widths[1], l[1], widths[2], l[2], l[3]), " "))
+	}
+	return nil
+}
+
+// states says, sorted, what state each volume of p is in: "cache uncertain".
+func (d *demo) states(m *reconciler.Manager, p *volume.Pod) string {
+	var s []string
+	for _, v := range m.MountedVolumes(p.UID) {
+		s = append(s, v.InnerName+" "+v.State.String())
+	}
+	if len(s) == 0 {
+		return "none"
+	}
+	slices.Sort(s)
+	return strings.Join(s, ", ")
+}
+
+func (d *demo) dbVol() string {
+	dir, _ := d.layout.VolumeDir(demoDBUID, emptydir.PluginName, "data")
+	return dir
+}
+
+// dbIntact checks that db's file survived the restart and the
+// verification.
+func (d *demo) dbIntact() error {
+	got, err := os.ReadFile(filepath.Join(d.dbVol(), "data.db"))
+	if err != nil {
+		return fmt.Errorf("PROMISE BROKEN: db lost data.db across the restart: %w", err)
+	}
+	if string(got) != demoDBData {
+		return fmt.Errorf("PROMISE BROKEN: db's data.db changed across the restart: %q, want %q", got, demoDBData)
+	}
+	fmt.Fprintf(d.out, "  db's data.db still reads %q\n", got)
+	return nil
+}
+
+// readyMarker is the kubelet's "SetUp completed" marker of a volume.
+func (d *demo) readyMarker(uid, name string) string {
+	meta, _ := d.layout.PluginVolumeDir(uid, emptydir.PluginName, name)
+	return filepath.Join(meta, "ready")
+}
+
+// counterValue reads one counter from a registry.
+func counterValue(g prometheus.Gatherer, name, label, value string) (float64, error) {
+	families, err := g.Gather()
+	if err != nil {
+		return 0, err
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					return m.GetCounter().GetValue(), nil
+				}
+			}
+		}
+	}
+	return 0, nil
+}
+
+// attempts explains n refused teardowns: the first try and the retries
+// after each backoff.
+func attempts(n int) string {
+	if n == 1 {
+		return "the first try was refused"
+	}
+	var backoffs []string
+	for i, b := 0, demoInitialBackoff; i < n-1; i, b = i+1, min(2*b, demoMaxBackoff) {
+		backoffs = append(backoffs, b.String())
+	}
+	retries := isAre(n-1, "1 retry", fmt.Sprintf("%d retries", n-1))
+	return fmt.Sprintf("the first try and %s, after backoffs of %s, were all refused", retries, strings.Join(backoffs, ", "))
+}
+
+// since is the time since start, rounded for people.
+func since(start time.Time) time.Duration {
+	return time.Since(start).Round(time.Millisecond)
 }
 
 // short shortens the sandbox's long paths to the names the demo gave them.
 func (d *demo) short() *strings.Replacer {
 	var pairs []string
-	for _, p := range [][2]string{{d.vol, "$VOL"}, {d.pod, "$POD"}, {d.nas, "$NAS"}, {d.root, "$ROOT"}} {
+	for _, p := range [][2]string{{d.vol, "$VOL"}, {d.nas, "$NAS"}, {d.root, "$ROOT"}} {
 		if p[0] != "" {
 			pairs = append(pairs, p[0], p[1])
 		}
@@ -358,18 +621,23 @@ func (d *demo) intact(path, name string) error {
 	return nil
 }
 
-// cleanup unmounts what is still mounted (the NAS, and the volumes when
-// the demo stopped early) and removes the sandbox with the same
-// boundary-safe RemoveAll the demo is about.
+// cleanup stops the Manager still running, unmounts what is still mounted
+// (the NAS, and the volumes when the demo stopped early) and removes the
+// sandbox with the same boundary-safe RemoveAll the demo is about.
 func (d *demo) cleanup() error {
 	var errs []error
+	if d.stop != nil {
+		if err := d.stop(); err != nil {
+			errs = append(errs, fmt.Errorf("clean up: %w", err))
+		}
+	}
 	if d.mounted != "" {
 		if err := detachNAS(d.mounted); err != nil {
 			errs = append(errs, fmt.Errorf("clean up: unmount %s: %w", d.mounted, err))
 		}
 		d.mounted = ""
 	}
-	if d.mountedOnce && d.root != "" {
+	if (d.mountedOnce || d.canMount) && d.root != "" {
 		mounts, err := mountPointsUnder(d.root)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("clean up: %w", err))
@@ -381,7 +649,7 @@ func (d *demo) cleanup() error {
 		}
 	}
 	err := mountdetect.RemoveAll(d.tmp)
-	if errors.Is(err, mountdetect.ErrUnsupported) && !d.mountedOnce {
+	if errors.Is(err, mountdetect.ErrUnsupported) && !d.mountedOnce && !d.canMount {
 		// Nothing was ever mounted in the sandbox, so os.RemoveAll (which
 		// does not follow symlinks either) cannot reach another mount.
 		err = os.RemoveAll(d.tmp)

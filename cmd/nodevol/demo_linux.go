@@ -29,7 +29,7 @@ const envDemoParentNS = "NODEVOL_DEMO_PARENT_MNTNS"
 // binary as root.
 func isolateDemo(args []string, stdout, stderr io.Writer) (iso isolation, code int, done bool) {
 	if os.Geteuid() != 0 {
-		return isolation{skip: "not root: skipping the tmpfs NAS mount; run as root to see a refused teardown."}, 0, false
+		return isolation{skip: "not root: Default volumes only, and no NAS mount; run as root to see a refused teardown."}, 0, false
 	}
 	own, err := os.Readlink("/proc/self/ns/mnt")
 	if err != nil {
@@ -86,24 +86,17 @@ func detachNAS(dir string) error {
 	return nil
 }
 
-// mountsUnder describes the mounts beneath dir (a resolved path), one
-// "mount point  filesystem  superblock options" line each, sorted: the
+// mountOf describes the mount whose mount point is dir (a resolved path)
+// as "filesystem superblock-options", or "" when dir is not one: the
 // options say what the emptyDir plugin asked for (size=, noswap,
 // pagesize=), which nodevol check and scan do not show.
-func mountsUnder(dir string) ([]string, error) {
-	infos, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
-	if err != nil {
-		return nil, err
+func mountOf(dir string) string {
+	infos, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(dir))
+	if err != nil || len(infos) == 0 {
+		return ""
 	}
-	var lines []string
-	for _, m := range infos {
-		if m.Mountpoint == dir {
-			continue
-		}
-		lines = append(lines, fmt.Sprintf("%s  %s  %s", m.Mountpoint, m.FSType, m.VFSOptions))
-	}
-	slices.Sort(lines)
-	return lines, nil
+	m := infos[len(infos)-1] // the top one, when several are stacked
+	return m.FSType + " " + m.VFSOptions
 }
 
 // mountPointsUnder lists the mount points beneath dir, deepest first, so

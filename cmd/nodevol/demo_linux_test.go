@@ -26,7 +26,7 @@ func TestDemoCleanupUnmountsWhatIsLeft(t *testing.T) {
 	if err := d.build(); err != nil {
 		t.Fatal(err)
 	}
-	scratch := filepath.Join(d.pod, "volumes", "kubernetes.io~empty-dir", "scratch")
+	scratch := filepath.Join(filepath.Dir(d.vol), "scratch")
 	nested := filepath.Join(scratch, "nested")
 	for _, dir := range []string{scratch, nested} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -9,15 +9,17 @@ import (
 	"runtime"
 )
 
-// isolateDemo never mounts outside Linux: mount namespaces, and the
-// guarantees mountdetect gives, are Linux-only.
+// isolateDemo refuses outside Linux: mount namespaces, and the guarantees
+// mountdetect gives (which every teardown in the demo relies on), are
+// Linux-only, so the demo could only show failures there.
 func isolateDemo(args []string, stdout, stderr io.Writer) (iso isolation, code int, done bool) {
-	return isolation{skip: fmt.Sprintf("%s: skipping the tmpfs NAS mount; mount namespaces are Linux-only.", runtime.GOOS)}, 0, false
+	fmt.Fprintf(stderr, "nodevol demo: not supported on %s: volume teardown needs Linux (%v)\n", runtime.GOOS, errors.ErrUnsupported)
+	return isolation{}, exitError, true
 }
 
 func mountNAS(dir string) error   { return errors.ErrUnsupported }
 func unmountNAS(dir string) error { return errors.ErrUnsupported }
 func detachNAS(dir string) error  { return errors.ErrUnsupported }
 
-func mountsUnder(dir string) ([]string, error)      { return nil, errors.ErrUnsupported }
+func mountOf(dir string) string                     { return "" }
 func mountPointsUnder(dir string) ([]string, error) { return nil, errors.ErrUnsupported }

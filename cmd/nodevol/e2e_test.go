@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -157,7 +159,11 @@ func TestCLI(t *testing.T) {
 		tmp := t.TempDir() // the demo's sandbox goes here; it must be empty afterwards
 		start := time.Now()
 		r := bin.run(t, func(c *exec.Cmd) { c.Env = append(os.Environ(), "TMPDIR="+tmp) }, "demo")
-		t.Logf("demo took %v", time.Since(start))
+		took := time.Since(start)
+		t.Logf("demo took %v", took)
+		if took > 10*time.Second {
+			t.Errorf("demo took %v; it should take a second or two", took)
+		}
 		r.wantCode(t, exitOK)
 		if os.Geteuid() == 0 {
 			wantDemoWithNAS(t, r)
@@ -192,49 +198,81 @@ func TestCLI(t *testing.T) {
 
 func wantDemoWithNAS(t *testing.T, r result) {
 	t.Helper()
-	const dir = "$POD/volumes/kubernetes.io~empty-dir/"
 	wantContains(t, "demo output", r.stdout,
-		"in a private mount namespace",
-		"  "+dir+"scratch  tmpfs  rw,size=65536k", // sizeLimit 64Mi beats the pod limit and allocatable
+		"(in a private mount namespace: no mount made here can reach the host)\n",
+		"  AddPod(web): cache Default, scratch Memory (sizeLimit 64Mi, pod limit 256Mi)",
+		"    web  cache    mounted\n",
+		"    web  scratch  mounted  tmpfs rw,size=65536k", // sizeLimit 64Mi beats the pod limit and allocatable
+		"    db   data     mounted\n",
 		"$ nodevol scan --root $ROOT\n",
 		"    Unsafe to remove:\n      $VOL\n        1 mount beneath the volume",
 		"        $VOL/nas (tmpfs from tmpfs)\n",
 		" volumes, 1 unsafe, 0 problems, 0 leftovers\n    (exit status 1)\n",
-		"$ nodevol teardown $VOL\n    refused $VOL: 1 mount beneath the volume",
-		"nothing was changed (the ready marker and metadata are kept):\n      $VOL/nas (tmpfs from tmpfs)\n    (exit status 1)\n",
+		"  RemovePod(web); WaitForUnmount(web) gives up after its 1s timeout (context deadline exceeded);\n"+
+			"  errors.As finds the *mountdetect.CrossesMountError of the last refusal:\n"+
+			"    1 mount beneath the volume; unmount it first (their data is not the volume's)\n"+
+			"    $VOL/nas (tmpfs from tmpfs)\n",
+		"  MountedVolumes(web): cache uncertain; the others were unmounted and removed\n",
 		`The NAS is intact: $VOL/nas/important.txt still reads "`+demoNASData+`"`,
-		"The pod's own files and the ready marker are still there too",
-		"$ umount $VOL/nas\n$ nodevol teardown "+dir+"*\n    removed $VOL (a Default-medium volume on ",
-		"    unmounted and removed "+dir+"scratch (Memory medium: tmpfs)\n",
-		"$ROOT: 0 volumes, 0 unsafe, 0 problems, 1 leftover\n    (exit status 0)\n",
-		"OK: ",
+		"web's own files in $VOL and its ready marker are still there too",
+		"$ umount $VOL/nas\n  WaitForUnmount(web): ok after ",
+		", at the next retry; web's volumes and pod directory are gone\n",
+		"OK: the NAS was never touched",
 	)
+	// The first try and at least one retry were refused within the second.
+	m := regexp.MustCompile(`\n  nodevol_teardown_refused_total\{plugin="kubernetes.io/empty-dir"\} = (\d+): the first try and (\d+) retr`).FindStringSubmatch(r.stdout)
+	if m == nil {
+		t.Errorf("demo output has no refused-teardown count:\n%s", r.stdout)
+	} else if n, _ := strconv.Atoi(m[1]); n < 2 || m[2] != strconv.Itoa(n-1) {
+		t.Errorf("refused %s times with %s retries; want at least 2 refusals (the backoff is 100ms, the wait 1s), retries one fewer", m[1], m[2])
+	}
 	wantRow(t, r.stdout, demoPodUID, "kubernetes.io/empty-dir", "cache", "Default", "no", "1", "UNSAFE")
 	wantRow(t, r.stdout, demoPodUID, "kubernetes.io/empty-dir", "scratch", "Memory", "yes (tmpfs)", "0", "safe (teardown unmounts it)")
+	wantRow(t, r.stdout, demoDBUID, "kubernetes.io/empty-dir", "data", "Default", "no", "0", "safe")
 	if _, err := os.Stat(demoHugePages); err == nil {
-		wantContains(t, "demo output", r.stdout,
-			"  "+dir+"huge  hugetlbfs  rw,pagesize=2M\n",
-			"    unmounted and removed "+dir+"huge (HugePages medium: hugetlbfs, pagesize 2Mi)\n")
+		wantContains(t, "demo output", r.stdout, ", huge HugePages-2Mi\n", "    web  huge     mounted  hugetlbfs rw,pagesize=2M\n")
 		wantRow(t, r.stdout, demoPodUID, "kubernetes.io/empty-dir", "huge", "HugePages-2Mi", "yes (hugetlbfs)", "0", "safe (teardown unmounts it)")
 	}
-	if strings.Contains(r.stdout, "PROMISE BROKEN") || r.stderr != "" {
-		t.Errorf("demo stderr = %q, want nothing", r.stderr)
-	}
+	wantDemoRestart(t, r)
 }
 
 func wantDemoWithSymlink(t *testing.T, r result) {
 	t.Helper()
 	wantContains(t, "demo output", r.stdout,
-		"not root: skipping the tmpfs NAS mount; run as root to see a refused teardown",
-		"$ nodevol scan --root $ROOT\n",
-		"$ROOT: 1 volume, 0 unsafe, 0 problems, 0 leftovers\n    (exit status 0)\n",
-		"$ nodevol teardown $POD/volumes/kubernetes.io~empty-dir/*\n    removed $VOL (a Default-medium volume on ",
-		")\n    (exit status 0)\nThe volume is gone, link included.\n",
+		"not root: Default volumes only, and no NAS mount; run as root to see a refused teardown.\n",
+		"  AddPod(web): cache Default\n  AddPod(db):  data Default\n",
+		"    web  cache  mounted\n    db   data   mounted\n",
+		"$ROOT: 2 volumes, 0 unsafe, 0 problems, 0 leftovers\n    (exit status 0)\n",
 		`The NAS is intact: $NAS/important.txt still reads "`+demoNASData+`"`,
-		"$ROOT: 0 volumes, 0 unsafe, 0 problems, 1 leftover\n    (exit status 0)\n",
-		"OK: ",
+		"OK: the teardown removed the link and never followed it",
 	)
+	if !regexp.MustCompile(`\n  RemovePod\(web\); WaitForUnmount\(web\): ok after \d+ms; web's volume \(link included\) and pod directory are gone\n`).MatchString(r.stdout) {
+		t.Errorf("demo output does not say web was torn down:\n%s", r.stdout)
+	}
 	wantRow(t, r.stdout, demoPodUID, "kubernetes.io/empty-dir", "cache", "Default", "no", "0", "safe")
+	wantRow(t, r.stdout, demoDBUID, "kubernetes.io/empty-dir", "data", "Default", "no", "0", "safe")
+	wantDemoRestart(t, r)
+}
+
+// wantDemoRestart checks what both demos share: both pods mounted, the
+// restart, reconstruction, verification and the final, empty scan.
+func wantDemoRestart(t *testing.T, r result) {
+	t.Helper()
+	if !regexp.MustCompile(`\n  MarkSourcesReady\(\); WaitForMount\(web\), WaitForMount\(db\): ok after \d+ms\n`).MatchString(r.stdout) {
+		t.Errorf("demo output does not say both pods were mounted:\n%s", r.stdout)
+	}
+	wantContains(t, "demo output", r.stdout,
+		"Restart: Manager 1 stops",
+		"Manager 2 starts on the same $ROOT and reconstructs what it finds there:\n"+
+			"  MountedVolumes(db): data uncertain (found on disk at start-up; state unknown until verified)\n"+
+			"  Problems(): none\n",
+		"  AddPod(db); MarkSourcesReady(); WaitForMount(db): ok, SetUp verified it: data mounted\n"+
+			`  db's data.db still reads "`+demoDBData+`"`+"\n"+
+			"  RemovePod(db); WaitForUnmount(db): ok; db's pod directory is gone\n"+
+			"$ nodevol scan --root $ROOT\n"+
+			"    $ROOT: 0 volumes, 0 unsafe, 0 problems, 0 leftovers\n"+
+			"    (exit status 0)\n",
+	)
 	if strings.Contains(r.stdout, "PROMISE BROKEN") || r.stderr != "" {
 		t.Errorf("demo stderr = %q, want nothing", r.stderr)
 	}

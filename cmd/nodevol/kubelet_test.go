@@ -22,7 +22,7 @@ const (
 
 var (
 	teardownKeys = []string{"path", "podUID", "volume", "medium", "action", "dryRun", "done", "refused", "mounts", "reason"}
-	scanKeys     = []string{"podUID", "plugin", "volume", "path", "medium", "mountPoint", "nestedMounts", "safeToRemove", "reason"}
+	scanKeys     = []string{"podUID", "plugin", "volume", "path", "medium", "mountPoint", "nestedMounts", "subpaths", "safeToRemove", "reason"}
 )
 
 // kubelet is a temporary kubelet root with the emptyDir plugin on it.
@@ -105,8 +105,10 @@ func scanLines(t *testing.T, out string) (vols, problems, leftovers []map[string
 		default:
 			want = scanKeys
 			vols = append(vols, obj)
-			if _, ok := obj["nestedMounts"].([]any); !ok {
-				t.Errorf("nestedMounts is not a list in %s", line)
+			for _, key := range []string{"nestedMounts", "subpaths"} {
+				if _, ok := obj[key].([]any); !ok {
+					t.Errorf("%s is not a list in %s", key, line)
+				}
 			}
 		}
 		var got []string

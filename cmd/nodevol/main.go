@@ -81,9 +81,10 @@ Usage:
         /var/lib/kubelet) with its medium, mounts and whether it is safe to
         remove, plus entries that do not parse and leftover pod directories.
   nodevol demo
-        Show, in a temporary kubelet root, emptyDir volumes set up, scanned
-        and torn down, and a teardown refusing to empty a NAS mounted inside
-        a volume (as root; without root, a symlink).
+        Run the volume manager on a temporary kubelet root: pods' emptyDir
+        volumes set up and torn down, a teardown refused (and retried) while
+        a NAS is mounted inside a volume (as root; without root, a symlink
+        to data outside it), and a restart that reconstructs a volume.
   nodevol help [COMMAND]
 
 Exit status: 0 ok, 1 unsafe or refused, 2 usage or operational error.

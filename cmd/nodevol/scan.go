@@ -1,17 +1,21 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/nodevol/nodevol/emptydir"
 	"github.com/nodevol/nodevol/mountdetect"
+	"github.com/nodevol/nodevol/subpath"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -30,8 +34,13 @@ type scanVolume struct {
 	Medium       string              `json:"medium"`
 	MountPoint   bool                `json:"mountPoint"`
 	NestedMounts []mountdetect.Mount `json:"nestedMounts"` // never nil: [] in JSON
-	SafeToRemove bool                `json:"safeToRemove"`
-	Reason       string              `json:"reason"`
+	// Subpaths are the containers' subPath entries of the volume, at
+	// <root>/pods/<uid>/volume-subpaths/<volume>/<container>/<index>. A
+	// mounted one does not make the volume unsafe: the volume manager
+	// unmounts them (subpath.Clean) before it tears the volume down.
+	Subpaths     []subpath.Entry `json:"subpaths"` // never nil: [] in JSON
+	SafeToRemove bool            `json:"safeToRemove"`
+	Reason       string          `json:"reason"`
 
 	exists       bool
 	sure         bool   // the kernel is sure about MountPoint
@@ -128,8 +137,13 @@ func scanRoot(root string) (*scanReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	subpaths := subpath.New(layout)
 	for _, vd := range found.Volumes {
-		s.volumes = append(s.volumes, examineVolume(layout, tab, vd))
+		v := examineVolume(layout, tab, vd)
+		if v.err == nil {
+			v.addSubpaths(subpaths)
+		}
+		s.volumes = append(s.volumes, v)
 	}
 	return s, nil
 }
@@ -140,12 +154,9 @@ func scanRoot(root string) (*scanReport, error) {
 // unmounts it); any other plugin's volume is safe only when nothing is
 // mounted on it or beneath it, because unmounting it is that plugin's job.
 func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.VolumeDir) scanVolume {
-	v := scanVolume{PodUID: vd.PodUID, Plugin: vd.Plugin, Volume: vd.Volume, Path: vd.Path, NestedMounts: []mountdetect.Mount{}}
+	v := scanVolume{PodUID: vd.PodUID, Plugin: vd.Plugin, Volume: vd.Volume, Path: vd.Path, NestedMounts: []mountdetect.Mount{}, Subpaths: []subpath.Entry{}}
 	fail := func(err error) scanVolume {
-		v.err = err
-		v.Medium, v.MountPoint, v.SafeToRemove = "", false, false
-		v.NestedMounts = v.NestedMounts[:0]
-		v.Reason = "could not be examined: " + err.Error()
+		v.fail(err)
 		return v
 	}
 	if vd.Plugin == emptydir.PluginName {
@@ -213,6 +224,58 @@ func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.
 	return v
 }
 
+// fail marks the volume as one that could not be examined.
+func (v *scanVolume) fail(err error) {
+	v.err = err
+	v.Medium, v.MountPoint, v.SafeToRemove = "", false, false
+	v.NestedMounts = v.NestedMounts[:0]
+	v.Subpaths = v.Subpaths[:0]
+	v.Reason = "could not be examined: " + err.Error()
+}
+
+// addSubpaths lists the volume's subpath entries, sorted by container and
+// index, and says in the reason what the mounted ones mean. They do not
+// change the verdict: the volume manager unmounts them before TearDown,
+// and they are not beneath the volume directory, so neither
+// "nodevol teardown" nor "nodevol rm" of the volume would enter them.
+func (v *scanVolume) addSubpaths(c *subpath.Cleaner) {
+	entries, err := c.List(v.PodUID, v.Volume)
+	if err != nil {
+		v.fail(fmt.Errorf("list subpaths: %w", err))
+		return
+	}
+	slices.SortFunc(entries, func(a, b subpath.Entry) int {
+		return cmp.Or(strings.Compare(a.Container, b.Container), compareIndex(a.Index, b.Index))
+	})
+	v.Subpaths = append(v.Subpaths, entries...)
+	mounted := 0
+	for _, e := range entries {
+		if e.MountPoint {
+			mounted++
+		}
+	}
+	if mounted > 0 {
+		v.Reason += fmt.Sprintf("; %s of its containers %s active: the volume manager unmounts %s before its teardown (nodevol teardown does not), so %s not make the volume unsafe",
+			plural(mounted, "subPath bind mount"), isAre(mounted, "is", "are"), isAre(mounted, "it", "them"), isAre(mounted, "it does", "they do"))
+	}
+}
+
+// compareIndex orders subpath indexes numerically ("2" before "10"),
+// and anything that is not a number after the numbers, by name.
+func compareIndex(a, b string) int {
+	na, errA := strconv.Atoi(a)
+	nb, errB := strconv.Atoi(b)
+	switch {
+	case errA == nil && errB == nil:
+		return cmp.Compare(na, nb)
+	case errA == nil:
+		return -1
+	case errB == nil:
+		return 1
+	}
+	return strings.Compare(a, b)
+}
+
 func runScan(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("scan", "[--json] [--root DIR]",
 		`List every pod volume directory under the kubelet root
@@ -231,9 +294,15 @@ Entries that do not parse (bad pod UIDs or names, files where directories
 belong) are listed as problems, and pod directories without any volume
 directory as leftovers. Nothing is changed.
 
+Containers' subPath entries of each volume
+(<root>/pods/<uid>/volume-subpaths/<volume>/<container>/<index>) are listed
+under it, mounted or not. They do not make a volume unsafe: the volume
+manager unmounts them before it tears the volume down.
+
 --json prints one object per line: for each volume
   {"podUID","plugin","volume","path","medium","mountPoint","nestedMounts",
-   "safeToRemove","reason"}
+   "subpaths","safeToRemove","reason"}
+with "subpaths" a list of {"container","index","path","mountPoint"}
 then {"problem":PATH,"error":TEXT} per problem and {"leftover":PATH} per
 leftover pod directory.
 
@@ -326,6 +395,25 @@ func writeScanHuman(w io.Writer, s *scanReport) {
 			}
 		}
 	}
+	if s.hasSubpaths() {
+		section("Subpaths (containers' subPath bind mounts; the volume manager unmounts them before tearing a volume down):")
+		for i := range s.volumes {
+			v := &s.volumes[i]
+			if len(v.Subpaths) == 0 {
+				continue
+			}
+			fmt.Fprintf(w, "  %s\n", v.Path)
+			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+			for _, e := range v.Subpaths {
+				state := "not mounted"
+				if e.MountPoint {
+					state = "mounted"
+				}
+				fmt.Fprintf(tw, "    %s/%s\t%s\t%s\n", e.Container, e.Index, state, e.Path)
+			}
+			tw.Flush()
+		}
+	}
 	if len(s.problems) > 0 {
 		section("Problems (entries that do not parse or could not be read; left alone):")
 		for _, p := range s.problems {
@@ -343,6 +431,15 @@ func writeScanHuman(w io.Writer, s *scanReport) {
 	}
 	fmt.Fprintf(w, "%s: %s, %d unsafe, %s, %s\n", s.root,
 		plural(len(s.volumes), "volume"), s.unsafe(), plural(len(s.problems), "problem"), plural(len(s.leftovers), "leftover"))
+}
+
+func (s *scanReport) hasSubpaths() bool {
+	for i := range s.volumes {
+		if len(s.volumes[i].Subpaths) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (v *scanVolume) mediumColumn() string {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"syscall"
@@ -161,6 +162,67 @@ func testScanCLI(t *testing.T, bin binary) {
 		if r.stdout != "" {
 			t.Errorf("stdout %q, want nothing", r.stdout)
 		}
+	})
+
+	t.Run("subpaths", func(t *testing.T) {
+		mounttest.RequireMounts(t)
+		base := realTempDir(t)
+		k := newKubelet(t, base)
+		cache := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
+		mounttest.Build(t, cache, "file conf/app.yaml a: b", "dir data/logs", "file hostname web-0")
+		subpaths, err := k.layout.VolumeSubpathsDir(testUID, "cache")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// As the kubelet does for subPath: data/logs and hostname, in
+		// containers app (volumeMounts 0 and 10) and sidecar (1); the
+		// third entry is left over from an earlier container start.
+		logs := filepath.Join(subpaths, "app", "0")
+		host := filepath.Join(subpaths, "app", "10")
+		stale := filepath.Join(subpaths, "sidecar", "1")
+		mounttest.Bind(t, filepath.Join(cache, "data/logs"), logs)
+		mounttest.Bind(t, filepath.Join(cache, "hostname"), host)
+		mounttest.Build(t, filepath.Dir(stale), "dir 1")
+		other := k.setUp(t, testUID, "other", volume.EmptyDirSource{})
+		before := mounttest.Snapshot(t, cache)
+
+		r := bin.run(t, nil, "scan", "--root", k.root)
+		r.wantCode(t, exitOK) // subpath mounts do not make a volume unsafe
+		wantRow(t, r.stdout, testUID, "kubernetes.io/empty-dir", "cache", "Default", "no", "0", "safe")
+		wantRow(t, r.stdout, testUID, "kubernetes.io/empty-dir", "other", "Default", "no", "0", "safe")
+		wantContains(t, "stdout", r.stdout,
+			"\nSubpaths (containers' subPath bind mounts; the volume manager unmounts them before tearing a volume down):\n"+
+				"  "+cache+"\n"+
+				"    app/0      mounted      "+logs+"\n"+
+				"    app/10     mounted      "+host+"\n"+
+				"    sidecar/1  not mounted  "+stale+"\n\n",
+			k.root+": 2 volumes, 0 unsafe, 0 problems, 0 leftovers\n",
+		)
+		if strings.Contains(r.stdout, "  "+other+"\n") {
+			t.Errorf("volume other has no subpaths but is listed under Subpaths:\n%s", r.stdout)
+		}
+
+		r = bin.run(t, nil, "scan", "--json", "--root", k.root)
+		r.wantCode(t, exitOK)
+		vols, _, _ := scanLines(t, r.stdout)
+		v := byVolume(vols)
+		want := []any{
+			map[string]any{"container": "app", "index": "0", "path": logs, "mountPoint": true},
+			map[string]any{"container": "app", "index": "10", "path": host, "mountPoint": true},
+			map[string]any{"container": "sidecar", "index": "1", "path": stale, "mountPoint": false},
+		}
+		if got := v["cache"]["subpaths"]; !reflect.DeepEqual(got, want) {
+			t.Errorf("cache subpaths = %v; want %v", got, want)
+		}
+		if got, _ := v["other"]["subpaths"].([]any); got == nil || len(got) != 0 {
+			t.Errorf("other subpaths = %#v; want []", v["other"]["subpaths"])
+		}
+		if v["cache"]["safeToRemove"] != true {
+			t.Errorf("cache safeToRemove = %v; want true", v["cache"]["safeToRemove"])
+		}
+		wantContains(t, "cache reason", v["cache"]["reason"].(string),
+			"; 2 subPath bind mounts of its containers are active: the volume manager unmounts them before its teardown (nodevol teardown does not), so they do not make the volume unsafe")
+		mounttest.Intact(t, cache, before) // scan changes nothing
 	})
 
 	t.Run("mounts make volumes unsafe", func(t *testing.T) {

@@ -203,7 +203,7 @@ func testTeardownCLI(t *testing.T, bin binary) {
 			mustNotExist(t, v)
 			mustNotExist(t, k.ready(t, testUID, filepath.Base(v)))
 		}
-		if left, err := mountsUnder(base); err != nil || len(left) > 0 {
+		if left, err := mountPointsUnder(base); err != nil || len(left) > 0 {
 			t.Errorf("mounts left under %s after teardown: %q (%v)", base, left, err)
 		}
 	})
