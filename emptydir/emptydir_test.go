@@ -417,3 +417,30 @@ func TestRealQuotaManagerOnXFS(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestQuotaClearedWhenDirectoryGone: the volume directory vanished (removed
+// by hand, a crash) but the metadata still records a project: TearDown
+// clears it (the bookkeeping) before dropping the metadata, the last
+// record of the ID.
+func TestQuotaClearedWhenDirectoryGone(t *testing.T) {
+	q := &fakeQuotas{}
+	e := newEnv(t, t.TempDir(), nil, WithQuotas(q))
+	m := e.setUp(t, e.pod(volume.Spec{Name: "cache", EmptyDir: &volume.EmptyDirSource{SizeLimit: 1 << 20}}), "cache")
+	if err := os.Remove(m.Path()); err != nil {
+		t.Fatal(err)
+	}
+	q.clearErr = errors.New("quotactl: EIO")
+	if err := e.tearDown("cache"); err == nil || !isReady(e.metaDir(t, "cache")) {
+		t.Fatalf("TearDown = %v, ready %v; want the quota error and the metadata kept", err, isReady(e.metaDir(t, "cache")))
+	}
+	q.clearErr = nil
+	if err := e.tearDown("cache"); err != nil {
+		t.Fatal(err)
+	}
+	if len(q.cleared) != 1 || q.cleared[0] != m.Path() {
+		t.Errorf("cleared %v; want %s", q.cleared, m.Path())
+	}
+	if _, err := os.Lstat(e.metaDir(t, "cache")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("metadata directory left: %v", err)
+	}
+}

@@ -197,7 +197,12 @@ func tearDown(ctx context.Context, dir, metaDir string, mounter volume.SystemMou
 		if err := removeTree(dir); err != nil {
 			return plan, fail(volume.Transient, err)
 		}
-	case ActionRemove:
+	case ActionRemove, ActionNone:
+		// ActionNone too: the directory is gone (removed by hand, or a
+		// crash), but the metadata is the last record of its project ID;
+		// removing it without clearing would leak the ID in the
+		// bookkeeping files forever (Clear of a missing directory only
+		// undoes the bookkeeping).
 		if plan.Meta != nil && plan.Meta.QuotaProjectID != 0 {
 			if quotas == nil {
 				return plan, fail(volume.Final, fmt.Errorf("the volume has quota project %d but no quota manager is configured; refusing to leak it", plan.Meta.QuotaProjectID))
@@ -206,8 +211,10 @@ func tearDown(ctx context.Context, dir, metaDir string, mounter volume.SystemMou
 				return plan, fail(volume.Transient, fmt.Errorf("clear quota project %d: %w", plan.Meta.QuotaProjectID, err))
 			}
 		}
-		if err := removeTree(dir); err != nil {
-			return plan, fail(volume.Transient, err)
+		if plan.Action == ActionRemove {
+			if err := removeTree(dir); err != nil {
+				return plan, fail(volume.Transient, err)
+			}
 		}
 	}
 	if err := removeMetadata(metaDir); err != nil {
