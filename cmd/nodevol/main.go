@@ -5,6 +5,7 @@
 //	nodevol rm [--dry-run] [--json] [--workers N] PATH...
 //	nodevol teardown [--dry-run] [--json] VOLUME_DIR...
 //	nodevol scan [--json] [--root DIR]
+//	nodevol usage [--json] PATH...
 //	nodevol demo
 //
 // Exit status: 0 ok, 1 refused or unsafe, 2 usage or operational error.
@@ -43,6 +44,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runRm(rest, stdout, stderr)
 	case "teardown":
 		return runTeardown(rest, stdout, stderr)
+	case "usage":
+		return runUsage(rest, stdout, stderr)
 	case "scan":
 		return runScan(rest, stdout, stderr)
 	case "demo":
@@ -80,6 +83,9 @@ Usage:
         List every pod volume under the kubelet root (default
         /var/lib/kubelet) with its medium, mounts and whether it is safe to
         remove, plus entries that do not parse and leftover pod directories.
+  nodevol usage [--json] PATH...
+        Bytes and inodes each directory uses, from its project quota when it
+        has one, else from a walk that stays on its mount.
   nodevol demo
         Run the volume manager on a temporary kubelet root: pods' emptyDir
         volumes set up and torn down, a teardown refused (and retried) while

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodevol/nodevol/emptydir"
 	"github.com/nodevol/nodevol/mountdetect"
+	"github.com/nodevol/nodevol/subpath"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -104,14 +105,21 @@ func planTeardown(path string) teardownResult {
 	return r
 }
 
-// tearDownVolume tears the volume down with emptydir.TearDownPath, exactly
-// as the plugin's Unmounter does, and reports the plan it acted on.
+// tearDownVolume tears the volume down as the volume manager's unmount
+// operation does: the containers' subPath bind mounts of the volume are
+// cleaned first (a failure stops here, before anything of the volume is
+// touched), then emptydir.TearDownPath, whose plan is reported.
 func tearDownVolume(ctx context.Context, path string) teardownResult {
 	r := teardownResult{Path: path, Mounts: []mountdetect.Mount{}}
 	vp, metaDir, err := emptyDirPaths(path)
 	r.PodUID, r.Volume = vp.PodUID, vp.Volume
 	if err != nil {
 		r.setErr(err)
+		return r
+	}
+	layout, _, _ := volume.ParseVolumePathAnyRoot(path) // emptyDirPaths parsed it already
+	if err := subpath.New(layout).Clean(ctx, vp.PodUID, vp.Volume); err != nil {
+		r.setErr(fmt.Errorf("clean subpath mounts first: %w", err))
 		return r
 	}
 	r.metaExists = exists(metaDir)
