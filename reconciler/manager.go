@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -532,6 +533,25 @@ func (m *Manager) waitErr(ctx context.Context, uid, what string) error {
 	m.mu.Lock()
 	last := m.lastErr[uid]
 	m.mu.Unlock()
+	if what == "unmount" {
+		// lastErr is per pod: another volume's later success clears it.
+		// The volumes still there keep the failure that made each of them
+		// uncertain (a refused teardown names its mounts): prefer those.
+		var errs []error
+		m.asw.mu.RLock()
+		for _, av := range m.asw.pods[uid] {
+			if av.lastErr != nil && av.lastErr != errReconstructed {
+				errs = append(errs, av.lastErr)
+			}
+		}
+		m.asw.mu.RUnlock()
+		if len(errs) > 0 {
+			if last != nil && !slices.ContainsFunc(errs, func(e error) bool { return errors.Is(last, e) }) {
+				errs = append(errs, last) // e.g. a subpath failure, which leaves the volume mounted
+			}
+			last = errors.Join(errs...)
+		}
+	}
 	if last != nil {
 		return fmt.Errorf("waiting for %s of pod %s: %w; last error: %w", what, uid, ctx.Err(), last)
 	}

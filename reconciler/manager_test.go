@@ -32,6 +32,7 @@ type faultyPlugin struct {
 	tearDowns     atomic.Int32
 	running       sync.Map // pod/volume → *atomic.Int32
 	overlaps      atomic.Int32
+	gates         sync.Map // uid/volume → chan struct{}: that TearDown waits until it is closed
 }
 
 type faultyUnmounter struct {
@@ -55,6 +56,9 @@ func (u *faultyUnmounter) TearDown(ctx context.Context) error {
 	}
 	defer c.(*atomic.Int32).Add(-1)
 	u.p.tearDowns.Add(1)
+	if g, ok := u.p.gates.Load(u.key); ok {
+		<-g.(chan struct{})
+	}
 	if u.p.hang.Load() {
 		<-ctx.Done()
 		return ctx.Err()
@@ -457,5 +461,40 @@ func TestLeftoverPodDirRemovedAfterSourcesReady(t *testing.T) {
 	}
 	if exists(podDir) {
 		t.Errorf("leftover pod directory %s never removed after MarkSourcesReady", podDir)
+	}
+}
+
+// TestWaitForUnmountKeepsRefusalAfterOtherVolumeSucceeds: a pod with two
+// volumes; one teardown is refused (a NAS inside), the other succeeds
+// afterwards. WaitForUnmount must still say why the pod is stuck.
+func TestWaitForUnmountKeepsRefusalAfterOtherVolumeSucceeds(t *testing.T) {
+	mounttest.RequireMounts(t)
+	e := startManager(t, t.TempDir(), Options{InitialBackoff: time.Hour, MaxBackoff: time.Hour})
+	e.m.MarkSourcesReady()
+	e.m.AddPod(pod("p", "a", "b"))
+	if err := e.m.WaitForMount(waitCtx(t, 10*time.Second), "p"); err != nil {
+		t.Fatal(err)
+	}
+	nas := filepath.Join(e.volDir("p", "a"), "nas")
+	mounttest.Tmpfs(t, nas, "size=1m")
+	gate := make(chan struct{})
+	e.plugin.gates.Store("p/b", gate)
+	e.m.RemovePod("p")
+	deadline := time.Now().Add(5 * time.Second)
+	for !errors.Is(e.m.LastError("p"), mountdetect.ErrCrossesMount) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	close(gate) // b's teardown now succeeds, after a's refusal
+	deadline = time.Now().Add(5 * time.Second)
+	for len(e.m.MountedVolumes("p")) != 1 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if err := e.m.x.Operations().Wait(waitCtx(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	err := e.m.WaitForUnmount(waitCtx(t, 50*time.Millisecond), "p")
+	var crossing *mountdetect.CrossesMountError
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &crossing) || crossing.Mounts[0].MountPoint != nas {
+		t.Fatalf("WaitForUnmount = %v; want a timeout that names the NAS", err)
 	}
 }
