@@ -88,8 +88,11 @@ type Manager struct {
 	// volumes are gone, so a full pass would never visit them again;
 	// MarkSourcesReady marks them dirty.
 	deferred map[string]struct{}
-	lastErr   map[string]error
-	problems  []volume.ScanProblem
+	// blocked are pods whose operation was refused because one that may
+	// belong to another pod was pending; the next completion wakes them.
+	blocked  map[string]struct{}
+	lastErr  map[string]error
+	problems []volume.ScanProblem
 
 	actions []executor.MountedVolume // reused by the loop: a steady pass allocates nothing
 	mounts  []executor.VolumeToMount
@@ -125,6 +128,7 @@ func New(opts Options) (*Manager, error) {
 		wake:   make(chan struct{}, 1),
 		dirty:  map[string]struct{}{}, spare: map[string]struct{}{},
 		retry: map[string]time.Time{}, lastErr: map[string]error{}, deferred: map[string]struct{}{},
+		blocked: map[string]struct{}{},
 	}
 	if opts.Logger != nil {
 		m.logger = *opts.Logger
@@ -370,8 +374,24 @@ func (m *Manager) reconcileMount(ctx context.Context, uid string) {
 // when the backoff expires).
 func (m *Manager) handle(uid string, p volume.Plugin, name volume.UniqueVolumeName, err error) {
 	var be *pendingops.BackoffError
+	var ae *pendingops.AlreadyExistsError
 	switch {
-	case err == nil, errors.Is(err, pendingops.ErrAlreadyExists):
+	case err == nil:
+	case errors.As(err, &ae):
+		// The pending operation's completion marks only its own pod
+		// dirty. When it may belong to another pod (a volume-wide key, or
+		// a wildcard match), remember this one: every completion wakes
+		// the blocked pods, instead of leaving them to the next resync.
+		if ae.Key.Pod == "" || ae.Pending != ae.Key {
+			m.mu.Lock()
+			m.blocked[uid] = struct{}{}
+			m.mu.Unlock()
+			// It may have finished (and drained blocked) between Run and
+			// now: done drains only after the operation stopped pending.
+			if !m.x.Operations().IsPending(ae.Key) {
+				m.markDirty(uid)
+			}
+		}
 	case errors.As(err, &be):
 		m.retryAt(uid, be.RetryAfter())
 	default:
@@ -405,6 +425,12 @@ func (m *Manager) done(uid string, p volume.Plugin, name volume.UniqueVolumeName
 				m.retryAt(uid, at)
 			}
 		}
+		m.mu.Lock()
+		for b := range m.blocked {
+			m.dirty[b] = struct{}{}
+		}
+		clear(m.blocked)
+		m.mu.Unlock()
 		m.markDirty(uid)
 	}
 }

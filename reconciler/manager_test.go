@@ -19,6 +19,7 @@ import (
 	"github.com/nodevol/nodevol/emptydir"
 	"github.com/nodevol/nodevol/internal/mounttest"
 	"github.com/nodevol/nodevol/mountdetect"
+	"github.com/nodevol/nodevol/reconciler/executor"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -496,5 +497,65 @@ func TestWaitForUnmountKeepsRefusalAfterOtherVolumeSucceeds(t *testing.T) {
 	var crossing *mountdetect.CrossesMountError
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &crossing) || crossing.Mounts[0].MountPoint != nas {
 		t.Fatalf("WaitForUnmount = %v; want a timeout that names the NAS", err)
+	}
+}
+
+// devicePlugin is emptyDir whose operations are volume-wide (as for a
+// device-mountable plugin): pods using a volume of the same name share one
+// pending-operations key. SetUp for pod "a" waits for gate.
+type devicePlugin struct {
+	*emptydir.Plugin
+	gate chan struct{}
+}
+
+func (p *devicePlugin) DeviceMountable() bool { return true }
+
+func (p *devicePlugin) NewMounter(spec *volume.Spec, pd *volume.Pod) (volume.Mounter, error) {
+	m, err := p.Plugin.NewMounter(spec, pd)
+	if err != nil || pd.UID != "a" {
+		return m, err
+	}
+	return gatedMounter{m, p.gate}, nil
+}
+
+type gatedMounter struct {
+	volume.Mounter
+	gate chan struct{}
+}
+
+func (g gatedMounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
+	<-g.gate
+	return g.Mounter.SetUp(ctx, args)
+}
+
+// TestBlockedByAnotherPodsOperationIsWoken: pod b's mount is refused with
+// "already exists" because pod a's operation holds the shared volume-wide
+// key. When a's finishes, b must be retried at once, not at the next resync.
+func TestBlockedByAnotherPodsOperationIsWoken(t *testing.T) {
+	root := t.TempDir()
+	l, _ := volume.NewLayout(root)
+	p := &devicePlugin{Plugin: emptydir.New(volume.NewHost(l, nil, 0)), gate: make(chan struct{})}
+	m, err := New(Options{Root: root, Plugins: []volume.Plugin{p}, ResyncPeriod: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	m.AddPod(pod("a", "shared"))
+	deadline := time.Now().Add(5 * time.Second)
+	for !m.x.Operations().IsPending(executor.Key(p, uniqueName(p, "a", "shared"), "a")) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	m.AddPod(pod("b", "shared"))
+	time.Sleep(20 * time.Millisecond) // b's pass meets a's pending operation
+	close(p.gate)
+	if err := m.WaitForMount(waitCtx(t, 10*time.Second), "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.WaitForMount(waitCtx(t, 3*time.Second), "b"); err != nil {
+		t.Fatalf("pod b not mounted after pod a's operation finished: %v", err)
 	}
 }
