@@ -1,16 +1,16 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"syscall"
 
 	"github.com/moby/sys/mountinfo"
+
+	"github.com/nodevol/nodevol/internal/mountns"
 )
 
 // envDemoParentNS carries, into the re-executed demo, the mount namespace
@@ -31,35 +31,21 @@ func isolateDemo(args []string, stdout, stderr io.Writer) (iso isolation, code i
 	if os.Geteuid() != 0 {
 		return isolation{skip: "not root: Default volumes only, and no NAS mount; run as root to see a refused teardown."}, 0, false
 	}
-	own, err := os.Readlink("/proc/self/ns/mnt")
-	if err != nil {
-		return isolation{skip: fmt.Sprintf("cannot tell which mount namespace this is (%v): skipping the tmpfs NAS mount rather than risk mounting on the host.", err)}, 0, false
+	if mountns.Child(envDemoParentNS) {
+		return isolation{canMount: true}, 0, false
 	}
-	if parent, ok := os.LookupEnv(envDemoParentNS); ok {
-		if parent != own {
-			return isolation{canMount: true}, 0, false
-		}
+	if _, ok := os.LookupEnv(envDemoParentNS); ok {
 		return isolation{skip: envDemoParentNS + " is set but this is not a new mount namespace: skipping the tmpfs NAS mount rather than mount on the host."}, 0, false
 	}
-	cmd := exec.Command("/proc/self/exe", args...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = nil, stdout, stderr
-	cmd.Env = append(os.Environ(), envDemoParentNS+"="+own)
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Unshareflags: syscall.CLONE_NEWNS,
-		Pdeathsig:    syscall.SIGKILL,
+	code, err := mountns.Reexec(envDemoParentNS, args, mountns.Streams{Stdout: stdout, Stderr: stderr})
+	if err != nil {
+		return isolation{skip: fmt.Sprintf("cannot create a private mount namespace (%v): skipping the tmpfs NAS mount rather than mount on the host.", err)}, 0, false
 	}
-	err = cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-		return isolation{}, exitOK, true
-	case errors.As(err, &exit) && exit.Exited():
-		return isolation{}, exit.ExitCode(), true
-	case errors.As(err, &exit):
-		fmt.Fprintf(stderr, "nodevol demo: the demo in its private mount namespace died: %v\n", err)
+	if code > exitError {
+		fmt.Fprintf(stderr, "nodevol demo: the demo in its private mount namespace died (status %d)\n", code)
 		return isolation{}, exitError, true
 	}
-	return isolation{skip: fmt.Sprintf("cannot create a private mount namespace (%v): skipping the tmpfs NAS mount rather than mount on the host.", err)}, 0, false
+	return isolation{}, code, true
 }
 
 // mountNAS mounts the demo's "NAS": a 1 MiB tmpfs.

@@ -17,7 +17,8 @@ func Child(envName string) bool { return child(envName) }
 
 // Reexec runs /proc/self/exe with args in a new mount namespace whose
 // mounts are private, wires its standard streams to the given ones, waits
-// for it, and returns its exit code (1 when a signal killed it). envName
+// for it, and returns its exit code (128+signal when a signal killed it, as
+// shells report it). envName
 // tells the child it is one (see Child). err is set only when the child
 // could not be started at all; the caller then runs without mounting.
 func Reexec(envName string, args []string, streams Streams) (code int, err error) {

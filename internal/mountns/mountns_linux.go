@@ -52,7 +52,11 @@ func reexec(envName string, args []string, s Streams) (int, error) {
 	case errors.As(err, &exit) && exit.Exited():
 		return exit.ExitCode(), nil
 	case errors.As(err, &exit):
-		return 1, nil // killed by a signal; its output already said why
+		// Killed by a signal: 128+signal, as shells report it.
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal()), nil
+		}
+		return 128, nil
 	}
 	return 0, err
 }
