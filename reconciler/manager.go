@@ -7,10 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -75,8 +77,9 @@ type Manager struct {
 	clock    clock.WithTicker
 	logger   klog.Logger
 
-	sourcesReady atomic.Bool
-	wake         chan struct{}
+	sourcesReady  atomic.Bool
+	wake          chan struct{}
+	reconstructed chan struct{}
 
 	mu        sync.Mutex
 	dirty     map[string]struct{}
@@ -123,10 +126,11 @@ func New(opts Options) (*Manager, error) {
 	}
 	m := &Manager{
 		opts: opts, layout: layout, registry: registry, metrics: met, clock: opts.Clock,
-		logger: klog.Background(),
-		dsw:    newDesiredState(),
-		wake:   make(chan struct{}, 1),
-		dirty:  map[string]struct{}{}, spare: map[string]struct{}{},
+		logger:        klog.Background(),
+		dsw:           newDesiredState(),
+		reconstructed: make(chan struct{}),
+		wake:          make(chan struct{}, 1),
+		dirty:         map[string]struct{}{}, spare: map[string]struct{}{},
 		retry: map[string]time.Time{}, lastErr: map[string]error{}, deferred: map[string]struct{}{},
 		blocked: map[string]struct{}{},
 	}
@@ -233,11 +237,14 @@ func (m *Manager) poke() {
 // Run reconstructs the actual state from disk, then reconciles until ctx
 // is done. The context's logger (klog.FromContext) is used when set.
 func (m *Manager) Run(ctx context.Context) error {
-	if l := klog.FromContext(ctx); l.GetSink() != nil {
+	// klog.FromContext falls back to klog's global logger, which would
+	// override Options.Logger: only a logger really in ctx does.
+	if l, err := logr.FromContext(ctx); err == nil {
 		m.logger = l
 	}
 	ctx = klog.NewContext(ctx, m.logger)
 	m.reconstruct()
+	close(m.reconstructed)
 	resync := m.clock.NewTicker(m.opts.ResyncPeriod)
 	defer resync.Stop()
 	full := true
@@ -592,8 +599,13 @@ func (m *Manager) MountedVolumes(uid string) []MountedVolume {
 	for inner, av := range m.asw.pods[uid] {
 		out = append(out, MountedVolume{Name: av.mv.VolumeName, InnerName: inner, Plugin: av.mv.Plugin.Name(), State: av.state, LastError: av.lastErr})
 	}
+	slices.SortFunc(out, func(a, b MountedVolume) int { return strings.Compare(a.InnerName, b.InnerName) })
 	return out
 }
+
+// Reconstructed is closed once Run has put the volumes found on disk into
+// the actual state (MountedVolumes then shows them, as uncertain).
+func (m *Manager) Reconstructed() <-chan struct{} { return m.reconstructed }
 
 // Problems lists what reconstruction found on disk and left alone
 // (unknown plugins, names that do not parse, specs that could not be

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/klog/v2/ktesting"
@@ -209,9 +210,10 @@ func TestRestartReconstruction(t *testing.T) {
 	e1.stop() // "crash": nothing is torn down
 
 	e2 := startManager(t, root, Options{})
-	deadline := time.Now().Add(5 * time.Second)
-	for len(e2.m.MountedVolumes("gone")) == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+	select {
+	case <-e2.m.Reconstructed():
+	case <-time.After(10 * time.Second):
+		t.Fatal("reconstruction did not finish")
 	}
 	if mv := e2.m.MountedVolumes("gone"); len(mv) != 1 || mv[0].State != StateUncertain {
 		t.Fatalf("reconstructed = %+v; want one uncertain volume", mv)
@@ -557,5 +559,35 @@ func TestBlockedByAnotherPodsOperationIsWoken(t *testing.T) {
 	}
 	if err := m.WaitForMount(waitCtx(t, 3*time.Second), "b"); err != nil {
 		t.Fatalf("pod b not mounted after pod a's operation finished: %v", err)
+	}
+}
+
+// TestOptionsLoggerIsUsed: with no logger in Run's context, Options.Logger
+// (not klog's global logger) receives the Manager's messages.
+func TestOptionsLoggerIsUsed(t *testing.T) {
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "pods/p/volumes/example.com~unknown/v"), 0o755)
+	var buf strings.Builder
+	var mu sync.Mutex
+	logger := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		buf.WriteString(args + "\n")
+	}, funcr.Options{})
+	l, _ := volume.NewLayout(root)
+	m, err := New(Options{Root: root, Plugins: []volume.Plugin{emptydir.New(volume.NewHost(l, nil, 0))}, Logger: &logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background()) // no logger in it
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	<-m.Reconstructed()
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(buf.String(), "example.com~unknown") {
+		t.Errorf("Options.Logger got %q; want the reconstruction problem", buf.String())
 	}
 }
