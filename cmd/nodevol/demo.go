@@ -406,15 +406,13 @@ func (d *demo) tearDownWithSymlink(m *reconciler.Manager, web *volume.Pod) error
 	return d.intact(filepath.Join(d.nas, "important.txt"), "$NAS/important.txt")
 }
 
-// reconstructed waits until the new Manager has put db's volume into its
-// actual state (Run reconstructs before its first pass), and prints it.
+// reconstructed waits until the new Manager has put what is on disk into
+// its actual state, and prints db's volume.
 func (d *demo) reconstructed(m *reconciler.Manager, db *volume.Pod) error {
-	deadline := time.Now().Add(demoWait)
-	for len(m.MountedVolumes(db.UID)) == 0 {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("PROMISE BROKEN: Manager 2 did not reconstruct db's volume within %s", demoWait)
-		}
-		time.Sleep(time.Millisecond)
+	select {
+	case <-m.Reconstructed():
+	case <-time.After(demoWait):
+		return fmt.Errorf("PROMISE BROKEN: Manager 2 did not finish reconstructing within %s", demoWait)
 	}
 	vols := m.MountedVolumes(db.UID)
 	if len(vols) != 1 || vols[0].InnerName != "data" || vols[0].State != reconciler.StateUncertain {
