@@ -50,7 +50,9 @@ func (c *Cleaner) Clean(ctx context.Context, podUID, vol string) error {
 	return clean(ctx, dir)
 }
 
-// List returns a pod volume's subpath entries (for `nodevol scan`).
+// List returns a pod volume's subpath entries (for `nodevol scan`), sorted
+// by container and index. Entries it could not examine are left out and
+// named in the error, which may come with the entries it did list.
 func (c *Cleaner) List(podUID, vol string) ([]Entry, error) {
 	dir, err := c.layout.VolumeSubpathsDir(podUID, vol)
 	if err != nil {

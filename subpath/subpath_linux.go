@@ -1,11 +1,13 @@
 package subpath
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -239,31 +241,66 @@ func list(dir string) ([]Entry, error) {
 		if parent >= 0 {
 			unix.Close(parent)
 		}
-		if err == unix.ELOOP || err == unix.ENOTDIR {
-			return nil, nil
+		switch err {
+		case nil:
+			return nil, nil // nothing there
+		case unix.ELOOP, unix.ENOTDIR:
+			return nil, nil // a symlink or file where the directory belongs: no entries
 		}
-		return nil, err
+		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
 	}
 	defer unix.Close(parent)
 	defer unix.Close(fd)
 	var out []Entry
+	var errs []error
 	containers, err := readNames(fd)
 	if err != nil {
-		return nil, err
+		return nil, &os.PathError{Op: "readdir", Path: dir, Err: err}
 	}
 	for _, ctr := range containers {
+		cpath := filepath.Join(dir, ctr)
 		cfd, err := openDirNoFollow(fd, ctr)
+		if err == unix.ELOOP || err == unix.ENOTDIR || err == unix.ENOENT {
+			continue // not a container directory (Clean unlinks it)
+		}
 		if err != nil {
+			errs = append(errs, &os.PathError{Op: "openat", Path: cpath, Err: err})
 			continue
 		}
 		idxs, err := readNames(cfd)
-		if err == nil {
-			for _, idx := range idxs {
-				mounted, _, _ := isMountRoot(cfd, idx)
-				out = append(out, Entry{Container: ctr, Index: idx, Path: filepath.Join(dir, ctr, idx), MountPoint: mounted})
+		if err != nil {
+			errs = append(errs, &os.PathError{Op: "readdir", Path: cpath, Err: err})
+		}
+		for _, idx := range idxs {
+			p := filepath.Join(cpath, idx)
+			mounted, _, err := isMountRoot(cfd, idx)
+			if err == unix.ENOENT {
+				continue
 			}
+			if err != nil {
+				// An entry whose mount status is unknown is not reported as
+				// "not mounted".
+				errs = append(errs, &os.PathError{Op: "statx", Path: p, Err: err})
+				continue
+			}
+			out = append(out, Entry{Container: ctr, Index: idx, Path: p, MountPoint: mounted})
 		}
 		unix.Close(cfd)
 	}
-	return out, nil
+	slices.SortFunc(out, compareEntries)
+	return out, errors.Join(errs...)
+}
+
+// compareEntries orders by container, then by index as a number when both
+// are numbers ("2" before "10").
+func compareEntries(a, b Entry) int {
+	if c := strings.Compare(a.Container, b.Container); c != 0 {
+		return c
+	}
+	ai, aerr := strconv.Atoi(a.Index)
+	bi, berr := strconv.Atoi(b.Index)
+	if aerr == nil && berr == nil {
+		return cmp.Compare(ai, bi)
+	}
+	return strings.Compare(a.Index, b.Index)
 }

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -244,10 +241,7 @@ func (v *scanVolume) addSubpaths(c *subpath.Cleaner) {
 		v.fail(fmt.Errorf("list subpaths: %w", err))
 		return
 	}
-	slices.SortFunc(entries, func(a, b subpath.Entry) int {
-		return cmp.Or(strings.Compare(a.Container, b.Container), compareIndex(a.Index, b.Index))
-	})
-	v.Subpaths = append(v.Subpaths, entries...)
+	v.Subpaths = append(v.Subpaths, entries...) // List sorts them
 	mounted := 0
 	for _, e := range entries {
 		if e.MountPoint {
@@ -255,25 +249,9 @@ func (v *scanVolume) addSubpaths(c *subpath.Cleaner) {
 		}
 	}
 	if mounted > 0 {
-		v.Reason += fmt.Sprintf("; %s of its containers %s active: the volume manager unmounts %s before its teardown (nodevol teardown does not), so %s not make the volume unsafe",
+		v.Reason += fmt.Sprintf("; %s of its containers %s active: the volume manager and nodevol teardown unmount %s before the teardown, so %s not make the volume unsafe",
 			plural(mounted, "subPath bind mount"), isAre(mounted, "is", "are"), isAre(mounted, "it", "them"), isAre(mounted, "it does", "they do"))
 	}
-}
-
-// compareIndex orders subpath indexes numerically ("2" before "10"),
-// and anything that is not a number after the numbers, by name.
-func compareIndex(a, b string) int {
-	na, errA := strconv.Atoi(a)
-	nb, errB := strconv.Atoi(b)
-	switch {
-	case errA == nil && errB == nil:
-		return cmp.Compare(na, nb)
-	case errA == nil:
-		return -1
-	case errB == nil:
-		return 1
-	}
-	return strings.Compare(a, b)
 }
 
 func runScan(args []string, stdout, stderr io.Writer) int {

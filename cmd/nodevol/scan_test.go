@@ -221,7 +221,7 @@ func testScanCLI(t *testing.T, bin binary) {
 			t.Errorf("cache safeToRemove = %v; want true", v["cache"]["safeToRemove"])
 		}
 		wantContains(t, "cache reason", v["cache"]["reason"].(string),
-			"; 2 subPath bind mounts of its containers are active: the volume manager unmounts them before its teardown (nodevol teardown does not), so they do not make the volume unsafe")
+			"; 2 subPath bind mounts of its containers are active: the volume manager and nodevol teardown unmount them before the teardown, so they do not make the volume unsafe")
 		mounttest.Intact(t, cache, before) // scan changes nothing
 	})
 
