@@ -26,30 +26,9 @@ const benchFiles = 100_000
 // take minutes).
 func benchFilesystems(b *testing.B) map[string]string {
 	fss := map[string]string{"tmpfs": mounttest.MemTempDir(b)}
-	if os.Geteuid() != 0 || !mounttest.InPrivateNamespace() {
-		return fss
+	if os.Geteuid() == 0 && mounttest.InPrivateNamespace() {
+		fss["ext4-loop"] = mounttest.LoopFS(b, "ext4", 4<<30, "", "-q", "-F")
 	}
-	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
-		return fss
-	}
-	dir := b.TempDir()
-	img := filepath.Join(dir, "ext4.img")
-	mnt := filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	if out, err := exec.Command("truncate", "-s", "4G", img).CombinedOutput(); err != nil {
-		b.Fatalf("truncate: %v %s", err, out)
-	}
-	if out, err := exec.Command("mkfs.ext4", "-q", "-F", img).CombinedOutput(); err != nil {
-		b.Fatalf("mkfs.ext4: %v %s", err, out)
-	}
-	if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
-		b.Logf("skipping ext4: mount -o loop: %v %s", err, out)
-		return fss
-	}
-	b.Cleanup(func() { _ = exec.Command("umount", mnt).Run() })
-	fss["ext4-loop"] = mnt
 	return fss
 }
 
@@ -112,18 +91,7 @@ func BenchmarkMountCheck(b *testing.B) {
 	plain := filepath.Join(base, "plain")
 	for _, extra := range []int{0, 5000} {
 		if extra > 0 {
-			mounttest.RequireMounts(b)
-			many := filepath.Join(base, "many")
-			mounttest.Tmpfs(b, many, "size=1m")
-			for i := range extra {
-				d := filepath.Join(many, fmt.Sprint(i))
-				if err := os.Mkdir(d, 0o755); err != nil {
-					b.Fatal(err)
-				}
-				if err := unix.Mount("tmpfs", d, "tmpfs", 0, "size=4k"); err != nil {
-					b.Fatalf("mount %d: %v", i, err)
-				}
-			}
+			mounttest.ManyMounts(b, filepath.Join(base, "many"), extra)
 		}
 		pfd, err := unix.Open(plain, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {

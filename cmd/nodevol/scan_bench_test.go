@@ -11,8 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/nodevol/nodevol/internal/mounttest"
 )
 
@@ -36,18 +34,7 @@ func scanFixture(tb testing.TB, pods, vols, extraMounts int) string {
 		}
 	}
 	if extraMounts > 0 {
-		mounttest.RequireMounts(tb)
-		many := filepath.Join(base, "mounts")
-		mounttest.Tmpfs(tb, many, "size=1m")
-		for i := range extraMounts {
-			d := filepath.Join(many, fmt.Sprint(i))
-			if err := os.Mkdir(d, 0o755); err != nil {
-				tb.Fatal(err)
-			}
-			if err := unix.Mount("tmpfs", d, "tmpfs", 0, "size=4k"); err != nil {
-				tb.Fatal(err)
-			}
-		}
+		mounttest.ManyMounts(tb, filepath.Join(base, "mounts"), extraMounts)
 	}
 	return root
 }

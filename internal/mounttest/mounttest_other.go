@@ -26,3 +26,6 @@ func LoopFS(tb testing.TB, fstype string, size int64, mountOpts string, mkfsArgs
 	tb.Skip("skipping: loop mounts are Linux-only")
 	return ""
 }
+
+// ManyMounts is not available outside Linux.
+func ManyMounts(tb testing.TB, dir string, n int) { tb.Skip("skipping: mounts are Linux-only") }
