@@ -444,3 +444,27 @@ func TestQuotaClearedWhenDirectoryGone(t *testing.T) {
 		t.Errorf("metadata directory left: %v", err)
 	}
 }
+
+// TestMemorySetUpRefusesSymlinkedVolumePath: a symlink planted where the
+// volume directory belongs is never mounted through.
+func TestMemorySetUpRefusesSymlinkedVolumePath(t *testing.T) {
+	fake := mount.NewFakeMounter(nil)
+	e := newEnv(t, t.TempDir(), fake)
+	pod := e.pod(emptyDirSpec("mem", "Memory"))
+	dir, _ := e.layout.VolumeDir(testUID, PluginName, "mem")
+	outside := t.TempDir()
+	os.MkdirAll(filepath.Dir(dir), 0o750)
+	if err := os.Symlink(outside, dir); err != nil {
+		t.Fatal(err)
+	}
+	m, err := e.plugin.NewMounter(pod.Volume("mem"), pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetUp(e.ctx, volume.MounterArgs{}); err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Fatalf("SetUp through a symlink = %v; want a refusal", err)
+	}
+	if len(fake.MountPoints) != 0 {
+		t.Errorf("mounted through the symlink: %+v", fake.MountPoints)
+	}
+}

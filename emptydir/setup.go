@@ -148,6 +148,13 @@ func (m *mounter) setUpMount(ctx context.Context, source, fstype string, opts []
 	if err := os.MkdirAll(m.dir, 0o750); err != nil {
 		return err
 	}
+	// mount(2) follows a symlink: never mount through one planted at the
+	// volume path.
+	if fi, err := os.Lstat(m.dir); err != nil {
+		return err
+	} else if !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory (%s); not mounting %s there", m.dir, fi.Mode().Type(), fstype)
+	}
 	info, err := mountdetect.Detect(m.dir)
 	if err != nil {
 		return err
