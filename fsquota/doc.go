@@ -35,7 +35,9 @@
 //     released as its own.
 //   - Monitoring-only by default (limits set to none); the Enforce option
 //     sets the hard block limit to the requested size. XFS reports an
-//     exceeded project quota as ENOSPC, not EDQUOT.
+//     exceeded project quota as ENOSPC, not EDQUOT, and enforces it for
+//     root too; ext4 reports EDQUOT and lets a process with
+//     CAP_SYS_RESOURCE past the limit.
 //
 // # When it says no
 //

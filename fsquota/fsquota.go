@@ -63,7 +63,10 @@ func WithProjidFile(path string) Option {
 
 // Enforce makes Assign set a hard block limit equal to the requested size.
 // Without it the Manager only accounts (monitoring-only, like the kubelet):
-// limits are set to 0, "none".
+// limits are set to 0, "none". XFS stops every writer at the limit (with
+// ENOSPC); ext4 stops writers with EDQUOT but, like all VFS quotas, lets a
+// process with CAP_SYS_RESOURCE (root; not a container with the default
+// capabilities) write past it.
 func Enforce() Option { return optionFunc(func(m *Manager) { m.enforce = true }) }
 
 // WithLogger sets the logger (for example klog.FromContext(ctx)); by

@@ -5,26 +5,49 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 )
 
-// The TestVM* tests need a kernel with project quotas and an XFS
+// The TestVM* tests need a kernel with project quotas and an XFS or ext4
 // filesystem mounted with -o prjquota, which this project's CI host does
 // not have. hack/quota-vm-test.sh boots a stock Debian kernel in QEMU with
-// such a mount and runs them there with NODEVOL_QUOTA_VM set to its mount
-// point; everywhere else they skip.
-const envQuotaVM = "NODEVOL_QUOTA_VM"
+// such mounts and runs them there once per filesystem, with
+// NODEVOL_QUOTA_VM set to the mount point and NODEVOL_QUOTA_VM_FS to its
+// type ("xfs", the default, or "ext4"); everywhere else they skip.
+const (
+	envQuotaVM   = "NODEVOL_QUOTA_VM"
+	envQuotaVMFS = "NODEVOL_QUOTA_VM_FS"
+)
+
+// vmFS is the type of the filesystem the VM tests run on.
+func vmFS() string {
+	if fs := os.Getenv(envQuotaVMFS); fs != "" {
+		return fs
+	}
+	return "xfs"
+}
 
 // vmMount returns a fresh directory on the prjquota mount, skipping unless
-// the tests run inside the quota VM.
+// the tests run inside the quota VM. It fails when the mount is not the
+// filesystem NODEVOL_QUOTA_VM_FS names, so a harness mistake cannot test
+// one filesystem twice.
 func vmMount(t *testing.T) string {
 	t.Helper()
 	mnt := os.Getenv(envQuotaVM)
 	if mnt == "" {
-		t.Skipf("skipping: needs a kernel with project quotas; runs inside the VM of hack/quota-vm-test.sh (%s=<prjquota xfs mount>)", envQuotaVM)
+		t.Skipf("skipping: needs a kernel with project quotas; runs inside the VM of hack/quota-vm-test.sh (%s=<prjquota xfs or ext4 mount>, %s=xfs|ext4)", envQuotaVM, envQuotaVMFS)
+	}
+	want := map[string]uint32{"xfs": magicXFS, "ext4": magicExt4}[vmFS()]
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(mnt, &sfs); err != nil {
+		t.Fatal(err)
+	}
+	if want == 0 || uint32(sfs.Type) != want {
+		t.Fatalf("%s=%s is filesystem 0x%x; %s=%q wants xfs or ext4 and that it matches", envQuotaVM, mnt, uint32(sfs.Type), envQuotaVMFS, vmFS())
 	}
 	dir, err := os.MkdirTemp(mnt, strings.ReplaceAll(t.Name(), "/", "_")+"-")
 	if err != nil {
@@ -48,6 +71,51 @@ func fill(t *testing.T, path string, max int64) (int64, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return fillFile(f, max)
+}
+
+// fillWithoutCapSysResource is fill from a thread without
+// CAP_SYS_RESOURCE, like a pod's container (the default capability set
+// lacks it). The VFS quota code that ext4 uses lets a task with that
+// capability exceed hard limits (ignore_hardlimit in fs/quota/dquot.c), so
+// a root test process would never see the limit on ext4; XFS enforces
+// project limits for root as well.
+func fillWithoutCapSysResource(t *testing.T, path string, max int64) (int64, error) {
+	t.Helper()
+	type result struct {
+		n   int64
+		err error
+	}
+	done := make(chan result)
+	go func() {
+		// Capabilities belong to a thread. This goroutine keeps its thread
+		// locked to the end, so the runtime discards the thread with the
+		// dropped capability instead of reusing it.
+		runtime.LockOSThread()
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		var caps [2]unix.CapUserData
+		if err := unix.Capget(&hdr, &caps[0]); err != nil {
+			done <- result{err: fmt.Errorf("capget: %w", err)}
+			return
+		}
+		caps[unix.CAP_SYS_RESOURCE/32].Effective &^= 1 << (unix.CAP_SYS_RESOURCE % 32)
+		if err := unix.Capset(&hdr, &caps[0]); err != nil {
+			done <- result{err: fmt.Errorf("capset: %w", err)}
+			return
+		}
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		n, err := fillFile(f, max)
+		done <- result{n, err}
+	}()
+	r := <-done
+	return r.n, r.err
+}
+
+func fillFile(f *os.File, max int64) (int64, error) {
 	defer f.Close()
 	buf := make([]byte, 64<<10)
 	for i := range buf {
@@ -100,6 +168,11 @@ func TestVMSupport(t *testing.T) {
 	}
 }
 
+// TestVMProjectIDs runs the fsxattr checks of the loop-image tests on the
+// VM's filesystem (ext4 project IDs cannot be set on the CI host: its
+// kernel refuses to mount ext4 with the project feature read-write).
+func TestVMProjectIDs(t *testing.T) { checkProjectIDs(t, vmMount(t)) }
+
 func TestVMAssignUsageEnforceClear(t *testing.T) {
 	root := vmMount(t)
 	const limit = 10 << 20
@@ -118,10 +191,19 @@ func TestVMAssignUsageEnforceClear(t *testing.T) {
 	if got := mustProjectID(t, vol); got != id {
 		t.Errorf("ProjectID = %d; want %d", got, id)
 	}
-	u, err := m.ProjectUsage(vol)
-	if err != nil || u.Bytes != 0 || u.Inodes != 1 || u.LimitBytes != limit {
-		t.Errorf("ProjectUsage of the empty volume = %+v, %v; want 0 bytes, 1 inode (the directory), limit %d", u, err, limit)
+	// The directory itself is charged: one inode, and its blocks (none on
+	// XFS, where a small directory lives in the inode; one 4 KiB block on
+	// ext4, moved to the project when its ID was set).
+	var st unix.Stat_t
+	if err := unix.Stat(vol, &st); err != nil {
+		t.Fatal(err)
 	}
+	dirBytes := st.Blocks * 512
+	u, err := m.ProjectUsage(vol)
+	if err != nil || u.Bytes != dirBytes || u.Inodes != 1 || u.LimitBytes != limit {
+		t.Errorf("ProjectUsage of the empty volume = %+v, %v; want %d bytes (the directory's blocks), 1 inode (the directory), limit %d", u, err, dirBytes, limit)
+	}
+	t.Logf("empty volume: %+v", u)
 
 	// Usage follows what is written, in subdirectories too.
 	if err := os.MkdirAll(filepath.Join(vol, "a/b"), 0o755); err != nil {
@@ -155,15 +237,38 @@ func TestVMAssignUsageEnforceClear(t *testing.T) {
 	}
 	t.Logf("quotactl on the block device (%v) agrees with quotactl_fd", kq.devPath)
 
-	// The hard limit stops writes; XFS says ENOSPC.
-	written, err := fill(t, filepath.Join(vol, "big"), 2*limit)
+	// The hard limit stops a writer without CAP_SYS_RESOURCE (a pod).
+	// XFS reports an exceeded project quota as ENOSPC (like a full
+	// filesystem, which is what the project's statfs shows), ext4 as
+	// EDQUOT.
+	written, err := fillWithoutCapSysResource(t, filepath.Join(vol, "big"), 2*limit)
 	total := written + 4<<20
 	t.Logf("writes stopped after %d bytes in the volume: %v", total, err)
-	if !errors.Is(err, unix.ENOSPC) && !errors.Is(err, unix.EDQUOT) {
-		t.Fatalf("writing 20 MiB under a 10 MiB limit: %v after %d bytes; want ENOSPC", err, written)
+	wantErr := map[string]error{"xfs": unix.ENOSPC, "ext4": unix.EDQUOT}[vmFS()]
+	if !errors.Is(err, wantErr) {
+		t.Fatalf("writing 20 MiB under a 10 MiB limit on %s: %v after %d bytes; want %v", vmFS(), err, written, wantErr)
+	}
+	if after, _, err := m.Usage(vol); err != nil || after > limit {
+		t.Errorf("usage at the limit = %d, %v; want at most %d", after, err, limit)
 	}
 	if total > limit || total < limit-256<<10 {
 		t.Errorf("writes stopped at %d bytes; want at (or just under) the %d-byte limit", total, limit)
+	}
+	// Root keeps CAP_SYS_RESOURCE: XFS stops it too, ext4 lets it past the
+	// hard limit (documented on Enforce).
+	// (Appending to the file that hit the limit: XFS refuses even to
+	// create a new inode in a project over its block limit.)
+	n, err := fill(t, filepath.Join(vol, "big"), 1<<20)
+	t.Logf("a writer with CAP_SYS_RESOURCE at the limit: %d bytes, %v", n, err)
+	switch vmFS() {
+	case "xfs":
+		if !errors.Is(err, unix.ENOSPC) {
+			t.Errorf("xfs: root wrote %d bytes past the project limit (%v); want ENOSPC", n, err)
+		}
+	case "ext4":
+		if err != nil {
+			t.Errorf("ext4: root writing past the project limit: %v after %d bytes; want it allowed (CAP_SYS_RESOURCE)", err, n)
+		}
 	}
 
 	// Clear: limit gone, directory untagged, ID released from the files.
