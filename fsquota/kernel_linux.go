@@ -110,10 +110,24 @@ func setProjectID(path string, id uint32) error {
 		return &os.PathError{Op: "fstat", Path: path, Err: err}
 	}
 	if err := setFdProjectID(fd, st.Mode&unix.S_IFMT == unix.S_IFDIR, id); err != nil {
-		return fsxattrErr(path, "FS_IOC_FSSETXATTR", err)
+		return setFsxattrErr(fd, path, err)
 	}
 	return nil
 }
+
+// setFsxattrErr is fsxattrErr for a failed FS_IOC_FSSETXATTR on fd: ext4
+// refuses a project ID with EOPNOTSUPP when it was made without the project
+// feature, which deserves a reason that says so.
+func setFsxattrErr(fd int, path string, err error) error {
+	var sfs unix.Statfs_t
+	if err == unix.EOPNOTSUPP && unix.Fstatfs(fd, &sfs) == nil && uint32(sfs.Type) == magicExt4 {
+		return &UnsupportedError{Path: path, Reason: "ext4 without the project feature has no project IDs (" + ext4Features + ")", Err: err}
+	}
+	return fsxattrErr(path, "FS_IOC_FSSETXATTR", err)
+}
+
+// ext4Features says how to give ext4 project quotas.
+const ext4Features = "make it with mkfs.ext4 -O quota,project -E quotatype=prjquota, or run tune2fs -O project,quota -Q prjquota on it unmounted"
 
 // fsxattrErr wraps an fsxattr ioctl failure; "not implemented here" errnos
 // become an *UnsupportedError.
@@ -193,7 +207,11 @@ func (k *kernelQuota) quotactl(r *fsRef, cmd uint32, id uint32, addr unsafe.Poin
 			}
 			return nil
 		})
-		if err != unix.ENOSYS {
+		// ENOSYS from quotactl_fd also means "this filesystem has no such
+		// quota operation" (ext4 without the quota feature has no
+		// Q_XGETQSTATV): only a kernel without the syscall switches to the
+		// block device, or every later call would take the fallback.
+		if err != unix.ENOSYS || haveQuotactlFD() {
 			return err
 		}
 		k.noFD.Store(true)
@@ -214,6 +232,14 @@ func (k *kernelQuota) quotactl(r *fsRef, cmd uint32, id uint32, addr unsafe.Poin
 		return nil
 	})
 }
+
+// haveQuotactlFD reports whether the kernel has the quotactl_fd syscall:
+// called on an invalid descriptor it fails with EBADF, a kernel without it
+// says ENOSYS.
+var haveQuotactlFD = sync.OnceValue(func() bool {
+	_, _, e := unix.Syscall6(unix.SYS_QUOTACTL_FD, ^uintptr(0), 0, 0, 0, 0, 0)
+	return e != unix.ENOSYS
+})
 
 // blockDevice finds the block device of r's filesystem in the mount table
 // and checks that it is one: quotactl(2) names filesystems by device.
@@ -249,11 +275,14 @@ func (k *kernelQuota) state(r *fsRef) (quotaState, error) {
 	if err == nil {
 		return quotaState{accounting: sv.Flags&fsQuotaPdqAcct != 0, enforcing: sv.Flags&fsQuotaPdqEnfd != 0}, nil
 	}
-	if err != unix.EINVAL && err != unix.EOPNOTSUPP {
+	if err != unix.EINVAL && err != unix.EOPNOTSUPP && err != unix.ENOSYS {
 		return quotaState{}, fmt.Errorf("quotactl Q_XGETQSTATV: %w", err)
 	}
-	// No Q_XGETQSTATV for this filesystem: Q_GETINFO succeeds only while
-	// project quotas are on (ESRCH otherwise); assume they are enforced.
+	// No Q_XGETQSTATV for this filesystem (ext4 without the quota feature
+	// answers ENOSYS, not only a kernel without quotactl): Q_GETINFO
+	// succeeds only while project quotas are on (ESRCH otherwise, ENOSYS
+	// when the filesystem has no quota support at all); assume they are
+	// enforced.
 	var info ifDqinfo
 	if err := k.quotactl(r, cmdGetInfo, 0, unsafe.Pointer(&info)); err != nil {
 		return quotaState{}, fmt.Errorf("quotactl Q_GETINFO: %w", err)
@@ -326,7 +355,7 @@ func unsupportedReason(err error) string {
 	}
 	switch errno {
 	case unix.ENOSYS:
-		return "the kernel has no quotactl (built without CONFIG_QUOTACTL)"
+		return "no quotactl for this filesystem (the kernel lacks CONFIG_QUOTACTL or the filesystem's quota support, such as CONFIG_XFS_QUOTA)"
 	case unix.ESRCH:
 		return "project quota accounting is off (mount the filesystem with prjquota)"
 	case unix.ENODEV, unix.ENOTBLK:

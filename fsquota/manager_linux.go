@@ -80,15 +80,24 @@ func (m *Manager) support(r *fsRef) (quotaState, error) {
 	if ok {
 		return st, nil
 	}
+	// On ext4, accounting comes from the filesystem's project and quota
+	// features, not from a mount option (prjquota only adds enforcement).
+	accountingOff := "project quota accounting is off (mount the filesystem with prjquota)"
+	if r.magic == magicExt4 {
+		accountingOff = "project quota accounting is off (ext4 needs the project and quota features: " + ext4Features + "; mount with prjquota to enforce limits)"
+	}
 	st, err := m.quota().state(r)
 	if err != nil {
 		if reason := unsupportedReason(err); reason != "" {
+			if errors.Is(err, unix.ESRCH) {
+				reason = accountingOff
+			}
 			return quotaState{}, &UnsupportedError{Path: r.path, Reason: reason, Err: err}
 		}
 		return quotaState{}, &ProjectError{Op: "check quota support", Path: r.path, Err: err}
 	}
 	if !st.accounting {
-		return quotaState{}, &UnsupportedError{Path: r.path, Reason: "project quota accounting is off (mount the filesystem with prjquota)"}
+		return quotaState{}, &UnsupportedError{Path: r.path, Reason: accountingOff}
 	}
 	m.mu.Lock()
 	m.cache[r.key] = st
@@ -219,7 +228,7 @@ func (m *Manager) assign(path string, limitBytes int64) (uint32, error) {
 		return 0, m.quotaErr(r, "set limit", id, err)
 	}
 	if err := setFdProjectID(r.fd, true, id); err != nil {
-		return 0, &ProjectError{Op: "assign", Path: path, ProjectID: id, Err: fsxattrErr(path, "FS_IOC_FSSETXATTR", err)}
+		return 0, &ProjectError{Op: "assign", Path: path, ProjectID: id, Err: setFsxattrErr(r.fd, path, err)}
 	}
 	return id, nil
 }
