@@ -2,7 +2,6 @@ package mounttest
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -18,37 +17,10 @@ import (
 // missing.
 func LoopFS(tb testing.TB, fstype string, size int64, mountOpts string, mkfsArgs ...string) string {
 	tb.Helper()
-	RequireMounts(tb)
-	mkfs, err := exec.LookPath("mkfs." + fstype)
-	if err != nil {
-		tb.Skipf("skipping: mkfs.%s not installed (.ci/run installs it)", fstype)
-	}
-	dir := tb.TempDir()
-	img := filepath.Join(dir, fstype+".img")
-	f, err := os.Create(img)
+	mnt, err := MountLoop(tb, LoopImage(tb, fstype, size, mkfsArgs...), fstype, mountOpts)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := f.Truncate(size); err != nil {
-		tb.Fatal(err)
-	}
-	f.Close()
-	args := append(append([]string{}, mkfsArgs...), img)
-	if out, err := exec.Command(mkfs, args...).CombinedOutput(); err != nil {
-		tb.Fatalf("mkfs.%s: %v\n%s", fstype, err, out)
-	}
-	mnt := filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	opts := "loop"
-	if mountOpts != "" {
-		opts += "," + mountOpts
-	}
-	if out, err := exec.Command("mount", "-t", fstype, "-o", opts, img, mnt).CombinedOutput(); err != nil {
-		tb.Fatalf("mount -o %s %s: %v\n%s", opts, img, err, out)
-	}
-	tb.Cleanup(func() { _ = exec.Command("umount", mnt).Run() })
 	return mnt
 }
 
