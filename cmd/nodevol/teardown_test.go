@@ -3,7 +3,6 @@
 package main
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -228,26 +227,17 @@ func testTeardownCLI(t *testing.T, bin binary) {
 // as the volume manager's unmount operation does.
 func TestTeardownCleansSubpathsFirst(t *testing.T) {
 	mounttest.RequireMounts(t)
-	root := filepath.Join(realTempDir(t), "kubelet")
-	l, _ := volume.NewLayout(root)
-	p := emptydir.New(volume.NewHost(l, nil, 0))
-	pod := &volume.Pod{UID: "uid-1", Volumes: []volume.Spec{{Name: "cache", EmptyDir: &volume.EmptyDirSource{}}}}
-	m, err := p.NewMounter(&pod.Volumes[0], pod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.SetUp(context.Background(), volume.MounterArgs{}); err != nil {
-		t.Fatal(err)
-	}
-	mounttest.Build(t, m.Path(), "file sub/f x")
-	sp, _ := l.SubpathDir("uid-1", "cache", "app", 0)
-	mounttest.Bind(t, filepath.Join(m.Path(), "sub"), sp)
-	r := nodevol(t, "teardown", m.Path())
+	k := newKubelet(t, realTempDir(t))
+	vol := k.setUp(t, "uid-1", "cache", volume.EmptyDirSource{})
+	mounttest.Build(t, vol, "file sub/f x")
+	sp, _ := k.layout.SubpathDir("uid-1", "cache", "app", 0)
+	mounttest.Bind(t, filepath.Join(vol, "sub"), sp)
+	r := nodevol(t, "teardown", vol)
 	r.wantCode(t, exitOK)
 	if _, err := os.Lstat(sp); !os.IsNotExist(err) {
 		t.Errorf("subpath mount %s not cleaned: %v", sp, err)
 	}
-	if _, err := os.Lstat(m.Path()); !os.IsNotExist(err) {
+	if _, err := os.Lstat(vol); !os.IsNotExist(err) {
 		t.Errorf("volume not torn down: %v", err)
 	}
 }
