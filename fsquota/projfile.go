@@ -2,6 +2,7 @@ package fsquota
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -189,30 +190,15 @@ func (f *projectsFile) removePath(path string) []uint32 {
 
 // hasID reports whether any entry uses id.
 func (f *projectsFile) hasID(id uint32) bool {
-	for _, l := range f.lines {
-		if l.ok && l.id == id {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(f.lines, func(l projectLine) bool { return l.ok && l.id == id })
 }
 
 func (f *projidFile) hasID(id uint32) bool {
-	for _, l := range f.lines {
-		if l.ok && l.id == id {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(f.lines, func(l projidLine) bool { return l.ok && l.id == id })
 }
 
 func (f *projidFile) hasName(name string) bool {
-	for _, l := range f.lines {
-		if l.ok && l.name == name {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(f.lines, func(l projidLine) bool { return l.ok && l.name == name })
 }
 
 // add records name:id unless id already has a name; it reports whether the
