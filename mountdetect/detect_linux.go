@@ -156,12 +156,18 @@ func fdPath(fd int, fallback string) (string, error) {
 // detect implements Detect; with a non-nil table the hugetlbfs page size
 // comes from it instead of a fresh read of the mount table.
 func detect(path string, tab *MountTable) (FSInfo, error) {
-	info := FSInfo{Path: path}
 	fd, err := openat(unix.AT_FDCWD, path, unix.O_PATH)
 	if err != nil {
-		return info, &os.PathError{Op: "open", Path: path, Err: err}
+		return FSInfo{Path: path}, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
+	return detectFd(fd, path, tab)
+}
+
+// detectFd is detect for an open file; path names it in messages.
+func detectFd(fd int, path string, tab *MountTable) (FSInfo, error) {
+	info := FSInfo{Path: path}
+	var err error
 	var st unix.Statfs_t
 	if err := ignoringEINTR(func() error { return unix.Fstatfs(fd, &st) }); err != nil {
 		return info, &os.PathError{Op: "fstatfs", Path: path, Err: err}

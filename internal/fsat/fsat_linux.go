@@ -1,0 +1,414 @@
+//go:build linux
+
+package fsat
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Retry calls fn until it fails with something other than EINTR.
+func Retry(fn func() error) error {
+	for {
+		if err := fn(); err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+// Openat is openat(2) with O_CLOEXEC, retried on EINTR.
+func Openat(dirfd int, name string, flags int, mode uint32) (int, error) {
+	var fd int
+	err := Retry(func() (err error) {
+		fd, err = unix.Openat(dirfd, name, flags|unix.O_CLOEXEC, mode)
+		return err
+	})
+	return fd, err
+}
+
+// Dir is an open directory. Its path is for messages only: nothing is ever
+// resolved through it.
+type Dir struct {
+	fd   int
+	path string
+}
+
+// OpenRoot opens the trusted directory path (absolute; symlinks in it are
+// followed, like /var/lib/kubelet -> /data/kubelet).
+func OpenRoot(path string) (*Dir, error) {
+	if !filepath.IsAbs(path) {
+		return nil, &os.PathError{Op: "open", Path: path, Err: fmt.Errorf("%w: not absolute", ErrInvalidComponent)}
+	}
+	fd, err := Openat(unix.AT_FDCWD, path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return &Dir{fd: fd, path: filepath.Clean(path)}, nil
+}
+
+// FromFd makes a Dir of an open directory fd, which it then owns.
+func FromFd(fd int, path string) *Dir { return &Dir{fd: fd, path: path} }
+
+// Fd is the directory's file descriptor, valid until Close.
+func (d *Dir) Fd() int { return d.fd }
+
+// Path is the directory's path as it was reached, for messages.
+func (d *Dir) Path() string { return d.path }
+
+// Join is the path of name in d, for messages.
+func (d *Dir) Join(name string) string { return d.path + "/" + name }
+
+// ProcPath names the entry name of d through d's descriptor
+// ("/proc/self/fd/N/name"): a path the kernel resolves from exactly this
+// directory, for system calls that take no directory fd (umount2, and
+// helpers that take paths). With name "" it names d itself.
+func (d *Dir) ProcPath(name string) string {
+	p := "/proc/self/fd/" + strconv.Itoa(d.fd)
+	if name != "" {
+		p += "/" + name
+	}
+	return p
+}
+
+// Close closes the directory. Closing a nil Dir is a no-op.
+func (d *Dir) Close() error {
+	if d == nil || d.fd < 0 {
+		return nil
+	}
+	err := unix.Close(d.fd)
+	d.fd = -1
+	return err
+}
+
+// sentinelErrno makes ErrSymlink and ErrNotRegular errors also match the
+// errno the kernel gave.
+type sentinelErrno struct {
+	sentinel error
+	errno    syscall.Errno
+}
+
+func (e sentinelErrno) Error() string { return e.sentinel.Error() }
+func (e sentinelErrno) Is(target error) bool {
+	return target == e.sentinel || target == e.errno
+}
+
+// components splits a relative path into its elements, refusing absolute
+// paths and empty, "." and ".." elements.
+func components(rel string) ([]string, error) {
+	if rel == "" {
+		return nil, nil
+	}
+	if strings.HasPrefix(rel, "/") {
+		return nil, fmt.Errorf("%w: %q is absolute", ErrInvalidComponent, rel)
+	}
+	parts := strings.Split(rel, "/")
+	for _, p := range parts {
+		if p == "" || p == "." || p == ".." || strings.IndexByte(p, 0) >= 0 {
+			return nil, fmt.Errorf("%w: %q in %q", ErrInvalidComponent, p, rel)
+		}
+	}
+	return parts, nil
+}
+
+// Option changes how OpenDir and MkdirAll treat the components they open.
+type Option int
+
+const (
+	// SameMount requires every component opened to be on the same mount
+	// as d and not itself the root of a mount: nothing reached below d may
+	// sit on a filesystem mounted in the way (ErrOtherMount otherwise).
+	SameMount Option = 1 << iota
+)
+
+// OpenDir opens the directory rel below d, one component at a time with
+// O_NOFOLLOW|O_DIRECTORY. A missing component is an error matching
+// fs.ErrNotExist, a symlink one matching ErrSymlink, a non-directory one
+// matching syscall.ENOTDIR; each names the component.
+func (d *Dir) OpenDir(rel string, opts ...Option) (*Dir, error) {
+	return d.walk(rel, false, 0, opts)
+}
+
+// MkdirAll is OpenDir that creates missing components with mode (exactly:
+// the umask does not apply to components it creates).
+func (d *Dir) MkdirAll(rel string, mode uint32, opts ...Option) (*Dir, error) {
+	return d.walk(rel, true, mode, opts)
+}
+
+func (d *Dir) walk(rel string, create bool, mode uint32, opts []Option) (*Dir, error) {
+	parts, err := components(rel)
+	if err != nil {
+		return nil, &os.PathError{Op: "openat", Path: d.Join(rel), Err: err}
+	}
+	var o Option
+	for _, x := range opts {
+		o |= x
+	}
+	var mnt uint64
+	if o&SameMount != 0 {
+		if mnt, _, err = MountID(d.fd); err != nil {
+			return nil, &os.PathError{Op: "statx", Path: d.path, Err: err}
+		}
+	}
+	cur := &Dir{fd: d.fd, path: d.path}
+	owned := false
+	for _, name := range parts {
+		next, err := cur.openChild(name, create, mode)
+		if owned {
+			cur.Close()
+		}
+		if err != nil {
+			return nil, err
+		}
+		cur, owned = next, true
+		if o&SameMount != 0 {
+			id, root, err := MountID(cur.fd)
+			if err != nil {
+				cur.Close()
+				return nil, &os.PathError{Op: "statx", Path: cur.path, Err: err}
+			}
+			if id != mnt || root {
+				cur.Close()
+				return nil, &os.PathError{Op: "openat", Path: cur.path, Err: ErrOtherMount}
+			}
+		}
+	}
+	if !owned { // rel was empty: a new descriptor for d itself
+		fd, err := Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return nil, &os.PathError{Op: "openat", Path: d.path, Err: err}
+		}
+		cur = &Dir{fd: fd, path: d.path}
+	}
+	return cur, nil
+}
+
+func (d *Dir) openChild(name string, create bool, mode uint32) (*Dir, error) {
+	p := d.Join(name)
+	for range 2 {
+		fd, err := Openat(d.fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+		if err == nil {
+			return &Dir{fd: fd, path: p}, nil
+		}
+		if err == unix.ENOENT && create {
+			if err := Retry(func() error { return unix.Mkdirat(d.fd, name, mode) }); err != nil && err != unix.EEXIST {
+				return nil, &os.PathError{Op: "mkdirat", Path: p, Err: err}
+			} else if err == nil {
+				// mkdirat applies the umask; set the mode exactly. A
+				// symlink swapped in meanwhile is not followed.
+				if err := Retry(func() error { return unix.Fchmodat(d.fd, name, mode, unix.AT_SYMLINK_NOFOLLOW) }); err != nil && err != unix.EOPNOTSUPP {
+					return nil, &os.PathError{Op: "fchmodat", Path: p, Err: err}
+				}
+			}
+			continue
+		}
+		return nil, &os.PathError{Op: "openat", Path: p, Err: d.explain(name, err)}
+	}
+	return nil, &os.PathError{Op: "openat", Path: p, Err: unix.ENOENT}
+}
+
+// explain turns ELOOP and ENOTDIR from an O_NOFOLLOW|O_DIRECTORY open into
+// errors that say what is there.
+func (d *Dir) explain(name string, err error) error {
+	if err != unix.ELOOP && err != unix.ENOTDIR {
+		return err
+	}
+	var st unix.Stat_t
+	if unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+		return sentinelErrno{ErrSymlink, unix.ELOOP}
+	}
+	if err == unix.ELOOP {
+		return sentinelErrno{ErrSymlink, unix.ELOOP}
+	}
+	return err
+}
+
+// Lstat is fstatat(2) of name in d without following a symlink.
+func (d *Dir) Lstat(name string) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	err := Retry(func() error { return unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) })
+	if err != nil {
+		return st, &os.PathError{Op: "fstatat", Path: d.Join(name), Err: err}
+	}
+	return st, nil
+}
+
+// Exists reports whether name exists in d (any type, not followed).
+func (d *Dir) Exists(name string) (bool, error) {
+	_, err := d.Lstat(name)
+	if errors.Is(err, unix.ENOENT) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// ReadFile reads the regular file name in d, which must not be a symlink
+// and must hold at most max bytes. It is opened O_NONBLOCK, so a FIFO
+// planted in its place is refused, not waited on; a file that grows while
+// it is read is refused once it passes max.
+func (d *Dir) ReadFile(name string, max int64) ([]byte, error) {
+	p := d.Join(name)
+	fd, err := Openat(d.fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err != nil {
+		if err == unix.ELOOP {
+			err = sentinelErrno{ErrSymlink, unix.ELOOP}
+		}
+		return nil, &os.PathError{Op: "open", Path: p, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), p)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, &os.PathError{Op: "fstat", Path: p, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, &os.PathError{Op: "open", Path: p, Err: fmt.Errorf("%w (mode %#o)", ErrNotRegular, st.Mode&unix.S_IFMT)}
+	}
+	if st.Size > max {
+		return nil, &os.PathError{Op: "read", Path: p, Err: fmt.Errorf("%w: %d bytes, at most %d expected", ErrTooLarge, st.Size, max)}
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, &os.PathError{Op: "read", Path: p, Err: err}
+	}
+	if int64(len(b)) > max {
+		return nil, &os.PathError{Op: "read", Path: p, Err: fmt.Errorf("%w: more than %d bytes", ErrTooLarge, max)}
+	}
+	return b, nil
+}
+
+// WriteFileAtomic replaces name in d with data, durably: a temporary file
+// in d is written, fsynced and renamed over name, then d is fsynced, so a
+// crash leaves the old content or the new, never a mix or nothing. The
+// file gets mode perm exactly.
+func (d *Dir) WriteFileAtomic(name string, data []byte, perm uint32) error {
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := "." + name + ".tmp-" + hex.EncodeToString(rnd[:])
+	fd, err := Openat(d.fd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, perm)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: d.Join(tmp), Err: err}
+	}
+	f := os.NewFile(uintptr(fd), d.Join(tmp))
+	ok := false
+	defer func() {
+		if !ok {
+			f.Close()
+			_ = unix.Unlinkat(d.fd, tmp, 0)
+		}
+	}()
+	if err := f.Chmod(os.FileMode(perm)); err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	ok = true
+	if err := Retry(func() error { return unix.Renameat(d.fd, tmp, d.fd, name) }); err != nil {
+		_ = unix.Unlinkat(d.fd, tmp, 0)
+		return &os.PathError{Op: "rename", Path: d.Join(name), Err: err}
+	}
+	return d.Sync()
+}
+
+// CreateEmpty creates name in d as an empty regular file with mode perm if
+// it does not exist (never following a symlink), and fsyncs it and d.
+func (d *Dir) CreateEmpty(name string, perm uint32) error {
+	fd, err := Openat(d.fd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK, perm)
+	if err != nil {
+		if err == unix.ELOOP {
+			err = sentinelErrno{ErrSymlink, unix.ELOOP}
+		}
+		return &os.PathError{Op: "open", Path: d.Join(name), Err: err}
+	}
+	var st unix.Stat_t
+	err = unix.Fstat(fd, &st)
+	if err == nil && st.Mode&unix.S_IFMT != unix.S_IFREG {
+		err = ErrNotRegular
+	}
+	if err == nil {
+		err = unix.Fsync(fd)
+	}
+	unix.Close(fd)
+	if err != nil {
+		return &os.PathError{Op: "create", Path: d.Join(name), Err: err}
+	}
+	return d.Sync()
+}
+
+// Sync fsyncs the directory.
+func (d *Dir) Sync() error {
+	if err := Retry(func() error { return unix.Fsync(d.fd) }); err != nil {
+		return &os.PathError{Op: "fsync", Path: d.path, Err: err}
+	}
+	return nil
+}
+
+// Remove unlinks the non-directory name in d (never following it). A
+// missing name is not an error.
+func (d *Dir) Remove(name string) error {
+	err := Retry(func() error { return unix.Unlinkat(d.fd, name, 0) })
+	if err != nil && err != unix.ENOENT {
+		return &os.PathError{Op: "unlinkat", Path: d.Join(name), Err: err}
+	}
+	return nil
+}
+
+// Rmdir removes the empty directory name in d. A missing name is not an
+// error.
+func (d *Dir) Rmdir(name string) error {
+	err := Retry(func() error { return unix.Unlinkat(d.fd, name, unix.AT_REMOVEDIR) })
+	if err != nil && err != unix.ENOENT {
+		return &os.PathError{Op: "rmdir", Path: d.Join(name), Err: err}
+	}
+	return nil
+}
+
+// ReadNames lists d's entries (not "." and ".."), from the start of the
+// directory, through a new descriptor (d's own position is untouched).
+func (d *Dir) ReadNames() ([]string, error) {
+	fd, err := Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "openat", Path: d.path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), d.path)
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return names, &os.PathError{Op: "readdir", Path: d.path, Err: err}
+	}
+	return names, nil
+}
+
+// MountID returns the mount ID of the file fd refers to and whether it is
+// the root of its mount: the unique, never-reused ID (STATX_MNT_ID_UNIQUE,
+// Linux 6.8) where the kernel has one, else the classic one (Linux 5.8).
+// Older kernels give an error matching ErrUnsupported.
+func MountID(fd int) (id uint64, mountRoot bool, err error) {
+	for _, mask := range []int{unix.STATX_MNT_ID_UNIQUE, unix.STATX_MNT_ID} {
+		var sx unix.Statx_t
+		err := Retry(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, mask, &sx) })
+		if err != nil {
+			return 0, false, err
+		}
+		if sx.Mask&uint32(mask) != 0 && sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 {
+			return sx.Mnt_id, sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, nil
+		}
+	}
+	return 0, false, fmt.Errorf("statx gives no mount ID or mount-root attribute (Linux < 5.8): %w", ErrUnsupported)
+}

@@ -1,0 +1,35 @@
+//go:build !linux
+
+package fsat
+
+// Dir is an open directory (Linux only).
+type Dir struct{}
+
+// Option changes how OpenDir and MkdirAll treat the components they open.
+type Option int
+
+// SameMount: see the Linux documentation.
+const SameMount Option = 1
+
+// OpenRoot returns ErrUnsupported.
+func OpenRoot(path string) (*Dir, error) { return nil, ErrUnsupported }
+
+// Close is a no-op.
+func (d *Dir) Close() error { return nil }
+
+// Path returns "".
+func (d *Dir) Path() string { return "" }
+
+// OpenDir returns ErrUnsupported.
+func (d *Dir) OpenDir(rel string, opts ...Option) (*Dir, error) { return nil, ErrUnsupported }
+
+// MkdirAll returns ErrUnsupported.
+func (d *Dir) MkdirAll(rel string, mode uint32, opts ...Option) (*Dir, error) {
+	return nil, ErrUnsupported
+}
+
+// ReadFile returns ErrUnsupported.
+func (d *Dir) ReadFile(name string, max int64) ([]byte, error) { return nil, ErrUnsupported }
+
+// ReadNames returns ErrUnsupported.
+func (d *Dir) ReadNames() ([]string, error) { return nil, ErrUnsupported }
