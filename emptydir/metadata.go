@@ -2,10 +2,7 @@ package emptydir
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/nodevol/nodevol/mountdetect"
 )
@@ -14,17 +11,41 @@ const (
 	readyFileName = "ready"        // the kubelet's marker: SetUp completed
 	metaFileName  = "nodevol.json" // what SetUp created, for TearDown and reconstruction
 	metaDirMode   = 0o750
+	// maxMetadataSize bounds how much of nodevol.json is ever read: the
+	// file sits in the pod directory, where whoever can write there could
+	// replace it with something huge (or a symlink to /dev/zero).
+	maxMetadataSize = 64 << 10
 )
 
 // Metadata is what SetUp records beside the ready marker in
 // <root>/pods/<uid>/plugins/kubernetes.io~empty-dir/<volume>/nodevol.json.
-// TearDown still verifies the medium on disk: the disk is the truth.
+// TearDown still verifies the disk: the record says what SetUp made, the
+// disk says what is there now, and a mount is unmounted only when the two
+// agree.
 type Metadata struct {
 	Medium         mountdetect.Medium `json:"medium"`
 	SizeLimit      int64              `json:"sizeLimit,omitempty"` // the spec's sizeLimit
 	SizeBytes      int64              `json:"sizeBytes,omitempty"` // the tmpfs size= SetUp chose
 	HugePageSize   int64              `json:"hugePageSize,omitempty"`
 	QuotaProjectID uint32             `json:"quotaProjectID,omitempty"`
+	// Mount is the identity of the tmpfs or hugetlbfs SetUp mounted on the
+	// volume directory (nil for the Default medium). It is recorded before
+	// the mount is attached, so a crash cannot leave a mount of SetUp's
+	// without its record.
+	Mount *MountRecord `json:"mount,omitempty"`
+}
+
+// MountRecord identifies one mount. TearDown unmounts the volume's
+// directory only when the single mount on it matches the record: by
+// UniqueID where the kernel has unique mount IDs (Linux 6.8, never reused),
+// else by ID, Dev, FSType and Source together (classic mount IDs and
+// anonymous device numbers can be reused after an unmount).
+type MountRecord struct {
+	UniqueID uint64 `json:"uniqueID,omitempty"` // statx STATX_MNT_ID_UNIQUE
+	ID       uint64 `json:"id"`                 // statx STATX_MNT_ID, as in /proc/self/mountinfo
+	Dev      uint64 `json:"dev"`                // st_dev of the mount's root (its superblock)
+	FSType   string `json:"fsType"`
+	Source   string `json:"source"`
 }
 
 // UnmarshalJSON reads Medium from its name.
@@ -51,87 +72,14 @@ func (m *Metadata) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// readMetadata returns the recorded metadata, or nil when there is none.
-func readMetadata(metaDir string) (*Metadata, error) {
-	b, err := os.ReadFile(filepath.Join(metaDir, metaFileName))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
+// parseMetadata decodes nodevol.json; path is for the error message.
+func parseMetadata(b []byte, path string) (*Metadata, error) {
 	var m Metadata
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("parse %s: %w", filepath.Join(metaDir, metaFileName), err)
+		return nil, fmt.Errorf("parse %s: %w", path, err)
+	}
+	if m.Medium != mountdetect.MediumDefault && m.Mount != nil && m.Mount.ID == 0 && m.Mount.UniqueID == 0 {
+		return nil, fmt.Errorf("parse %s: a mount record without a mount ID", path)
 	}
 	return &m, nil
-}
-
-// writeMetadata writes the metadata file atomically (temporary file,
-// fsync, rename), so a crash leaves the old or the new file, never half.
-func writeMetadata(metaDir string, m *Metadata) error {
-	if err := makeMetaDir(metaDir); err != nil {
-		return err
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(metaDir, "."+metaFileName+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), filepath.Join(metaDir, metaFileName))
-}
-
-func isReady(metaDir string) bool {
-	fi, err := os.Lstat(filepath.Join(metaDir, readyFileName))
-	return err == nil && fi.Mode().IsRegular()
-}
-
-// makeMetaDir creates the metadata directory with mode 0750 whatever the
-// umask.
-func makeMetaDir(metaDir string) error {
-	if err := os.MkdirAll(metaDir, metaDirMode); err != nil {
-		return err
-	}
-	return os.Chmod(metaDir, metaDirMode)
-}
-
-func setReady(metaDir string) error {
-	if err := makeMetaDir(metaDir); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(filepath.Join(metaDir, readyFileName), os.O_CREATE|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	return f.Close()
-}
-
-// removeMetadata removes the ready marker, the metadata file and the
-// now-empty metadata directory, and nothing else: anything unexpected in
-// the directory makes the final rmdir fail with an error.
-func removeMetadata(metaDir string) error {
-	for _, name := range []string{readyFileName, metaFileName} {
-		if err := os.Remove(filepath.Join(metaDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-	}
-	if err := os.Remove(metaDir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return nil
 }

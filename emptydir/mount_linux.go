@@ -1,24 +1,12 @@
 package emptydir
 
 import (
-	"os"
 	"strconv"
 	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
 )
-
-// osMounter mounts with mount(2) and unmounts with umount2(2) without
-// MNT_DETACH: a busy mount is an error, never a lazy detach that would hide
-// the data still in use.
-type osMounter struct{}
-
-func (osMounter) Mount(source, target, fstype string, options []string) error {
-	return unix.Mount(source, target, fstype, 0, strings.Join(options, ","))
-}
-
-func (osMounter) Unmount(target string) error { return unix.Unmount(target, 0) }
 
 // kernelSupportsNoswap reports whether tmpfs takes the noswap option
 // (Linux 6.3 and later).
@@ -52,13 +40,4 @@ func releaseAtLeast(release string, major, minor int) bool {
 		return false
 	}
 	return maj > major || (maj == major && mn >= minor)
-}
-
-// statfsUsage is the space and inodes in use on the filesystem at dir.
-func statfsUsage(dir string) (bytes, inodes int64, err error) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return 0, 0, &os.PathError{Op: "statfs", Path: dir, Err: err}
-	}
-	return int64(st.Blocks-st.Bfree) * int64(st.Bsize), int64(st.Files - st.Ffree), nil
 }

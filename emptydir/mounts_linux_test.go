@@ -45,7 +45,7 @@ func TestMemoryVolume(t *testing.T) {
 	pod := e.pod(volume.Spec{Name: "mem", EmptyDir: &volume.EmptyDirSource{Medium: "Memory", SizeLimit: 8 << 20}})
 	pod.MemoryLimit = 64 << 20
 	m := e.setUp(t, pod, "mem")
-	t.Cleanup(func() { _ = osMounter{}.Unmount(m.Path()) }) // only if a failure left it mounted
+	t.Cleanup(func() { _ = detach(m.Path()) }) // only if a failure left it mounted
 	info := mountEntry(t, m.Path())
 	if info.FSType != "tmpfs" || !strings.Contains(info.VFSOptions, "size=8192k") {
 		t.Errorf("mount = %s %q; want tmpfs with size=8192k", info.FSType, info.VFSOptions)
@@ -147,7 +147,7 @@ func TestNestedNASRefused(t *testing.T) {
 				e := newEnv(t, filepath.Join(base, "kubelet"), nil)
 				m := e.setUp(t, e.pod(emptyDirSpec("cache", medium)), "cache")
 				if medium == "Memory" {
-					t.Cleanup(func() { _ = osMounter{}.Unmount(m.Path()) })
+					t.Cleanup(func() { _ = detach(m.Path()) })
 				}
 				mounttest.Build(t, m.Path(), "file pod-data keep")
 				mp := n.mount(t, base, m.Path())
@@ -213,7 +213,7 @@ func TestForeignMountOnVolumeRefused(t *testing.T) {
 	if !isMounted(t, m.Path()) {
 		t.Error("the foreign mount was unmounted")
 	}
-	plan, err := PlanTearDown(m.Path(), e.metaDir(t, "cache"), nil)
+	plan, err := e.plugin.PlanTearDown(testUID, "cache", nil)
 	if err != nil || plan.Action != ActionRefuse || len(plan.Mounts) != 1 || plan.Mounts[0].MountPoint != m.Path() {
 		t.Errorf("PlanTearDown = %+v, %v", plan, err)
 	}
@@ -223,7 +223,7 @@ func TestUsageOfMemoryVolume(t *testing.T) {
 	mounttest.RequireMounts(t)
 	e := newEnv(t, t.TempDir(), nil)
 	m := e.setUp(t, e.pod(volume.Spec{Name: "mem", EmptyDir: &volume.EmptyDirSource{Medium: "Memory", SizeLimit: 4 << 20}}), "mem")
-	t.Cleanup(func() { _ = osMounter{}.Unmount(m.Path()) })
+	t.Cleanup(func() { _ = detach(m.Path()) })
 	mounttest.Build(t, m.Path(), "file a "+strings.Repeat("x", 100000))
 	u, err := e.plugin.Usage(testUID, "mem")
 	if err != nil || u.Source != SourceStatfs || u.Bytes < 100000 || u.Inodes < 2 {

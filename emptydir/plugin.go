@@ -1,12 +1,9 @@
 package emptydir
 
 import (
-	"errors"
 	"fmt"
-	"os"
 
 	"github.com/nodevol/nodevol/fsquota"
-	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -89,26 +86,29 @@ func (p *Plugin) NewMounter(spec *volume.Spec, pod *volume.Pod) (volume.Mounter,
 	if err := volume.ValidatePodUID(pod.UID); err != nil {
 		return nil, err
 	}
-	dir, metaDir, err := p.paths(pod.UID, spec.Name)
+	dir, _, err := p.paths(pod.UID, spec.Name)
 	if err != nil {
 		return nil, err
 	}
-	return &mounter{plugin: p, source: *spec.EmptyDir, pod: pod, dir: dir, metaDir: metaDir}, nil
+	return &mounter{plugin: p, source: *spec.EmptyDir, pod: pod, name: spec.Name, dir: dir}, nil
 }
 
 // NewUnmounter returns the Unmounter for a volume of a pod; it needs no
 // spec (the metadata file and the disk say what to undo).
 func (p *Plugin) NewUnmounter(vol, podUID string) (volume.Unmounter, error) {
-	dir, metaDir, err := p.paths(podUID, vol)
+	dir, _, err := p.paths(podUID, vol)
 	if err != nil {
 		return nil, err
 	}
-	return &unmounter{plugin: p, dir: dir, metaDir: metaDir}, nil
+	return &unmounter{plugin: p, podUID: podUID, vol: vol, dir: dir}, nil
 }
 
 // ConstructSpec rebuilds a volume's spec from disk (reconstruction after a
 // restart): from the metadata file when there is one, else from what is
-// mounted at volumePath.
+// mounted on the volume directory. Both are reached by descriptors from
+// the kubelet root, and the metadata is read as a bounded regular file, so
+// a hostile pod directory (a symlink, a FIFO or /dev/zero in place of the
+// metadata) is an error, never a hang or a path out of the root.
 func (p *Plugin) ConstructSpec(vol, volumePath string) (*volume.Spec, error) {
 	vp, err := p.host.Layout().ParseVolumePath(volumePath)
 	if err != nil {
@@ -117,25 +117,9 @@ func (p *Plugin) ConstructSpec(vol, volumePath string) (*volume.Spec, error) {
 	if vp.Plugin != PluginName || vp.Volume != vol {
 		return nil, fmt.Errorf("%s: %s is not the emptyDir volume %q", PluginName, volumePath, vol)
 	}
-	_, metaDir, err := p.paths(vp.PodUID, vol)
+	medium, pageSize, sizeLimit, err := p.constructMedium(vp.PodUID, vol)
 	if err != nil {
 		return nil, err
 	}
-	meta, err := readMetadata(metaDir)
-	if err != nil {
-		return nil, err
-	}
-	src := &volume.EmptyDirSource{}
-	switch {
-	case meta != nil:
-		src.Medium = specMedium(meta.Medium, meta.HugePageSize)
-		src.SizeLimit = meta.SizeLimit
-	default:
-		info, err := mountdetect.Detect(volumePath)
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, err
-		}
-		src.Medium = specMedium(info.Medium, info.HugePageSize)
-	}
-	return &volume.Spec{Name: vol, EmptyDir: src}, nil
+	return &volume.Spec{Name: vol, EmptyDir: &volume.EmptyDirSource{Medium: specMedium(medium, pageSize), SizeLimit: sizeLimit}}, nil
 }

@@ -157,11 +157,7 @@ func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.
 		return v
 	}
 	if vd.Plugin == emptydir.PluginName {
-		metaDir, err := layout.PluginVolumeDir(vd.PodUID, vd.Plugin, vd.Volume)
-		if err != nil {
-			return fail(err)
-		}
-		plan, err := emptydir.PlanTearDown(vd.Path, metaDir, tab)
+		plan, err := emptydir.New(volume.NewHost(layout, nil, 0)).PlanTearDown(vd.PodUID, vd.Volume, tab)
 		if err != nil {
 			return fail(err)
 		}

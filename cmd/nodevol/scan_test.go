@@ -119,6 +119,13 @@ func testScanCLI(t *testing.T, bin binary) {
 				os.Chmod(d, 0o755)
 			}
 		}
+		// SetUp makes the kubelet's directories 0750, as the kubelet does.
+		filepath.WalkDir(k.root, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				os.Chmod(p, 0o755)
+			}
+			return nil
+		})
 		if err := os.Chmod(volumes, 0); err != nil {
 			t.Fatal(err)
 		}

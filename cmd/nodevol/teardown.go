@@ -68,35 +68,35 @@ func (r *teardownResult) setPlan(p emptydir.Plan) {
 	r.Mounts = append(r.Mounts[:0], p.Mounts...)
 }
 
-// emptyDirPaths parses a volume directory given on the command line and
-// returns its metadata directory. Only emptyDir volumes are accepted: the
-// teardown of any other plugin's volume (unmounting a CSI or NFS volume)
-// belongs to that plugin.
-func emptyDirPaths(path string) (vp volume.VolumePath, metaDir string, err error) {
-	layout, vp, err := volume.ParseVolumePathAnyRoot(path)
+// emptyDirVolume parses a volume directory given on the command line and
+// returns the emptyDir plugin for its kubelet root. Only emptyDir volumes
+// are accepted: the teardown of any other plugin's volume (unmounting a
+// CSI or NFS volume) belongs to that plugin. The plugin then reaches the
+// volume by descriptors from the root, never by this path again.
+func emptyDirVolume(path string) (layout volume.Layout, vp volume.VolumePath, plugin *emptydir.Plugin, err error) {
+	layout, vp, err = volume.ParseVolumePathAnyRoot(path)
 	if err != nil {
-		return vp, "", err
+		return layout, vp, nil, err
 	}
 	if vp.Plugin != emptydir.PluginName {
-		return vp, "", fmt.Errorf("%s is a %s volume, not an emptyDir (%s): nodevol teardown only tears down emptyDir volumes; a %s volume must be unmounted by its own plugin",
+		return layout, vp, nil, fmt.Errorf("%s is a %s volume, not an emptyDir (%s): nodevol teardown only tears down emptyDir volumes; a %s volume must be unmounted by its own plugin",
 			path, vp.Plugin, emptydir.PluginName, vp.Plugin)
 	}
-	metaDir, err = layout.PluginVolumeDir(vp.PodUID, vp.Plugin, vp.Volume)
-	return vp, metaDir, err
+	return layout, vp, emptydir.New(volume.NewHost(layout, nil, 0)), nil
 }
 
 // planTeardown is teardown --dry-run: what emptydir's TearDown would do,
-// from emptydir.PlanTearDown, which changes nothing.
+// from the plugin's PlanTearDown, which changes nothing.
 func planTeardown(path string) teardownResult {
 	r := teardownResult{Path: path, DryRun: true, Mounts: []mountdetect.Mount{}}
-	vp, metaDir, err := emptyDirPaths(path)
+	layout, vp, plugin, err := emptyDirVolume(path)
 	r.PodUID, r.Volume = vp.PodUID, vp.Volume
 	if err != nil {
 		r.setErr(err)
 		return r
 	}
-	r.metaExists = exists(metaDir)
-	plan, err := emptydir.PlanTearDown(path, metaDir, nil)
+	r.metaExists = metaExists(layout, vp)
+	plan, err := plugin.PlanTearDown(vp.PodUID, vp.Volume, nil)
 	if err != nil {
 		r.setErr(err)
 		return r
@@ -108,22 +108,21 @@ func planTeardown(path string) teardownResult {
 // tearDownVolume tears the volume down as the volume manager's unmount
 // operation does: the containers' subPath bind mounts of the volume are
 // cleaned first (a failure stops here, before anything of the volume is
-// touched), then emptydir.TearDownPath, whose plan is reported.
+// touched), then the plugin's TearDownVolume, whose plan is reported.
 func tearDownVolume(ctx context.Context, path string) teardownResult {
 	r := teardownResult{Path: path, Mounts: []mountdetect.Mount{}}
-	vp, metaDir, err := emptyDirPaths(path)
+	layout, vp, plugin, err := emptyDirVolume(path)
 	r.PodUID, r.Volume = vp.PodUID, vp.Volume
 	if err != nil {
 		r.setErr(err)
 		return r
 	}
-	layout, _, _ := volume.ParseVolumePathAnyRoot(path) // emptyDirPaths parsed it already
 	if err := subpath.New(layout).Clean(ctx, vp.PodUID, vp.Volume); err != nil {
 		r.setErr(fmt.Errorf("clean subpath mounts first: %w", err))
 		return r
 	}
-	r.metaExists = exists(metaDir)
-	plan, err := emptydir.TearDownPath(ctx, path, metaDir, nil, nil)
+	r.metaExists = metaExists(layout, vp)
+	plan, err := plugin.TearDownVolume(ctx, vp.PodUID, vp.Volume)
 	r.setPlan(plan)
 	if err == nil {
 		r.Done = true
@@ -149,6 +148,13 @@ func tearDownVolume(ctx context.Context, path string) teardownResult {
 		r.setErr(rest)
 	}
 	return r
+}
+
+// metaExists reports whether the volume's metadata directory exists, only
+// to word the report ("its leftover metadata was removed").
+func metaExists(layout volume.Layout, vp volume.VolumePath) bool {
+	metaDir, err := layout.PluginVolumeDir(vp.PodUID, vp.Plugin, vp.Volume)
+	return err == nil && exists(metaDir)
 }
 
 func exists(path string) bool {

@@ -1,0 +1,293 @@
+package emptydir
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+
+	"github.com/nodevol/nodevol/internal/fsat"
+	"github.com/nodevol/nodevol/mountdetect"
+	"github.com/nodevol/nodevol/volume"
+)
+
+// SetUp creates the volume: a directory (Default), a tmpfs (Memory) or a
+// hugetlbfs (HugePages) at Path, records what it made and writes the ready
+// marker. A second SetUp of a ready volume whose medium is still in place
+// does nothing; a ready marker whose directory or mount vanished is
+// repaired by setting the volume up again.
+//
+// Every directory is reached by descriptors from the kubelet root (a
+// symlink below the root is an error naming it), and a tmpfs or hugetlbfs
+// is created detached (fsopen, fsmount), recorded in the metadata with its
+// mount ID, then attached to the volume directory's descriptor
+// (move_mount): no path is resolved to decide where it lands, and
+// TearDown can prove the mount it finds is this one.
+func (m *mounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
+	logger := klog.FromContext(ctx).WithValues("volume", m.dir)
+	allocatable, err := m.plugin.host.NodeAllocatableMemory()
+	if err != nil {
+		return m.setUpErr(volume.Transient, fmt.Errorf("node allocatable memory: %w", err))
+	}
+	plan, err := planSetUp(&m.source, m.pod, allocatable)
+	if err != nil {
+		return m.setUpErr(volume.Final, err)
+	}
+	v, err := m.plugin.openVolume(m.pod.UID, m.name, true)
+	if err != nil {
+		return m.setUpErr(volume.Transient, err)
+	}
+	defer v.Close()
+	meta, err := v.readMeta()
+	if err != nil {
+		// Never overwrite a record that cannot be read: it may hold the
+		// only trace of a quota project or a mount.
+		return m.setUpErr(volume.Transient, fmt.Errorf("read metadata: %w", err))
+	}
+	if v.isReady() {
+		ok, err := m.inPlace(v, plan, meta)
+		if err != nil {
+			return m.setUpErr(volume.Transient, err)
+		}
+		if ok {
+			return nil
+		}
+		logger.V(1).Info("Ready marker present but the volume is not in place; setting it up again", "medium", plan.medium)
+	}
+	switch plan.medium {
+	case mountdetect.MediumDefault:
+		err = m.setUpDir(logger, v, plan, args)
+	default:
+		err = m.setUpMount(logger, v, plan, args, meta)
+	}
+	if err != nil {
+		return m.setUpErr(volume.Transient, err)
+	}
+	if err := v.setReady(); err != nil {
+		return m.setUpErr(volume.Transient, fmt.Errorf("write ready marker: %w", err))
+	}
+	logger.V(2).Info("emptyDir set up", "medium", plan.medium, "size", plan.size, "hugePageSize", plan.pageSize)
+	return nil
+}
+
+// inPlace reports whether the volume SetUp would create is there already:
+// a plain directory for Default, the recorded mount for the others.
+func (m *mounter) inPlace(v *podVolume, plan setupPlan, meta *Metadata) (bool, error) {
+	e, err := v.openEntry()
+	defer e.close()
+	if err != nil || e.kind != entryDir {
+		return false, err
+	}
+	if plan.medium == mountdetect.MediumDefault {
+		return !e.mi.root, nil
+	}
+	return e.mi.root && meta != nil && meta.Medium == plan.medium && meta.Mount != nil && meta.Mount.sameMount(e.mi) &&
+		(plan.medium != mountdetect.MediumHugePages || meta.HugePageSize == plan.pageSize), nil
+}
+
+// openDir creates the volume directory if needed and opens it; a symlink,
+// a file or a mount on it is an error.
+func (m *mounter) openDir(v *podVolume, mode uint32, what string) (entry, error) {
+	err := fsat.Retry(func() error { return unix.Mkdirat(v.vols.Fd(), v.name, mode) })
+	if err != nil && err != unix.EEXIST {
+		return entry{fd: -1}, &os.PathError{Op: "mkdirat", Path: m.dir, Err: err}
+	}
+	e, err := v.openEntry()
+	if err != nil {
+		return e, err
+	}
+	switch e.kind {
+	case entryDir:
+		return e, nil
+	case entryMissing:
+		return e, &os.PathError{Op: "openat", Path: m.dir, Err: unix.ENOENT}
+	case entrySymlink:
+		return e, fmt.Errorf("%s is not a directory (a symlink); not setting up %s there", m.dir, what)
+	}
+	return e, fmt.Errorf("%s is not a directory; not setting up %s there", m.dir, what)
+}
+
+func (m *mounter) setUpDir(logger klog.Logger, v *podVolume, plan setupPlan, args volume.MounterArgs) error {
+	e, err := m.openDir(v, volumeDirMode, "a Default-medium volume")
+	defer e.close()
+	if err != nil {
+		return err
+	}
+	if e.mi.root {
+		return fmt.Errorf("something is mounted on %s, which a Default-medium volume never is; not using it", m.dir)
+	}
+	if err := m.setMode(e.fd, plan, args); err != nil {
+		return err
+	}
+	meta := &Metadata{Medium: mountdetect.MediumDefault, SizeLimit: m.source.SizeLimit}
+	if m.plugin.quotas != nil {
+		meta.QuotaProjectID, err = m.plugin.quotas.Assign(m.dir, m.source.SizeLimit)
+		if errors.Is(err, errors.ErrUnsupported) {
+			// No project quotas on this filesystem: usage is measured by
+			// walking, and no project ID is recorded.
+			logger.V(2).Info("No project quota for the volume; usage will be measured by walking", "reason", err)
+			meta.QuotaProjectID, err = 0, nil
+		}
+		if err != nil {
+			return fmt.Errorf("assign quota: %w", err)
+		}
+	}
+	if err := v.writeMeta(meta); err != nil {
+		return fmt.Errorf("record metadata: %w", err)
+	}
+	return nil
+}
+
+// setMode sets the volume directory's mode whatever the umask (0777, with
+// the sticky bit on request) and its group for FSGroup (with setgid, so new
+// files inherit the group), on the open directory.
+func (m *mounter) setMode(fd int, plan setupPlan, args volume.MounterArgs) error {
+	mode := uint32(volumeDirMode)
+	if plan.sticky {
+		mode |= unix.S_ISVTX
+	}
+	if args.FSGroup != nil {
+		if err := unix.Fchown(fd, -1, int(*args.FSGroup)); err != nil {
+			return &os.PathError{Op: "fchown", Path: m.dir, Err: err}
+		}
+		mode |= unix.S_ISGID
+	}
+	if err := unix.Fchmod(fd, mode); err != nil {
+		return &os.PathError{Op: "fchmod", Path: m.dir, Err: err}
+	}
+	return nil
+}
+
+// setUpMount mounts the plan's filesystem on the volume directory, unless
+// the recorded mount is already there (a SetUp that stopped before writing
+// the ready marker); any other mount there is an error, never adopted.
+func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, args volume.MounterArgs, old *Metadata) error {
+	source, fstype := "tmpfs", "tmpfs"
+	var opts []string
+	meta := &Metadata{Medium: plan.medium, SizeLimit: m.source.SizeLimit}
+	if plan.medium == mountdetect.MediumHugePages {
+		source, fstype = "nodev", "hugetlbfs"
+		opts = append(opts, "pagesize="+strconv.FormatInt(plan.pageSize, 10))
+		meta.HugePageSize = plan.pageSize
+	} else {
+		if plan.size > 0 {
+			opts = append(opts, "size="+strconv.FormatInt(plan.size, 10))
+			meta.SizeBytes = plan.size
+		}
+		if kernelSupportsNoswap() {
+			opts = append(opts, "noswap")
+		}
+	}
+	e, err := m.openDir(v, 0o750, fstype)
+	if err != nil {
+		e.close()
+		return err
+	}
+	if e.mi.root {
+		defer e.close()
+		if old != nil && old.Mount != nil && old.Medium == plan.medium && old.Mount.sameMount(e.mi) {
+			logger.V(2).Info("Already mounted", "fsType", fstype)
+			return m.setMode(e.fd, plan, args)
+		}
+		return fmt.Errorf("%s is already a mount point (%s) that SetUp did not record; not mounting %s over it", m.dir, e.mi.describe(), fstype)
+	}
+	if sm := m.plugin.host.Mounter(); sm != nil {
+		// A mounter of the embedder's: it gets the directory as the magic
+		// link of its descriptor, and the mount is recorded after the fact.
+		err := sm.Mount(source, "/proc/self/fd/"+strconv.Itoa(e.fd), fstype, opts)
+		e.close()
+		if err != nil {
+			return fmt.Errorf("mount %s on %s (options %v): %w", fstype, m.dir, opts, err)
+		}
+		top, err := v.openEntry()
+		defer top.close()
+		if err != nil {
+			return err
+		}
+		if top.kind == entryDir && top.mi.root {
+			meta.Mount = &MountRecord{UniqueID: top.mi.uniqueID, ID: top.mi.id, Dev: top.mi.dev, FSType: fstype, Source: source}
+		}
+		if err := v.writeMeta(meta); err != nil {
+			return fmt.Errorf("record metadata: %w", err)
+		}
+		if top.kind == entryDir {
+			return m.setMode(top.fd, plan, args)
+		}
+		return nil
+	}
+	mnt, rec, err := newMount(source, fstype, opts)
+	if err != nil {
+		e.close()
+		return fmt.Errorf("mount %s on %s (options %v): %w", fstype, m.dir, opts, err)
+	}
+	defer unix.Close(mnt)
+	// The record goes to disk before the mount is attached: a crash from
+	// here on leaves a record of a mount that either never appeared (the
+	// detached mount dies with this process) or is exactly this one.
+	meta.Mount = &rec
+	if err := v.writeMeta(meta); err != nil {
+		e.close()
+		return fmt.Errorf("record metadata: %w", err)
+	}
+	err = fsat.Retry(func() error {
+		return unix.MoveMount(mnt, "", e.fd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
+	})
+	e.close()
+	if err != nil {
+		return fmt.Errorf("attach %s to %s: %w", fstype, m.dir, &os.PathError{Op: "move_mount", Path: m.dir, Err: err})
+	}
+	top, err := v.openEntry()
+	defer top.close()
+	if err != nil {
+		return err
+	}
+	if top.kind != entryDir || !top.mi.root || !rec.sameMount(top.mi) {
+		return fmt.Errorf("after attaching %s (%s) to %s, the directory shows something else (%s)", fstype, rec.describe(), m.dir, top.mi.describe())
+	}
+	return m.setMode(top.fd, plan, args)
+}
+
+// newMount creates a detached mount of fstype with the kubelet's source
+// name and options ("key=value" or a flag), and returns its descriptor and
+// identity.
+func newMount(source, fstype string, opts []string) (int, MountRecord, error) {
+	rec := MountRecord{FSType: fstype, Source: source}
+	fsfd, err := unix.Fsopen(fstype, unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, rec, &os.SyscallError{Syscall: "fsopen " + fstype, Err: err}
+	}
+	defer unix.Close(fsfd)
+	if err := unix.FsconfigSetString(fsfd, "source", source); err != nil {
+		return -1, rec, &os.SyscallError{Syscall: "fsconfig source", Err: err}
+	}
+	for _, o := range opts {
+		k, val, kv := strings.Cut(o, "=")
+		if kv {
+			err = unix.FsconfigSetString(fsfd, k, val)
+		} else {
+			err = unix.FsconfigSetFlag(fsfd, k)
+		}
+		if err != nil {
+			return -1, rec, &os.SyscallError{Syscall: "fsconfig " + o, Err: err}
+		}
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return -1, rec, &os.SyscallError{Syscall: "fsconfig create", Err: err}
+	}
+	mnt, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, 0)
+	if err != nil {
+		return -1, rec, &os.SyscallError{Syscall: "fsmount", Err: err}
+	}
+	mi, err := identify(mnt, "")
+	if err != nil {
+		unix.Close(mnt)
+		return -1, rec, err
+	}
+	rec.UniqueID, rec.ID, rec.Dev = mi.uniqueID, mi.id, mi.dev
+	return mnt, rec, nil
+}

@@ -1,0 +1,294 @@
+package emptydir
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+
+	"github.com/nodevol/nodevol/mountdetect"
+	"github.com/nodevol/nodevol/volume"
+)
+
+func (p *Plugin) planTearDown(podUID, vol string, tab *mountdetect.MountTable) (Plan, error) {
+	dir, metaDir, err := p.paths(podUID, vol)
+	if err != nil {
+		return Plan{}, err
+	}
+	v, err := p.openVolume(podUID, vol, false)
+	if err != nil {
+		return Plan{Path: dir, MetaDir: metaDir}, err
+	}
+	defer v.Close()
+	plan, e, err := v.plan(tab)
+	e.close()
+	return plan, err
+}
+
+func (e *entry) close() {
+	if e.fd >= 0 {
+		unix.Close(e.fd)
+		e.fd = -1
+	}
+}
+
+// plan examines the volume and compares it with the record. The entry it
+// returns holds the volume directory open when it is one; the caller
+// closes it (before unmounting: an open file keeps a mount busy).
+func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
+	p := Plan{Path: v.dir, MetaDir: v.metaDir}
+	p.Meta, p.MetaErr = v.readMeta() // unreadable metadata does not stop a plan
+	e, err := v.openEntry()
+	if err != nil {
+		return p, e, err
+	}
+	refuse := func(reason string, mounts []mountdetect.Mount) (Plan, entry, error) {
+		p.Action, p.Reason, p.Mounts = ActionRefuse, reason, mounts
+		return p, e, nil
+	}
+	self := []mountdetect.Mount{{MountPoint: v.dir}}
+	switch e.kind {
+	case entryMissing:
+		p.Action, p.Reason = ActionNone, "the volume directory does not exist"
+		return p, e, nil
+	case entrySymlink:
+		// Not what SetUp makes; it is unlinked, never followed.
+		p.Exists = true
+		p.Action, p.Reason = ActionRemove, "the volume path is a symlink; it is unlinked, not followed"
+		return p, e, nil
+	case entryOther:
+		p.Exists = true
+		if e.mi.root {
+			return refuse("a file is mounted on the volume path", self)
+		}
+		p.Action, p.Reason = ActionRemove, "the volume path is a file, not a directory; it is unlinked"
+		return p, e, nil
+	}
+	p.Exists = true
+	if tab == nil {
+		if tab, err = mountdetect.ReadMountTable(); err != nil {
+			return p, e, err
+		}
+	}
+	if p.Info, err = tab.DetectFile(e.fd, v.dir); err != nil {
+		return p, e, err
+	}
+	at, beneath, err := tab.MountsAtFile(e.fd, v.dir)
+	if err != nil {
+		return p, e, err
+	}
+	if n := len(beneath); n > 0 {
+		return refuse(fmt.Sprintf("%d %s beneath the volume; unmount %s first (their data is not the volume's)",
+			n, plural(n, "mount", "mounts"), plural(n, "it", "them")), beneath)
+	}
+	if !p.Info.MountPointSure {
+		self[0].FSType = p.Info.FSType
+		return refuse("the kernel cannot say for sure whether the volume directory is a mount point", self)
+	}
+	if !e.mi.root {
+		if len(at) > 0 {
+			// The directory was opened before a mount appeared on it.
+			return refuse("a mount appeared on the volume directory while it was examined", at)
+		}
+		p.Action = ActionRemove
+		if p.Meta != nil && p.Meta.Medium != mountdetect.MediumDefault {
+			p.Reason = "the volume's " + p.Meta.Medium.String() + "-medium mount is already gone; the directory is removed"
+		} else {
+			p.Reason = "a Default-medium volume on " + p.Info.FSType
+		}
+		return p, e, nil
+	}
+	if len(at) == 0 {
+		at = []mountdetect.Mount{{MountPoint: v.dir, FSType: p.Info.FSType}}
+	}
+	top := at[len(at)-1]
+	what := "a filesystem of type " + top.FSType
+	if top.Source != "" {
+		what += " from " + top.Source
+	}
+	switch {
+	case p.MetaErr != nil:
+		return refuse(what+" is mounted on the volume directory itself and its metadata cannot be read, so the mount cannot be proven to be the volume's own", at)
+	case p.Meta == nil:
+		return refuse(what+" is mounted on the volume directory itself, but nodevol has no record of mounting it (a volume set up by another kubelet, or a foreign mount); if it is the volume's own tmpfs or hugetlbfs, unmount it yourself, then tear down again", at)
+	case p.Meta.Medium == mountdetect.MediumDefault:
+		return refuse(what+" is mounted on the directory of a Default-medium volume, which SetUp never does: it is not the volume's to unmount", at)
+	case p.Meta.Mount == nil:
+		return refuse(what+" is mounted on the volume directory itself, but SetUp recorded no mount identity (metadata written by an older nodevol or through a custom mounter), so it cannot be proven to be the volume's own; unmount it yourself, then tear down again", at)
+	case len(at) > 1:
+		return refuse(fmt.Sprintf("%d mounts are stacked on the volume directory; only a single mount that SetUp made is ever unmounted", len(at)), at)
+	case !p.Meta.Mount.matches(e.mi, top.FSType, top.Source):
+		return refuse(fmt.Sprintf("%s is mounted on the volume directory itself (%s), but it is not the mount SetUp made (%s)",
+			what, e.mi.describe(), p.Meta.Mount.describe()), at)
+	}
+	p.Action, p.Reason = ActionUnmountAndRemove, "the volume's own "+top.FSType+" mount ("+p.Meta.Medium.String()+" medium)"
+	return p, e, nil
+}
+
+// describe names a recorded mount for messages.
+func (rec *MountRecord) describe() string {
+	s := fmt.Sprintf("%s from %s, mount ID %d", rec.FSType, rec.Source, rec.ID)
+	if rec.UniqueID != 0 {
+		s += fmt.Sprintf(" (unique %#x)", rec.UniqueID)
+	}
+	return s
+}
+
+// sameMount compares the identity statx gives, without the mount table.
+func (rec *MountRecord) sameMount(mi mountIdentity) bool {
+	if rec.UniqueID != 0 && mi.uniqueID != 0 {
+		return rec.UniqueID == mi.uniqueID
+	}
+	return rec.ID == mi.id && rec.Dev == mi.dev
+}
+
+func (p *Plugin) tearDown(ctx context.Context, podUID, vol string) (Plan, error) {
+	dir, metaDir, err := p.paths(podUID, vol)
+	if err != nil {
+		return Plan{}, &volume.OperationError{Kind: volume.Final, Op: "TearDown", Err: err}
+	}
+	logger := klog.FromContext(ctx).WithValues("volume", dir)
+	fail := func(kind volume.FailureKind, err error) error {
+		return &volume.OperationError{Kind: kind, Op: "TearDown", Path: dir, Err: err}
+	}
+	v, err := p.openVolume(podUID, vol, false)
+	if err != nil {
+		return Plan{Path: dir, MetaDir: metaDir}, fail(volume.Transient, err)
+	}
+	defer v.Close()
+	plan, e, err := v.plan(nil)
+	e.close()
+	if err != nil {
+		return plan, fail(volume.Transient, err)
+	}
+	if err := plan.refusal(); err != nil {
+		if plan.Action == ActionRefuse {
+			logger.Info("Refusing emptyDir teardown", "reason", plan.Reason, "mounts", len(plan.Mounts))
+		}
+		return plan, fail(volume.Transient, err)
+	}
+	switch plan.Action {
+	case ActionUnmountAndRemove:
+		if err := v.unmount(plan); err != nil {
+			var refused *RefusedError
+			if errors.As(err, &refused) {
+				return refused.Plan, fail(volume.Transient, err)
+			}
+			return plan, fail(volume.Uncertain, err)
+		}
+		logger.V(2).Info("Unmounted emptyDir", "fsType", plan.Info.FSType)
+		if err := v.removeTree(); err != nil {
+			return plan, fail(volume.Transient, err)
+		}
+	case ActionRemove, ActionNone:
+		// ActionNone too: the directory is gone (removed by hand, or a
+		// crash), but the metadata is the last record of its project ID;
+		// removing it without clearing would leak the ID in the
+		// bookkeeping files forever (Clear of a missing directory only
+		// undoes the bookkeeping).
+		if plan.Meta != nil && plan.Meta.QuotaProjectID != 0 {
+			if p.quotas == nil {
+				return plan, fail(volume.Final, fmt.Errorf("the volume has quota project %d but no quota manager is configured; refusing to leak it", plan.Meta.QuotaProjectID))
+			}
+			if err := p.quotas.Clear(dir); err != nil {
+				return plan, fail(volume.Transient, fmt.Errorf("clear quota project %d: %w", plan.Meta.QuotaProjectID, err))
+			}
+		}
+		if plan.Action == ActionRemove {
+			if err := v.removeTree(); err != nil {
+				return plan, fail(volume.Transient, err)
+			}
+		}
+	}
+	if err := v.removeMetadata(); err != nil {
+		return plan, fail(volume.Transient, fmt.Errorf("remove metadata: %w", err))
+	}
+	logger.V(2).Info("emptyDir torn down", "action", plan.Action)
+	return plan, nil
+}
+
+// unmount unmounts the volume's own mount, named through the volumes
+// directory's descriptor with UMOUNT_NOFOLLOW (a symlink swapped in for the
+// volume directory is not followed; an intermediate path cannot be
+// redirected). The descriptor of the mount's root must be closed by now.
+//
+// The record is checked once more right before umount2, and the result
+// right after: the only window left is between that statx and umount2,
+// where a process that still has the volume mounted with bidirectional
+// propagation could stack a mount on the volume's root. Then umount2
+// takes that mount instead of the volume's; the check after it sees the
+// recorded mount still in place and says so (an Uncertain failure), so
+// the event is never silent.
+func (v *podVolume) unmount(plan Plan) error {
+	rec := plan.Meta.Mount
+	mi, err := identify(v.vols.Fd(), v.name)
+	if err != nil {
+		return fmt.Errorf("statx %s: %w", v.dir, err)
+	}
+	if !mi.root || !rec.sameMount(mi) {
+		plan.Action, plan.Reason = ActionRefuse, "the mount on the volume directory changed while it was examined"
+		plan.Mounts = []mountdetect.Mount{{MountPoint: v.dir}}
+		return plan.refusal()
+	}
+	target := v.vols.ProcPath(v.name)
+	if err := unix.Unmount(target, unix.UMOUNT_NOFOLLOW); err != nil {
+		// Nothing was unmounted: EBUSY (still in use; never detached
+		// lazily) or the mount vanished meanwhile.
+		return fmt.Errorf("unmount %s %s: %w", plan.Info.FSType, v.dir, err)
+	}
+	after, err := identify(v.vols.Fd(), v.name)
+	if err != nil {
+		return fmt.Errorf("statx %s after unmount: %w", v.dir, err)
+	}
+	if after.root {
+		if rec.sameMount(after) {
+			return fmt.Errorf("unmount %s: a mount stacked on the volume's own mount at the last moment was unmounted instead of it (%s is still mounted); nothing was removed", v.dir, rec.describe())
+		}
+		return fmt.Errorf("unmount %s: another mount (%s) is on the volume directory after the volume's own was unmounted; nothing was removed", v.dir, after.describe())
+	}
+	return nil
+}
+
+// removeTree removes the volume directory with mountdetect.RemoveAll,
+// through the volumes directory's descriptor. A refusal (a mount that
+// appeared since the plan) is wrapped like a planned refusal.
+func (v *podVolume) removeTree() error {
+	if v.vols == nil {
+		return nil
+	}
+	err := mountdetect.RemoveAll(v.vols.ProcPath(v.name))
+	err = v.rename(err)
+	var crossing *mountdetect.CrossesMountError
+	if errors.As(err, &crossing) {
+		return &RefusedError{Plan: Plan{Path: v.dir, Action: ActionRefuse, Mounts: crossing.Mounts, Reason: "a mount appeared beneath the volume"}, Err: err}
+	}
+	return err
+}
+
+// rename replaces the /proc/self/fd name RemoveAll was given with the
+// volume directory's path in err's text and paths.
+func (v *podVolume) rename(err error) error {
+	if err == nil {
+		return nil
+	}
+	proc := v.vols.ProcPath(v.name)
+	var crossing *mountdetect.CrossesMountError
+	if errors.As(err, &crossing) && crossing.Path == proc {
+		crossing.Path = v.dir
+	}
+	if !strings.Contains(err.Error(), proc) {
+		return err
+	}
+	return &renamedError{err: err, from: proc, to: v.dir}
+}
+
+type renamedError struct {
+	err      error
+	from, to string
+}
+
+func (e *renamedError) Error() string { return strings.ReplaceAll(e.err.Error(), e.from, e.to) }
+func (e *renamedError) Unwrap() error { return e.err }

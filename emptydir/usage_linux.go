@@ -1,0 +1,96 @@
+package emptydir
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/fsquota"
+	"github.com/nodevol/nodevol/mountdetect"
+)
+
+func (p *Plugin) usage(podUID, vol string) (Usage, error) {
+	dir, _, err := p.paths(podUID, vol)
+	if err != nil {
+		return Usage{}, err
+	}
+	v, err := p.openVolume(podUID, vol, false)
+	if err != nil {
+		return Usage{}, err
+	}
+	defer v.Close()
+	meta, err := v.readMeta()
+	if err != nil {
+		return Usage{}, err
+	}
+	if p.quotas != nil && meta != nil && meta.QuotaProjectID != 0 {
+		bytes, inodes, err := p.quotas.Usage(dir)
+		if err == nil {
+			return Usage{Bytes: bytes, Inodes: inodes, Source: SourceQuota}, nil
+		}
+		// Unsupported, or the directory lost its project ID: walk instead.
+		if !errors.Is(err, errors.ErrUnsupported) && !errors.Is(err, fsquota.ErrNoProject) {
+			return Usage{}, fmt.Errorf("quota usage of %s: %w", dir, err)
+		}
+	}
+	e, err := v.openEntry()
+	defer e.close()
+	if err != nil {
+		return Usage{}, err
+	}
+	switch e.kind {
+	case entryMissing:
+		return Usage{}, &os.PathError{Op: "open", Path: dir, Err: fs.ErrNotExist}
+	case entryDir:
+	default:
+		return Usage{}, &os.PathError{Op: "open", Path: dir, Err: unix.ENOTDIR}
+	}
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(e.fd, &st); err != nil {
+		return Usage{}, &os.PathError{Op: "fstatfs", Path: dir, Err: err}
+	}
+	if e.mi.root && mountdetect.MediumForMagic(uint32(st.Type)) != mountdetect.MediumDefault {
+		return Usage{Bytes: int64(st.Blocks-st.Bfree) * int64(st.Bsize), Inodes: int64(st.Files - st.Ffree), Source: SourceStatfs}, nil
+	}
+	// The walk starts at the open directory, named by its descriptor.
+	u, err := mountdetect.DiskUsage("/proc/self/fd/" + strconv.Itoa(e.fd))
+	if err != nil {
+		return Usage{}, fmt.Errorf("usage of %s: %w", dir, err)
+	}
+	return Usage{Bytes: u.Bytes, Inodes: u.Inodes, Source: SourceWalk}, nil
+}
+
+// constructMedium is what ConstructSpec needs: the recorded medium, or
+// what is mounted on the volume directory when nothing was recorded.
+func (p *Plugin) constructMedium(podUID, vol string) (medium mountdetect.Medium, pageSize, sizeLimit int64, err error) {
+	v, err := p.openVolume(podUID, vol, false)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer v.Close()
+	meta, err := v.readMeta()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if meta != nil {
+		return meta.Medium, meta.HugePageSize, meta.SizeLimit, nil
+	}
+	e, err := v.openEntry()
+	defer e.close()
+	if err != nil || e.kind != entryDir || !e.mi.root {
+		return mountdetect.MediumDefault, 0, 0, err
+	}
+	tab, err := mountdetect.ReadMountTable()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	info, err := tab.DetectFile(e.fd, v.dir)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	return info.Medium, info.HugePageSize, 0, nil
+}

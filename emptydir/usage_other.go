@@ -1,0 +1,11 @@
+//go:build !linux
+
+package emptydir
+
+import "github.com/nodevol/nodevol/mountdetect"
+
+func (p *Plugin) usage(podUID, vol string) (Usage, error) { return Usage{}, mountdetect.ErrUnsupported }
+
+func (p *Plugin) constructMedium(podUID, vol string) (mountdetect.Medium, int64, int64, error) {
+	return 0, 0, 0, mountdetect.ErrUnsupported
+}

@@ -1,0 +1,273 @@
+package emptydir
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/internal/fsat"
+	"github.com/nodevol/nodevol/volume"
+)
+
+// podVolume is one emptyDir volume of one pod, reached by descriptors from
+// the kubelet root: the root is opened once (it may be a symlink), then
+// every component below it with O_NOFOLLOW, and the directories from the
+// pod directory down must be on the pod directory's mount. Nothing below
+// the root is ever resolved by name again; a symlink where a directory
+// belongs is an error naming it.
+type podVolume struct {
+	name    string // the volume's name: its directory's name in vols
+	dir     string // display paths
+	metaDir string
+
+	root       *fsat.Dir
+	pod        *fsat.Dir // <root>/pods/<uid>; nil when missing
+	vols       *fsat.Dir // <pod>/volumes/kubernetes.io~empty-dir; nil when missing
+	metaParent *fsat.Dir // <pod>/plugins/kubernetes.io~empty-dir; nil when missing
+	meta       *fsat.Dir // <metaParent>/<volume>; nil when missing
+}
+
+// openVolume opens what exists of the volume's directories; with create
+// it makes the missing ones (mode 0750, as the kubelet does).
+func (p *Plugin) openVolume(podUID, vol string, create bool) (_ *podVolume, err error) {
+	dir, metaDir, err := p.paths(podUID, vol)
+	if err != nil {
+		return nil, err
+	}
+	escaped, err := volume.EscapePluginName(PluginName)
+	if err != nil {
+		return nil, err
+	}
+	v := &podVolume{name: vol, dir: dir, metaDir: metaDir}
+	defer func() {
+		if err != nil {
+			v.Close()
+		}
+	}()
+	root := p.host.Layout().Root()
+	v.root, err = fsat.OpenRoot(root)
+	if errors.Is(err, fs.ErrNotExist) {
+		if !create {
+			return v, nil
+		}
+		// The root is trusted (and may be a symlink): create it by name,
+		// as the kubelet does.
+		if err := os.MkdirAll(root, metaDirMode); err != nil {
+			return nil, err
+		}
+		v.root, err = fsat.OpenRoot(root)
+	}
+	if err != nil {
+		return nil, err
+	}
+	open := func(from *fsat.Dir, rel string, opts ...fsat.Option) (*fsat.Dir, error) {
+		if from == nil {
+			return nil, nil
+		}
+		if create {
+			return from.MkdirAll(rel, metaDirMode, opts...)
+		}
+		d, err := from.OpenDir(rel, opts...)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return d, err
+	}
+	if v.pod, err = open(v.root, "pods/"+podUID); err != nil {
+		return nil, err
+	}
+	if v.vols, err = open(v.pod, "volumes/"+escaped, fsat.SameMount); err != nil {
+		return nil, err
+	}
+	if v.metaParent, err = open(v.pod, "plugins/"+escaped, fsat.SameMount); err != nil {
+		return nil, err
+	}
+	if v.meta, err = open(v.metaParent, vol, fsat.SameMount); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+func (v *podVolume) Close() {
+	for _, d := range []*fsat.Dir{v.meta, v.metaParent, v.vols, v.pod, v.root} {
+		d.Close()
+	}
+}
+
+// readMeta returns the recorded metadata, nil when there is none. It is
+// read as a regular file of bounded size that is not a symlink, opened
+// non-blocking: a FIFO, a device or a link to one is an error, never a
+// hang or an unbounded allocation.
+func (v *podVolume) readMeta() (*Metadata, error) {
+	if v.meta == nil {
+		return nil, nil
+	}
+	b, err := v.meta.ReadFile(metaFileName, maxMetadataSize)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return parseMetadata(b, v.meta.Join(metaFileName))
+}
+
+// writeMeta records m durably (atomic replace, file and directory synced).
+func (v *podVolume) writeMeta(m *Metadata) error {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return v.meta.WriteFileAtomic(metaFileName, append(b, '\n'), 0o600)
+}
+
+func (v *podVolume) isReady() bool {
+	if v.meta == nil {
+		return false
+	}
+	st, err := v.meta.Lstat(readyFileName)
+	return err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
+}
+
+func (v *podVolume) setReady() error { return v.meta.CreateEmpty(readyFileName, 0o600) }
+
+// removeMetadata removes the ready marker, the metadata file and the
+// now-empty metadata directory, and nothing else: anything unexpected in
+// the directory makes the final rmdir fail with an error.
+func (v *podVolume) removeMetadata() error {
+	if v.meta == nil {
+		return nil
+	}
+	for _, name := range []string{readyFileName, metaFileName} {
+		if err := v.meta.Remove(name); err != nil {
+			return err
+		}
+	}
+	return v.metaParent.Rmdir(v.name)
+}
+
+// entryKind is what the volume's name in vols is.
+type entryKind int
+
+const (
+	entryMissing entryKind = iota
+	entryDir
+	entrySymlink
+	entryOther // a regular file, device, FIFO, socket
+)
+
+// mountIdentity is what the kernel says about the mount a file is on.
+type mountIdentity struct {
+	uniqueID uint64 // 0 before Linux 6.8
+	id       uint64
+	dev      uint64 // st_dev: the superblock
+	root     bool   // the file is the root of its mount
+}
+
+// identify asks statx about name in dirfd (name "": dirfd itself),
+// without following a symlink or triggering an automount.
+func identify(dirfd int, name string) (mountIdentity, error) {
+	var mi mountIdentity
+	flags := unix.AT_SYMLINK_NOFOLLOW | unix.AT_NO_AUTOMOUNT
+	if name == "" {
+		flags |= unix.AT_EMPTY_PATH
+	}
+	var sx unix.Statx_t
+	err := fsat.Retry(func() error { return unix.Statx(dirfd, name, flags, unix.STATX_MNT_ID_UNIQUE, &sx) })
+	if err != nil {
+		return mi, err
+	}
+	if sx.Mask&unix.STATX_MNT_ID_UNIQUE != 0 {
+		mi.uniqueID = sx.Mnt_id
+	}
+	err = fsat.Retry(func() error { return unix.Statx(dirfd, name, flags, unix.STATX_MNT_ID, &sx) })
+	if err != nil {
+		return mi, err
+	}
+	if sx.Mask&unix.STATX_MNT_ID == 0 || sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 {
+		return mi, fmt.Errorf("statx gives no mount ID or mount-root attribute (Linux < 5.8): %w", errors.ErrUnsupported)
+	}
+	mi.id = sx.Mnt_id
+	mi.dev = unix.Mkdev(sx.Dev_major, sx.Dev_minor)
+	mi.root = sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
+	return mi, nil
+}
+
+// matches reports whether the mount identified by mi, listed in the mount
+// table with fsType and source, is the one rec recorded.
+func (rec *MountRecord) matches(mi mountIdentity, fsType, source string) bool {
+	if rec.UniqueID != 0 && mi.uniqueID != 0 {
+		return rec.UniqueID == mi.uniqueID
+	}
+	return rec.ID == mi.id && rec.Dev == mi.dev && rec.FSType == fsType && rec.Source == source
+}
+
+// describe names a mount identity for messages.
+func (mi mountIdentity) describe() string {
+	if mi.uniqueID != 0 {
+		return fmt.Sprintf("mount ID %d (unique %#x)", mi.id, mi.uniqueID)
+	}
+	return fmt.Sprintf("mount ID %d", mi.id)
+}
+
+// entry is the volume directory as lstat sees it, opened when it is a
+// directory (the caller closes fd).
+type entry struct {
+	kind entryKind
+	fd   int // entryDir only; -1 otherwise
+	mi   mountIdentity
+}
+
+func (v *podVolume) openEntry() (entry, error) {
+	e := entry{fd: -1}
+	if v.vols == nil {
+		return e, nil
+	}
+	st, err := v.vols.Lstat(v.name)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return e, nil
+	case err != nil:
+		return e, err
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+	case unix.S_IFLNK:
+		e.kind = entrySymlink
+		return e, nil
+	default:
+		e.kind = entryOther
+		if e.mi, err = identify(v.vols.Fd(), v.name); err != nil {
+			return e, &os.PathError{Op: "statx", Path: v.dir, Err: err}
+		}
+		return e, nil
+	}
+	fd, err := fsat.Openat(v.vols.Fd(), v.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	switch err {
+	case nil:
+	case unix.ENOENT:
+		return e, nil
+	case unix.ELOOP, unix.ENOTDIR:
+		// Swapped since the lstat: look again (once; a tree that keeps
+		// changing is an error).
+		st, err2 := v.vols.Lstat(v.name)
+		if err2 == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			e.kind = entrySymlink
+			return e, nil
+		}
+		return e, &os.PathError{Op: "openat", Path: v.dir, Err: err}
+	default:
+		return e, &os.PathError{Op: "openat", Path: v.dir, Err: err}
+	}
+	e.kind, e.fd = entryDir, fd
+	if e.mi, err = identify(fd, ""); err != nil {
+		unix.Close(fd)
+		e.fd = -1
+		return e, &os.PathError{Op: "statx", Path: v.dir, Err: err}
+	}
+	return e, nil
+}
