@@ -2,6 +2,7 @@ package emptydir
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/nodevol/nodevol/mountdetect"
@@ -139,7 +140,11 @@ func (u *unmounter) CheckTearDown(ctx context.Context) error {
 // refusal is the error a plan that refuses stands for, nil otherwise.
 func (p *Plan) refusal() error {
 	if p.Action == ActionRefuse {
-		return &RefusedError{Plan: *p, Err: &mountdetect.CrossesMountError{Path: p.Path, Mounts: p.Mounts}}
+		var err error = &mountdetect.CrossesMountError{Path: p.Path, Mounts: p.Mounts}
+		if p.MetaErr != nil {
+			err = errors.Join(err, fmt.Errorf("read metadata: %w", p.MetaErr))
+		}
+		return &RefusedError{Plan: *p, Err: err}
 	}
 	if p.MetaErr != nil {
 		return fmt.Errorf("read metadata: %w", p.MetaErr)

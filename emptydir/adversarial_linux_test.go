@@ -1,0 +1,501 @@
+package emptydir
+
+// Adversarial tests for issue 10: an attacker who can write into the pod
+// directory (or a container with bidirectional mount propagation) controls
+// names, symlinks, mounts and file contents below the kubelet root and can
+// change them between any two system calls. Each test checks sentinels on
+// every other mount and outside the root byte for byte.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/internal/fsat"
+	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/mountdetect"
+	"github.com/nodevol/nodevol/volume"
+)
+
+// isMountRoot reports whether path (not followed when a symlink) is the
+// root of a mount.
+func isMountRoot(t *testing.T, path string) bool {
+	t.Helper()
+	var sx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID, &sx); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return false
+		}
+		t.Fatalf("statx %s: %v", path, err)
+	}
+	return sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
+}
+
+// attacker runs on a thread of its own in a mount namespace of its own,
+// made private, where the mounts made after it starts are not visible:
+// like a process in another container, it can rename a directory that is
+// a mount point in the test's namespace. While enabled it calls step in a
+// loop; pause stops it and waits until no step is in flight.
+type attacker struct {
+	mu      sync.Mutex
+	enabled atomic.Bool
+	quit    atomic.Bool
+	steps   atomic.Int64
+	done    chan error
+}
+
+func startAttacker(t *testing.T, step func() error) *attacker {
+	t.Helper()
+	a := &attacker{done: make(chan error, 1)}
+	ready := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			ready <- fmt.Errorf("unshare: %w", err)
+			return
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			ready <- fmt.Errorf("make / private: %w", err)
+			return
+		}
+		ready <- nil
+		for !a.quit.Load() {
+			if !a.enabled.Load() {
+				runtime.Gosched()
+				continue
+			}
+			a.mu.Lock()
+			if a.enabled.Load() && step() == nil {
+				a.steps.Add(1)
+			}
+			a.mu.Unlock()
+		}
+		a.done <- nil
+	}()
+	if err := <-ready; err != nil {
+		t.Fatalf("attacker: %v", err)
+	}
+	t.Cleanup(func() { a.quit.Store(true); <-a.done })
+	return a
+}
+
+func (a *attacker) resume() { a.enabled.Store(true) }
+
+func (a *attacker) pause() {
+	a.enabled.Store(false)
+	a.mu.Lock()
+	a.mu.Unlock() //nolint:staticcheck // an empty critical section: waits for a step in flight
+}
+
+// exchange swaps two names in one directory atomically.
+func exchange(dirfd int, a, b string) error {
+	return unix.Renameat2(dirfd, a, dirfd, b, unix.RENAME_EXCHANGE)
+}
+
+// raceIterations is how often the swap races run: thousands, as the
+// RemoveAll race tests do.
+const raceIterations = 1000
+
+// TestTearDownSymlinkSwapRace (finding 1): while TearDown runs, the volume
+// directory is exchanged again and again with a symlink to another tmpfs.
+// Whatever TearDown concludes, that tmpfs stays mounted with its data.
+func TestTearDownSymlinkSwapRace(t *testing.T) {
+	mounttest.RequireMounts(t)
+	for _, medium := range []volume.StorageMedium{"", "Memory"} {
+		t.Run("medium="+string(medium), func(t *testing.T) {
+			base := t.TempDir()
+			victim := filepath.Join(base, "victim")
+			mounttest.Tmpfs(t, victim, "size=1m")
+			want := mounttest.Sentinels(t, victim)
+			e := newEnv(t, filepath.Join(base, "kubelet"), nil)
+			pod := e.pod(volume.Spec{Name: "cache", EmptyDir: &volume.EmptyDirSource{Medium: medium, SizeLimit: 1 << 20}})
+			pod.MemoryLimit = 64 << 20
+			vols := filepath.Dir(e.setUp(t, pod, "cache").Path())
+			vfd, err := unix.Open(vols, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(vfd)
+			if err := os.Symlink(victim, filepath.Join(vols, "swap")); err != nil {
+				t.Fatal(err)
+			}
+			a := startAttacker(t, func() error { return exchange(vfd, "cache", "swap") })
+
+			outcomes, samples := map[string]int{}, map[string]int{}
+			raced := 0
+			for i := range raceIterations {
+				if i > 0 {
+					e.setUp(t, pod, "cache")
+				}
+				before := a.steps.Load()
+				a.resume()
+				err := e.tearDown("cache")
+				a.pause()
+				if a.steps.Load() != before {
+					raced++
+				}
+				outcomes[outcome(err)]++
+				if err != nil && outcome(err) == "error" && samples[outcome(err)] < 3 {
+					samples[outcome(err)]++
+					t.Logf("sample error: %v", err)
+				}
+
+				if !isMountRoot(t, victim) {
+					t.Fatalf("iteration %d: the victim tmpfs was unmounted (TearDown: %v)", i, err)
+				}
+				mounttest.Intact(t, victim, want)
+				if t.Failed() {
+					t.Fatalf("iteration %d: the victim's data changed (TearDown: %v)", i, err)
+				}
+				resetSwap(t, vols, victim)
+				_ = os.RemoveAll(e.metaDir(t, "cache"))
+			}
+			t.Logf("%d iterations, %d raced with an exchange; outcomes %v", raceIterations, raced, outcomes)
+			if raced < raceIterations/10 {
+				t.Errorf("only %d of %d teardowns overlapped an exchange: the race was not exercised", raced, raceIterations)
+			}
+		})
+	}
+}
+
+// outcome sorts TearDown results for the log.
+func outcome(err error) string {
+	var refused *RefusedError
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.As(err, &refused):
+		return "refused"
+	default:
+		return "error"
+	}
+}
+
+// resetSwap puts vols back to holding only the symlink "swap" to victim
+// (the attacker is paused): whichever of "cache" and "swap" is a directory
+// has its mounts (the volume's tmpfs, left by a refusal) detached and is
+// removed; a symlink named "cache" is renamed back to "swap", one that
+// TearDown unlinked is made again.
+func resetSwap(t *testing.T, vols, victim string) {
+	t.Helper()
+	for _, name := range []string{"cache", "swap"} {
+		p := filepath.Join(vols, name)
+		fi, err := os.Lstat(p)
+		if err != nil || fi.Mode()&os.ModeSymlink != 0 {
+			continue
+		}
+		for isMountRoot(t, p) {
+			if err := unix.Unmount(p, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil {
+				t.Fatalf("detach %s: %v", p, err)
+			}
+		}
+		if err := os.RemoveAll(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	swap := filepath.Join(vols, "swap")
+	if _, err := os.Lstat(filepath.Join(vols, "cache")); err == nil {
+		if err := os.Rename(filepath.Join(vols, "cache"), swap); err != nil {
+			t.Fatal(err)
+		}
+	} else if _, err := os.Lstat(swap); err != nil {
+		if err := os.Symlink(victim, swap); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if target, err := os.Readlink(swap); err != nil || target != victim {
+		t.Fatalf("swap symlink: %q, %v", target, err)
+	}
+}
+
+// TestTearDownRefusesMountsItDidNotMake (finding 2): only a single mount
+// that matches SetUp's record is ever unmounted.
+func TestTearDownRefusesMountsItDidNotMake(t *testing.T) {
+	mounttest.RequireMounts(t)
+	cases := []struct {
+		name   string
+		medium volume.StorageMedium
+		// mount makes the foreign mount(s) on the volume directory and
+		// returns the directory holding the foreign data.
+		mount  func(t *testing.T, base, vol string) string
+		reason string
+	}{
+		{"tmpfs on a Default volume", "", func(t *testing.T, base, vol string) string {
+			mounttest.Mount(t, "nas:/export", vol, "tmpfs", 0, "size=1m")
+			return vol
+		}, "Default-medium"},
+		{"tmpfs stacked on a Memory volume", "Memory", func(t *testing.T, base, vol string) string {
+			mounttest.Mount(t, "nas:/export", vol, "tmpfs", 0, "size=1m")
+			return vol
+		}, "stacked"},
+		{"Memory volume's tmpfs replaced by another", "Memory", func(t *testing.T, base, vol string) string {
+			if err := unix.Unmount(vol, 0); err != nil {
+				t.Fatal(err)
+			}
+			mounttest.Mount(t, "tmpfs", vol, "tmpfs", 0, "size=1m")
+			return vol
+		}, "not the mount SetUp made"},
+		{"bind of a foreign directory on a Memory volume's place", "Memory", func(t *testing.T, base, vol string) string {
+			if err := unix.Unmount(vol, 0); err != nil {
+				t.Fatal(err)
+			}
+			share := filepath.Join(base, "share")
+			if err := os.MkdirAll(share, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			mounttest.Bind(t, share, vol)
+			return share
+		}, "not the mount SetUp made"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			base := t.TempDir()
+			e := newEnv(t, filepath.Join(base, "kubelet"), nil)
+			pod := e.pod(volume.Spec{Name: "cache", EmptyDir: &volume.EmptyDirSource{Medium: c.medium, SizeLimit: 1 << 20}})
+			pod.MemoryLimit = 64 << 20
+			vol := e.setUp(t, pod, "cache").Path()
+			t.Cleanup(func() {
+				for isMountRoot(t, vol) {
+					_ = detach(vol)
+				}
+			})
+			data := c.mount(t, base, vol)
+			want := mounttest.Sentinels(t, data)
+			mounts := countMounts(t, vol)
+			whole := mounttest.Snapshot(t, base)
+
+			plan, err := e.plugin.PlanTearDown(testUID, "cache", nil)
+			if err != nil || plan.Action != ActionRefuse || !strings.Contains(plan.Reason, c.reason) {
+				t.Errorf("PlanTearDown = %v %q, %v; want a refusal saying %q", plan.Action, plan.Reason, err, c.reason)
+			}
+			err = e.tearDown("cache")
+			var refused *RefusedError
+			if !errors.As(err, &refused) || !errors.Is(err, mountdetect.ErrCrossesMount) || !strings.Contains(err.Error(), c.reason) {
+				t.Fatalf("TearDown = %v; want a refusal saying %q", err, c.reason)
+			}
+			if len(refused.Plan.Mounts) == 0 || refused.Plan.Mounts[len(refused.Plan.Mounts)-1].MountPoint != vol {
+				t.Errorf("refusal names %+v; want the mount on %s", refused.Plan.Mounts, vol)
+			}
+			if got := countMounts(t, vol); got != mounts {
+				t.Errorf("%d mounts on the volume directory after the refusal; want %d (nothing unmounted)", got, mounts)
+			}
+			mounttest.Intact(t, data, want)
+			mounttest.Intact(t, base, whole)
+			if !isReady(e.metaDir(t, "cache")) {
+				t.Error("a refused TearDown removed the ready marker")
+			}
+		})
+	}
+}
+
+// countMounts counts the mount table entries whose mount point is dir.
+func countMounts(t *testing.T, dir string) int {
+	t.Helper()
+	tab, err := mountdetect.ReadMountTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	at, _, err := tab.MountsAtFile(fd, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(at)
+}
+
+// TestSymlinksBelowRootAreNotFollowed (finding 3): every directory between
+// the kubelet root and the volume, and the metadata directory, replaced by
+// a symlink to the same place in another kubelet tree (with a Memory
+// volume set up there): every entry point fails naming the symlink, and
+// the other tree keeps its mount, metadata and data.
+func TestSymlinksBelowRootAreNotFollowed(t *testing.T) {
+	mounttest.RequireMounts(t)
+	components := []string{
+		"pods",
+		"pods/" + testUID,
+		"pods/" + testUID + "/volumes",
+		"pods/" + testUID + "/volumes/kubernetes.io~empty-dir",
+		"pods/" + testUID + "/plugins",
+		"pods/" + testUID + "/plugins/kubernetes.io~empty-dir",
+		"pods/" + testUID + "/plugins/kubernetes.io~empty-dir/cache",
+	}
+	for _, comp := range components {
+		t.Run(strings.ReplaceAll(comp, testUID, "UID"), func(t *testing.T) {
+			base := t.TempDir()
+			other := newEnv(t, filepath.Join(base, "other"), nil)
+			pod := other.pod(volume.Spec{Name: "cache", EmptyDir: &volume.EmptyDirSource{Medium: "Memory", SizeLimit: 1 << 20}})
+			pod.MemoryLimit = 64 << 20
+			otherVol := other.setUp(t, pod, "cache").Path()
+			t.Cleanup(func() { _ = detach(otherVol) })
+			want := mounttest.Sentinels(t, otherVol)
+			whole := mounttest.Snapshot(t, filepath.Join(base, "other"))
+
+			e := newEnv(t, filepath.Join(base, "kubelet"), nil)
+			e.setUp(t, e.pod(emptyDirSpec("cache", "")), "cache")
+			link := filepath.Join(e.root, comp)
+			if err := os.RemoveAll(link); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(filepath.Join(other.root, comp), link); err != nil {
+				t.Fatal(err)
+			}
+			volPath := filepath.Join(e.root, "pods", testUID, "volumes/kubernetes.io~empty-dir/cache")
+
+			check := func(what string, err error) {
+				t.Helper()
+				if !errors.Is(err, fsat.ErrSymlink) || !strings.Contains(err.Error(), link) {
+					t.Errorf("%s = %v; want an error naming the symlink %s", what, err, link)
+				}
+			}
+			_, err := e.plugin.PlanTearDown(testUID, "cache", nil)
+			check("PlanTearDown", err)
+			check("TearDown", e.tearDown("cache"))
+			_, err = e.plugin.ConstructSpec("cache", volPath)
+			check("ConstructSpec", err)
+			_, err = e.plugin.Usage(testUID, "cache")
+			check("Usage", err)
+			m, err := e.plugin.NewMounter(e.pod(emptyDirSpec("cache", "")).Volume("cache"), e.pod(emptyDirSpec("cache", "")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			check("SetUp", m.SetUp(e.ctx, volume.MounterArgs{}))
+
+			if !isMountRoot(t, otherVol) {
+				t.Error("the other tree's tmpfs was unmounted")
+			}
+			mounttest.Intact(t, otherVol, want)
+			mounttest.Intact(t, filepath.Join(base, "other"), whole)
+		})
+	}
+}
+
+// TestHostileMetadata (finding 4): nodevol.json as a FIFO, a symlink to
+// /dev/zero or to a file outside, a directory or a huge sparse file: every
+// reader returns a clear error at once, and a refused teardown changes
+// nothing.
+func TestHostileMetadata(t *testing.T) {
+	mounttest.RequireMounts(t)
+	cases := []struct {
+		name  string
+		plant func(t *testing.T, path, outside string)
+		want  error
+	}{
+		{"fifo", func(t *testing.T, path, _ string) {
+			if err := unix.Mkfifo(path, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, fsat.ErrNotRegular},
+		{"symlink to /dev/zero", func(t *testing.T, path, _ string) {
+			if err := os.Symlink("/dev/zero", path); err != nil {
+				t.Fatal(err)
+			}
+		}, fsat.ErrSymlink},
+		{"symlink to a file outside", func(t *testing.T, path, outside string) {
+			if err := os.Symlink(filepath.Join(outside, "sentinel-file"), path); err != nil {
+				t.Fatal(err)
+			}
+		}, fsat.ErrSymlink},
+		{"directory", func(t *testing.T, path, _ string) {
+			if err := os.Mkdir(path, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}, fsat.ErrNotRegular},
+		{"huge sparse file", func(t *testing.T, path, _ string) {
+			if err := os.WriteFile(path, []byte(`{"medium":"Default"}`), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(path, 256<<20); err != nil {
+				t.Fatal(err)
+			}
+		}, fsat.ErrTooLarge},
+	}
+	for _, medium := range []volume.StorageMedium{"", "Memory"} {
+		for _, c := range cases {
+			t.Run(string(medium)+"/"+c.name, func(t *testing.T) {
+				base := t.TempDir()
+				outside := filepath.Join(base, "outside")
+				outsideWant := mounttest.Sentinels(t, outside)
+				e := newEnv(t, filepath.Join(base, "kubelet"), nil)
+				pod := e.pod(volume.Spec{Name: "cache", EmptyDir: &volume.EmptyDirSource{Medium: medium, SizeLimit: 1 << 20}})
+				pod.MemoryLimit = 64 << 20
+				vol := e.setUp(t, pod, "cache").Path()
+				t.Cleanup(func() {
+					for isMountRoot(t, vol) {
+						_ = detach(vol)
+					}
+				})
+				mounttest.Build(t, vol, "file pod-data keep")
+				meta := filepath.Join(e.metaDir(t, "cache"), metaFileName)
+				if err := os.Remove(meta); err != nil {
+					t.Fatal(err)
+				}
+				c.plant(t, meta, outside)
+				volWant := mounttest.Snapshot(t, vol)
+				whole := mounttest.Snapshot(t, e.root)
+
+				check := func(what string, fn func() error) {
+					t.Helper()
+					err := withDeadline(t, what, fn)
+					if !errors.Is(err, c.want) || !strings.Contains(err.Error(), meta) {
+						t.Errorf("%s = %v; want an error matching %q naming %s", what, err, c.want, meta)
+					}
+				}
+				check("PlanTearDown", func() error {
+					plan, err := e.plugin.PlanTearDown(testUID, "cache", nil)
+					if err == nil {
+						err = plan.MetaErr
+					}
+					return err
+				})
+				check("TearDown", func() error { return e.tearDown("cache") })
+				check("ConstructSpec", func() error { _, err := e.plugin.ConstructSpec("cache", vol); return err })
+				check("Usage", func() error { _, err := e.plugin.Usage(testUID, "cache"); return err })
+				check("SetUp", func() error {
+					m, err := e.plugin.NewMounter(pod.Volume("cache"), pod)
+					if err != nil {
+						return err
+					}
+					return m.SetUp(e.ctx, volume.MounterArgs{})
+				})
+
+				mounttest.Intact(t, vol, volWant)
+				mounttest.Intact(t, e.root, whole)
+				mounttest.Intact(t, outside, outsideWant)
+				if medium == "Memory" && !isMountRoot(t, vol) {
+					t.Error("the volume's tmpfs was unmounted")
+				}
+			})
+		}
+	}
+}
+
+// withDeadline runs fn and fails the test (instead of hanging it) when fn
+// has not returned within ten seconds.
+func withDeadline(t *testing.T, what string, fn func() error) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		t.Fatalf("%s did not return within 10s: it blocks", what)
+		return nil
+	}
+}
