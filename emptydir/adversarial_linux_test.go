@@ -9,13 +9,9 @@ package emptydir
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,81 +22,6 @@ import (
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
-
-// isMountRoot reports whether path (not followed when a symlink) is the
-// root of a mount.
-func isMountRoot(t *testing.T, path string) bool {
-	t.Helper()
-	var sx unix.Statx_t
-	if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID, &sx); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return false
-		}
-		t.Fatalf("statx %s: %v", path, err)
-	}
-	return sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
-}
-
-// attacker runs on a thread of its own in a mount namespace of its own,
-// made private, where the mounts made after it starts are not visible:
-// like a process in another container, it can rename a directory that is
-// a mount point in the test's namespace. While enabled it calls step in a
-// loop; pause stops it and waits until no step is in flight.
-type attacker struct {
-	mu      sync.Mutex
-	enabled atomic.Bool
-	quit    atomic.Bool
-	steps   atomic.Int64
-	done    chan error
-}
-
-func startAttacker(t *testing.T, step func() error) *attacker {
-	t.Helper()
-	a := &attacker{done: make(chan error, 1)}
-	ready := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-			ready <- fmt.Errorf("unshare: %w", err)
-			return
-		}
-		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-			ready <- fmt.Errorf("make / private: %w", err)
-			return
-		}
-		ready <- nil
-		for !a.quit.Load() {
-			if !a.enabled.Load() {
-				runtime.Gosched()
-				continue
-			}
-			a.mu.Lock()
-			if a.enabled.Load() && step() == nil {
-				a.steps.Add(1)
-			}
-			a.mu.Unlock()
-		}
-		a.done <- nil
-	}()
-	if err := <-ready; err != nil {
-		t.Fatalf("attacker: %v", err)
-	}
-	t.Cleanup(func() { a.quit.Store(true); <-a.done })
-	return a
-}
-
-func (a *attacker) resume() { a.enabled.Store(true) }
-
-func (a *attacker) pause() {
-	a.enabled.Store(false)
-	a.mu.Lock()
-	a.mu.Unlock() //nolint:staticcheck // an empty critical section: waits for a step in flight
-}
-
-// exchange swaps two names in one directory atomically.
-func exchange(dirfd int, a, b string) error {
-	return unix.Renameat2(dirfd, a, dirfd, b, unix.RENAME_EXCHANGE)
-}
 
 // raceIterations is how often the swap races run: thousands, as the
 // RemoveAll race tests do.
@@ -129,7 +50,7 @@ func TestTearDownSymlinkSwapRace(t *testing.T) {
 			if err := os.Symlink(victim, filepath.Join(vols, "swap")); err != nil {
 				t.Fatal(err)
 			}
-			a := startAttacker(t, func() error { return exchange(vfd, "cache", "swap") })
+			a := mounttest.StartAttacker(t, func() error { return mounttest.Exchange(vfd, "cache", "swap") })
 
 			outcomes, samples := map[string]int{}, map[string]int{}
 			raced := 0
@@ -137,11 +58,11 @@ func TestTearDownSymlinkSwapRace(t *testing.T) {
 				if i > 0 {
 					e.setUp(t, pod, "cache")
 				}
-				before := a.steps.Load()
-				a.resume()
+				before := a.Steps()
+				a.Resume()
 				err := e.tearDown("cache")
-				a.pause()
-				if a.steps.Load() != before {
+				a.Pause()
+				if a.Steps() != before {
 					raced++
 				}
 				outcomes[outcome(err)]++
@@ -150,14 +71,14 @@ func TestTearDownSymlinkSwapRace(t *testing.T) {
 					t.Logf("sample error: %v", err)
 				}
 
-				if !isMountRoot(t, victim) {
+				if !mounttest.IsMountRoot(t, victim) {
 					t.Fatalf("iteration %d: the victim tmpfs was unmounted (TearDown: %v)", i, err)
 				}
 				mounttest.Intact(t, victim, want)
 				if t.Failed() {
 					t.Fatalf("iteration %d: the victim's data changed (TearDown: %v)", i, err)
 				}
-				resetSwap(t, vols, victim)
+				mounttest.RestoreSwap(t, vols, "cache", "swap", victim)
 				_ = os.RemoveAll(e.metaDir(t, "cache"))
 			}
 			t.Logf("%d iterations, %d raced with an exchange; outcomes %v", raceIterations, raced, outcomes)
@@ -178,43 +99,6 @@ func outcome(err error) string {
 		return "refused"
 	default:
 		return "error"
-	}
-}
-
-// resetSwap puts vols back to holding only the symlink "swap" to victim
-// (the attacker is paused): whichever of "cache" and "swap" is a directory
-// has its mounts (the volume's tmpfs, left by a refusal) detached and is
-// removed; a symlink named "cache" is renamed back to "swap", one that
-// TearDown unlinked is made again.
-func resetSwap(t *testing.T, vols, victim string) {
-	t.Helper()
-	for _, name := range []string{"cache", "swap"} {
-		p := filepath.Join(vols, name)
-		fi, err := os.Lstat(p)
-		if err != nil || fi.Mode()&os.ModeSymlink != 0 {
-			continue
-		}
-		for isMountRoot(t, p) {
-			if err := unix.Unmount(p, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil {
-				t.Fatalf("detach %s: %v", p, err)
-			}
-		}
-		if err := os.RemoveAll(p); err != nil {
-			t.Fatal(err)
-		}
-	}
-	swap := filepath.Join(vols, "swap")
-	if _, err := os.Lstat(filepath.Join(vols, "cache")); err == nil {
-		if err := os.Rename(filepath.Join(vols, "cache"), swap); err != nil {
-			t.Fatal(err)
-		}
-	} else if _, err := os.Lstat(swap); err != nil {
-		if err := os.Symlink(victim, swap); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if target, err := os.Readlink(swap); err != nil || target != victim {
-		t.Fatalf("swap symlink: %q, %v", target, err)
 	}
 }
 
@@ -265,7 +149,7 @@ func TestTearDownRefusesMountsItDidNotMake(t *testing.T) {
 			pod.MemoryLimit = 64 << 20
 			vol := e.setUp(t, pod, "cache").Path()
 			t.Cleanup(func() {
-				for isMountRoot(t, vol) {
+				for mounttest.IsMountRoot(t, vol) {
 					_ = detach(vol)
 				}
 			})
@@ -374,7 +258,7 @@ func TestSymlinksBelowRootAreNotFollowed(t *testing.T) {
 			}
 			check("SetUp", m.SetUp(e.ctx, volume.MounterArgs{}))
 
-			if !isMountRoot(t, otherVol) {
+			if !mounttest.IsMountRoot(t, otherVol) {
 				t.Error("the other tree's tmpfs was unmounted")
 			}
 			mounttest.Intact(t, otherVol, want)
@@ -434,7 +318,7 @@ func TestHostileMetadata(t *testing.T) {
 				pod.MemoryLimit = 64 << 20
 				vol := e.setUp(t, pod, "cache").Path()
 				t.Cleanup(func() {
-					for isMountRoot(t, vol) {
+					for mounttest.IsMountRoot(t, vol) {
 						_ = detach(vol)
 					}
 				})
@@ -475,7 +359,7 @@ func TestHostileMetadata(t *testing.T) {
 				mounttest.Intact(t, vol, volWant)
 				mounttest.Intact(t, e.root, whole)
 				mounttest.Intact(t, outside, outsideWant)
-				if medium == "Memory" && !isMountRoot(t, vol) {
+				if medium == "Memory" && !mounttest.IsMountRoot(t, vol) {
 					t.Error("the volume's tmpfs was unmounted")
 				}
 			})

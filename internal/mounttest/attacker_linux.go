@@ -1,0 +1,133 @@
+package mounttest
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// Attacker runs a step on a thread of its own in a mount namespace of its
+// own, made private, where the mounts made after it starts are not
+// visible: like a process in another container with write access to a
+// pod directory, it can rename a directory that is a mount point in the
+// test's namespace. While resumed it calls step in a loop; Pause stops it
+// and waits until no step is in flight.
+type Attacker struct {
+	mu      sync.Mutex
+	enabled atomic.Bool
+	quit    atomic.Bool
+	steps   atomic.Int64
+	done    chan struct{}
+}
+
+// StartAttacker starts a paused Attacker; t's clean-up stops it.
+func StartAttacker(t testing.TB, step func() error) *Attacker {
+	t.Helper()
+	a := &Attacker{done: make(chan struct{})}
+	ready := make(chan error, 1)
+	go func() {
+		defer close(a.done)
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			ready <- fmt.Errorf("unshare: %w", err)
+			return
+		}
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			ready <- fmt.Errorf("make / private: %w", err)
+			return
+		}
+		ready <- nil
+		for !a.quit.Load() {
+			if !a.enabled.Load() {
+				runtime.Gosched()
+				continue
+			}
+			a.mu.Lock()
+			if a.enabled.Load() && step() == nil {
+				a.steps.Add(1)
+			}
+			a.mu.Unlock()
+		}
+	}()
+	if err := <-ready; err != nil {
+		t.Fatalf("attacker: %v", err)
+	}
+	t.Cleanup(func() { a.quit.Store(true); <-a.done })
+	return a
+}
+
+// Resume lets the attacker run.
+func (a *Attacker) Resume() { a.enabled.Store(true) }
+
+// Pause stops the attacker and waits for a step in flight to finish.
+func (a *Attacker) Pause() {
+	a.enabled.Store(false)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+}
+
+// Steps is the number of steps that succeeded so far.
+func (a *Attacker) Steps() int64 { return a.steps.Load() }
+
+// Exchange swaps the names a and b in the directory dirfd atomically
+// (renameat2 RENAME_EXCHANGE).
+func Exchange(dirfd int, a, b string) error {
+	return unix.Renameat2(dirfd, a, dirfd, b, unix.RENAME_EXCHANGE)
+}
+
+// IsMountRoot reports whether path (a symlink is not followed) is the root
+// of a mount; a missing path is not.
+func IsMountRoot(t testing.TB, path string) bool {
+	t.Helper()
+	var sx unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID, &sx); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return false
+		}
+		t.Fatalf("statx %s: %v", path, err)
+	}
+	return sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
+}
+
+// RestoreSwap undoes what an Attacker exchanging name and swap in dir left
+// (pause it first), whatever the code under test did meanwhile: every
+// directory among the two, with what is mounted on it, is removed, and the
+// symlink to target ends up named swap again (made anew when the code
+// under test unlinked it).
+func RestoreSwap(t testing.TB, dir, name, swap, target string) {
+	t.Helper()
+	for _, n := range []string{name, swap} {
+		p := filepath.Join(dir, n)
+		fi, err := os.Lstat(p)
+		if err != nil || fi.Mode()&os.ModeSymlink != 0 {
+			continue
+		}
+		for IsMountRoot(t, p) {
+			if err := unix.Unmount(p, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil {
+				t.Fatalf("detach %s: %v", p, err)
+			}
+		}
+		if err := os.RemoveAll(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
+		if err := os.Rename(filepath.Join(dir, name), filepath.Join(dir, swap)); err != nil {
+			t.Fatal(err)
+		}
+	} else if _, err := os.Lstat(filepath.Join(dir, swap)); err != nil {
+		if err := os.Symlink(target, filepath.Join(dir, swap)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := os.Readlink(filepath.Join(dir, swap)); err != nil || got != target {
+		t.Fatalf("swap symlink: %q, %v", got, err)
+	}
+}
