@@ -3,8 +3,10 @@ package volume
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
-	"path/filepath"
+
+	"github.com/nodevol/nodevol/internal/fsat"
 )
 
 // VolumeDir is a volume directory found on disk.
@@ -31,69 +33,44 @@ type ScanResult struct {
 }
 
 // ScanVolumes lists every volume directory <root>/pods/*/volumes/*/*, in
-// lexical order, with unescaped plugin names. It only reads directories;
-// it never follows a symlink below the pods directory (a symlink where a
-// directory belongs is a problem). A missing pods directory is an error
-// matching os.ErrNotExist.
+// lexical order, with unescaped plugin names. It only reads directories,
+// and reaches each one by a descriptor opened relative to its parent
+// without following symlinks (the root itself may be a symlink): a
+// symlinked pods directory is an error matching fsat's symlink error and
+// syscall.ELOOP, and a symlink where a directory belongs further down is
+// a problem. A missing pods directory is an error matching os.ErrNotExist.
+// Linux only (elsewhere an error matching errors.ErrUnsupported).
 func (l Layout) ScanVolumes() (ScanResult, error) {
 	var res ScanResult
 	if l.root == "" {
 		return res, fmt.Errorf("%w: zero Layout", ErrInvalidRoot)
 	}
-	pods, err := os.ReadDir(l.PodsDir())
+	root, err := fsat.OpenRoot(l.root)
+	if err != nil {
+		return res, err
+	}
+	defer root.Close()
+	podsDir, err := root.OpenDir(podsDirName)
+	if err != nil {
+		return res, err
+	}
+	defer podsDir.Close()
+	pods, err := podsDir.ReadEntries()
 	if err != nil {
 		return res, err
 	}
 	problem := func(p string, err error) { res.Problems = append(res.Problems, ScanProblem{Path: p, Err: err}) }
 	for _, pod := range pods {
-		podPath := filepath.Join(l.PodsDir(), pod.Name())
-		if !pod.IsDir() {
-			problem(podPath, fmt.Errorf("not a directory (%s)", describeType(pod.Type())))
+		podPath := podsDir.Join(pod.Name)
+		if pod.Type != fs.ModeDir {
+			problem(podPath, fmt.Errorf("not a directory (%s)", describeType(pod.Type)))
 			continue
 		}
-		if err := ValidatePodUID(pod.Name()); err != nil {
+		if err := ValidatePodUID(pod.Name); err != nil {
 			problem(podPath, err)
 			continue
 		}
-		volsPath := filepath.Join(podPath, volumesDirName)
-		plugins, err := readSubdirs(volsPath)
-		if errors.Is(err, os.ErrNotExist) {
-			res.Leftovers = append(res.Leftovers, podPath)
-			continue
-		}
-		if err != nil {
-			problem(volsPath, err)
-			continue
-		}
-		found, problemsBefore := 0, len(res.Problems)
-		for _, pl := range plugins {
-			plPath := filepath.Join(volsPath, pl.Name())
-			if !pl.IsDir() {
-				problem(plPath, fmt.Errorf("not a directory (%s)", describeType(pl.Type())))
-				continue
-			}
-			plugin, err := UnescapePluginName(pl.Name())
-			if err != nil {
-				problem(plPath, err)
-				continue
-			}
-			vols, err := readSubdirs(plPath)
-			if err != nil {
-				problem(plPath, err)
-				continue
-			}
-			for _, v := range vols {
-				vPath := filepath.Join(plPath, v.Name())
-				if err := ValidateVolumeDirName(v.Name()); err != nil {
-					problem(vPath, err)
-					continue
-				}
-				// A file or symlink here is still reported as a volume:
-				// teardown must deal with it (RemoveAll unlinks it).
-				res.Volumes = append(res.Volumes, VolumeDir{Path: vPath, VolumePath: VolumePath{PodUID: pod.Name(), Plugin: plugin, Volume: v.Name()}})
-				found++
-			}
-		}
+		found, problemsBefore := scanPod(podsDir, pod.Name, &res)
 		if found == 0 && len(res.Problems) == problemsBefore {
 			res.Leftovers = append(res.Leftovers, podPath)
 		}
@@ -101,15 +78,59 @@ func (l Layout) ScanVolumes() (ScanResult, error) {
 	return res, nil
 }
 
-func readSubdirs(dir string) ([]os.DirEntry, error) {
-	fi, err := os.Lstat(dir)
+// scanPod adds the volume directories of the pod directory uid in pods to
+// res, and its problems; it returns how many volumes it found and how many
+// problems res held before.
+func scanPod(pods *fsat.Dir, uid string, res *ScanResult) (found, problemsBefore int) {
+	problemsBefore = len(res.Problems)
+	problem := func(p string, err error) { res.Problems = append(res.Problems, ScanProblem{Path: p, Err: err}) }
+	vols, err := pods.OpenDir(uid + "/" + volumesDirName)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, problemsBefore
+	}
 	if err != nil {
-		return nil, err
+		problem(pods.Join(uid+"/"+volumesDirName), err)
+		return 0, problemsBefore
 	}
-	if !fi.IsDir() {
-		return nil, fmt.Errorf("%s is not a directory (%s)", dir, describeType(fi.Mode().Type()))
+	defer vols.Close()
+	plugins, err := vols.ReadEntries()
+	if err != nil {
+		problem(vols.Path(), err)
 	}
-	return os.ReadDir(dir)
+	for _, pl := range plugins {
+		plPath := vols.Join(pl.Name)
+		if pl.Type != fs.ModeDir {
+			problem(plPath, fmt.Errorf("not a directory (%s)", describeType(pl.Type)))
+			continue
+		}
+		plugin, err := UnescapePluginName(pl.Name)
+		if err != nil {
+			problem(plPath, err)
+			continue
+		}
+		plDir, err := vols.OpenDir(pl.Name)
+		if err != nil {
+			problem(plPath, err)
+			continue
+		}
+		entries, err := plDir.ReadEntries()
+		plDir.Close()
+		if err != nil {
+			problem(plPath, err)
+		}
+		for _, v := range entries {
+			vPath := plDir.Join(v.Name)
+			if err := ValidateVolumeDirName(v.Name); err != nil {
+				problem(vPath, err)
+				continue
+			}
+			// A file or symlink here is still reported as a volume:
+			// teardown must deal with it (it unlinks it).
+			res.Volumes = append(res.Volumes, VolumeDir{Path: vPath, VolumePath: VolumePath{PodUID: uid, Plugin: plugin, Volume: v.Name}})
+			found++
+		}
+	}
+	return found, problemsBefore
 }
 
 // describeType names a file type for messages.

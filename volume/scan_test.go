@@ -5,7 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/nodevol/nodevol/internal/fsat"
 )
 
 func TestScanVolumes(t *testing.T) {
@@ -58,5 +61,73 @@ func TestScanVolumes(t *testing.T) {
 	l2, _ := NewLayout(filepath.Join(root, "missing"))
 	if _, err := l2.ScanVolumes(); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing root: %v", err)
+	}
+}
+
+// TestScanVolumesFollowsNoSymlink: a symlink where a directory belongs
+// below the root is never followed: a symlinked pods directory is an error
+// naming it, a symlinked volumes or plugin directory a problem, and the
+// volumes behind them are not listed.
+func TestScanVolumesFollowsNoSymlink(t *testing.T) {
+	base := t.TempDir()
+	elsewhere := filepath.Join(base, "elsewhere")
+	if err := os.MkdirAll(filepath.Join(elsewhere, "pods/u1/volumes/kubernetes.io~empty-dir/outside"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(base, "kubelet")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(elsewhere, "pods"), filepath.Join(root, "pods")); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := NewLayout(root)
+	_, err := l.ScanVolumes()
+	if !errors.Is(err, fsat.ErrSymlink) || !errors.Is(err, syscall.ELOOP) || !strings.Contains(err.Error(), filepath.Join(root, "pods")) {
+		t.Errorf("ScanVolumes with a symlinked pods directory = %v; want an error naming it", err)
+	}
+
+	// A root that is itself a symlink is trusted (documented).
+	link := filepath.Join(base, "link-to-elsewhere")
+	if err := os.Symlink(elsewhere, link); err != nil {
+		t.Fatal(err)
+	}
+	l, _ = NewLayout(link)
+	if res, err := l.ScanVolumes(); err != nil || len(res.Volumes) != 1 {
+		t.Errorf("ScanVolumes through a symlinked root = %+v, %v; want the one volume", res, err)
+	}
+
+	if err := os.Remove(filepath.Join(root, "pods")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"pods/u2/volumes", "pods/u3/volumes"} {
+		if err := os.MkdirAll(filepath.Join(root, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Remove(filepath.Join(root, "pods/u2/volumes")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(elsewhere, "pods/u1/volumes"), filepath.Join(root, "pods/u2/volumes")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(elsewhere, "pods/u1/volumes/kubernetes.io~empty-dir"), filepath.Join(root, "pods/u3/volumes/kubernetes.io~empty-dir")); err != nil {
+		t.Fatal(err)
+	}
+	l, _ = NewLayout(root)
+	res, err := l.ScanVolumes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Volumes) != 0 {
+		t.Errorf("volumes listed through symlinks: %+v", res.Volumes)
+	}
+	var problems []string
+	for _, p := range res.Problems {
+		problems = append(problems, strings.TrimPrefix(p.Path, root+"/")+": "+p.Err.Error())
+	}
+	got := strings.Join(problems, "\n")
+	if len(problems) != 2 || !strings.Contains(got, "pods/u2/volumes: ") || !strings.Contains(got, "pods/u3/volumes/kubernetes.io~empty-dir: not a directory (a symlink)") {
+		t.Errorf("problems:\n%s\nwant the symlinked volumes and plugin directories", got)
 	}
 }

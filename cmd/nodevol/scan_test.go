@@ -138,7 +138,7 @@ func testScanCLI(t *testing.T, bin binary) {
 		}
 		r := bin.run(t, asNobody, "scan", "--root", k.root)
 		r.wantCode(t, exitError)
-		wantContains(t, "stdout", r.stdout, "  "+volumes+"\n    open "+volumes+": permission denied\n", ", 1 problem, 0 leftovers\n")
+		wantContains(t, "stdout", r.stdout, "  "+volumes+"\n    openat "+volumes+": permission denied\n", ", 1 problem, 0 leftovers\n")
 	})
 
 	t.Run("symlinked root", func(t *testing.T) {

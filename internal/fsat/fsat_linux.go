@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -411,4 +413,54 @@ func MountID(fd int) (id uint64, mountRoot bool, err error) {
 		}
 	}
 	return 0, false, fmt.Errorf("statx gives no mount ID or mount-root attribute (Linux < 5.8): %w", ErrUnsupported)
+}
+
+// Entry is a directory entry: its name and its type as lstat sees it.
+type Entry struct {
+	Name string
+	Type fs.FileMode // fs.ModeDir, fs.ModeSymlink, ...; 0 for a regular file
+}
+
+// ReadEntries lists d's entries sorted by name, each typed by fstatat(2)
+// relative to d without following symlinks (never by a path). Entries
+// that vanish while listed are left out.
+func (d *Dir) ReadEntries() ([]Entry, error) {
+	names, err := d.ReadNames()
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(names)
+	out := make([]Entry, 0, len(names))
+	for _, name := range names {
+		st, err := d.Lstat(name)
+		if errors.Is(err, unix.ENOENT) {
+			continue
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, Entry{Name: name, Type: fileType(st.Mode)})
+	}
+	return out, nil
+}
+
+// fileType turns st_mode's S_IFMT bits into an fs.FileMode type.
+func fileType(mode uint32) fs.FileMode {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return fs.ModeDir
+	case unix.S_IFLNK:
+		return fs.ModeSymlink
+	case unix.S_IFIFO:
+		return fs.ModeNamedPipe
+	case unix.S_IFSOCK:
+		return fs.ModeSocket
+	case unix.S_IFBLK:
+		return fs.ModeDevice
+	case unix.S_IFCHR:
+		return fs.ModeDevice | fs.ModeCharDevice
+	case unix.S_IFREG:
+		return 0
+	}
+	return fs.ModeIrregular
 }

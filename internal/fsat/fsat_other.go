@@ -2,6 +2,8 @@
 
 package fsat
 
+import "io/fs"
+
 // Dir is an open directory (Linux only).
 type Dir struct{}
 
@@ -33,3 +35,15 @@ func (d *Dir) ReadFile(name string, max int64) ([]byte, error) { return nil, Err
 
 // ReadNames returns ErrUnsupported.
 func (d *Dir) ReadNames() ([]string, error) { return nil, ErrUnsupported }
+
+// Entry is a directory entry: its name and its type.
+type Entry struct {
+	Name string
+	Type fs.FileMode
+}
+
+// ReadEntries returns ErrUnsupported.
+func (d *Dir) ReadEntries() ([]Entry, error) { return nil, ErrUnsupported }
+
+// Join returns name.
+func (d *Dir) Join(name string) string { return name }
