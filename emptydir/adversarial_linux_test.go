@@ -11,7 +11,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -381,5 +383,84 @@ func withDeadline(t *testing.T, what string, fn func() error) error {
 	case <-ctx.Done():
 		t.Fatalf("%s did not return within 10s: it blocks", what)
 		return nil
+	}
+}
+
+// TestTearDownMountPointSwappedInTheLastWindow: between the last statx
+// and umount2 (the documented window) another mount point is renamed into
+// the volume's place. umount2 then takes that mount — no system call can
+// prevent it — but the check after it finds that the directory uncovered
+// is not the one SetUp mounted on, and nothing is removed: the share's
+// data and the directory under it stay, and the error is Uncertain.
+func TestTearDownMountPointSwappedInTheLastWindow(t *testing.T) {
+	mounttest.RequireMounts(t)
+	base := t.TempDir()
+	share := filepath.Join(base, "share")
+	want := mounttest.Sentinels(t, share)
+	e := newEnv(t, filepath.Join(base, "kubelet"), nil)
+	pod := e.pod(volume.Spec{Name: "cache", EmptyDir: &volume.EmptyDirSource{Medium: "Memory", SizeLimit: 1 << 20}})
+	pod.MemoryLimit = 64 << 20
+	volDir, err := e.layout.VolumeDir(testUID, PluginName, "cache")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vols := filepath.Dir(volDir)
+	if err := os.MkdirAll(vols, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	vfd, err := unix.Open(vols, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(vfd)
+	// Started before the mounts are made: in its namespace they are plain
+	// directories it can rename.
+	var steps atomic.Int64
+	a := mounttest.StartAttacker(t, func() error {
+		if steps.Load() > 0 {
+			return errors.New("done")
+		}
+		if err := unix.Renameat(vfd, "cache", vfd, "moved"); err != nil {
+			return err
+		}
+		steps.Add(1)
+		return unix.Renameat(vfd, "nas", vfd, "cache")
+	})
+	vol := e.setUp(t, pod, "cache").Path()
+	nas := filepath.Join(vols, "nas")
+	mounttest.Bind(t, share, nas)
+	mounttest.Build(t, filepath.Join(base, "under"), "file under-the-nas keep")
+	t.Cleanup(func() {
+		for _, p := range []string{vol, nas, filepath.Join(vols, "moved")} {
+			for mounttest.IsMountRoot(t, p) {
+				_ = detach(p)
+			}
+		}
+	})
+	testHookBeforeUnmount = func() {
+		a.Resume()
+		deadline := time.Now().Add(10 * time.Second)
+		for a.Steps() == 0 && time.Now().Before(deadline) {
+			runtime.Gosched()
+		}
+		a.Pause()
+		if a.Steps() == 0 {
+			t.Error("the attacker could not rename the share into the volume's place")
+		}
+	}
+	t.Cleanup(func() { testHookBeforeUnmount = nil })
+	mounttest.Build(t, nas, "file written-on-the-share keep")
+	want["written-on-the-share"] = mounttest.Snapshot(t, share)["written-on-the-share"]
+
+	err = e.tearDown("cache")
+	if err == nil || volume.KindOf(err) != volume.Uncertain || !strings.Contains(err.Error(), "not the one SetUp mounted on") {
+		t.Fatalf("TearDown = %v; want an Uncertain error saying the directory was replaced", err)
+	}
+	mounttest.Intact(t, share, want)
+	if _, err := os.Stat(vol); err != nil {
+		t.Errorf("the directory that was under the share was removed: %v", err)
+	}
+	if !mounttest.IsMountRoot(t, filepath.Join(vols, "moved")) {
+		t.Error("the volume's own tmpfs (renamed away) is no longer mounted")
 	}
 }

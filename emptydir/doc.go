@@ -1,44 +1,114 @@
 // Package emptydir is the kubernetes.io/empty-dir volume plugin, with one
 // promise the kubelet's does not keep: tearing a volume down never deletes
-// data that lives on another mount, and never follows a path out of the
-// volume.
+// data that lives on another mount, never unmounts a mount it did not
+// make, and never follows a path out of the volume.
 //
 // It uses the kubelet's on-disk layout and "ready" marker, so it can take
 // over an existing node, and records what SetUp created (medium, tmpfs size,
-// huge page size, quota project) in a small nodevol.json beside the marker.
+// huge page size, quota project, and the identity of the mount it made) in
+// a small nodevol.json beside the marker.
 //
-// SetUp:
+// # The attacker
+//
+// Whoever can write into a pod directory — a container with bidirectional
+// mount propagation, a process in another mount namespace with the pod
+// directory bind-mounted — controls the names, symlinks, mounts and file
+// contents below the kubelet root, and can change them between any two
+// system calls. So below the root nothing is resolved by name twice: the
+// root is opened once (it may itself be a symlink: it is trusted), then
+// pods/<uid>, volumes/kubernetes.io~empty-dir and
+// plugins/kubernetes.io~empty-dir/<volume> one component at a time
+// relative to the previous descriptor, without following symlinks; the
+// directories below the pod directory must be on the pod directory's
+// mount. A symlink where a directory belongs is an error naming it, and
+// nothing is touched. Every check and action after that uses the
+// descriptors: the medium is detected on the open volume directory, the
+// unmount goes through /proc/self/fd/N/<volume> with UMOUNT_NOFOLLOW, the
+// removal through the volumes directory's descriptor.
+//
+// nodevol.json is read with O_NOFOLLOW|O_NONBLOCK relative to the
+// metadata directory's descriptor, must be a regular file and at most
+// 64 KiB: a FIFO, a device, a symlink (to /dev/zero, say) or a huge file
+// in its place is an error naming it, never a hang or an allocation
+// proportional to the input. It is written atomically (temporary file,
+// fsync, rename, fsync of the directory).
+//
+// # SetUp
+//
 //   - Default: a directory with mode 0777 (01777 with StickyBit), whatever
-//     the umask;
+//     the umask; refused when something is mounted on it;
 //   - Memory: a tmpfs whose size= is the smallest positive of the node's
 //     allocatable memory, the pod's memory limit and the volume's
 //     sizeLimit, with noswap on Linux 6.3 and later;
 //   - HugePages / HugePages-<size>: a hugetlbfs with pagesize= from the
 //     pod's hugepage requests (plain HugePages needs exactly one size).
 //
+// Memory and HugePages mounts are made detached (fsopen, fsconfig,
+// fsmount), their identity — the unique mount ID where the kernel has one
+// (Linux 6.8), the mount ID, device, type and source — is recorded in
+// nodevol.json, and only then is the mount attached onto the open volume
+// directory (move_mount): there is no moment at which the volume's mount is
+// visible without a record. With a custom volume.SystemMounter the mount
+// is made by path (/proc/self/fd/N, the open directory) and recorded right
+// after. A mount found on the directory that SetUp has no record of is
+// never adopted.
+//
 // SetUp is idempotent, and repairs a ready volume whose directory or mount
 // vanished.
 //
-// TearDown (PlanTearDown says the same without acting):
+// # TearDown
+//
+// PlanTearDown says the same without acting; CheckTearDown on the
+// Unmounter returns the refusal alone, so that a volume manager can check
+// everything (subpaths included) before it changes anything.
 //   - nothing there: success (leftover metadata is removed);
 //   - any mount beneath the volume directory: refused, nothing changes —
 //     ready marker and metadata stay, so a retry or a restart sees the same
 //     state — and the error (a *RefusedError wrapping a
 //     *mountdetect.CrossesMountError, errors.Is mountdetect.ErrCrossesMount)
 //     lists every mount;
-//   - the directory is a tmpfs or hugetlbfs mount: unmounted (never lazily:
-//     a busy mount is an error), then removed;
-//   - the directory is the mount point of anything else (an NFS share
-//     mounted on it), or the kernel cannot say whether it is one: refused;
+//   - something mounted on the volume directory itself is unmounted only
+//     when it is a single mount that matches SetUp's record (unique mount
+//     ID; or mount ID, device, type and source on kernels without one).
+//     Refused, changing nothing and naming the mounts: a mount on a Default
+//     volume; two or more mounts stacked; a mount whose identity does not
+//     match; metadata that cannot be read; no record at all;
+//   - the volume's own mount: checked once more with statx right before
+//     umount2 (never lazily: a busy mount is an error) and after it, then
+//     the directory is removed;
 //   - Default: the quota (if one was assigned) is cleared — an error is
 //     returned, not logged — then the tree is removed with
-//     mountdetect.RemoveAll, which stops at mounts that appear meanwhile;
+//     mountdetect.RemoveAllAt, which stops at mounts that appear meanwhile;
 //     the metadata goes last.
 //
-// Errors are *volume.OperationError values classified Transient (retry
-// after backoff: a refusal, an I/O error), Uncertain (an unmount failed) or
-// Final (a configuration that retrying cannot fix).
+// A volume set up by a stock kubelet (or an older nodevol, or through a
+// custom mounter that left no identity) has no record of its mount: a
+// Default one tears down normally, but a tmpfs or hugetlbfs on its
+// directory is refused, because nothing proves it is the volume's own and
+// not a share mounted there. The refusal says how to proceed: if the mount
+// is the volume's own, unmount it (umount DIR), then tear down again.
 //
-// Not covered: mounts in other mount namespaces are invisible here; see
-// mountdetect's documentation for the walk's own limits.
+// Errors are *volume.OperationError values classified Transient (retry
+// after backoff: a refusal, an I/O error), Uncertain (an unmount failed or
+// went wrong) or Final (a configuration that retrying cannot fix).
+//
+// # Limits
+//
+//   - Between the last statx and umount2 there is a window no system call
+//     closes (there is no unmount by mount ID, and moving the mount away
+//     first is refused under a shared parent, as the kubelet root is):
+//     whoever still has the volume mounted with bidirectional propagation
+//     can stack a mount on the volume's root, or rename another mount
+//     point into the volume's place, in that window, and umount2 then
+//     takes that mount. Nothing is removed then: the check after umount2
+//     finds the recorded mount still there, another mount, or a directory
+//     other than the one SetUp mounted on (its device and inode are
+//     recorded too), and fails with an Uncertain error naming the event.
+//   - Quotas (fsquota) are assigned, read and cleared by the volume
+//     directory's path, as the kernel's project-quota bookkeeping needs.
+//   - Mounts in other mount namespaces are invisible here; see
+//     mountdetect's documentation for the walk's own limits (a directory
+//     moved out of the volume while the walk is in it).
+//   - Linux only; on other systems every operation returns an error
+//     matching errors.ErrUnsupported.
 package emptydir

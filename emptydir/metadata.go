@@ -46,6 +46,11 @@ type MountRecord struct {
 	Dev      uint64 `json:"dev"`                // st_dev of the mount's root (its superblock)
 	FSType   string `json:"fsType"`
 	Source   string `json:"source"`
+	// DirDev and DirIno identify the directory the mount was attached on:
+	// after the unmount, that directory must be what the volume's name
+	// shows again, or nothing is removed.
+	DirDev uint64 `json:"dirDev,omitempty"`
+	DirIno uint64 `json:"dirIno,omitempty"`
 }
 
 // UnmarshalJSON reads Medium from its name.

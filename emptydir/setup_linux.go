@@ -196,6 +196,11 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 		}
 		return fmt.Errorf("%s is already a mount point (%s) that SetUp did not record; not mounting %s over it", m.dir, e.mi.describe(), fstype)
 	}
+	var under unix.Stat_t
+	if err := unix.Fstat(e.fd, &under); err != nil {
+		e.close()
+		return &os.PathError{Op: "fstat", Path: m.dir, Err: err}
+	}
 	if sm := m.plugin.host.Mounter(); sm != nil {
 		// A mounter of the embedder's: it gets the directory as the magic
 		// link of its descriptor, and the mount is recorded after the fact.
@@ -210,7 +215,8 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 			return err
 		}
 		if top.kind == entryDir && top.mi.root {
-			meta.Mount = &MountRecord{UniqueID: top.mi.uniqueID, ID: top.mi.id, Dev: top.mi.dev, FSType: fstype, Source: source}
+			meta.Mount = &MountRecord{UniqueID: top.mi.uniqueID, ID: top.mi.id, Dev: top.mi.dev, FSType: fstype, Source: source,
+				DirDev: under.Dev, DirIno: under.Ino}
 		}
 		if err := v.writeMeta(meta); err != nil {
 			return fmt.Errorf("record metadata: %w", err)
@@ -229,6 +235,7 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 	// The record goes to disk before the mount is attached: a crash from
 	// here on leaves a record of a mount that either never appeared (the
 	// detached mount dies with this process) or is exactly this one.
+	rec.DirDev, rec.DirIno = under.Dev, under.Ino
 	meta.Mount = &rec
 	if err := v.writeMeta(meta); err != nil {
 		e.close()

@@ -13,6 +13,10 @@ import (
 	"github.com/nodevol/nodevol/volume"
 )
 
+// testHookBeforeUnmount, when set by a test, runs between the last check
+// of the volume's mount and umount2: the window the package documents.
+var testHookBeforeUnmount func()
+
 func (p *Plugin) planTearDown(podUID, vol string, tab *mountdetect.MountTable) (Plan, error) {
 	dir, metaDir, err := p.paths(podUID, vol)
 	if err != nil {
@@ -233,6 +237,9 @@ func (v *podVolume) unmount(plan Plan) error {
 		plan.Mounts = []mountdetect.Mount{{MountPoint: v.dir}}
 		return plan.refusal()
 	}
+	if testHookBeforeUnmount != nil {
+		testHookBeforeUnmount()
+	}
 	target := v.vols.ProcPath(v.name)
 	if err := unix.Unmount(target, unix.UMOUNT_NOFOLLOW); err != nil {
 		// Nothing was unmounted: EBUSY (still in use; never detached
@@ -248,6 +255,15 @@ func (v *podVolume) unmount(plan Plan) error {
 			return fmt.Errorf("unmount %s: a mount stacked on the volume's own mount at the last moment was unmounted instead of it (%s is still mounted); nothing was removed", v.dir, rec.describe())
 		}
 		return fmt.Errorf("unmount %s: another mount (%s) is on the volume directory after the volume's own was unmounted; nothing was removed", v.dir, after.describe())
+	}
+	if rec.DirIno != 0 {
+		st, err := v.vols.Lstat(v.name)
+		if err != nil {
+			return fmt.Errorf("after unmounting %s: %w", v.dir, err)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Dev != rec.DirDev || st.Ino != rec.DirIno {
+			return fmt.Errorf("unmount %s: the directory now there is not the one SetUp mounted on (device %d, inode %d): it was replaced while the unmount was checked, and the mount unmounted may not have been the volume's own; nothing was removed", v.dir, rec.DirDev, rec.DirIno)
+		}
 	}
 	return nil
 }
