@@ -16,7 +16,7 @@ import (
 var ErrCrossesMount = errors.New("crosses a mount boundary")
 
 // ErrInvalidPath is matched by errors for paths RemoveAll refuses to touch:
-// empty, relative, "/", or ending in "." or "..".
+// empty, relative, "/", ending in ".", or holding a ".." element anywhere.
 var ErrInvalidPath = errors.New("invalid path")
 
 // ErrUnsupported is returned on platforms (and Linux kernels) where
@@ -173,9 +173,10 @@ func NestedMounts(path string) ([]Mount, error) { return nestedMounts(path) }
 //   - symlinks are unlinked, never followed; bind-mounted files are never
 //     unlinked (the kernel refuses with EBUSY) and are reported likewise.
 //
-// A missing path is success. An empty, relative or root path, or one whose
-// last element is "." or "..", is refused with ErrInvalidPath and nothing is
-// touched. Symlinks in the parent directories of path are followed; a
+// A missing path is success. An empty, relative or root path, one whose
+// last element is ".", or one with a ".." element anywhere ("/a/link/../x":
+// after a symlink the kernel and filepath.Clean disagree on where ".."
+// leads), is refused with ErrInvalidPath and nothing is touched. Symlinks in the parent directories of path are followed; a
 // symlink as the last element is removed itself.
 //
 // The unsafe equivalent is os.RemoveAll, which descends into every nested
@@ -214,12 +215,15 @@ func Workers(n int) Option { return optionFunc(func(c *config) { c.workers = n }
 // ValidateRemovePath returns the error RemoveAll would return for path
 // before looking at the filesystem: an *InvalidPathError (matching
 // ErrInvalidPath) for an empty, relative or root path, one with a NUL byte,
-// or one whose last element is "." or "..". Dry runs use it to refuse
+// one whose last element is ".", or one with a ".." element anywhere. Dry runs use it to refuse
 // exactly what RemoveAll refuses.
 func ValidateRemovePath(path string) error {
 	_, _, err := validateRemovePath(path)
 	return err
 }
+
+// dotDotReason is why a path with a ".." element is refused.
+const dotDotReason = `contains a ".." element, refused because after a symlink the kernel and text cleaning disagree on where ".." leads`
 
 // validateRemovePath refuses paths RemoveAll must never act on and returns
 // the cleaned path split into its parent and last element.
@@ -232,12 +236,20 @@ func validateRemovePath(path string) (dir, base string, err error) {
 	case !filepath.IsAbs(path):
 		return "", "", &InvalidPathError{Path: path, Reason: "not absolute"}
 	}
-	// Look at the last element as given: "/a/b/.." cleans to "/a", which is
-	// not what the caller named.
+	// Look at the last element as given: "/a/b/." cleans to "/a/b" and
+	// "/a/b/.." to "/a", neither an element the caller named.
 	trimmed := strings.TrimRight(path, "/")
-	last := trimmed[strings.LastIndexByte(trimmed, '/')+1:]
-	if last == "." || last == ".." {
+	if last := trimmed[strings.LastIndexByte(trimmed, '/')+1:]; last == "." || last == ".." {
 		return "", "", &InvalidPathError{Path: path, Reason: "last element is " + last}
+	}
+	// ".." anywhere else is refused too: after a symlink ("/a/link/../x")
+	// the kernel goes to the parent of link's target while filepath.Clean
+	// drops "link/..", so the path removed and the path checked or
+	// reported could differ.
+	for elem := range strings.SplitSeq(path, "/") {
+		if elem == ".." {
+			return "", "", &InvalidPathError{Path: path, Reason: dotDotReason}
+		}
 	}
 	clean := filepath.Clean(path)
 	if clean == "/" || clean == filepath.VolumeName(clean)+string(filepath.Separator) {

@@ -115,6 +115,41 @@ func TestRemoveAllBadInput(t *testing.T) {
 	mounttest.Intact(t, root, snap)
 }
 
+// TestRemoveAllDotDotAnywhere: a ".." element is refused wherever it
+// stands. After a symlink the kernel and filepath.Clean disagree:
+// "a/link/../x" is outside/x to the kernel and a/x to Clean, so neither may
+// be touched, whichever one RemoveAll would have acted on.
+func TestRemoveAllDotDotAnywhere(t *testing.T) {
+	base := t.TempDir()
+	mounttest.Build(t, base, "file outside/x/keep kernel's x", "dir outside/deep", "file a/x/keep clean's x", "symlink a/link "+filepath.Join(base, "outside/deep"))
+	snap := mounttest.Snapshot(t, base)
+	for _, p := range []string{
+		base + "/a/link/../x",
+		base + "/a/link/../x/",
+		base + "/a/../a/x",
+		base + "/../" + filepath.Base(base) + "/a/x",
+	} {
+		for name, err := range map[string]error{"RemoveAll": RemoveAll(p), "ValidateRemovePath": ValidateRemovePath(p)} {
+			var ipe *InvalidPathError
+			if !errors.Is(err, ErrInvalidPath) || !errors.As(err, &ipe) || ipe.Path != p {
+				t.Errorf("%s(%q) = %v; want *InvalidPathError naming the path", name, p, err)
+				continue
+			}
+			if !strings.Contains(ipe.Reason, `".."`) || !strings.Contains(ipe.Reason, "symlink") {
+				t.Errorf("%s(%q) reason %q; want it to say \"..\" is refused because of symlinks", name, p, ipe.Reason)
+			}
+		}
+	}
+	// A trailing ".." keeps the reason the CLI has always printed.
+	for _, p := range []string{base + "/a/x/..", base + "/a/link/..", "/.."} {
+		var ipe *InvalidPathError
+		if err := RemoveAll(p); !errors.As(err, &ipe) || ipe.Reason != "last element is .." {
+			t.Errorf("RemoveAll(%q) = %v; want reason %q", p, err, "last element is ..")
+		}
+	}
+	mounttest.Intact(t, base, snap)
+}
+
 func TestRemoveAllMissingIsSuccess(t *testing.T) {
 	root := t.TempDir()
 	forEachVariant(t, func(t *testing.T, v variant) {
