@@ -25,6 +25,13 @@
 //     directory (an fd is immune to later mounts), whose rmdir then fails
 //     with EBUSY. Either way the error lists the mount, with DuringWalk set.
 //
+// RemoveAllAt(dirfd, name, path) is the same removal for the entry name of a
+// directory the caller already holds open: nothing above the entry is
+// resolved by name, so a caller that reached the parent by descriptor
+// (opening each component with O_NOFOLLOW) keeps that guarantee through
+// the removal. path only names the entry: every error, CrossesMountError.Path
+// and the mounts reported use it, never a /proc/self/fd name.
+//
 // This is what the kubelet's emptyDir teardown lacks: it ends in
 // os.RemoveAll, which descends into a NAS or NFS share mounted inside the
 // volume and empties it before failing with EBUSY on the mount point.

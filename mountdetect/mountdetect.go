@@ -27,7 +27,10 @@ var ErrUnsupported = fmt.Errorf("mountdetect: %w", errors.ErrUnsupported)
 // Mount describes one mount found beneath (or at) a path.
 type Mount struct {
 	// MountPoint is the absolute path where the mount is attached, as the
-	// kernel reports it for this process (symlinks resolved).
+	// kernel reports it for this process (symlinks resolved). In a
+	// CrossesMountError from RemoveAll or RemoveAllAt, a mount inside the
+	// tree is named as the caller named the tree: the path given, then
+	// the names beneath it.
 	MountPoint string `json:"mountPoint"`
 	// FSType is the filesystem type ("tmpfs", "nfs4", "ext4", ...).
 	FSType string `json:"fsType"`
@@ -182,6 +185,30 @@ func NestedMounts(path string) ([]Mount, error) { return nestedMounts(path) }
 // The unsafe equivalent is os.RemoveAll, which descends into every nested
 // mount and deletes what it finds there before failing with EBUSY.
 func RemoveAll(path string, opts ...Option) error {
+	return removeAll(path, newConfig(opts))
+}
+
+// RemoveAllAt is RemoveAll for the entry name of the directory open as
+// dirfd: it removes name and everything beneath it that lives on the same
+// mount as name, with exactly RemoveAll's guarantees, as RemoveAll does
+// once it has opened the parent of its path. The parent is never resolved
+// by name, so a path that could be swapped by whoever writes above the
+// entry (a pod directory, say) cannot redirect the removal; a directory
+// open as dirfd that was renamed or moved is still the one worked in.
+//
+// name must be a single element: not empty, not "." or "..", without "/"
+// or NUL; anything else is refused with ErrInvalidPath. path is only a
+// name for the entry, never resolved: every error message, every
+// *os.PathError, CrossesMountError.Path and the mounts reported name the
+// entry as path (and what lies beneath it as path/...), never as a
+// /proc/self/fd name. An empty path names the entry by name. The caller
+// keeps ownership of dirfd; RemoveAllAt does not close it. dirfd may be
+// opened O_PATH. A missing name is success.
+func RemoveAllAt(dirfd int, name, path string, opts ...Option) error {
+	return removeAllAt(dirfd, name, path, newConfig(opts))
+}
+
+func newConfig(opts []Option) *config {
 	var c config
 	for _, o := range opts {
 		o.apply(&c)
@@ -192,10 +219,33 @@ func RemoveAll(path string, opts ...Option) error {
 	if c.strategy == strategyAuto {
 		c.strategy = autoStrategy()
 	}
-	return removeAll(path, &c)
+	return &c
 }
 
-// Option configures RemoveAll.
+// validateRemoveName refuses a name RemoveAllAt must not act on: anything
+// but one element naming an entry of the directory. path is the caller's
+// name for the entry, for the error.
+func validateRemoveName(name, path string) error {
+	reason := ""
+	switch {
+	case name == "":
+		reason = "empty name"
+	case name == "." || name == "..":
+		reason = "name is " + name
+	case strings.IndexByte(name, '/') >= 0:
+		reason = fmt.Sprintf("name %q is not a single element (contains /)", name)
+	case strings.IndexByte(name, 0) >= 0:
+		reason = fmt.Sprintf("name %q contains a NUL byte", name)
+	default:
+		return nil
+	}
+	if path == "" {
+		path = name
+	}
+	return &InvalidPathError{Path: path, Reason: reason}
+}
+
+// Option configures RemoveAll and RemoveAllAt.
 type Option interface{ apply(*config) }
 
 type config struct {
