@@ -113,6 +113,15 @@ func (e *InvalidPathError) Error() string {
 // Is makes errors.Is(err, ErrInvalidPath) true.
 func (e *InvalidPathError) Is(target error) bool { return target == ErrInvalidPath }
 
+// MoreErrorsError ends the failures RemoveAll and RemoveAllAt report when
+// there were more than the 100 they report one by one: N more happened
+// beyond those listed (the ones with the smallest paths).
+type MoreErrorsError struct {
+	N int
+}
+
+func (e *MoreErrorsError) Error() string { return fmt.Sprintf("and %d more errors", e.N) }
+
 // FSInfo is what Detect learns about a path.
 type FSInfo struct {
 	// Path is the path that was examined.
@@ -181,6 +190,14 @@ func NestedMounts(path string) ([]Mount, error) { return nestedMounts(path) }
 // after a symlink the kernel and filepath.Clean disagree on where ".."
 // leads), is refused with ErrInvalidPath and nothing is touched. Symlinks in the parent directories of path are followed; a
 // symlink as the last element is removed itself.
+//
+// Every failure is reported. A single one is returned as itself (an
+// *os.PathError naming the syscall and the path, or a *CrossesMountError);
+// several are joined as errors.Join does, so errors.Is and errors.As reach
+// each: the *CrossesMountError for mounts met during the walk first, then
+// the others sorted by path. Past 100 failures only the 100 with the
+// smallest paths are listed, followed by a *MoreErrorsError counting the
+// rest.
 //
 // The unsafe equivalent is os.RemoveAll, which descends into every nested
 // mount and deletes what it finds there before failing with EBUSY.

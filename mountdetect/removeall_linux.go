@@ -109,20 +109,45 @@ type walk struct {
 	rootMnt uint64
 	maxOpen int
 
-	mu       sync.Mutex
-	crossed  []Mount
-	firstErr error
-	nerr     int
-	aborted  atomic.Bool
+	mu      sync.Mutex
+	crossed []Mount
+	errs    []error // the failures with the smallest paths (see fail)
+	dropped int     // failures beyond maxErrors, no longer held
+	aborted atomic.Bool
 }
+
+// maxErrors bounds the failures one RemoveAll reports one by one; the rest
+// are counted. A tree of a million files that all fail must not hold a
+// million errors.
+const maxErrors = 100
 
 func (w *walk) fail(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.firstErr == nil {
-		w.firstErr = err
+	w.errs = append(w.errs, err)
+	if len(w.errs) >= 2*maxErrors {
+		w.trimErrors()
 	}
-	w.nerr++
+}
+
+// trimErrors keeps the maxErrors failures with the smallest paths, so that
+// which failures are reported does not depend on the order the (parallel)
+// walk met them.
+func (w *walk) trimErrors() {
+	slices.SortStableFunc(w.errs, func(a, b error) int { return strings.Compare(errPath(a), errPath(b)) })
+	if len(w.errs) > maxErrors {
+		clear(w.errs[maxErrors:])
+		w.dropped += len(w.errs) - maxErrors
+		w.errs = w.errs[:maxErrors]
+	}
+}
+
+// errPath is the path a failure is sorted by.
+func errPath(err error) string {
+	if pe, ok := err.(*os.PathError); ok {
+		return pe.Path
+	}
+	return err.Error()
 }
 
 // foundMount records a mount met during the walk; describe fills in its
@@ -147,19 +172,26 @@ func (w *walk) abort(err error) {
 	w.aborted.Store(true)
 }
 
-// result turns what the walk met into RemoveAll's error.
+// result turns what the walk met into RemoveAll's error: nil, the one
+// failure itself, or every failure joined (mounts met first, then the
+// rest sorted by path, at most maxErrors of them and a *MoreErrorsError
+// counting the others).
 func (w *walk) result(path string) error {
 	var errs []error
 	if len(w.crossed) > 0 {
 		sortMounts(w.crossed)
 		errs = append(errs, &CrossesMountError{Path: path, Mounts: w.crossed, DuringWalk: true})
 	}
-	if w.firstErr != nil {
-		err := w.firstErr
-		if w.nerr > 1 {
-			err = fmt.Errorf("%w (and %d more errors)", err, w.nerr-1)
-		}
-		errs = append(errs, err)
+	w.trimErrors()
+	errs = append(errs, w.errs...)
+	if w.dropped > 0 {
+		errs = append(errs, &MoreErrorsError{N: w.dropped})
+	}
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
 	}
 	return errors.Join(errs...)
 }
