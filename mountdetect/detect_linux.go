@@ -394,30 +394,19 @@ func nestedMounts(path string) ([]Mount, error) {
 	return nested, err
 }
 
-// mountsAtAndBeneath reads the mount table once and returns the mounts
-// whose mount point is the directory fd itself and those strictly beneath
-// it, each sorted by mount point, and the kernel's name for fd they are
-// named under.
+// mountsAtAndBeneath reads the mount table once and returns
+// MountsAtFile's answer for the directory fd, with the kernel's name for
+// fd that in-tree mounts are named under.
 func mountsAtAndBeneath(fd int, path string) (at, beneath []Mount, real string, err error) {
 	real, err = fdPath(fd, path)
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("resolve %s: %w", path, err)
 	}
-	infos, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
-		return !within(m.Mountpoint, real), false
-	})
+	t, err := readMountTable()
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("read mount table: %w", err)
+		return nil, nil, "", err
 	}
-	for _, m := range infos {
-		mt := Mount{MountPoint: m.Mountpoint, FSType: m.FSType, Source: m.Source}
-		if m.Mountpoint == real {
-			at = append(at, mt)
-		} else {
-			beneath = append(beneath, mt)
-		}
-	}
-	sortMounts(beneath)
+	at, beneath = t.mountsAt(fd, real)
 	return at, beneath, real, nil
 }
 

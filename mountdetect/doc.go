@@ -19,7 +19,11 @@
 //     symlink; a directory moved out of the tree mid-walk is not followed.
 //   - Refuse before touching. If the mount table shows any mount beneath
 //     path, or path is itself a mount point, nothing is deleted and a
-//     *CrossesMountError lists every mount. A mount that appears during the
+//     *CrossesMountError lists every mount. Mounts are matched by where
+//     their mount point lies in path's filesystem, not only by the text of
+//     their mount point: a mount made through a second bind mount of a
+//     parent directory (listed under that other path) still sits on an
+//     entry of the tree, and is refused up front like the others. A mount that appears during the
 //     walk is not entered: a directory whose mount ID differs is skipped,
 //     and a directory the walk had already opened keeps naming the covered
 //     directory (an fd is immune to later mounts), whose rmdir then fails

@@ -168,7 +168,12 @@ func IsMountPoint(path string) (mounted, sure bool, err error) {
 
 // NestedMounts lists every mount strictly beneath the directory path
 // (mounts on directories and on files), sorted by mount point, from one
-// read of the mount table. Symlinks in path are followed.
+// read of the mount table. Symlinks in path are followed. It also lists
+// mounts made through another bind mount of path's filesystem onto path or
+// an entry beneath it: the table names them under that other path, so
+// their MountPoint lies outside path, but the kernel will not remove the
+// entry they sit on and a walk of path meets the directory they cover.
+// Finding those needs statx STATX_MNT_ID (Linux 5.8).
 func NestedMounts(path string) ([]Mount, error) { return nestedMounts(path) }
 
 // RemoveAll removes path and everything beneath it that lives on the same
