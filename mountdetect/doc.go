@@ -16,7 +16,8 @@
 //     opened relative to its parent's file descriptor with O_NOFOLLOW, and
 //     entries are removed with unlinkat. A symlink is unlinked, never
 //     followed; a directory swapped for a symlink mid-walk is unlinked as a
-//     symlink; a directory moved out of the tree mid-walk is not followed.
+//     symlink; a directory moved out of the tree before the walk opens it
+//     is not followed (one moved while the walk is inside it: see below).
 //   - Refuse before touching. If the mount table shows any mount beneath
 //     path, or path is itself a mount point, nothing is deleted and a
 //     *CrossesMountError lists every mount. Mounts are matched by where
@@ -74,6 +75,14 @@
 //   - A writer racing with RemoveAll inside the tree can keep creating
 //     files; RemoveAll lists a directory again a bounded number of times and
 //     then reports ENOTEMPTY.
+//   - A directory moved out of the tree while the walk is inside it (after
+//     the walk opened it) is emptied at its new place: the walk works
+//     through the descriptor it holds, so the entries the directory held at
+//     that moment, and any added to it before the walk lists them, are
+//     removed wherever the directory now is (on the same mount; the walk
+//     still never leaves it). The emptied directory itself stays there;
+//     a symlink or file that took its old name in the tree is unlinked,
+//     never followed.
 //   - Hard links: unlinking a file's last name inside the tree frees data
 //     that another name outside the tree (on the same mount) still shares —
 //     the outside name keeps it alive, as with any unlink.

@@ -196,6 +196,10 @@ func NestedMounts(path string) ([]Mount, error) { return nestedMounts(path) }
 // leads), is refused with ErrInvalidPath and nothing is touched. Symlinks in the parent directories of path are followed; a
 // symlink as the last element is removed itself.
 //
+// A directory moved out of the tree while the walk is inside it is emptied
+// at its new place (the walk holds it by descriptor): the entries it held
+// at that moment are removed there; the directory itself stays.
+//
 // Every failure is reported. A single one is returned as itself (an
 // *os.PathError naming the syscall and the path, or a *CrossesMountError);
 // several are joined as errors.Join does, so errors.Is and errors.As reach

@@ -588,6 +588,11 @@ func TestRemoveAllOpenedDirMovedOut(t *testing.T) {
 		}
 		mustNotExist(t, vol)
 		mounttest.Intact(t, outside, snap)
+		// The documented limit: what the moved directory held when it was
+		// moved is removed at its new place; the directory stays, empty.
+		if names, err := os.ReadDir(filepath.Join(base, "moved")); err != nil || len(names) != 0 {
+			t.Errorf("moved directory: entries %v, err %v; want it present and empty", names, err)
+		}
 	})
 }
 
