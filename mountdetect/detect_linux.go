@@ -390,34 +390,56 @@ func nestedMounts(path string) ([]Mount, error) {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
-	_, nested, err := mountsAtAndBeneath(fd, path)
+	_, nested, _, err := mountsAtAndBeneath(fd, path)
 	return nested, err
 }
 
-// mountsAtAndBeneath reads the mount table once and returns the mounts
-// whose mount point is the directory fd itself and those strictly beneath
-// it, each sorted by mount point.
-func mountsAtAndBeneath(fd int, path string) (at, beneath []Mount, err error) {
-	real, err := fdPath(fd, path)
+// mountsAtAndBeneath reads the mount table once and returns
+// MountsAtFile's answer for the directory fd, with the kernel's name for
+// fd that in-tree mounts are named under.
+func mountsAtAndBeneath(fd int, path string) (at, beneath []Mount, real string, err error) {
+	real, err = fdPath(fd, path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("resolve %s: %w", path, err)
+		return nil, nil, "", fmt.Errorf("resolve %s: %w", path, err)
 	}
-	infos, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
-		return !within(m.Mountpoint, real), false
-	})
+	t, err := readMountTable()
 	if err != nil {
-		return nil, nil, fmt.Errorf("read mount table: %w", err)
+		return nil, nil, "", err
 	}
-	for _, m := range infos {
-		mt := Mount{MountPoint: m.Mountpoint, FSType: m.FSType, Source: m.Source}
-		if m.Mountpoint == real {
-			at = append(at, mt)
-		} else {
-			beneath = append(beneath, mt)
+	at, beneath = t.mountsAt(fd, real)
+	return at, beneath, real, nil
+}
+
+// renameWithin renames the mount points at or beneath the directory from
+// as the same places beneath to.
+func renameWithin(ms []Mount, from, to string) {
+	if from == to {
+		return
+	}
+	for i := range ms {
+		if rest, ok := cutDir(ms[i].MountPoint, from); ok {
+			if rest == "" {
+				ms[i].MountPoint = to
+			} else {
+				ms[i].MountPoint = strings.TrimRight(to, "/") + rest
+			}
 		}
 	}
-	sortMounts(beneath)
-	return at, beneath, nil
+}
+
+// cutDir returns what follows dir in path ("" or "/..."), when path is dir
+// or beneath it. Both must be clean.
+func cutDir(path, dir string) (rest string, ok bool) {
+	if dir == "/" {
+		if path == "/" {
+			return "", true
+		}
+		return path, strings.HasPrefix(path, "/")
+	}
+	if rest, ok := strings.CutPrefix(path, dir); ok && (rest == "" || rest[0] == '/') {
+		return rest, true
+	}
+	return "", false
 }
 
 func sortMounts(ms []Mount) {

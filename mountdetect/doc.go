@@ -16,14 +16,26 @@
 //     opened relative to its parent's file descriptor with O_NOFOLLOW, and
 //     entries are removed with unlinkat. A symlink is unlinked, never
 //     followed; a directory swapped for a symlink mid-walk is unlinked as a
-//     symlink; a directory moved out of the tree mid-walk is not followed.
+//     symlink; a directory moved out of the tree before the walk opens it
+//     is not followed (one moved while the walk is inside it: see below).
 //   - Refuse before touching. If the mount table shows any mount beneath
 //     path, or path is itself a mount point, nothing is deleted and a
-//     *CrossesMountError lists every mount. A mount that appears during the
+//     *CrossesMountError lists every mount. Mounts are matched by where
+//     their mount point lies in path's filesystem, not only by the text of
+//     their mount point: a mount made through a second bind mount of a
+//     parent directory (listed under that other path) still sits on an
+//     entry of the tree, and is refused up front like the others. A mount that appears during the
 //     walk is not entered: a directory whose mount ID differs is skipped,
 //     and a directory the walk had already opened keeps naming the covered
 //     directory (an fd is immune to later mounts), whose rmdir then fails
 //     with EBUSY. Either way the error lists the mount, with DuringWalk set.
+//
+// RemoveAllAt(dirfd, name, path) is the same removal for the entry name of a
+// directory the caller already holds open: nothing above the entry is
+// resolved by name, so a caller that reached the parent by descriptor
+// (opening each component with O_NOFOLLOW) keeps that guarantee through
+// the removal. path only names the entry: every error, CrossesMountError.Path
+// and the mounts reported use it, never a /proc/self/fd name.
 //
 // This is what the kubelet's emptyDir teardown lacks: it ends in
 // os.RemoveAll, which descends into a NAS or NFS share mounted inside the
@@ -63,6 +75,14 @@
 //   - A writer racing with RemoveAll inside the tree can keep creating
 //     files; RemoveAll lists a directory again a bounded number of times and
 //     then reports ENOTEMPTY.
+//   - A directory moved out of the tree while the walk is inside it (after
+//     the walk opened it) is emptied at its new place: the walk works
+//     through the descriptor it holds, so the entries the directory held at
+//     that moment, and any added to it before the walk lists them, are
+//     removed wherever the directory now is (on the same mount; the walk
+//     still never leaves it). The emptied directory itself stays there;
+//     a symlink or file that took its old name in the tree is unlinked,
+//     never followed.
 //   - Hard links: unlinking a file's last name inside the tree frees data
 //     that another name outside the tree (on the same mount) still shares —
 //     the outside name keeps it alive, as with any unlink.

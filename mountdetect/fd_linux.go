@@ -1,9 +1,6 @@
 package mountdetect
 
-import (
-	"fmt"
-	"sort"
-)
+import "fmt"
 
 // DetectFile is Detect for a file already open as fd (any open mode,
 // O_PATH included): every answer is about that file, whatever its name
@@ -13,17 +10,18 @@ func (t *MountTable) DetectFile(fd int, path string) (FSInfo, error) { return de
 
 // MountsAtFile returns, from the table, the mounts whose mount point is
 // the directory open as fd (more than one when mounts are stacked on it;
-// the last one is the top) and those strictly beneath it, each sorted by
-// mount point. The directory is found in the table by the kernel's name
-// for fd (/proc/self/fd), not by a path that could have changed.
+// the last one is the top) and those beneath it, sorted by mount point.
+// The directory is found in the table by the kernel's name for fd
+// (/proc/self/fd), not by a path that could have changed. beneath also
+// holds mounts made through another bind mount of the directory's
+// filesystem onto the directory or an entry beneath it: the table lists
+// them under that other path (their MountPoint lies outside the
+// directory), but the kernel refuses to remove the entry they sit on.
 func (t *MountTable) MountsAtFile(fd int, path string) (at, beneath []Mount, err error) {
 	real, err := fdPath(fd, path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("resolve %s: %w", path, err)
 	}
-	i := sort.Search(len(t.entries), func(i int) bool { return t.entries[i].MountPoint >= real })
-	for ; i < len(t.entries) && t.entries[i].MountPoint == real; i++ {
-		at = append(at, t.entries[i].Mount)
-	}
-	return at, t.beneath(real), nil
+	at, beneath = t.mountsAt(fd, real)
+	return at, beneath, nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -139,6 +140,9 @@ func FuzzValidateRemovePath(f *testing.F) {
 		// the root, never relative, never "." or "..".
 		if !filepath.IsAbs(p) || base == "" || base == "." || base == ".." || strings.Contains(base, "/") || !filepath.IsAbs(dir) {
 			t.Fatalf("validateRemovePath(%q) accepted: dir %q base %q", p, dir, base)
+		}
+		if slices.Contains(strings.Split(p, "/"), "..") {
+			t.Fatalf("validateRemovePath(%q) accepted a \"..\" element", p)
 		}
 		if filepath.Join(dir, base) != filepath.Clean(p) {
 			t.Fatalf("validateRemovePath(%q): %q + %q != Clean %q", p, dir, base, filepath.Clean(p))

@@ -16,7 +16,7 @@ import (
 var ErrCrossesMount = errors.New("crosses a mount boundary")
 
 // ErrInvalidPath is matched by errors for paths RemoveAll refuses to touch:
-// empty, relative, "/", or ending in "." or "..".
+// empty, relative, "/", ending in ".", or holding a ".." element anywhere.
 var ErrInvalidPath = errors.New("invalid path")
 
 // ErrUnsupported is returned on platforms (and Linux kernels) where
@@ -27,7 +27,10 @@ var ErrUnsupported = fmt.Errorf("mountdetect: %w", errors.ErrUnsupported)
 // Mount describes one mount found beneath (or at) a path.
 type Mount struct {
 	// MountPoint is the absolute path where the mount is attached, as the
-	// kernel reports it for this process (symlinks resolved).
+	// kernel reports it for this process (symlinks resolved). In a
+	// CrossesMountError from RemoveAll or RemoveAllAt, a mount inside the
+	// tree is named as the caller named the tree: the path given, then
+	// the names beneath it.
 	MountPoint string `json:"mountPoint"`
 	// FSType is the filesystem type ("tmpfs", "nfs4", "ext4", ...).
 	FSType string `json:"fsType"`
@@ -110,6 +113,15 @@ func (e *InvalidPathError) Error() string {
 // Is makes errors.Is(err, ErrInvalidPath) true.
 func (e *InvalidPathError) Is(target error) bool { return target == ErrInvalidPath }
 
+// MoreErrorsError ends the failures RemoveAll and RemoveAllAt report when
+// there were more than the 100 they report one by one: N more happened
+// beyond those listed (the ones with the smallest paths).
+type MoreErrorsError struct {
+	N int
+}
+
+func (e *MoreErrorsError) Error() string { return fmt.Sprintf("and %d more errors", e.N) }
+
 // FSInfo is what Detect learns about a path.
 type FSInfo struct {
 	// Path is the path that was examined.
@@ -156,7 +168,12 @@ func IsMountPoint(path string) (mounted, sure bool, err error) {
 
 // NestedMounts lists every mount strictly beneath the directory path
 // (mounts on directories and on files), sorted by mount point, from one
-// read of the mount table. Symlinks in path are followed.
+// read of the mount table. Symlinks in path are followed. It also lists
+// mounts made through another bind mount of path's filesystem onto path or
+// an entry beneath it: the table names them under that other path, so
+// their MountPoint lies outside path, but the kernel will not remove the
+// entry they sit on and a walk of path meets the directory they cover.
+// Finding those needs statx STATX_MNT_ID (Linux 5.8).
 func NestedMounts(path string) ([]Mount, error) { return nestedMounts(path) }
 
 // RemoveAll removes path and everything beneath it that lives on the same
@@ -173,14 +190,51 @@ func NestedMounts(path string) ([]Mount, error) { return nestedMounts(path) }
 //   - symlinks are unlinked, never followed; bind-mounted files are never
 //     unlinked (the kernel refuses with EBUSY) and are reported likewise.
 //
-// A missing path is success. An empty, relative or root path, or one whose
-// last element is "." or "..", is refused with ErrInvalidPath and nothing is
-// touched. Symlinks in the parent directories of path are followed; a
+// A missing path is success. An empty, relative or root path, one whose
+// last element is ".", or one with a ".." element anywhere ("/a/link/../x":
+// after a symlink the kernel and filepath.Clean disagree on where ".."
+// leads), is refused with ErrInvalidPath and nothing is touched. Symlinks in the parent directories of path are followed; a
 // symlink as the last element is removed itself.
+//
+// A directory moved out of the tree while the walk is inside it is emptied
+// at its new place (the walk holds it by descriptor): the entries it held
+// at that moment are removed there; the directory itself stays.
+//
+// Every failure is reported. A single one is returned as itself (an
+// *os.PathError naming the syscall and the path, or a *CrossesMountError);
+// several are joined as errors.Join does, so errors.Is and errors.As reach
+// each: the *CrossesMountError for mounts met during the walk first, then
+// the others sorted by path. Past 100 failures only the 100 with the
+// smallest paths are listed, followed by a *MoreErrorsError counting the
+// rest.
 //
 // The unsafe equivalent is os.RemoveAll, which descends into every nested
 // mount and deletes what it finds there before failing with EBUSY.
 func RemoveAll(path string, opts ...Option) error {
+	return removeAll(path, newConfig(opts))
+}
+
+// RemoveAllAt is RemoveAll for the entry name of the directory open as
+// dirfd: it removes name and everything beneath it that lives on the same
+// mount as name, with exactly RemoveAll's guarantees, as RemoveAll does
+// once it has opened the parent of its path. The parent is never resolved
+// by name, so a path that could be swapped by whoever writes above the
+// entry (a pod directory, say) cannot redirect the removal; a directory
+// open as dirfd that was renamed or moved is still the one worked in.
+//
+// name must be a single element: not empty, not "." or "..", without "/"
+// or NUL; anything else is refused with ErrInvalidPath. path is only a
+// name for the entry, never resolved: every error message, every
+// *os.PathError, CrossesMountError.Path and the mounts reported name the
+// entry as path (and what lies beneath it as path/...), never as a
+// /proc/self/fd name. An empty path names the entry by name. The caller
+// keeps ownership of dirfd; RemoveAllAt does not close it. dirfd may be
+// opened O_PATH. A missing name is success.
+func RemoveAllAt(dirfd int, name, path string, opts ...Option) error {
+	return removeAllAt(dirfd, name, path, newConfig(opts))
+}
+
+func newConfig(opts []Option) *config {
 	var c config
 	for _, o := range opts {
 		o.apply(&c)
@@ -191,10 +245,33 @@ func RemoveAll(path string, opts ...Option) error {
 	if c.strategy == strategyAuto {
 		c.strategy = autoStrategy()
 	}
-	return removeAll(path, &c)
+	return &c
 }
 
-// Option configures RemoveAll.
+// validateRemoveName refuses a name RemoveAllAt must not act on: anything
+// but one element naming an entry of the directory. path is the caller's
+// name for the entry, for the error.
+func validateRemoveName(name, path string) error {
+	reason := ""
+	switch {
+	case name == "":
+		reason = "empty name"
+	case name == "." || name == "..":
+		reason = "name is " + name
+	case strings.IndexByte(name, '/') >= 0:
+		reason = fmt.Sprintf("name %q is not a single element (contains /)", name)
+	case strings.IndexByte(name, 0) >= 0:
+		reason = fmt.Sprintf("name %q contains a NUL byte", name)
+	default:
+		return nil
+	}
+	if path == "" {
+		path = name
+	}
+	return &InvalidPathError{Path: path, Reason: reason}
+}
+
+// Option configures RemoveAll and RemoveAllAt.
 type Option interface{ apply(*config) }
 
 type config struct {
@@ -214,12 +291,15 @@ func Workers(n int) Option { return optionFunc(func(c *config) { c.workers = n }
 // ValidateRemovePath returns the error RemoveAll would return for path
 // before looking at the filesystem: an *InvalidPathError (matching
 // ErrInvalidPath) for an empty, relative or root path, one with a NUL byte,
-// or one whose last element is "." or "..". Dry runs use it to refuse
+// one whose last element is ".", or one with a ".." element anywhere. Dry runs use it to refuse
 // exactly what RemoveAll refuses.
 func ValidateRemovePath(path string) error {
 	_, _, err := validateRemovePath(path)
 	return err
 }
+
+// dotDotReason is why a path with a ".." element is refused.
+const dotDotReason = `contains a ".." element, refused because after a symlink the kernel and text cleaning disagree on where ".." leads`
 
 // validateRemovePath refuses paths RemoveAll must never act on and returns
 // the cleaned path split into its parent and last element.
@@ -232,12 +312,20 @@ func validateRemovePath(path string) (dir, base string, err error) {
 	case !filepath.IsAbs(path):
 		return "", "", &InvalidPathError{Path: path, Reason: "not absolute"}
 	}
-	// Look at the last element as given: "/a/b/.." cleans to "/a", which is
-	// not what the caller named.
+	// Look at the last element as given: "/a/b/." cleans to "/a/b" and
+	// "/a/b/.." to "/a", neither an element the caller named.
 	trimmed := strings.TrimRight(path, "/")
-	last := trimmed[strings.LastIndexByte(trimmed, '/')+1:]
-	if last == "." || last == ".." {
+	if last := trimmed[strings.LastIndexByte(trimmed, '/')+1:]; last == "." || last == ".." {
 		return "", "", &InvalidPathError{Path: path, Reason: "last element is " + last}
+	}
+	// ".." anywhere else is refused too: after a symlink ("/a/link/../x")
+	// the kernel goes to the parent of link's target while filepath.Clean
+	// drops "link/..", so the path removed and the path checked or
+	// reported could differ.
+	for elem := range strings.SplitSeq(path, "/") {
+		if elem == ".." {
+			return "", "", &InvalidPathError{Path: path, Reason: dotDotReason}
+		}
 	}
 	clean := filepath.Clean(path)
 	if clean == "/" || clean == filepath.VolumeName(clean)+string(filepath.Separator) {

@@ -40,8 +40,12 @@ var testHookBeforeEnter, testHookAfterEnter func(path string)
 type dirNode struct {
 	parent *dirNode // nil for the pseudo-node holding the start path's parent
 	name   string
-	fd     int // -1 when closed (evicted by a deep serial walk, or not yet opened)
-	depth  int
+	// shown is set on the start directory and the pseudo-node above it:
+	// the path errors name the start directory by (the caller's, never a
+	// /proc/self/fd name).
+	shown string
+	fd    int // -1 when closed (evicted by a deep serial walk, or not yet opened)
+	depth int
 	// dev and ino identify the directory when its fd has been evicted, so
 	// that reopening it through ".." can prove it is the same directory.
 	dev, ino uint64
@@ -69,19 +73,35 @@ type dirNode struct {
 	pending atomic.Int64
 }
 
-// path is the directory's full path, for error messages only.
+// path is the directory's full path, for error messages only: the start
+// directory's shown name followed by the names below it.
 func (n *dirNode) path() string {
-	var parts []string
-	for x := n; x != nil; x = x.parent {
-		parts = append(parts, x.name)
+	var names []string
+	x := n
+	for ; x.shown == ""; x = x.parent {
+		names = append(names, x.name)
 	}
-	for i, j := 0, len(parts)-1; i < j; i, j = i+1, j-1 {
-		parts[i], parts[j] = parts[j], parts[i]
+	if len(names) == 0 {
+		return x.shown
 	}
-	return filepath.Join(parts...)
+	var b strings.Builder
+	b.WriteString(strings.TrimRight(x.shown, "/"))
+	for i := len(names) - 1; i >= 0; i-- {
+		b.WriteByte('/')
+		b.WriteString(names[i])
+	}
+	return b.String()
 }
 
-func (n *dirNode) child(name string) string { return n.path() + "/" + name }
+// child is the path of n's entry name. The pseudo-node holding the start
+// directory's parent has one child, the start entry, shown as the caller
+// named it.
+func (n *dirNode) child(name string) string {
+	if n.parent == nil {
+		return n.shown
+	}
+	return n.path() + "/" + name
+}
 
 // walk is the state shared by every goroutine of one RemoveAll.
 type walk struct {
@@ -89,20 +109,45 @@ type walk struct {
 	rootMnt uint64
 	maxOpen int
 
-	mu       sync.Mutex
-	crossed  []Mount
-	firstErr error
-	nerr     int
-	aborted  atomic.Bool
+	mu      sync.Mutex
+	crossed []Mount
+	errs    []error // the failures with the smallest paths (see fail)
+	dropped int     // failures beyond maxErrors, no longer held
+	aborted atomic.Bool
 }
+
+// maxErrors bounds the failures one RemoveAll reports one by one; the rest
+// are counted. A tree of a million files that all fail must not hold a
+// million errors.
+const maxErrors = 100
 
 func (w *walk) fail(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.firstErr == nil {
-		w.firstErr = err
+	w.errs = append(w.errs, err)
+	if len(w.errs) >= 2*maxErrors {
+		w.trimErrors()
 	}
-	w.nerr++
+}
+
+// trimErrors keeps the maxErrors failures with the smallest paths, so that
+// which failures are reported does not depend on the order the (parallel)
+// walk met them.
+func (w *walk) trimErrors() {
+	slices.SortStableFunc(w.errs, func(a, b error) int { return strings.Compare(errPath(a), errPath(b)) })
+	if len(w.errs) > maxErrors {
+		clear(w.errs[maxErrors:])
+		w.dropped += len(w.errs) - maxErrors
+		w.errs = w.errs[:maxErrors]
+	}
+}
+
+// errPath is the path a failure is sorted by.
+func errPath(err error) string {
+	if pe, ok := err.(*os.PathError); ok {
+		return pe.Path
+	}
+	return err.Error()
 }
 
 // foundMount records a mount met during the walk; describe fills in its
@@ -127,19 +172,26 @@ func (w *walk) abort(err error) {
 	w.aborted.Store(true)
 }
 
-// result turns what the walk met into RemoveAll's error.
+// result turns what the walk met into RemoveAll's error: nil, the one
+// failure itself, or every failure joined (mounts met first, then the
+// rest sorted by path, at most maxErrors of them and a *MoreErrorsError
+// counting the others).
 func (w *walk) result(path string) error {
 	var errs []error
 	if len(w.crossed) > 0 {
 		sortMounts(w.crossed)
 		errs = append(errs, &CrossesMountError{Path: path, Mounts: w.crossed, DuringWalk: true})
 	}
-	if w.firstErr != nil {
-		err := w.firstErr
-		if w.nerr > 1 {
-			err = fmt.Errorf("%w (and %d more errors)", err, w.nerr-1)
-		}
-		errs = append(errs, err)
+	w.trimErrors()
+	errs = append(errs, w.errs...)
+	if w.dropped > 0 {
+		errs = append(errs, &MoreErrorsError{N: w.dropped})
+	}
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
 	}
 	return errors.Join(errs...)
 }
@@ -166,10 +218,9 @@ func removeAll(path string, c *config) error {
 	if err != nil {
 		return err
 	}
-	if !c.strategy.walkSafe() {
-		return fmt.Errorf("remove %s: %w: the kernel offers neither statx mount IDs (Linux 5.8) nor openat2 (Linux 5.6), so mounts appearing during the walk could not be detected", path, ErrUnsupported)
+	if err := c.walkSafe(path); err != nil {
+		return err
 	}
-	clean := filepath.Join(dir, base)
 	pfd, err := openat(unix.AT_FDCWD, dir, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
 		if err == unix.ENOENT {
@@ -178,13 +229,45 @@ func removeAll(path string, c *config) error {
 		return &os.PathError{Op: "open", Path: dir, Err: err}
 	}
 	defer unix.Close(pfd)
+	return removeAt(pfd, base, filepath.Join(dir, base), path, c)
+}
 
+func removeAllAt(dirfd int, name, path string, c *config) error {
+	if err := validateRemoveName(name, path); err != nil {
+		return err
+	}
+	if path == "" {
+		path = name
+	}
+	if dirfd < 0 {
+		return &os.PathError{Op: "unlinkat", Path: path, Err: unix.EBADF}
+	}
+	if err := c.walkSafe(path); err != nil {
+		return err
+	}
+	return removeAt(dirfd, name, path, path, c)
+}
+
+// walkSafe refuses to run on a kernel that cannot check every directory of
+// the walk for a mount boundary.
+func (c *config) walkSafe(path string) error {
+	if c.strategy.walkSafe() {
+		return nil
+	}
+	return fmt.Errorf("remove %s: %w: the kernel offers neither statx mount IDs (Linux 5.8) nor openat2 (Linux 5.6), so mounts appearing during the walk could not be detected", path, ErrUnsupported)
+}
+
+// removeAt is RemoveAll once the parent directory is open as pfd (which
+// stays the caller's): it removes the entry base of pfd. shown names that
+// entry in every error message and mount it reports, and path is the
+// path the caller gave, for CrossesMountError.Path.
+func removeAt(pfd int, base, shown, path string, c *config) error {
 	var st unix.Stat_t
 	if err := ignoringEINTR(func() error { return unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
 		if err == unix.ENOENT {
 			return nil
 		}
-		return &os.PathError{Op: "fstatat", Path: clean, Err: err}
+		return &os.PathError{Op: "fstatat", Path: shown, Err: err}
 	}
 	w := &walk{s: c.strategy, maxOpen: c.maxOpen}
 	if w.maxOpen <= 0 {
@@ -194,19 +277,19 @@ func removeAll(path string, c *config) error {
 	case unix.S_IFDIR:
 	case unix.S_IFLNK:
 		// The link itself is removed; its target is not touched.
-		return removeEntry(pfd, base, clean)
+		return removeEntry(pfd, base, shown)
 	default:
-		mounted, sure, err := childIsMountRoot(pfd, base, clean, &st, c.strategy)
+		mounted, sure, err := childIsMountRoot(pfd, base, shown, &st, c.strategy)
 		if err != nil {
 			return err
 		}
 		if mounted || !sure {
-			w.foundMount(pfd, base, clean)
+			w.foundMount(pfd, base, shown)
 			return &CrossesMountError{Path: path, Mounts: w.crossed}
 		}
-		if err := removeEntry(pfd, base, clean); err != nil {
+		if err := removeEntry(pfd, base, shown); err != nil {
 			if errors.Is(err, unix.EBUSY) {
-				w.foundMount(pfd, base, clean)
+				w.foundMount(pfd, base, shown)
 				return &CrossesMountError{Path: path, Mounts: w.crossed}
 			}
 			return err
@@ -221,11 +304,11 @@ func removeAll(path string, c *config) error {
 			return nil
 		case unix.ENOTDIR, unix.ELOOP:
 			// Replaced by a file or symlink since the fstatat: remove that.
-			return removeEntry(pfd, base, clean)
+			return removeEntry(pfd, base, shown)
 		}
-		return &os.PathError{Op: "openat", Path: clean, Err: err}
+		return &os.PathError{Op: "openat", Path: shown, Err: err}
 	}
-	root := &dirNode{parent: &dirNode{name: dir, fd: pfd}, name: base, fd: fd, depth: 1}
+	root := &dirNode{parent: &dirNode{fd: pfd, shown: shown}, name: base, fd: fd, depth: 1, shown: shown}
 	closeRoot := true
 	defer func() {
 		if closeRoot {
@@ -239,26 +322,30 @@ func removeAll(path string, c *config) error {
 	if mask := c.strategy.statxMask(); mask != 0 {
 		var sx unix.Statx_t
 		if err := ignoringEINTR(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, mask, &sx) }); err != nil {
-			return &os.PathError{Op: "statx", Path: clean, Err: err}
+			return &os.PathError{Op: "statx", Path: shown, Err: err}
 		}
 		if sx.Mask&uint32(mask) == 0 {
-			return &os.PathError{Op: "statx", Path: clean, Err: fmt.Errorf("kernel returned no mount ID: %w", ErrUnsupported)}
+			return &os.PathError{Op: "statx", Path: shown, Err: fmt.Errorf("kernel returned no mount ID: %w", ErrUnsupported)}
 		}
 		w.rootMnt = sx.Mnt_id
 		selfMounted = sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
 	} else {
-		mounted, _, err := childIsMountRoot(pfd, base, clean, &st, c.strategy)
+		mounted, _, err := childIsMountRoot(pfd, base, shown, &st, c.strategy)
 		if err != nil {
 			return err
 		}
 		selfMounted = mounted
 	}
-	at, beneath, err := mountsAtAndBeneath(fd, clean)
+	at, beneath, real, err := mountsAtAndBeneath(fd, shown)
 	if err != nil {
 		return fmt.Errorf("remove %s: list mounts: %w", path, err)
 	}
+	// Name the mounts as the caller names the tree, as mounts met during
+	// the walk are named.
+	renameWithin(at, real, shown)
+	renameWithin(beneath, real, shown)
 	if selfMounted && len(at) == 0 {
-		w.foundMount(pfd, base, clean)
+		w.foundMount(pfd, base, shown)
 		at = w.crossed
 	}
 	if len(at) > 0 || len(beneath) > 0 {

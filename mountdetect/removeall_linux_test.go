@@ -115,6 +115,41 @@ func TestRemoveAllBadInput(t *testing.T) {
 	mounttest.Intact(t, root, snap)
 }
 
+// TestRemoveAllDotDotAnywhere: a ".." element is refused wherever it
+// stands. After a symlink the kernel and filepath.Clean disagree:
+// "a/link/../x" is outside/x to the kernel and a/x to Clean, so neither may
+// be touched, whichever one RemoveAll would have acted on.
+func TestRemoveAllDotDotAnywhere(t *testing.T) {
+	base := t.TempDir()
+	mounttest.Build(t, base, "file outside/x/keep kernel's x", "dir outside/deep", "file a/x/keep clean's x", "symlink a/link "+filepath.Join(base, "outside/deep"))
+	snap := mounttest.Snapshot(t, base)
+	for _, p := range []string{
+		base + "/a/link/../x",
+		base + "/a/link/../x/",
+		base + "/a/../a/x",
+		base + "/../" + filepath.Base(base) + "/a/x",
+	} {
+		for name, err := range map[string]error{"RemoveAll": RemoveAll(p), "ValidateRemovePath": ValidateRemovePath(p)} {
+			var ipe *InvalidPathError
+			if !errors.Is(err, ErrInvalidPath) || !errors.As(err, &ipe) || ipe.Path != p {
+				t.Errorf("%s(%q) = %v; want *InvalidPathError naming the path", name, p, err)
+				continue
+			}
+			if !strings.Contains(ipe.Reason, `".."`) || !strings.Contains(ipe.Reason, "symlink") {
+				t.Errorf("%s(%q) reason %q; want it to say \"..\" is refused because of symlinks", name, p, ipe.Reason)
+			}
+		}
+	}
+	// A trailing ".." keeps the reason the CLI has always printed.
+	for _, p := range []string{base + "/a/x/..", base + "/a/link/..", "/.."} {
+		var ipe *InvalidPathError
+		if err := RemoveAll(p); !errors.As(err, &ipe) || ipe.Reason != "last element is .." {
+			t.Errorf("RemoveAll(%q) = %v; want reason %q", p, err, "last element is ..")
+		}
+	}
+	mounttest.Intact(t, base, snap)
+}
+
 func TestRemoveAllMissingIsSuccess(t *testing.T) {
 	root := t.TempDir()
 	forEachVariant(t, func(t *testing.T, v variant) {
@@ -553,6 +588,11 @@ func TestRemoveAllOpenedDirMovedOut(t *testing.T) {
 		}
 		mustNotExist(t, vol)
 		mounttest.Intact(t, outside, snap)
+		// The documented limit: what the moved directory held when it was
+		// moved is removed at its new place; the directory stays, empty.
+		if names, err := os.ReadDir(filepath.Join(base, "moved")); err != nil || len(names) != 0 {
+			t.Errorf("moved directory: entries %v, err %v; want it present and empty", names, err)
+		}
 	})
 }
 
@@ -567,9 +607,10 @@ func TestRemoveAllImmutableFile(t *testing.T) {
 		setImmutable(t, locked, true)
 		t.Cleanup(func() { setImmutable(t, locked, false) })
 		err := RemoveAll(vol, v.opts()...)
-		var pe *os.PathError
-		if !errors.As(err, &pe) || !errors.Is(err, unix.EPERM) || pe.Path != locked {
-			t.Fatalf("RemoveAll = %v; want *os.PathError EPERM naming %s", err, locked)
+		// One failure is returned as itself, not wrapped in a join.
+		pe, ok := err.(*os.PathError)
+		if !ok || !errors.Is(err, unix.EPERM) || pe.Path != locked {
+			t.Fatalf("RemoveAll = %#v; want the *os.PathError itself, EPERM naming %s", err, locked)
 		}
 		if errors.Is(err, ErrCrossesMount) {
 			t.Errorf("an immutable file is not a mount: %v", err)
@@ -584,6 +625,108 @@ func TestRemoveAllImmutableFile(t *testing.T) {
 			t.Fatalf("second RemoveAll = %v", err)
 		}
 		mustNotExist(t, vol)
+	})
+}
+
+// immutableTree builds n immutable files in vol, spread over directories
+// (dir<i%3>/f<i>), plus free files, and returns the immutable paths sorted.
+func immutableTree(t *testing.T, vol string, n int) []string {
+	t.Helper()
+	var locked []string
+	for i := range n {
+		rel := fmt.Sprintf("dir%d/f%03d", i%3, i)
+		mounttest.Build(t, vol, "file "+rel+" locked", fmt.Sprintf("file dir%d/free%03d free", i%3, i))
+		p := filepath.Join(vol, rel)
+		setImmutable(t, p, true)
+		t.Cleanup(func() { setImmutable(t, p, false) })
+		locked = append(locked, p)
+	}
+	slices.Sort(locked)
+	return locked
+}
+
+// joined returns the errors err joins, failing the test when it joins
+// none.
+func joined(t *testing.T, err error) []error {
+	t.Helper()
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		t.Fatalf("RemoveAll = %#v; want several errors joined", err)
+	}
+	return j.Unwrap()
+}
+
+// TestRemoveAllReportsEveryError: every failure is reported, each its own
+// *os.PathError reachable with errors.As, sorted by path whatever the
+// order the (parallel) walk met them in.
+func TestRemoveAllReportsEveryError(t *testing.T) {
+	requireMounts(t) // CAP_LINUX_IMMUTABLE, and a tmpfs that supports the flag
+	forEachVariant(t, func(t *testing.T, v variant) {
+		base := t.TempDir()
+		mounttest.Tmpfs(t, base, "")
+		vol := filepath.Join(base, "vol")
+		locked := immutableTree(t, vol, 7)
+		err := RemoveAll(vol, v.opts()...)
+		errs := joined(t, err)
+		var got []string
+		for _, e := range errs {
+			pe, ok := e.(*os.PathError)
+			if !ok || pe.Err != unix.EPERM {
+				t.Errorf("joined error %#v; want an *os.PathError with EPERM", e)
+				continue
+			}
+			got = append(got, pe.Path)
+		}
+		if !slices.Equal(got, locked) {
+			t.Errorf("errors name %q; want every immutable file, sorted: %q", got, locked)
+		}
+		for _, p := range locked {
+			if !strings.Contains(err.Error(), p) {
+				t.Errorf("error text does not name %s:\n%v", p, err)
+			}
+		}
+		if strings.Contains(err.Error(), "more errors") {
+			t.Errorf("error text counts errors instead of listing them:\n%v", err)
+		}
+		if !errors.Is(err, unix.EPERM) || errors.Is(err, ErrCrossesMount) {
+			t.Errorf("errors.Is(EPERM) = %v, errors.Is(ErrCrossesMount) = %v; want true, false", errors.Is(err, unix.EPERM), errors.Is(err, ErrCrossesMount))
+		}
+		for _, p := range locked {
+			if _, err := os.Stat(p); err != nil {
+				t.Errorf("immutable file: %v", err)
+			}
+			mustNotExist(t, strings.Replace(p, "/f", "/free", 1))
+		}
+	})
+}
+
+// TestRemoveAllErrorsCapped: past maxErrors failures, the ones with the
+// smallest paths are listed and a *MoreErrorsError counts the rest.
+func TestRemoveAllErrorsCapped(t *testing.T) {
+	requireMounts(t)
+	const n = maxErrors + 5
+	forEachVariant(t, func(t *testing.T, v variant) {
+		base := t.TempDir()
+		mounttest.Tmpfs(t, base, "")
+		vol := filepath.Join(base, "vol")
+		locked := immutableTree(t, vol, n)
+		err := RemoveAll(vol, v.opts()...)
+		errs := joined(t, err)
+		if len(errs) != maxErrors+1 {
+			t.Fatalf("RemoveAll joined %d errors; want %d and a count", len(errs), maxErrors)
+		}
+		for i, e := range errs[:maxErrors] {
+			if pe, ok := e.(*os.PathError); !ok || pe.Path != locked[i] {
+				t.Errorf("error %d = %v; want %s", i, e, locked[i])
+			}
+		}
+		var more *MoreErrorsError
+		if !errors.As(errs[maxErrors], &more) || more.N != n-maxErrors {
+			t.Errorf("last error = %#v; want *MoreErrorsError{N: %d}", errs[maxErrors], n-maxErrors)
+		}
+		if want := fmt.Sprintf("and %d more errors", n-maxErrors); !strings.HasSuffix(err.Error(), want) {
+			t.Errorf("error text ends %q; want %q", err.Error()[max(0, len(err.Error())-40):], want)
+		}
 	})
 }
 
@@ -694,15 +837,17 @@ func TestRemoveAllDeepKeptEntryTerminates(t *testing.T) {
 				}
 				err := removeAllWithin(t, 20*time.Second, vol, v.opts()...)
 				testHookBeforeEnter = nil
-				if err == nil || strings.Contains(err.Error(), "more errors") {
+				if _, joined := err.(interface{ Unwrap() []error }); err == nil || joined {
 					t.Errorf("RemoveAll = %v; want exactly one failure", err)
 				}
 				if kind == "immutable file" {
-					var pe *os.PathError
-					if !errors.As(err, &pe) || pe.Path != locked || !errors.Is(err, unix.EPERM) {
-						t.Errorf("RemoveAll = %v; want EPERM naming %s", err, locked)
+					if pe, ok := err.(*os.PathError); !ok || pe.Path != locked || !errors.Is(err, unix.EPERM) {
+						t.Errorf("RemoveAll = %#v; want the *os.PathError itself, EPERM naming %s", err, locked)
 					}
 				} else {
+					if _, ok := err.(*CrossesMountError); !ok {
+						t.Errorf("RemoveAll = %#v; want the *CrossesMountError itself", err)
+					}
 					cm := crossing(t, err)
 					if got := mountPoints(cm.Mounts); !slices.Equal(got, []string{locked}) || !cm.DuringWalk {
 						t.Errorf("mounts = %q, DuringWalk = %v; want [%s] once, true", got, cm.DuringWalk, locked)

@@ -13,7 +13,8 @@ type MountTable struct {
 // ReadMountTable reads the mount table once.
 func ReadMountTable() (*MountTable, error) { return readMountTable() }
 
-// NestedMounts is NestedMounts answered from the table.
+// NestedMounts is NestedMounts answered from the table (mounts made
+// through another bind mount of path's filesystem included).
 func (t *MountTable) NestedMounts(path string) ([]Mount, error) { return t.nestedMounts(path) }
 
 // Detect is Detect with the hugetlbfs page size taken from the table.

@@ -13,12 +13,29 @@ import (
 
 type tableEntry struct {
 	Mount
-	id      int
-	options string // per-mount and superblock options
+	id, parent int
+	dev        uint64 // the filesystem's major:minor, as the table gives it
+	root       string // the mount's root within its filesystem
+	options    string // per-mount and superblock options
+}
+
+// placed is a mount located by where its mount point is in the filesystem
+// holding it: pos is the mount point's path from that filesystem's root,
+// whichever mount of it the mount was made through.
+type placed struct {
+	pos string
+	i   int // index into entries
 }
 
 type mountTableData struct {
-	entries []tableEntry // sorted by mount point, stable in table order
+	entries  []tableEntry // sorted by mount point, stable in table order
+	byID     map[int]int  // mount ID -> index into entries
+	children map[int][]int
+	// byDev holds, per filesystem (device), the mounts whose mount point
+	// is on it, sorted by pos: one binary search finds every mount on a
+	// directory's subtree, through whichever mount of the filesystem
+	// (a second bind mount of it, say) each was made.
+	byDev map[uint64][]placed
 }
 
 func readMountTable() (*MountTable, error) {
@@ -32,29 +49,129 @@ func readMountTable() (*MountTable, error) {
 		t.entries[i] = tableEntry{
 			Mount:   Mount{MountPoint: m.Mountpoint, FSType: m.FSType, Source: m.Source},
 			id:      m.ID,
+			parent:  m.Parent,
+			dev:     unix.Mkdev(uint32(m.Major), uint32(m.Minor)),
+			root:    m.Root,
 			options: m.VFSOptions + "," + m.Options,
 		}
 	}
 	slices.SortStableFunc(t.entries, func(a, b tableEntry) int { return strings.Compare(a.MountPoint, b.MountPoint) })
+	t.byID = make(map[int]int, len(t.entries))
+	for i, e := range t.entries {
+		t.byID[e.id] = i
+	}
+	t.children = make(map[int][]int)
+	t.byDev = make(map[uint64][]placed)
+	for i, e := range t.entries {
+		pi, ok := t.byID[e.parent]
+		if !ok || e.parent == e.id {
+			continue // the namespace's root mount
+		}
+		t.children[e.parent] = append(t.children[e.parent], i)
+		p := t.entries[pi]
+		if pos, ok := p.position(e.MountPoint); ok {
+			t.byDev[p.dev] = append(t.byDev[p.dev], placed{pos: pos, i: i})
+		}
+	}
+	for _, ps := range t.byDev {
+		slices.SortFunc(ps, func(a, b placed) int { return strings.Compare(a.pos, b.pos) })
+	}
 	return t, nil
 }
 
-// beneath returns the mounts strictly beneath the resolved directory real.
-// Mount points beneath real sort right after real+"/", so a binary search
-// finds the start and the run ends at the first non-match.
-func (t *MountTable) beneath(real string) []Mount {
-	prefix := real + "/"
-	if real == "/" {
-		prefix = "/"
+// position is where path, a path at or beneath the mount point of e, lies
+// in e's filesystem: e's root joined with the rest of path.
+func (e *tableEntry) position(path string) (string, bool) {
+	rest, ok := cutDir(path, e.MountPoint)
+	if !ok {
+		return "", false
 	}
-	i := sort.Search(len(t.entries), func(i int) bool { return t.entries[i].MountPoint >= prefix })
-	var out []Mount
+	if e.root == "/" {
+		if rest == "" {
+			return "/", true
+		}
+		return rest, true
+	}
+	return e.root + rest, true
+}
+
+// mountsAt returns the mounts whose mount point is the directory open as fd
+// (named real by the kernel), in table order, and every other mount whose
+// mount point is that directory or lies beneath it, sorted by mount point.
+// The second list is found three ways:
+//
+//   - by path: mount points beneath real;
+//   - by filesystem position: mounts whose mount point is the directory or
+//     an entry beneath it, made through another mount of the same
+//     filesystem (a second bind mount of a parent directory). The table
+//     lists them under that other path, but the kernel refuses to rmdir or
+//     unlink their mount point (EBUSY), and a walk through real would
+//     meet the directory they cover. This needs the directory's mount ID
+//     (statx STATX_MNT_ID, Linux 5.8);
+//   - mounts made on or inside any mount found so far.
+func (t *MountTable) mountsAt(fd int, real string) (at, beneath []Mount) {
+	found := make(map[int]bool)
+	i := sort.Search(len(t.entries), func(i int) bool { return t.entries[i].MountPoint >= real })
+	for ; i < len(t.entries) && t.entries[i].MountPoint == real; i++ {
+		at = append(at, t.entries[i].Mount)
+		found[i] = true
+	}
+	// Mount points beneath real sort right after real+"/" (not right after
+	// real: "real-2" sorts between them).
+	prefix := strings.TrimSuffix(real, "/") + "/"
+	i = sort.Search(len(t.entries), func(i int) bool { return t.entries[i].MountPoint >= prefix })
 	for ; i < len(t.entries) && strings.HasPrefix(t.entries[i].MountPoint, prefix); i++ {
-		if t.entries[i].MountPoint != real {
-			out = append(out, t.entries[i].Mount)
+		found[i] = true
+	}
+	if pos, dev, ok := t.positionOf(fd, real); ok {
+		ps := t.byDev[dev]
+		j := sort.Search(len(ps), func(j int) bool { return ps[j].pos >= pos })
+		for ; j < len(ps); j++ {
+			if _, ok := cutDir(ps[j].pos, pos); !ok {
+				break
+			}
+			found[ps[j].i] = true
 		}
 	}
-	return out
+	// Mounts on top of or inside those found are beneath the directory too.
+	queue := make([]int, 0, len(found))
+	for i := range found {
+		queue = append(queue, i)
+	}
+	for len(queue) > 0 {
+		i := queue[len(queue)-1]
+		queue = queue[:len(queue)-1]
+		for _, c := range t.children[t.entries[i].id] {
+			if !found[c] {
+				found[c] = true
+				queue = append(queue, c)
+			}
+		}
+	}
+	for i := range found {
+		if t.entries[i].MountPoint != real {
+			beneath = append(beneath, t.entries[i].Mount)
+		}
+	}
+	sortMounts(beneath)
+	return at, beneath
+}
+
+// positionOf is where the directory open as fd (named real) lies in its
+// filesystem, found through its mount's table entry.
+func (t *MountTable) positionOf(fd int, real string) (pos string, dev uint64, ok bool) {
+	var sx unix.Statx_t
+	err := ignoringEINTR(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &sx) })
+	if err != nil || sx.Mask&unix.STATX_MNT_ID == 0 {
+		return "", 0, false
+	}
+	i, ok := t.byID[int(sx.Mnt_id)]
+	if !ok {
+		return "", 0, false // mounted after the table was read
+	}
+	e := &t.entries[i]
+	pos, ok = e.position(real)
+	return pos, e.dev, ok
 }
 
 func (t *MountTable) nestedMounts(path string) ([]Mount, error) {
@@ -67,7 +184,8 @@ func (t *MountTable) nestedMounts(path string) ([]Mount, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resolve %s: %w", path, err)
 	}
-	return t.beneath(real), nil
+	_, beneath := t.mountsAt(fd, real)
+	return beneath, nil
 }
 
 // hugePageSizeOf is hugePageSizeOf from the table: the pagesize= option of

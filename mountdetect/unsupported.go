@@ -28,3 +28,10 @@ func removeAll(path string, _ *config) error {
 	}
 	return ErrUnsupported
 }
+
+func removeAllAt(_ int, name, path string, _ *config) error {
+	if err := validateRemoveName(name, path); err != nil {
+		return err
+	}
+	return ErrUnsupported
+}
