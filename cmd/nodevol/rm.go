@@ -50,6 +50,10 @@ func (r *rmResult) setErr(err error) {
 // into removed, refused (a mount was found) or failed.
 func removePath(path string, workers int) rmResult {
 	r := rmResult{Path: path, NestedMounts: []mountdetect.Mount{}}
+	if err := refuseDotDot(path); err != nil {
+		r.setErr(err)
+		return r
+	}
 	// Only to word the report ("nothing to remove" vs "removed");
 	// RemoveAll itself treats a missing path as success.
 	if fi, err := os.Lstat(path); err == nil {
@@ -111,6 +115,10 @@ func kindOf(fi fs.FileInfo) entryKind {
 // the same examination as "check", and says what rm would do.
 func planRemoval(path string) rmResult {
 	r := rmResult{Path: path, DryRun: true, NestedMounts: []mountdetect.Mount{}}
+	if err := refuseDotDot(path); err != nil {
+		r.setErr(err)
+		return r
+	}
 	if err := mountdetect.ValidateRemovePath(path); err != nil {
 		r.setErr(err)
 		return r
@@ -143,7 +151,8 @@ mount, and nothing else. Before anything is deleted the whole tree is
 checked: if PATH is a mount point or any mount is nested beneath it (a NAS,
 a bind-mounted directory or file), rm refuses, lists every such mount and
 deletes nothing. Symlinks are removed, never followed. A missing PATH is
-not an error.
+not an error. A PATH with a ".." element anywhere is refused (after a
+symlink the kernel and text cleaning disagree on where ".." leads).
 
 Exit status: 0 every path removed (or missing), 1 some removal was refused
 because of a mount, 2 some path is invalid or could not be removed, or bad

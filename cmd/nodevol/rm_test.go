@@ -224,8 +224,9 @@ func TestRmRejectsBadPaths(t *testing.T) {
 		{"relative dot", "./vol", "not absolute"},
 		{"root", "/", "refusing to remove the root directory"},
 		{"root twice", "//", "refusing to remove the root directory"},
-		{"ends in ..", vol + "/sub/..", "last element is .."},
-		{"ends in ../", vol + "/sub/../", "last element is .."},
+		{"ends in ..", vol + "/sub/..", dotDotReason},
+		{"ends in ../", vol + "/sub/../", dotDotReason},
+		{".. inside", vol + "/sub/../a.txt", dotDotReason},
 		{"ends in .", vol + "/.", "last element is ."},
 		{"empty", "", "empty path"},
 	} {

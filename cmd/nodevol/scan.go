@@ -295,6 +295,10 @@ some entry could not be read or examined, or bad usage.`, stderr)
 	if *root == "" {
 		return usageError(fs, stderr, "--root must not be empty")
 	}
+	if err := refuseDotDot(*root); err != nil {
+		fmt.Fprintf(stderr, "nodevol scan: --root: %v\n", err)
+		return exitError
+	}
 	dir, err := filepath.Abs(*root)
 	if err != nil {
 		fmt.Fprintf(stderr, "nodevol scan: %v\n", err)

@@ -74,6 +74,9 @@ func (r *teardownResult) setPlan(p emptydir.Plan) {
 // CSI or NFS volume) belongs to that plugin. The plugin then reaches the
 // volume by descriptors from the root, never by this path again.
 func emptyDirVolume(path string) (layout volume.Layout, vp volume.VolumePath, plugin *emptydir.Plugin, err error) {
+	if err := refuseDotDot(path); err != nil {
+		return layout, vp, nil, err
+	}
 	layout, vp, err = volume.ParseVolumePathAnyRoot(path)
 	if err != nil {
 		return layout, vp, nil, err
@@ -174,7 +177,7 @@ func runTeardown(args []string, stdout, stderr io.Writer) int {
 		`Tear down each emptyDir volume directory exactly as the emptyDir plugin does,
 for example
   /var/lib/kubelet/pods/<uid>/volumes/kubernetes.io~empty-dir/<volume>
-(absolute and clean; the kubelet root is what precedes /pods/). Its metadata
+(absolute and clean, no ".."; the kubelet root is what precedes /pods/). Its metadata
 (the ready marker) is in <root>/pods/<uid>/plugins/kubernetes.io~empty-dir/.
 
   nothing there          success; leftover metadata is removed

@@ -29,6 +29,10 @@ type usageResult struct {
 // walk that stays on the directory's mount and counts hard links once.
 func measure(q *fsquota.Manager, path string) usageResult {
 	r := usageResult{Path: path}
+	if err := refuseDotDot(path); err != nil {
+		r.err, r.Error = err, err.Error()
+		return r
+	}
 	id, err := fsquota.ProjectID(path)
 	switch {
 	case err == nil:
