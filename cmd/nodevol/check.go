@@ -50,7 +50,7 @@ type checkResult struct {
 	HugePageSize   string              `json:"hugePageSize"` // "2Mi"; "" when not hugetlbfs
 	NestedMounts   []mountdetect.Mount `json:"nestedMounts"` // never nil: [] in JSON
 	SafeToRemove   bool                `json:"safeToRemove"`
-	Error          string              `json:"error,omitempty"`
+	failureJSON
 
 	kind    entryKind
 	target  string // a symlink's target
@@ -71,7 +71,7 @@ func (r *checkResult) code() int {
 
 func (r *checkResult) fail(err error) checkResult {
 	r.err = err
-	r.Error = err.Error()
+	r.record(err)
 	r.SafeToRemove = false
 	return *r
 }
@@ -230,7 +230,12 @@ func writeCheckHuman(w io.Writer, r *checkResult) {
 	line := func(label, value string) { fmt.Fprintf(w, "  %-15s%s\n", label+":", value) }
 	fmt.Fprintln(w, r.Path)
 	if r.err != nil {
-		line("error", r.Error)
+		if msgs, more := errorList(r.err); len(msgs) == 1 && more == 0 {
+			line("error", msgs[0])
+		} else {
+			line("errors", fmt.Sprint(len(msgs)+more))
+			writeErrors(w, "    ", r.err, "")
+		}
 		if r.invalid {
 			line("verdict", "REFUSED: invalid path, nothing was looked at (nodevol rm refuses it too)")
 		} else {

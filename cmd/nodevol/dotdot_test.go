@@ -96,7 +96,7 @@ func testDotDot(t *testing.T, run func(t *testing.T, args ...string) result) {
 // jsonKeysWithError is the --json keys of a command's failed result.
 func jsonKeysWithError(cmd string) []string {
 	keys := map[string][]string{"check": checkKeys, "rm": rmKeys, "teardown": teardownKeys, "usage": usageKeys}[cmd]
-	return append(keys[:len(keys):len(keys)], "error")
+	return withError(keys)
 }
 
 // "check" and "rm" of "/a/link/../x" once looked at different objects: the

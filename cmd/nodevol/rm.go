@@ -22,7 +22,7 @@ type rmResult struct {
 	DryRun       bool                `json:"dryRun"`
 	Refused      bool                `json:"refused"`
 	NestedMounts []mountdetect.Mount `json:"nestedMounts"` // never nil: [] in JSON
-	Error        string              `json:"error,omitempty"`
+	failureJSON
 
 	kind       entryKind // what the path was before removal
 	duringWalk bool      // the refusing mounts appeared while removing
@@ -42,7 +42,7 @@ func (r *rmResult) code() int {
 
 func (r *rmResult) setErr(err error) {
 	r.err = err
-	r.Error = err.Error()
+	r.record(err)
 	r.invalid = errors.Is(err, mountdetect.ErrInvalidPath)
 }
 
@@ -220,11 +220,11 @@ func writeRmHuman(stdout, stderr io.Writer, r *rmResult) {
 		}
 	}
 	if r.err != nil {
+		suffix := ""
 		if r.invalid {
-			fmt.Fprintf(stderr, "nodevol rm: %v; nothing was touched\n", r.err)
-		} else {
-			fmt.Fprintf(stderr, "nodevol rm: %v\n", r.err)
+			suffix = "; nothing was touched"
 		}
+		writeErrors(stderr, "nodevol rm: ", r.err, suffix)
 	}
 	if r.Refused || r.err != nil {
 		return

@@ -367,7 +367,12 @@ func writeScanHuman(w io.Writer, s *scanReport) {
 			if v.SafeToRemove {
 				continue
 			}
-			fmt.Fprintf(w, "  %s\n    %s\n", v.Path, v.Reason)
+			fmt.Fprintf(w, "  %s\n", v.Path)
+			if v.err != nil {
+				writeErrors(w, "    could not be examined: ", v.err, "")
+			} else {
+				fmt.Fprintf(w, "    %s\n", v.Reason)
+			}
 			for _, m := range v.NestedMounts {
 				fmt.Fprintf(w, "    %s\n", describeMount(m))
 			}
@@ -395,7 +400,12 @@ func writeScanHuman(w io.Writer, s *scanReport) {
 	if len(s.problems) > 0 {
 		section("Problems (entries that do not parse or could not be read; left alone):")
 		for _, p := range s.problems {
-			fmt.Fprintf(w, "  %s\n    %s\n", p.Problem, p.Error)
+			fmt.Fprintf(w, "  %s\n", p.Problem)
+			if p.err != nil {
+				writeErrors(w, "    ", p.err, "")
+			} else {
+				fmt.Fprintf(w, "    %s\n", p.Error)
+			}
 		}
 	}
 	if len(s.leftovers) > 0 {

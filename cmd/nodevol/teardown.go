@@ -35,7 +35,7 @@ type teardownResult struct {
 	Refused bool                `json:"refused"`
 	Mounts  []mountdetect.Mount `json:"mounts"` // never nil: [] in JSON
 	Reason  string              `json:"reason"`
-	Error   string              `json:"error,omitempty"`
+	failureJSON
 
 	plan       emptydir.Plan
 	metaExists bool // the metadata directory was there before the teardown
@@ -55,7 +55,7 @@ func (r *teardownResult) code() int {
 
 func (r *teardownResult) setErr(err error) {
 	r.err = err
-	r.Error = err.Error()
+	r.record(err)
 }
 
 // setPlan copies what a plan says into the report.
@@ -247,7 +247,7 @@ func writeTeardownHuman(stdout, stderr io.Writer, r *teardownResult) {
 		}
 	}
 	if r.err != nil {
-		fmt.Fprintf(stderr, "nodevol teardown: %v\n", r.err)
+		writeErrors(stderr, "nodevol teardown: ", r.err, "")
 	}
 	if r.Refused || r.err != nil {
 		return
