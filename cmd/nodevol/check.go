@@ -219,7 +219,8 @@ func newJSONEncoder(w io.Writer) *json.Encoder {
 	return enc
 }
 
-// writeCheckHuman prints a short block about one path:
+// writeCheckHuman prints a short block about one path, every name and
+// message escaped by display:
 //
 //	/var/lib/kubelet/pods/…/volumes/kubernetes.io~empty-dir/cache
 //	  exists:        yes (directory)
@@ -227,8 +228,8 @@ func newJSONEncoder(w io.Writer) *json.Encoder {
 //	  ...
 //	  verdict:       UNSAFE: 1 mount beneath it; nodevol rm would refuse and delete nothing
 func writeCheckHuman(w io.Writer, r *checkResult) {
-	line := func(label, value string) { fmt.Fprintf(w, "  %-15s%s\n", label+":", value) }
-	fmt.Fprintln(w, r.Path)
+	line := func(label, value string) { fmt.Fprintf(w, "  %-15s%s\n", label+":", display(value)) }
+	fmt.Fprintln(w, display(r.Path))
 	if r.err != nil {
 		if msgs, more := errorList(r.err); len(msgs) == 1 && more == 0 {
 			line("error", msgs[0])
@@ -304,8 +305,10 @@ func unsafeReason(r *checkResult) string {
 	return strings.Join(why, "; ") + "; nodevol rm would refuse and delete nothing"
 }
 
-// describeMount prints a mount as "mountPoint (fsType from source)".
+// describeMount prints a mount as "mountPoint (fsType from source)", for
+// the human output (display escapes each part).
 func describeMount(m mountdetect.Mount) string {
+	m.MountPoint, m.FSType, m.Source = display(m.MountPoint), display(m.FSType), display(m.Source)
 	switch {
 	case m.FSType != "" && m.Source != "":
 		return fmt.Sprintf("%s (%s from %s)", m.MountPoint, m.FSType, m.Source)

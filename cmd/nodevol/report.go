@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // maxReportedErrors bounds how many failures one result reports one by
@@ -132,14 +134,53 @@ func errorList(err error) (msgs []string, more int) {
 }
 
 // writeErrors prints every failure err holds on a line of its own, as
-// prefix+message+suffix, at most maxReportedErrors of them, then
-// "prefix... and N more errors" when there were more.
+// prefix+message+suffix with the message escaped (display), at most
+// maxReportedErrors of them, then "prefix... and N more errors" when there
+// were more.
 func writeErrors(w io.Writer, prefix string, err error, suffix string) {
 	msgs, more := errorList(err)
 	for _, m := range msgs {
-		fmt.Fprintf(w, "%s%s%s\n", prefix, m, suffix)
+		fmt.Fprintf(w, "%s%s%s\n", prefix, display(m), suffix)
 	}
 	if more > 0 {
 		fmt.Fprintf(w, "%s... and %s\n", prefix, plural(more, "more error"))
 	}
 }
+
+// display makes s safe to print in the human output, where a name or path
+// found on disk is not to be trusted: a volume directory named
+// "x\nfake-row\t..." must not forge a row of the scan table, and an escape
+// sequence must not reach the terminal.
+//
+// Printable text is left as it is, spaces and non-ASCII letters included,
+// so that ordinary paths can be copied from the output. Everything else is
+// written as in a Go string literal, without quotes: newline as \n, tab as
+// \t, other control and format characters (ESC, U+2028, U+202E) as \x1b,
+// \u2028, \u202e, and each byte of invalid UTF-8 as \xff. A backslash is
+// left as it is, so "a\nb" in the output may be either name; the --json
+// output, which escapes nothing away, tells them apart.
+func display(s string) string {
+	i := strings.IndexFunc(s, func(r rune) bool { return r == utf8.RuneError || !isDisplayable(r) })
+	if i < 0 {
+		return s
+	}
+	var b strings.Builder
+	b.WriteString(s[:i])
+	for s = s[i:]; s != ""; {
+		r, size := utf8.DecodeRuneInString(s)
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[0])
+		case isDisplayable(r):
+			b.WriteString(s[:size])
+		default:
+			q := strconv.QuoteRune(r) // '\n', '\x1b', '\u2028'
+			b.WriteString(q[1 : len(q)-1])
+		}
+		s = s[size:]
+	}
+	return b.String()
+}
+
+// isDisplayable reports whether display leaves r as it is.
+func isDisplayable(r rune) bool { return r == ' ' || strconv.IsPrint(r) }

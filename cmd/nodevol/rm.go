@@ -193,8 +193,9 @@ usage.`, stderr)
 }
 
 // writeRmHuman reports one path: what was removed on stdout, refusals and
-// errors on stderr.
+// errors on stderr, every path and message escaped by display.
 func writeRmHuman(stdout, stderr io.Writer, r *rmResult) {
+	path := display(r.Path)
 	would := func(did, wouldDo string) string {
 		if r.DryRun {
 			return wouldDo
@@ -204,12 +205,12 @@ func writeRmHuman(stdout, stderr io.Writer, r *rmResult) {
 	if r.Refused {
 		switch {
 		case r.DryRun:
-			fmt.Fprintf(stderr, "would refuse %s: %s; nothing would be deleted:\n", r.Path, mountCount(r))
+			fmt.Fprintf(stderr, "would refuse %s: %s; nothing would be deleted:\n", path, mountCount(r))
 		case r.duringWalk:
 			fmt.Fprintf(stderr, "refused %s: %s appeared during removal and %s left untouched; everything else on the volume's own mount was removed:\n",
-				r.Path, mountCount(r), isAre(len(r.NestedMounts), "was", "were"))
+				path, mountCount(r), isAre(len(r.NestedMounts), "was", "were"))
 		default:
-			fmt.Fprintf(stderr, "refused %s: %s; nothing was deleted:\n", r.Path, mountCount(r))
+			fmt.Fprintf(stderr, "refused %s: %s; nothing was deleted:\n", path, mountCount(r))
 		}
 		for _, m := range r.NestedMounts {
 			fmt.Fprintf(stderr, "  %s\n", describeMount(m))
@@ -231,11 +232,11 @@ func writeRmHuman(stdout, stderr io.Writer, r *rmResult) {
 	}
 	switch {
 	case r.kind == kindMissing:
-		fmt.Fprintf(stdout, "nothing to remove: %s does not exist\n", r.Path)
+		fmt.Fprintf(stdout, "nothing to remove: %s does not exist\n", path)
 	case r.kind == kindSymlink:
-		fmt.Fprintf(stdout, "%s the symlink %s (its target %s touched)\n", would("removed", "would remove"), r.Path, would("was not", "would not be"))
+		fmt.Fprintf(stdout, "%s the symlink %s (its target %s touched)\n", would("removed", "would remove"), path, would("was not", "would not be"))
 	default:
-		fmt.Fprintf(stdout, "%s %s\n", would("removed", "would remove"), r.Path)
+		fmt.Fprintf(stdout, "%s %s\n", would("removed", "would remove"), path)
 	}
 }
 

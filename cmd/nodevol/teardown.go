@@ -227,17 +227,19 @@ directory or could not be torn down, or bad usage.`, stderr)
 }
 
 // writeTeardownHuman reports one volume: what was (or would be) done on
-// stdout, refusals and errors on stderr.
+// stdout, refusals and errors on stderr, every path and message escaped by
+// display.
 func writeTeardownHuman(stdout, stderr io.Writer, r *teardownResult) {
+	path, reason := display(r.Path), display(r.Reason)
 	if r.Refused {
 		switch {
 		case r.DryRun:
-			fmt.Fprintf(stderr, "would refuse %s: %s; nothing would change:\n", r.Path, r.Reason)
+			fmt.Fprintf(stderr, "would refuse %s: %s; nothing would change:\n", path, reason)
 		case r.duringWalk:
 			fmt.Fprintf(stderr, "refused %s: %s; %s left untouched, everything else on the volume's own mount was removed, the ready marker was kept:\n",
-				r.Path, r.Reason, isAre(len(r.Mounts), "it was", "they were"))
+				path, reason, isAre(len(r.Mounts), "it was", "they were"))
 		default:
-			fmt.Fprintf(stderr, "refused %s: %s; nothing was changed (the ready marker and metadata are kept):\n", r.Path, r.Reason)
+			fmt.Fprintf(stderr, "refused %s: %s; nothing was changed (the ready marker and metadata are kept):\n", path, reason)
 		}
 		for _, m := range r.Mounts {
 			fmt.Fprintf(stderr, "  %s\n", describeMount(m))
@@ -262,12 +264,12 @@ func writeTeardownHuman(stdout, stderr io.Writer, r *teardownResult) {
 				meta = "; its leftover metadata would be removed"
 			}
 		}
-		fmt.Fprintf(stdout, "nothing to tear down: %s does not exist%s\n", r.Path, meta)
+		fmt.Fprintf(stdout, "nothing to tear down: %s does not exist%s\n", path, meta)
 	case emptydir.ActionRemove.String():
 		if r.DryRun {
-			fmt.Fprintf(stdout, "would remove %s (%s)\n", r.Path, r.Reason)
+			fmt.Fprintf(stdout, "would remove %s (%s)\n", path, reason)
 		} else {
-			fmt.Fprintf(stdout, "removed %s (%s)\n", r.Path, r.Reason)
+			fmt.Fprintf(stdout, "removed %s (%s)\n", path, reason)
 		}
 	case emptydir.ActionUnmountAndRemove.String():
 		fs := r.plan.Info.FSType
@@ -275,11 +277,11 @@ func writeTeardownHuman(stdout, stderr io.Writer, r *teardownResult) {
 			fs += ", pagesize " + mountdetect.FormatQuantity(r.plan.Info.HugePageSize)
 		}
 		if r.DryRun {
-			fmt.Fprintf(stdout, "would unmount and remove %s (%s medium: %s)\n", r.Path, medium, fs)
+			fmt.Fprintf(stdout, "would unmount and remove %s (%s medium: %s)\n", path, medium, display(fs))
 		} else {
-			fmt.Fprintf(stdout, "unmounted and removed %s (%s medium: %s)\n", r.Path, medium, fs)
+			fmt.Fprintf(stdout, "unmounted and removed %s (%s medium: %s)\n", path, medium, display(fs))
 		}
 	default:
-		fmt.Fprintf(stdout, "torn down %s\n", r.Path)
+		fmt.Fprintf(stdout, "torn down %s\n", path)
 	}
 }

@@ -105,16 +105,16 @@ usage.`, stderr)
 			continue
 		}
 		if r.err != nil {
-			writeErrors(stderr, "nodevol usage: "+p+": ", r.err, "")
+			writeErrors(stderr, "nodevol usage: "+display(p)+": ", r.err, "")
 			continue
 		}
-		fmt.Fprintf(stdout, "%s\n  used:       %s (%d bytes), %d inodes\n  source:     %s", p, humanBytes(r.Bytes), r.Bytes, r.Inodes, r.Source)
+		fmt.Fprintf(stdout, "%s\n  used:       %s (%d bytes), %d inodes\n  source:     %s", display(p), humanBytes(r.Bytes), r.Bytes, r.Inodes, r.Source)
 		if r.Source == "walk" && r.why != "" {
-			fmt.Fprintf(stdout, " (%s)", r.why)
+			fmt.Fprintf(stdout, " (%s)", display(r.why))
 		}
 		fmt.Fprintf(stdout, "\n  project ID: %d\n", r.ProjectID)
 		for _, m := range r.skipped {
-			fmt.Fprintf(stdout, "  not counted: %s (another mount)\n", m.MountPoint)
+			fmt.Fprintf(stdout, "  not counted: %s (another mount)\n", display(m.MountPoint))
 		}
 	}
 	return code
