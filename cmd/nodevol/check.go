@@ -50,11 +50,12 @@ type checkResult struct {
 	HugePageSize   string              `json:"hugePageSize"` // "2Mi"; "" when not hugetlbfs
 	NestedMounts   []mountdetect.Mount `json:"nestedMounts"` // never nil: [] in JSON
 	SafeToRemove   bool                `json:"safeToRemove"`
-	Error          string              `json:"error,omitempty"`
+	failureJSON
 
-	kind   entryKind
-	target string // a symlink's target
-	err    error
+	kind    entryKind
+	target  string // a symlink's target
+	invalid bool   // the path was refused before anything was looked at
+	err     error
 }
 
 // code is the exit code this result calls for.
@@ -70,7 +71,7 @@ func (r *checkResult) code() int {
 
 func (r *checkResult) fail(err error) checkResult {
 	r.err = err
-	r.Error = err.Error()
+	r.record(err)
 	r.SafeToRemove = false
 	return *r
 }
@@ -78,12 +79,27 @@ func (r *checkResult) fail(err error) checkResult {
 // examine learns everything "check" reports about path. It is also how
 // "rm --dry-run" decides, so the two can never disagree.
 //
+// A path with a ".." element is refused (refuseDotDot); any other path is
+// examined cleaned, as rm acts on it: "/vol/link/" is the link, not the
+// directory the kernel would reach through it. Path is reported as given.
+//
 // safeToRemove answers "would nodevol rm remove this without meeting a
 // mount?": a missing path is safe (nothing to remove); a symlink is safe
 // (rm unlinks the link and never follows it); anything else must not be a
 // mount point, the kernel must be sure of that, and a directory must have
 // no mount beneath it.
-func examine(path string) checkResult { return examineIn(nil, path) }
+func examine(path string) checkResult {
+	if err := refuseDotDot(path); err != nil {
+		r := checkResult{Path: path, NestedMounts: []mountdetect.Mount{}, invalid: true}
+		return r.fail(err)
+	}
+	if path == "" {
+		return examineIn(nil, path)
+	}
+	r := examineIn(nil, filepath.Clean(path))
+	r.Path = path
+	return r
+}
 
 // examineIn is examine answering the mount-table questions from tab, or
 // from the kernel's table now when tab is nil ("scan" reads the table
@@ -163,7 +179,9 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		`Report, for each path, whether it exists, whether it is a mount point (and
 whether the kernel is sure), its filesystem type, emptyDir medium and
 hugepage size, every mount nested beneath it, and whether "nodevol rm"
-would remove it without crossing a mount. Nothing is changed.
+would remove it without crossing a mount. Nothing is changed. Each path is
+examined as rm would act on it: cleaned ("/vol/link/" is the link), and
+refused with exit status 2 when it has a ".." element.
 
 Exit status: 0 every path is safe to remove (or missing), 1 some path is
 unsafe, 2 some path could not be examined or bad usage.`, stderr)
@@ -201,7 +219,8 @@ func newJSONEncoder(w io.Writer) *json.Encoder {
 	return enc
 }
 
-// writeCheckHuman prints a short block about one path:
+// writeCheckHuman prints a short block about one path, every name and
+// message escaped by display:
 //
 //	/var/lib/kubelet/pods/…/volumes/kubernetes.io~empty-dir/cache
 //	  exists:        yes (directory)
@@ -209,11 +228,20 @@ func newJSONEncoder(w io.Writer) *json.Encoder {
 //	  ...
 //	  verdict:       UNSAFE: 1 mount beneath it; nodevol rm would refuse and delete nothing
 func writeCheckHuman(w io.Writer, r *checkResult) {
-	line := func(label, value string) { fmt.Fprintf(w, "  %-15s%s\n", label+":", value) }
-	fmt.Fprintln(w, r.Path)
+	line := func(label, value string) { fmt.Fprintf(w, "  %-15s%s\n", label+":", display(value)) }
+	fmt.Fprintln(w, display(r.Path))
 	if r.err != nil {
-		line("error", r.Error)
-		line("verdict", "UNSAFE: could not be examined")
+		if msgs, more := errorList(r.err); len(msgs) == 1 && more == 0 {
+			line("error", msgs[0])
+		} else {
+			line("errors", fmt.Sprint(len(msgs)+more))
+			writeErrors(w, "    ", r.err, "")
+		}
+		if r.invalid {
+			line("verdict", "REFUSED: invalid path, nothing was looked at (nodevol rm refuses it too)")
+		} else {
+			line("verdict", "UNSAFE: could not be examined")
+		}
 		return
 	}
 	if !r.Exists {
@@ -277,8 +305,10 @@ func unsafeReason(r *checkResult) string {
 	return strings.Join(why, "; ") + "; nodevol rm would refuse and delete nothing"
 }
 
-// describeMount prints a mount as "mountPoint (fsType from source)".
+// describeMount prints a mount as "mountPoint (fsType from source)", for
+// the human output (display escapes each part).
 func describeMount(m mountdetect.Mount) string {
+	m.MountPoint, m.FSType, m.Source = display(m.MountPoint), display(m.FSType), display(m.Source)
 	switch {
 	case m.FSType != "" && m.Source != "":
 		return fmt.Sprintf("%s (%s from %s)", m.MountPoint, m.FSType, m.Source)

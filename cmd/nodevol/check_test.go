@@ -107,7 +107,7 @@ func TestCheckErrorJSON(t *testing.T) {
 	mounttest.Build(t, base, "file f data")
 	r := nodevol(t, "check", "--json", filepath.Join(base, "f", "x"))
 	r.wantCode(t, exitError)
-	objs := jsonLines(t, r.stdout, append(checkKeys, "error")...)
+	objs := jsonLines(t, r.stdout, withError(checkKeys)...)
 	if len(objs) != 1 || !strings.Contains(fmt.Sprint(objs[0]["error"]), "not a directory") {
 		t.Errorf("got %v; want one object whose error says \"not a directory\"", objs)
 	}

@@ -152,6 +152,10 @@ func TestCLI(t *testing.T) {
 			`invalid path "": empty path; nothing was touched`)
 	})
 
+	t.Run("dot-dot refused", func(t *testing.T) {
+		testDotDot(t, func(t *testing.T, args ...string) result { return bin.run(t, nil, args...) })
+	})
+
 	t.Run("teardown", func(t *testing.T) { testTeardownCLI(t, bin) })
 	t.Run("scan", func(t *testing.T) { testScanCLI(t, bin) })
 

@@ -8,6 +8,8 @@
 //	nodevol usage [--json] PATH...
 //	nodevol demo
 //
+// A path with a ".." element is refused by every command (refuseDotDot).
+//
 // Exit status: 0 ok, 1 refused or unsafe, 2 usage or operational error.
 package main
 
@@ -17,6 +19,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
+
+	"github.com/nodevol/nodevol/mountdetect"
 )
 
 // Exit codes. When several paths are given the command exits with the most
@@ -93,6 +98,8 @@ Usage:
         to data outside it), and a restart that reconstructs a volume.
   nodevol help [COMMAND]
 
+A path with a ".." element is refused by every command (exit status 2).
+
 Exit status: 0 ok, 1 unsafe or refused, 2 usage or operational error.
 `)
 }
@@ -147,4 +154,23 @@ func usageError(fs *flag.FlagSet, stderr io.Writer, format string, a ...any) int
 	fmt.Fprintf(stderr, "%s: %s\n", fs.Name(), fmt.Sprintf(format, a...))
 	fs.Usage()
 	return exitError
+}
+
+// dotDotReason is why a path with a ".." element is refused.
+const dotDotReason = `has a ".." element: after a symlink the kernel and text cleaning disagree on where ".." leads, so what is checked and what is removed could differ; name the path without ".."`
+
+// refuseDotDot is the first thing every command does with a path given on
+// the command line: a path with a ".." element anywhere (as given, before
+// any cleaning) is refused with an *mountdetect.InvalidPathError, which
+// matches mountdetect.ErrInvalidPath, and nothing is looked at. Refusing
+// here, for every command alike, means check, rm, rm --dry-run, teardown,
+// usage and scan --root can never disagree about which object a path
+// names, whatever the library below them does with "..".
+func refuseDotDot(path string) error {
+	for elem := range strings.SplitSeq(path, "/") {
+		if elem == ".." {
+			return &mountdetect.InvalidPathError{Path: path, Reason: dotDotReason}
+		}
+	}
+	return nil
 }

@@ -82,6 +82,12 @@ func jsonLines(t *testing.T, out string, keys ...string) []map[string]any {
 	return objs
 }
 
+// withError is the --json keys of a failed result: keys, plus "error"
+// and "errors" (and "moreErrors" only past maxReportedErrors failures).
+func withError(keys []string) []string {
+	return append(slices.Clip(keys), "error", "errors")
+}
+
 // realTempDir is t.TempDir with symlinks resolved, because the kernel
 // names mount points that way.
 func realTempDir(t *testing.T) string {

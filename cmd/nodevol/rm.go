@@ -22,7 +22,7 @@ type rmResult struct {
 	DryRun       bool                `json:"dryRun"`
 	Refused      bool                `json:"refused"`
 	NestedMounts []mountdetect.Mount `json:"nestedMounts"` // never nil: [] in JSON
-	Error        string              `json:"error,omitempty"`
+	failureJSON
 
 	kind       entryKind // what the path was before removal
 	duringWalk bool      // the refusing mounts appeared while removing
@@ -42,7 +42,7 @@ func (r *rmResult) code() int {
 
 func (r *rmResult) setErr(err error) {
 	r.err = err
-	r.Error = err.Error()
+	r.record(err)
 	r.invalid = errors.Is(err, mountdetect.ErrInvalidPath)
 }
 
@@ -50,6 +50,10 @@ func (r *rmResult) setErr(err error) {
 // into removed, refused (a mount was found) or failed.
 func removePath(path string, workers int) rmResult {
 	r := rmResult{Path: path, NestedMounts: []mountdetect.Mount{}}
+	if err := refuseDotDot(path); err != nil {
+		r.setErr(err)
+		return r
+	}
 	// Only to word the report ("nothing to remove" vs "removed");
 	// RemoveAll itself treats a missing path as success.
 	if fi, err := os.Lstat(path); err == nil {
@@ -111,6 +115,10 @@ func kindOf(fi fs.FileInfo) entryKind {
 // the same examination as "check", and says what rm would do.
 func planRemoval(path string) rmResult {
 	r := rmResult{Path: path, DryRun: true, NestedMounts: []mountdetect.Mount{}}
+	if err := refuseDotDot(path); err != nil {
+		r.setErr(err)
+		return r
+	}
 	if err := mountdetect.ValidateRemovePath(path); err != nil {
 		r.setErr(err)
 		return r
@@ -143,7 +151,8 @@ mount, and nothing else. Before anything is deleted the whole tree is
 checked: if PATH is a mount point or any mount is nested beneath it (a NAS,
 a bind-mounted directory or file), rm refuses, lists every such mount and
 deletes nothing. Symlinks are removed, never followed. A missing PATH is
-not an error.
+not an error. A PATH with a ".." element anywhere is refused (after a
+symlink the kernel and text cleaning disagree on where ".." leads).
 
 Exit status: 0 every path removed (or missing), 1 some removal was refused
 because of a mount, 2 some path is invalid or could not be removed, or bad
@@ -184,8 +193,9 @@ usage.`, stderr)
 }
 
 // writeRmHuman reports one path: what was removed on stdout, refusals and
-// errors on stderr.
+// errors on stderr, every path and message escaped by display.
 func writeRmHuman(stdout, stderr io.Writer, r *rmResult) {
+	path := display(r.Path)
 	would := func(did, wouldDo string) string {
 		if r.DryRun {
 			return wouldDo
@@ -195,12 +205,12 @@ func writeRmHuman(stdout, stderr io.Writer, r *rmResult) {
 	if r.Refused {
 		switch {
 		case r.DryRun:
-			fmt.Fprintf(stderr, "would refuse %s: %s; nothing would be deleted:\n", r.Path, mountCount(r))
+			fmt.Fprintf(stderr, "would refuse %s: %s; nothing would be deleted:\n", path, mountCount(r))
 		case r.duringWalk:
 			fmt.Fprintf(stderr, "refused %s: %s appeared during removal and %s left untouched; everything else on the volume's own mount was removed:\n",
-				r.Path, mountCount(r), isAre(len(r.NestedMounts), "was", "were"))
+				path, mountCount(r), isAre(len(r.NestedMounts), "was", "were"))
 		default:
-			fmt.Fprintf(stderr, "refused %s: %s; nothing was deleted:\n", r.Path, mountCount(r))
+			fmt.Fprintf(stderr, "refused %s: %s; nothing was deleted:\n", path, mountCount(r))
 		}
 		for _, m := range r.NestedMounts {
 			fmt.Fprintf(stderr, "  %s\n", describeMount(m))
@@ -211,22 +221,22 @@ func writeRmHuman(stdout, stderr io.Writer, r *rmResult) {
 		}
 	}
 	if r.err != nil {
+		suffix := ""
 		if r.invalid {
-			fmt.Fprintf(stderr, "nodevol rm: %v; nothing was touched\n", r.err)
-		} else {
-			fmt.Fprintf(stderr, "nodevol rm: %v\n", r.err)
+			suffix = "; nothing was touched"
 		}
+		writeErrors(stderr, "nodevol rm: ", r.err, suffix)
 	}
 	if r.Refused || r.err != nil {
 		return
 	}
 	switch {
 	case r.kind == kindMissing:
-		fmt.Fprintf(stdout, "nothing to remove: %s does not exist\n", r.Path)
+		fmt.Fprintf(stdout, "nothing to remove: %s does not exist\n", path)
 	case r.kind == kindSymlink:
-		fmt.Fprintf(stdout, "%s the symlink %s (its target %s touched)\n", would("removed", "would remove"), r.Path, would("was not", "would not be"))
+		fmt.Fprintf(stdout, "%s the symlink %s (its target %s touched)\n", would("removed", "would remove"), path, would("was not", "would not be"))
 	default:
-		fmt.Fprintf(stdout, "%s %s\n", would("removed", "would remove"), r.Path)
+		fmt.Fprintf(stdout, "%s %s\n", would("removed", "would remove"), path)
 	}
 }
 

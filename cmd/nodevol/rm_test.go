@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nodevol/nodevol/internal/mounttest"
 )
 
@@ -224,8 +226,9 @@ func TestRmRejectsBadPaths(t *testing.T) {
 		{"relative dot", "./vol", "not absolute"},
 		{"root", "/", "refusing to remove the root directory"},
 		{"root twice", "//", "refusing to remove the root directory"},
-		{"ends in ..", vol + "/sub/..", "last element is .."},
-		{"ends in ../", vol + "/sub/../", "last element is .."},
+		{"ends in ..", vol + "/sub/..", dotDotReason},
+		{"ends in ../", vol + "/sub/../", dotDotReason},
+		{".. inside", vol + "/sub/../a.txt", dotDotReason},
 		{"ends in .", vol + "/.", "last element is ."},
 		{"empty", "", "empty path"},
 	} {
@@ -241,7 +244,7 @@ func TestRmRejectsBadPaths(t *testing.T) {
 
 				r = nodevol(t, append(mode, "--json", "--", tc.path)...)
 				r.wantCode(t, exitError)
-				objs := jsonLines(t, r.stdout, append(rmKeys, "error")...)
+				objs := jsonLines(t, r.stdout, withError(rmKeys)...)
 				if len(objs) != 1 || objs[0]["removed"] != false || objs[0]["refused"] != false || !strings.Contains(fmt.Sprint(objs[0]["error"]), tc.reason) {
 					t.Errorf("rm --json %q = %v; want one object with error %q", tc.path, objs, tc.reason)
 				}
@@ -264,4 +267,83 @@ func TestRmMixedPaths(t *testing.T) {
 	}
 	wantContains(t, "stdout", r.stdout, `"path":"`+vol+`","removed":true,"dryRun":false,"refused":false,"nestedMounts":[]}`)
 	mustNotExist(t, vol)
+}
+
+// setImmutable sets or clears FS_IMMUTABLE_FL on path, skipping the test
+// where the filesystem or the process cannot.
+func setImmutable(t *testing.T, path string, on bool) {
+	t.Helper()
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) && !on {
+			return
+		}
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	flags, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS)
+	if err != nil {
+		t.Skipf("skipping: FS_IOC_GETFLAGS unsupported here: %v", err)
+	}
+	const immutable = 0x10 // FS_IMMUTABLE_FL
+	if on {
+		flags |= immutable
+	} else {
+		flags &^= immutable
+	}
+	if err := unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, int(flags)); err != nil {
+		t.Skipf("skipping: cannot set the immutable flag: %v", err)
+	}
+}
+
+// Several entries that cannot be removed: the human output has one line
+// per failure RemoveAll reports, and --json "errors" the same messages.
+func TestRmReportsEveryError(t *testing.T) {
+	mounttest.RequireMounts(t) // CAP_LINUX_IMMUTABLE, and a tmpfs that supports the flag
+	base := realTempDir(t)
+	mounttest.Tmpfs(t, base, "size=1m")
+	vol := filepath.Join(base, "vol")
+	for i := range 3 {
+		p := filepath.Join(vol, fmt.Sprintf("d%d", i), "locked")
+		mounttest.Build(t, vol, fmt.Sprintf("file d%d/locked x", i), fmt.Sprintf("file d%d/free x", i))
+		setImmutable(t, p, true)
+		t.Cleanup(func() { setImmutable(t, p, false) })
+	}
+	// The first run removes what it can; the next two meet the same tree.
+	nodevol(t, "rm", vol).wantCode(t, exitError)
+	r := nodevol(t, "rm", "--json", vol)
+	r.wantCode(t, exitError)
+	objs := jsonLines(t, r.stdout, withError(rmKeys)...)
+	if len(objs) != 1 {
+		t.Fatalf("got %d JSON lines, want 1", len(objs))
+	}
+	// RemoveAll either lists the three failures or (before it listed every
+	// one) names the first and counts the others; the CLI reports what it
+	// gets, each failure on its own.
+	errs, _ := objs[0]["errors"].([]any)
+	switch {
+	case len(errs) == 3:
+		for i, e := range errs {
+			if p := filepath.Join(vol, fmt.Sprintf("d%d", i), "locked"); !strings.Contains(fmt.Sprint(e), p) {
+				t.Errorf("errors[%d] = %q, want it to name %s", i, e, p)
+			}
+		}
+	case len(errs) == 1 && strings.HasSuffix(fmt.Sprint(errs[0]), "(and 2 more errors)"):
+	default:
+		t.Fatalf("errors = %q, want the three immutable files", objs[0]["errors"])
+	}
+	r = nodevol(t, "rm", vol)
+	r.wantCode(t, exitError)
+	var want strings.Builder
+	for _, e := range errs {
+		fmt.Fprintf(&want, "nodevol rm: %s\n", e)
+	}
+	if r.stderr != want.String() {
+		t.Errorf("stderr:\n%s\nwant one line per element of --json errors:\n%s", r.stderr, want.String())
+	}
+	for i := range 3 {
+		if _, err := os.Lstat(filepath.Join(vol, fmt.Sprintf("d%d", i), "locked")); err != nil {
+			t.Errorf("immutable file: %v", err)
+		}
+	}
 }

@@ -295,14 +295,18 @@ some entry could not be read or examined, or bad usage.`, stderr)
 	if *root == "" {
 		return usageError(fs, stderr, "--root must not be empty")
 	}
+	if err := refuseDotDot(*root); err != nil {
+		fmt.Fprintf(stderr, "nodevol scan: --root: %s\n", display(err.Error()))
+		return exitError
+	}
 	dir, err := filepath.Abs(*root)
 	if err != nil {
-		fmt.Fprintf(stderr, "nodevol scan: %v\n", err)
+		fmt.Fprintf(stderr, "nodevol scan: %s\n", display(err.Error()))
 		return exitError
 	}
 	s, err := scanRoot(dir)
 	if err != nil {
-		fmt.Fprintf(stderr, "nodevol scan: %v\n", err)
+		writeErrors(stderr, "nodevol scan: ", err, "")
 		return exitError
 	}
 	if *asJSON {
@@ -337,14 +341,17 @@ func writeScanJSON(w io.Writer, s *scanReport) error {
 }
 
 // writeScanHuman prints one table row per volume, then the details of the
-// unsafe ones, the problems, the leftovers and a one-line summary.
+// unsafe ones, the problems, the leftovers and a one-line summary. Every
+// name, path and message is escaped by display: a volume named
+// "x\nfake-row" must not add a row to the table.
 func writeScanHuman(w io.Writer, s *scanReport) {
 	if len(s.volumes) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "POD UID\tPLUGIN\tVOLUME\tMEDIUM\tMOUNT POINT\tNESTED\tVERDICT")
 		for i := range s.volumes {
 			v := &s.volumes[i]
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", v.PodUID, v.Plugin, v.Volume, v.mediumColumn(), v.mountColumn(), len(v.NestedMounts), v.verdict())
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", display(v.PodUID), display(v.Plugin), display(v.Volume),
+				display(v.mediumColumn()), display(v.mountColumn()), len(v.NestedMounts), v.verdict())
 		}
 		tw.Flush()
 	}
@@ -363,7 +370,12 @@ func writeScanHuman(w io.Writer, s *scanReport) {
 			if v.SafeToRemove {
 				continue
 			}
-			fmt.Fprintf(w, "  %s\n    %s\n", v.Path, v.Reason)
+			fmt.Fprintf(w, "  %s\n", display(v.Path))
+			if v.err != nil {
+				writeErrors(w, "    could not be examined: ", v.err, "")
+			} else {
+				fmt.Fprintf(w, "    %s\n", display(v.Reason))
+			}
 			for _, m := range v.NestedMounts {
 				fmt.Fprintf(w, "    %s\n", describeMount(m))
 			}
@@ -376,14 +388,14 @@ func writeScanHuman(w io.Writer, s *scanReport) {
 			if len(v.Subpaths) == 0 {
 				continue
 			}
-			fmt.Fprintf(w, "  %s\n", v.Path)
+			fmt.Fprintf(w, "  %s\n", display(v.Path))
 			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 			for _, e := range v.Subpaths {
 				state := "not mounted"
 				if e.MountPoint {
 					state = "mounted"
 				}
-				fmt.Fprintf(tw, "    %s/%s\t%s\t%s\n", e.Container, e.Index, state, e.Path)
+				fmt.Fprintf(tw, "    %s/%s\t%s\t%s\n", display(e.Container), display(e.Index), state, display(e.Path))
 			}
 			tw.Flush()
 		}
@@ -391,19 +403,24 @@ func writeScanHuman(w io.Writer, s *scanReport) {
 	if len(s.problems) > 0 {
 		section("Problems (entries that do not parse or could not be read; left alone):")
 		for _, p := range s.problems {
-			fmt.Fprintf(w, "  %s\n    %s\n", p.Problem, p.Error)
+			fmt.Fprintf(w, "  %s\n", display(p.Problem))
+			if p.err != nil {
+				writeErrors(w, "    ", p.err, "")
+			} else {
+				fmt.Fprintf(w, "    %s\n", display(p.Error))
+			}
 		}
 	}
 	if len(s.leftovers) > 0 {
 		section("Leftovers (pod directories without any volume directory):")
 		for _, l := range s.leftovers {
-			fmt.Fprintf(w, "  %s\n", l.Leftover)
+			fmt.Fprintf(w, "  %s\n", display(l.Leftover))
 		}
 	}
 	if printed {
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "%s: %s, %d unsafe, %s, %s\n", s.root,
+	fmt.Fprintf(w, "%s: %s, %d unsafe, %s, %s\n", display(s.root),
 		plural(len(s.volumes), "volume"), s.unsafe(), plural(len(s.problems), "problem"), plural(len(s.leftovers), "leftover"))
 }
 

@@ -35,7 +35,7 @@ type teardownResult struct {
 	Refused bool                `json:"refused"`
 	Mounts  []mountdetect.Mount `json:"mounts"` // never nil: [] in JSON
 	Reason  string              `json:"reason"`
-	Error   string              `json:"error,omitempty"`
+	failureJSON
 
 	plan       emptydir.Plan
 	metaExists bool // the metadata directory was there before the teardown
@@ -55,7 +55,7 @@ func (r *teardownResult) code() int {
 
 func (r *teardownResult) setErr(err error) {
 	r.err = err
-	r.Error = err.Error()
+	r.record(err)
 }
 
 // setPlan copies what a plan says into the report.
@@ -74,6 +74,9 @@ func (r *teardownResult) setPlan(p emptydir.Plan) {
 // CSI or NFS volume) belongs to that plugin. The plugin then reaches the
 // volume by descriptors from the root, never by this path again.
 func emptyDirVolume(path string) (layout volume.Layout, vp volume.VolumePath, plugin *emptydir.Plugin, err error) {
+	if err := refuseDotDot(path); err != nil {
+		return layout, vp, nil, err
+	}
 	layout, vp, err = volume.ParseVolumePathAnyRoot(path)
 	if err != nil {
 		return layout, vp, nil, err
@@ -174,7 +177,7 @@ func runTeardown(args []string, stdout, stderr io.Writer) int {
 		`Tear down each emptyDir volume directory exactly as the emptyDir plugin does,
 for example
   /var/lib/kubelet/pods/<uid>/volumes/kubernetes.io~empty-dir/<volume>
-(absolute and clean; the kubelet root is what precedes /pods/). Its metadata
+(absolute and clean, no ".."; the kubelet root is what precedes /pods/). Its metadata
 (the ready marker) is in <root>/pods/<uid>/plugins/kubernetes.io~empty-dir/.
 
   nothing there          success; leftover metadata is removed
@@ -224,17 +227,19 @@ directory or could not be torn down, or bad usage.`, stderr)
 }
 
 // writeTeardownHuman reports one volume: what was (or would be) done on
-// stdout, refusals and errors on stderr.
+// stdout, refusals and errors on stderr, every path and message escaped by
+// display.
 func writeTeardownHuman(stdout, stderr io.Writer, r *teardownResult) {
+	path, reason := display(r.Path), display(r.Reason)
 	if r.Refused {
 		switch {
 		case r.DryRun:
-			fmt.Fprintf(stderr, "would refuse %s: %s; nothing would change:\n", r.Path, r.Reason)
+			fmt.Fprintf(stderr, "would refuse %s: %s; nothing would change:\n", path, reason)
 		case r.duringWalk:
 			fmt.Fprintf(stderr, "refused %s: %s; %s left untouched, everything else on the volume's own mount was removed, the ready marker was kept:\n",
-				r.Path, r.Reason, isAre(len(r.Mounts), "it was", "they were"))
+				path, reason, isAre(len(r.Mounts), "it was", "they were"))
 		default:
-			fmt.Fprintf(stderr, "refused %s: %s; nothing was changed (the ready marker and metadata are kept):\n", r.Path, r.Reason)
+			fmt.Fprintf(stderr, "refused %s: %s; nothing was changed (the ready marker and metadata are kept):\n", path, reason)
 		}
 		for _, m := range r.Mounts {
 			fmt.Fprintf(stderr, "  %s\n", describeMount(m))
@@ -244,7 +249,7 @@ func writeTeardownHuman(stdout, stderr io.Writer, r *teardownResult) {
 		}
 	}
 	if r.err != nil {
-		fmt.Fprintf(stderr, "nodevol teardown: %v\n", r.err)
+		writeErrors(stderr, "nodevol teardown: ", r.err, "")
 	}
 	if r.Refused || r.err != nil {
 		return
@@ -259,12 +264,12 @@ func writeTeardownHuman(stdout, stderr io.Writer, r *teardownResult) {
 				meta = "; its leftover metadata would be removed"
 			}
 		}
-		fmt.Fprintf(stdout, "nothing to tear down: %s does not exist%s\n", r.Path, meta)
+		fmt.Fprintf(stdout, "nothing to tear down: %s does not exist%s\n", path, meta)
 	case emptydir.ActionRemove.String():
 		if r.DryRun {
-			fmt.Fprintf(stdout, "would remove %s (%s)\n", r.Path, r.Reason)
+			fmt.Fprintf(stdout, "would remove %s (%s)\n", path, reason)
 		} else {
-			fmt.Fprintf(stdout, "removed %s (%s)\n", r.Path, r.Reason)
+			fmt.Fprintf(stdout, "removed %s (%s)\n", path, reason)
 		}
 	case emptydir.ActionUnmountAndRemove.String():
 		fs := r.plan.Info.FSType
@@ -272,11 +277,11 @@ func writeTeardownHuman(stdout, stderr io.Writer, r *teardownResult) {
 			fs += ", pagesize " + mountdetect.FormatQuantity(r.plan.Info.HugePageSize)
 		}
 		if r.DryRun {
-			fmt.Fprintf(stdout, "would unmount and remove %s (%s medium: %s)\n", r.Path, medium, fs)
+			fmt.Fprintf(stdout, "would unmount and remove %s (%s medium: %s)\n", path, medium, display(fs))
 		} else {
-			fmt.Fprintf(stdout, "unmounted and removed %s (%s medium: %s)\n", r.Path, medium, fs)
+			fmt.Fprintf(stdout, "unmounted and removed %s (%s medium: %s)\n", path, medium, display(fs))
 		}
 	default:
-		fmt.Fprintf(stdout, "torn down %s\n", r.Path)
+		fmt.Fprintf(stdout, "torn down %s\n", path)
 	}
 }

@@ -117,7 +117,7 @@ func testTeardownCLI(t *testing.T, bin binary) {
 		}
 		r := bin.run(t, nil, "teardown", "--json", csi)
 		r.wantCode(t, exitError)
-		objs := jsonLines(t, r.stdout, append(teardownKeys, "error")...)
+		objs := jsonLines(t, r.stdout, withError(teardownKeys)...)
 		if len(objs) != 1 || objs[0]["podUID"] != testUID || objs[0]["volume"] != "pvc-1" || objs[0]["done"] != false {
 			t.Errorf("teardown --json of a csi volume = %v; want its pod UID and volume, not done, an error", objs)
 		}

@@ -17,11 +17,16 @@ type usageResult struct {
 	Inodes    int64  `json:"inodes"`
 	Source    string `json:"source"` // "quota" or "walk"; "" on error
 	ProjectID uint32 `json:"projectID"`
-	Error     string `json:"error,omitempty"`
+	failureJSON
 
 	skipped []mountdetect.Mount // mounts the walk did not count
 	why     string              // why the quota was not used, when it was not
 	err     error
+}
+
+func (r *usageResult) setErr(err error) {
+	r.err = err
+	r.record(err)
 }
 
 // measure reports path's usage: from its project quota when the directory
@@ -29,6 +34,10 @@ type usageResult struct {
 // walk that stays on the directory's mount and counts hard links once.
 func measure(q *fsquota.Manager, path string) usageResult {
 	r := usageResult{Path: path}
+	if err := refuseDotDot(path); err != nil {
+		r.setErr(err)
+		return r
+	}
 	id, err := fsquota.ProjectID(path)
 	switch {
 	case err == nil:
@@ -36,7 +45,7 @@ func measure(q *fsquota.Manager, path string) usageResult {
 	case errors.Is(err, fsquota.ErrNotSupported):
 		r.why = err.Error()
 	default:
-		r.err, r.Error = err, err.Error()
+		r.setErr(err)
 		return r
 	}
 	if r.ProjectID != 0 {
@@ -46,7 +55,7 @@ func measure(q *fsquota.Manager, path string) usageResult {
 			return r
 		}
 		if !errors.Is(err, fsquota.ErrNotSupported) && !errors.Is(err, fsquota.ErrNoProject) {
-			r.err, r.Error = err, err.Error()
+			r.setErr(err)
 			return r
 		}
 		r.why = err.Error()
@@ -55,7 +64,7 @@ func measure(q *fsquota.Manager, path string) usageResult {
 	}
 	u, err := mountdetect.DiskUsage(path)
 	if err != nil {
-		r.err, r.Error = err, err.Error()
+		r.setErr(err)
 		return r
 	}
 	r.Bytes, r.Inodes, r.Source, r.skipped = u.Bytes, u.Inodes, "walk", u.Skipped
@@ -96,16 +105,16 @@ usage.`, stderr)
 			continue
 		}
 		if r.err != nil {
-			fmt.Fprintf(stderr, "nodevol usage: %s: %v\n", p, r.err)
+			writeErrors(stderr, "nodevol usage: "+display(p)+": ", r.err, "")
 			continue
 		}
-		fmt.Fprintf(stdout, "%s\n  used:       %s (%d bytes), %d inodes\n  source:     %s", p, humanBytes(r.Bytes), r.Bytes, r.Inodes, r.Source)
+		fmt.Fprintf(stdout, "%s\n  used:       %s (%d bytes), %d inodes\n  source:     %s", display(p), humanBytes(r.Bytes), r.Bytes, r.Inodes, r.Source)
 		if r.Source == "walk" && r.why != "" {
-			fmt.Fprintf(stdout, " (%s)", r.why)
+			fmt.Fprintf(stdout, " (%s)", display(r.why))
 		}
 		fmt.Fprintf(stdout, "\n  project ID: %d\n", r.ProjectID)
 		for _, m := range r.skipped {
-			fmt.Fprintf(stdout, "  not counted: %s (another mount)\n", m.MountPoint)
+			fmt.Fprintf(stdout, "  not counted: %s (another mount)\n", display(m.MountPoint))
 		}
 	}
 	return code

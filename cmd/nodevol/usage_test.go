@@ -44,7 +44,7 @@ func TestUsageWalk(t *testing.T) {
 	r = nodevol(t, "usage", "--json", filepath.Join(base, "missing"), vol)
 	r.wantCode(t, exitError)
 	lines := strings.SplitAfter(strings.TrimSpace(r.stdout), "\n")
-	if len(lines) != 2 || len(jsonLines(t, lines[0], append(usageKeys, "error")...)) != 1 || len(jsonLines(t, lines[1], usageKeys...)) != 1 {
+	if len(lines) != 2 || len(jsonLines(t, lines[0], withError(usageKeys)...)) != 1 || len(jsonLines(t, lines[1], usageKeys...)) != 1 {
 		t.Errorf("want a line per path, the missing one with an error: %s", r.stdout)
 	}
 	nodevol(t, "usage").wantCode(t, exitError)
