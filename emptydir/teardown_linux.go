@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
@@ -268,43 +267,17 @@ func (v *podVolume) unmount(plan Plan) error {
 	return nil
 }
 
-// removeTree removes the volume directory with mountdetect.RemoveAll,
+// removeTree removes the volume directory with mountdetect.RemoveAllAt,
 // through the volumes directory's descriptor. A refusal (a mount that
 // appeared since the plan) is wrapped like a planned refusal.
 func (v *podVolume) removeTree() error {
 	if v.vols == nil {
 		return nil
 	}
-	err := mountdetect.RemoveAll(v.vols.ProcPath(v.name))
-	err = v.rename(err)
+	err := mountdetect.RemoveAllAt(v.vols.Fd(), v.name, v.dir)
 	var crossing *mountdetect.CrossesMountError
 	if errors.As(err, &crossing) {
 		return &RefusedError{Plan: Plan{Path: v.dir, Action: ActionRefuse, Mounts: crossing.Mounts, Reason: "a mount appeared beneath the volume"}, Err: err}
 	}
 	return err
 }
-
-// rename replaces the /proc/self/fd name RemoveAll was given with the
-// volume directory's path in err's text and paths.
-func (v *podVolume) rename(err error) error {
-	if err == nil {
-		return nil
-	}
-	proc := v.vols.ProcPath(v.name)
-	var crossing *mountdetect.CrossesMountError
-	if errors.As(err, &crossing) && crossing.Path == proc {
-		crossing.Path = v.dir
-	}
-	if !strings.Contains(err.Error(), proc) {
-		return err
-	}
-	return &renamedError{err: err, from: proc, to: v.dir}
-}
-
-type renamedError struct {
-	err      error
-	from, to string
-}
-
-func (e *renamedError) Error() string { return strings.ReplaceAll(e.err.Error(), e.from, e.to) }
-func (e *renamedError) Unwrap() error { return e.err }
