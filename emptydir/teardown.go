@@ -2,7 +2,6 @@ package emptydir
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/nodevol/nodevol/mountdetect"
@@ -88,8 +87,17 @@ func (e *RefusedError) Unwrap() error { return e.Err }
 // Like TearDown it reaches the volume and its metadata by descriptors from
 // the kubelet root: a symlink anywhere below the root where a directory
 // belongs is an error naming it.
+//
+// A refusal is a plan (Action ActionRefuse), not an error. Metadata that
+// cannot be read is the plan's MetaErr; when TearDown would stop on it
+// before changing anything (it is not a refusal anyway) it is also the
+// error, so that a dry run fails exactly where TearDown would.
 func (p *Plugin) PlanTearDown(podUID, vol string, tab *mountdetect.MountTable) (Plan, error) {
-	return p.planTearDown(podUID, vol, tab)
+	plan, err := p.planTearDown(podUID, vol, tab)
+	if err == nil && plan.Action != ActionRefuse && plan.MetaErr != nil {
+		err = fmt.Errorf("read metadata: %w", plan.MetaErr)
+	}
+	return plan, err
 }
 
 // TearDownVolume tears down the emptyDir volume vol of the pod podUID,
@@ -142,7 +150,8 @@ func (p *Plan) refusal() error {
 	if p.Action == ActionRefuse {
 		var err error = &mountdetect.CrossesMountError{Path: p.Path, Mounts: p.Mounts}
 		if p.MetaErr != nil {
-			err = errors.Join(err, fmt.Errorf("read metadata: %w", p.MetaErr))
+			// The reason quotes it already; it is wrapped for errors.Is.
+			err = &withCause{err, p.MetaErr}
 		}
 		return &RefusedError{Plan: *p, Err: err}
 	}
@@ -151,6 +160,12 @@ func (p *Plan) refusal() error {
 	}
 	return nil
 }
+
+// withCause reads as err, and unwraps to err and cause.
+type withCause struct{ err, cause error }
+
+func (e *withCause) Error() string   { return e.err.Error() }
+func (e *withCause) Unwrap() []error { return []error{e.err, e.cause} }
 
 func plural(n int, one, many string) string {
 	if n == 1 {

@@ -114,7 +114,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 	}
 	switch {
 	case p.MetaErr != nil:
-		return refuse(what+" is mounted on the volume directory itself and its metadata cannot be read, so the mount cannot be proven to be the volume's own", at)
+		return refuse(what+" is mounted on the volume directory itself and its metadata cannot be read ("+p.MetaErr.Error()+"), so the mount cannot be proven to be the volume's own", at)
 	case p.Meta == nil:
 		return refuse(what+" is mounted on the volume directory itself, but nodevol has no record of mounting it (a volume set up by another kubelet, or a foreign mount); if it is the volume's own tmpfs or hugetlbfs, unmount it yourself, then tear down again", at)
 	case p.Meta.Medium == mountdetect.MediumDefault:

@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -101,4 +103,86 @@ func (b binary) runQuiet(t *testing.T, args ...string) result {
 		t.Fatalf("%s %q: %v\nstderr:\n%s", b.path, args, err, r.stderr)
 	}
 	return r
+}
+
+// TestCLIHostilePodDirectory (issue 10, findings 3 and 4, through the built
+// CLI): nodevol.json as a FIFO or a symlink to /dev/zero, and a symlinked
+// metadata or volumes directory: teardown, teardown --dry-run and scan
+// answer at once with an error naming the culprit and change nothing, and
+// nothing behind a symlink is touched.
+func TestCLIHostilePodDirectory(t *testing.T) {
+	mounttest.RequireMounts(t)
+	bin := buildBinary(t)
+	cases := []struct {
+		name  string
+		plant func(t *testing.T, k *kubelet, base string) (culprit string)
+		want  string
+	}{
+		{"nodevol.json is a FIFO", func(t *testing.T, k *kubelet, base string) string {
+			p := filepath.Join(filepath.Dir(k.ready(t, testUID, "cache")), "nodevol.json")
+			os.Remove(p)
+			if err := unix.Mkfifo(p, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}, "not a regular file"},
+		{"nodevol.json is a symlink to /dev/zero", func(t *testing.T, k *kubelet, base string) string {
+			p := filepath.Join(filepath.Dir(k.ready(t, testUID, "cache")), "nodevol.json")
+			os.Remove(p)
+			if err := os.Symlink("/dev/zero", p); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}, "symlink"},
+		{"metadata directory is a symlink", func(t *testing.T, k *kubelet, base string) string {
+			p := filepath.Dir(k.ready(t, testUID, "cache"))
+			if err := os.RemoveAll(p); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(filepath.Join(base, "outside"), p); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}, "symlink"},
+		{"volumes directory is a symlink", func(t *testing.T, k *kubelet, base string) string {
+			vols := filepath.Dir(k.dir(t, testUID, "kubernetes.io/empty-dir", "cache"))
+			if err := os.Rename(vols, filepath.Join(base, "outside", "moved-volumes")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(filepath.Join(base, "outside", "moved-volumes"), vols); err != nil {
+				t.Fatal(err)
+			}
+			return vols
+		}, "symlink"},
+	}
+	for _, medium := range []volume.StorageMedium{"", volume.StorageMediumMemory} {
+		for _, c := range cases {
+			t.Run(string(medium)+"/"+c.name, func(t *testing.T) {
+				base := realTempDir(t)
+				mounttest.Build(t, filepath.Join(base, "outside"), "file nodevol.json {\"medium\":\"Default\"}", "file ready", "file keep precious")
+				k := newKubelet(t, base)
+				vol := k.setUp(t, testUID, "cache", volume.EmptyDirSource{Medium: medium})
+				mounttest.Build(t, vol, "file pod-data keep")
+				culprit := c.plant(t, k, base)
+				before := mounttest.Snapshot(t, base)
+				for _, args := range [][]string{{"teardown", "--dry-run", vol}, {"teardown", vol}, {"scan", "--root", k.root}} {
+					done := make(chan result, 1)
+					go func() { done <- bin.runQuiet(t, args...) }()
+					var r result
+					select {
+					case r = <-done:
+					case <-time.After(20 * time.Second):
+						t.Fatalf("nodevol %q did not return within 20s: it blocks", args)
+					}
+					if r.code == exitOK || !strings.Contains(r.stdout+r.stderr, culprit) || !strings.Contains(r.stdout+r.stderr, c.want) {
+						t.Errorf("nodevol %q: exit %d\nstdout %s\nstderr %s\nwant a failure naming %s (%s)", args, r.code, r.stdout, r.stderr, culprit, c.want)
+					}
+				}
+				mounttest.Intact(t, base, before)
+				if medium == volume.StorageMediumMemory && !mounttest.IsMountRoot(t, vol) && !mounttest.IsMountRoot(t, filepath.Join(base, "outside", "moved-volumes", "cache")) {
+					t.Error("the volume's tmpfs was unmounted")
+				}
+			})
+		}
+	}
 }
