@@ -1,11 +1,14 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/nodevol/nodevol/mountdetect"
 )
 
 // maxReportedErrors bounds how many failures one result reports one by
@@ -121,10 +124,23 @@ func (e *inContext) Unwrap() error { return e.err }
 
 // errorList is the messages of the failures err holds (flattenErrors), at
 // most maxReportedErrors of them, and how many more there were.
+//
+// A *mountdetect.MoreErrorsError among them (RemoveAll's own count of the
+// failures past those it lists) is not a failure of its own: it adds to
+// more.
 func errorList(err error) (msgs []string, more int) {
-	all := flattenErrors(err)
+	var all []error
+	for _, e := range flattenErrors(err) {
+		var counted *mountdetect.MoreErrorsError
+		if errors.As(e, &counted) {
+			more += counted.N
+			continue
+		}
+		all = append(all, e)
+	}
 	if len(all) > maxReportedErrors {
-		all, more = all[:maxReportedErrors], len(all)-maxReportedErrors
+		more += len(all) - maxReportedErrors
+		all = all[:maxReportedErrors]
 	}
 	msgs = make([]string, len(all))
 	for i, e := range all {

@@ -210,3 +210,17 @@ func TestSeveralErrorsReported(t *testing.T) {
 		})
 	}
 }
+
+// TestMoreErrorsErrorIsCounted: RemoveAll's own count of the failures it
+// did not list adds to "more", it is not reported as a failure.
+func TestMoreErrorsErrorIsCounted(t *testing.T) {
+	err := errors.Join(manyErrors(3), &mountdetect.MoreErrorsError{N: 7})
+	msgs, more := errorList(err)
+	if len(msgs) != 3 || more != 7 {
+		t.Errorf("errorList = %q, %d; want the 3 failures and 7 more", msgs, more)
+	}
+	err = errors.Join(manyErrors(maxReportedErrors+2), &mountdetect.MoreErrorsError{N: 5})
+	if msgs, more := errorList(err); len(msgs) != maxReportedErrors || more != 7 {
+		t.Errorf("errorList = %d messages, %d more; want %d and 7", len(msgs), more, maxReportedErrors)
+	}
+}
