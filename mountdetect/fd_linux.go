@@ -1,6 +1,12 @@
 package mountdetect
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
 
 // DetectFile is Detect for a file already open as fd (any open mode,
 // O_PATH included): every answer is about that file, whatever its name
@@ -24,4 +30,45 @@ func (t *MountTable) MountsAtFile(fd int, path string) (at, beneath []Mount, err
 	}
 	at, beneath = t.mountsAt(fd, real)
 	return at, beneath, nil
+}
+
+// BindWithin reports whether the mount whose root is the file open as fd
+// (path names it in errors) shows a part of the directory open as dirFd:
+// the same filesystem (device) as the directory's mount, and a mount root
+// within that filesystem that is the directory's own position in it or
+// lies beneath it. That is what a bind mount of the directory or of
+// something inside it looks like — the kubelet's subPath mounts of a
+// volume — and what no other filesystem, nor a bind of another directory
+// of the same filesystem, looks like. fd must be the root of its mount;
+// a mount missing from the table (made after it was read) is an error.
+func (t *MountTable) BindWithin(fd int, path string, dirFd int, dirPath string) (bool, error) {
+	var sx unix.Statx_t
+	err := ignoringEINTR(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &sx) })
+	if err != nil {
+		return false, &os.PathError{Op: "statx", Path: path, Err: err}
+	}
+	if sx.Mask&unix.STATX_MNT_ID == 0 || sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 {
+		return false, &os.PathError{Op: "statx", Path: path, Err: fmt.Errorf("no mount ID (Linux < 5.8): %w", ErrUnsupported)}
+	}
+	if sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT == 0 {
+		return false, &os.PathError{Op: "statx", Path: path, Err: errors.New("not the root of a mount")}
+	}
+	i, ok := t.byID[int(sx.Mnt_id)]
+	if !ok {
+		return false, fmt.Errorf("%s: mount %d is not in the mount table (mounted since it was read)", path, sx.Mnt_id)
+	}
+	m := &t.entries[i]
+	realDir, err := fdPath(dirFd, dirPath)
+	if err != nil {
+		return false, fmt.Errorf("resolve %s: %w", dirPath, err)
+	}
+	pos, dev, ok := t.positionOf(dirFd, realDir)
+	if !ok {
+		return false, fmt.Errorf("%s: its mount is not in the mount table", dirPath)
+	}
+	if m.dev != dev {
+		return false, nil
+	}
+	_, within := cutDir(m.root, pos)
+	return within, nil
 }

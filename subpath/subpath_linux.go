@@ -5,8 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,189 +14,419 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/mountdetect"
 )
 
-// testHookAfterMountTable, when set by a test, runs right after Clean has
-// read the mount table (to mount something "during the walk").
+// testHookAfterMountTable, when set by a test, runs right after the
+// examination has read the mount table (to mount something "during the
+// walk").
 var testHookAfterMountTable func()
 
-func openDirNoFollow(dirfd int, name string) (int, error) {
-	for {
-		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != unix.EINTR {
-			return fd, err
-		}
-	}
+// tree is one volume's subpath directory, opened from the kubelet root.
+type tree struct {
+	dir     string // display path of volume-subpaths/<volume>
+	name    string // <volume>
+	volPath string // display path of the volume directory
+
+	root   *fsat.Dir
+	parent *fsat.Dir // <root>/pods/<uid>/volume-subpaths
+	sub    *fsat.Dir // volume-subpaths/<volume>; nil when not a directory
+	isLink bool      // a symlink or file where volume-subpaths/<volume> belongs
+	vol    *fsat.Dir // the volume directory; nil when it does not exist
 }
 
-// isMountRoot reports whether name in dirfd is a mount root, without
-// following a symlink.
-func isMountRoot(dirfd int, name string) (bool, uint32, error) {
-	var sx unix.Statx_t
-	flags := unix.AT_SYMLINK_NOFOLLOW | unix.AT_NO_AUTOMOUNT
-	if name == "" {
-		flags |= unix.AT_EMPTY_PATH // about dirfd itself
-	}
-	if err := unix.Statx(dirfd, name, flags, unix.STATX_TYPE, &sx); err != nil {
-		return false, 0, err
-	}
-	if sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 {
-		return false, 0, fmt.Errorf("statx gives no mount-root attribute (Linux < 5.8): %w", mountdetect.ErrUnsupported)
-	}
-	return sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, uint32(sx.Mode) & unix.S_IFMT, nil
-}
-
-// readNames lists a directory fd's entries (not "." and "..").
-func readNames(fd int) ([]string, error) {
-	dup, err := unix.Dup(fd) // the os.File owns (and closes) the duplicate
+// open reaches the volume's subpath directory and the volume directory by
+// descriptors from the root. A nil tree and nil error: nothing there.
+func (c *Cleaner) open(podUID, plugin, vol string) (_ *tree, err error) {
+	dir, err := c.layout.VolumeSubpathsDir(podUID, vol)
 	if err != nil {
 		return nil, err
 	}
-	f := os.NewFile(uintptr(dup), "")
-	defer f.Close()
-	return f.Readdirnames(-1)
-}
-
-// openTree opens <dir> (the volume's subpath directory) without following
-// a symlink at its last element; ok is false when there is nothing to do.
-func openTree(dir string) (parent, fd int, ok bool, err error) {
-	parent, err = unix.Open(filepath.Dir(dir), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.ENOENT) {
-		return -1, -1, false, nil
+	volPath, err := c.layout.VolumeDir(podUID, plugin, vol)
+	if err != nil {
+		return nil, err
+	}
+	t := &tree{dir: dir, name: vol, volPath: volPath}
+	defer func() {
+		if err != nil || t.parent == nil || (t.sub == nil && !t.isLink) {
+			t.close()
+		}
+	}()
+	t.root, err = fsat.OpenRoot(c.layout.Root())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
 	}
 	if err != nil {
-		return -1, -1, false, &os.PathError{Op: "open", Path: filepath.Dir(dir), Err: err}
+		return nil, err
 	}
-	fd, err = openDirNoFollow(parent, filepath.Base(dir))
+	t.parent, err = t.root.OpenDir("pods/" + podUID + "/volume-subpaths")
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	fd, err := fsat.Openat(t.parent.Fd(), vol, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	switch err {
 	case nil:
-		return parent, fd, true, nil
+		t.sub = fsat.FromFd(fd, dir)
 	case unix.ENOENT:
-		unix.Close(parent)
-		return -1, -1, false, nil
+		return nil, nil
+	case unix.ELOOP, unix.ENOTDIR:
+		t.isLink = true // Clean unlinks it; nothing below it to examine
+		return t, nil
+	default:
+		return nil, &os.PathError{Op: "openat", Path: dir, Err: err}
 	}
-	return parent, -1, false, err
+	rel := strings.TrimPrefix(strings.TrimPrefix(volPath, c.layout.Root()), "/")
+	t.vol, err = t.root.OpenDir(rel)
+	if errors.Is(err, fs.ErrNotExist) {
+		err = nil // no volume: no mount can be its bind
+	}
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
 }
 
-func clean(ctx context.Context, dir string) error {
-	logger := klog.FromContext(ctx)
-	parent, fd, ok, err := openTree(dir)
-	if !ok {
-		if err == unix.ELOOP || err == unix.ENOTDIR {
-			// A symlink or file where the directory belongs: unlink it.
-			uerr := unix.Unlinkat(parent, filepath.Base(dir), 0)
-			unix.Close(parent)
-			if uerr != nil && uerr != unix.ENOENT {
-				return &os.PathError{Op: "unlinkat", Path: dir, Err: uerr}
-			}
-			return nil
-		}
-		if parent >= 0 {
-			unix.Close(parent)
-		}
-		return err
+func (t *tree) close() {
+	for _, d := range []*fsat.Dir{t.vol, t.sub, t.parent, t.root} {
+		d.Close()
 	}
-	defer unix.Close(parent)
-	defer unix.Close(fd)
+}
 
-	// Ask the open directory, not the path: what the walk works on is fd.
-	if mounted, _, err := isMountRoot(fd, ""); err != nil || mounted {
-		if err != nil {
-			return err
-		}
-		return fmt.Errorf("%w: %w", ErrLeft, &mountdetect.CrossesMountError{Path: dir, Mounts: []mountdetect.Mount{{MountPoint: dir}}})
+// report is what an examination found.
+type report struct {
+	entries []entry
+	foreign []mountdetect.Mount // every mount that is not an own bind
+	errs    []error             // what could not be examined
+}
+
+type entry struct {
+	Entry
+	mntID uint64 // an own bind's mount ID (statx STATX_MNT_ID)
+}
+
+// refusal is the error Check and Clean refuse with, nil when there is
+// nothing foreign and everything could be examined.
+func (t *tree) refusal(r *report) error {
+	if len(r.foreign) == 0 && len(r.errs) == 0 {
+		return nil
 	}
-	// One read of the mount table: mounts that are not at <container>/<index>
-	// are foreign and stay, with the directories that hold them.
-	nested, err := mountdetect.NestedMounts(dir)
+	// A mount can be found twice (by path and through a bind of its
+	// parent, or once per propagated copy named alike): list it once.
+	ms := slices.Clone(r.foreign)
+	slices.SortStableFunc(ms, func(a, b mountdetect.Mount) int { return strings.Compare(a.MountPoint, b.MountPoint) })
+	return &RefusedError{Dir: t.dir, Mounts: slices.Compact(ms), Errs: r.errs}
+}
+
+// mountRoot asks statx, without following a symlink, whether name in
+// dirfd (name "": dirfd itself) is the root of a mount, and for its mount
+// ID and file type.
+func mountRoot(dirfd int, name string) (root bool, id uint64, typ uint32, err error) {
+	var sx unix.Statx_t
+	flags := unix.AT_SYMLINK_NOFOLLOW | unix.AT_NO_AUTOMOUNT
+	if name == "" {
+		flags |= unix.AT_EMPTY_PATH
+	}
+	if err := fsat.Retry(func() error { return unix.Statx(dirfd, name, flags, unix.STATX_TYPE|unix.STATX_MNT_ID, &sx) }); err != nil {
+		return false, 0, 0, err
+	}
+	if sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 || sx.Mask&unix.STATX_MNT_ID == 0 {
+		return false, 0, 0, fmt.Errorf("statx gives no mount ID or mount-root attribute (Linux < 5.8): %w", mountdetect.ErrUnsupported)
+	}
+	return sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, sx.Mnt_id, uint32(sx.Mode) & unix.S_IFMT, nil
+}
+
+// examineAll is Examine for an open tree.
+func (t *tree) examineAll(tab *mountdetect.MountTable) ([]Entry, error, error) {
+	if t.sub == nil {
+		return nil, nil, nil
+	}
+	r, err := t.examineIn(tab)
 	if err != nil {
-		return err
+		return nil, nil, err
+	}
+	out := make([]Entry, len(r.entries))
+	for i, e := range r.entries {
+		out[i] = e.Entry
+	}
+	return out, t.refusal(r), nil
+}
+
+// examine looks at every entry and mount of the tree and changes nothing.
+func (t *tree) examine() (*report, error) { return t.examineIn(nil) }
+
+// examineIn is examine answered from tab (nil: read the table now).
+func (t *tree) examineIn(tab *mountdetect.MountTable) (*report, error) {
+	r := &report{}
+	if t.sub == nil {
+		return r, nil
+	}
+	if root, _, _, err := mountRoot(t.sub.Fd(), ""); err != nil || root {
+		if err != nil {
+			return nil, &os.PathError{Op: "statx", Path: t.dir, Err: err}
+		}
+		r.foreign = append(r.foreign, mountdetect.Mount{MountPoint: t.dir})
+		return r, nil
+	}
+	if tab == nil {
+		var err error
+		if tab, err = mountdetect.ReadMountTable(); err != nil {
+			return nil, err
+		}
 	}
 	if testHookAfterMountTable != nil {
 		testHookAfterMountTable()
 	}
-	real := dir
-	if p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd)); err == nil {
-		real = p
-	}
-	var foreign []mountdetect.Mount
-	holdsForeign := map[string]bool{} // relative paths that contain a foreign mount
-	for _, m := range nested {
-		rel := strings.TrimPrefix(m.MountPoint, real+"/")
-		if strings.Count(rel, "/") != 1 {
-			foreign = append(foreign, m)
-			parts := strings.Split(rel, "/")
-			for i := 1; i <= len(parts); i++ {
-				holdsForeign[strings.Join(parts[:i], "/")] = true
-			}
-		}
-	}
-
-	var errs []error
-	left := func(err error) { errs = append(errs, err) }
-	containers, err := readNames(fd)
+	at, beneath, err := tab.MountsAtFile(t.sub.Fd(), t.dir)
 	if err != nil {
-		return &os.PathError{Op: "readdir", Path: dir, Err: err}
+		return nil, err
+	}
+	r.foreign = append(r.foreign, at...)
+	real, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(t.sub.Fd()))
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{} // mount points (the kernel's names) accounted for
+	containers, err := t.sub.ReadEntries()
+	if err != nil {
+		r.errs = append(r.errs, err)
 	}
 	for _, ctr := range containers {
-		cpath := filepath.Join(dir, ctr)
-		if holdsForeign[ctr] {
-			if mounted, _, _ := isMountRoot(fd, ctr); mounted {
-				continue // a foreign mount on the container directory: reported below
-			}
+		if ctr.Type != fs.ModeDir {
+			continue // a symlink or file: Clean unlinks it
 		}
-		cfd, err := openDirNoFollow(fd, ctr)
-		if err == unix.ELOOP || err == unix.ENOTDIR {
-			if err := unix.Unlinkat(fd, ctr, 0); err != nil && err != unix.ENOENT {
-				left(&os.PathError{Op: "unlinkat", Path: cpath, Err: err})
-			}
+		cdir, err := t.sub.OpenDir(ctr.Name)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			continue // changed since listed: Clean looks again
+		}
+		if err != nil {
+			r.errs = append(r.errs, err)
+			continue
+		}
+		t.examineContainer(r, tab, cdir, ctr.Name, real+"/"+ctr.Name, seen)
+		cdir.Close()
+	}
+	for _, m := range beneath {
+		if !seen[m.MountPoint] {
+			r.foreign = append(r.foreign, m)
+		}
+	}
+	slices.SortFunc(r.entries, func(a, b entry) int { return compareEntries(a.Entry, b.Entry) })
+	return r, nil
+}
+
+func (t *tree) examineContainer(r *report, tab *mountdetect.MountTable, cdir *fsat.Dir, ctr, real string, seen map[string]bool) {
+	if root, _, _, err := mountRoot(cdir.Fd(), ""); err != nil || root {
+		if err != nil {
+			r.errs = append(r.errs, &os.PathError{Op: "statx", Path: cdir.Path(), Err: err})
+			return
+		}
+		// A mount on the container directory: foreign, with all it holds.
+		r.foreign = append(r.foreign, mountdetect.Mount{MountPoint: cdir.Path()})
+		seen[real] = true
+		return
+	}
+	idxs, err := cdir.ReadEntries()
+	if err != nil {
+		r.errs = append(r.errs, err)
+	}
+	for _, idx := range idxs {
+		p := cdir.Join(idx.Name)
+		mounted, id, _, err := mountRoot(cdir.Fd(), idx.Name)
+		if errors.Is(err, unix.ENOENT) {
 			continue
 		}
 		if err != nil {
-			left(&os.PathError{Op: "openat", Path: cpath, Err: err})
+			// An entry whose mount status is unknown is never "not mounted".
+			r.errs = append(r.errs, &os.PathError{Op: "statx", Path: p, Err: err})
 			continue
 		}
-		// The mount table was read before the walk: a mount that appeared
-		// on the container directory since is not in holdsForeign. Ask the
-		// open directory itself, so that nothing on another mount is ever
-		// unlinked.
-		if mounted, _, err := isMountRoot(cfd, ""); err != nil || mounted {
-			unix.Close(cfd)
+		e := entry{Entry: Entry{Container: ctr, Index: idx.Name, Path: p, MountPoint: mounted}}
+		if mounted {
+			e.Own, err = t.ownBind(r, tab, cdir, idx.Name, real+"/"+idx.Name, seen)
 			if err != nil {
-				left(&os.PathError{Op: "statx", Path: cpath, Err: err})
-			} else {
-				left(&mountdetect.CrossesMountError{Path: dir, Mounts: []mountdetect.Mount{{MountPoint: cpath}}, DuringWalk: true})
+				r.errs = append(r.errs, err)
+				continue
+			}
+			e.mntID = id
+		}
+		r.entries = append(r.entries, e)
+	}
+}
+
+// ownBind decides whether the mount on the entry name of cdir (whose
+// kernel path is real) is one of the volume's own subPath binds, adding
+// the mounts that make it foreign to r.
+func (t *tree) ownBind(r *report, tab *mountdetect.MountTable, cdir *fsat.Dir, name, real string, seen map[string]bool) (bool, error) {
+	p := cdir.Join(name)
+	fd, err := fsat.Openat(cdir.Fd(), name, unix.O_PATH|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return false, &os.PathError{Op: "openat", Path: p, Err: err}
+	}
+	defer unix.Close(fd)
+	at, beneath, err := tab.MountsAtFile(fd, p)
+	if err != nil {
+		return false, err
+	}
+	for _, m := range append(at, beneath...) {
+		seen[m.MountPoint] = true
+	}
+	seen[real] = true
+	switch {
+	case len(at) == 0:
+		r.foreign = append(r.foreign, mountdetect.Mount{MountPoint: p})
+		return false, nil // mounted since the table was read
+	case len(at) > 1:
+		r.foreign = append(r.foreign, named(at, real, p)...)
+		return false, nil // stacked: the top one is unmounted first, and it is not provably the volume's
+	case len(beneath) > 0:
+		r.foreign = append(r.foreign, beneath...)
+		return false, nil
+	}
+	own := false
+	if t.vol != nil {
+		if own, err = tab.BindWithin(fd, p, t.vol.Fd(), t.volPath); err != nil {
+			return false, err
+		}
+	}
+	if !own {
+		r.foreign = append(r.foreign, named(at, real, p)...)
+	}
+	return own, nil
+}
+
+// named gives mounts whose mount point is real the display path p.
+func named(ms []mountdetect.Mount, real, p string) []mountdetect.Mount {
+	out := slices.Clone(ms)
+	for i := range out {
+		if out[i].MountPoint == real {
+			out[i].MountPoint = p
+		}
+	}
+	return out
+}
+
+func (t *tree) check() error {
+	r, err := t.examine()
+	if err != nil {
+		return err
+	}
+	return t.refusal(r)
+}
+
+func (t *tree) list() ([]Entry, error) {
+	if t.sub == nil {
+		return nil, nil
+	}
+	r, err := t.examine()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Entry, len(r.entries))
+	for i, e := range r.entries {
+		out[i] = e.Entry
+	}
+	return out, errors.Join(r.errs...)
+}
+
+func (t *tree) clean(ctx context.Context) error {
+	if t.isLink {
+		// A symlink or file where the directory belongs: unlink it.
+		if err := fsat.Retry(func() error { return unix.Unlinkat(t.parent.Fd(), t.name, 0) }); err != nil && err != unix.ENOENT {
+			return &os.PathError{Op: "unlinkat", Path: t.dir, Err: err}
+		}
+		return nil
+	}
+	r, err := t.examine()
+	if err != nil {
+		return err
+	}
+	if err := t.refusal(r); err != nil {
+		return err
+	}
+	own := map[string]uint64{}
+	for _, e := range r.entries {
+		if e.MountPoint && e.Own {
+			own[e.Container+"/"+e.Index] = e.mntID
+		}
+	}
+	logger := klog.FromContext(ctx)
+	var errs []error
+	containers, err := t.sub.ReadEntries()
+	if err != nil {
+		return fmt.Errorf("%w under %s: %w", ErrLeft, t.dir, err)
+	}
+	for _, ctr := range containers {
+		cpath := t.sub.Join(ctr.Name)
+		if ctr.Type != fs.ModeDir {
+			if err := unlinkat(t.sub.Fd(), ctr.Name, 0); err != nil {
+				errs = append(errs, &os.PathError{Op: "unlinkat", Path: cpath, Err: err})
 			}
 			continue
 		}
-		errs = append(errs, cleanContainer(logger, cfd, cpath, ctr, holdsForeign)...)
-		unix.Close(cfd)
-		if err := unix.Unlinkat(fd, ctr, unix.AT_REMOVEDIR); err != nil && err != unix.ENOENT && err != unix.ENOTEMPTY {
-			left(&os.PathError{Op: "rmdir", Path: cpath, Err: err})
+		cdir, err := t.sub.OpenDir(ctr.Name)
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+			if err := unlinkat(t.sub.Fd(), ctr.Name, 0); err != nil {
+				errs = append(errs, &os.PathError{Op: "unlinkat", Path: cpath, Err: err})
+			}
+			continue
+		}
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		// Ask the open directory itself: a mount that appeared on it since
+		// the examination is never entered.
+		if root, _, _, err := mountRoot(cdir.Fd(), ""); err != nil || root {
+			cdir.Close()
+			if err != nil {
+				errs = append(errs, &os.PathError{Op: "statx", Path: cpath, Err: err})
+			} else {
+				errs = append(errs, &mountdetect.CrossesMountError{Path: t.dir, Mounts: []mountdetect.Mount{{MountPoint: cpath}}, DuringWalk: true})
+			}
+			continue
+		}
+		errs = append(errs, cleanContainer(logger, cdir, ctr.Name, own, t.dir)...)
+		cdir.Close()
+		if err := unlinkat(t.sub.Fd(), ctr.Name, unix.AT_REMOVEDIR); err != nil && err != unix.ENOTEMPTY {
+			errs = append(errs, &os.PathError{Op: "rmdir", Path: cpath, Err: err})
 		}
 	}
-	if len(foreign) > 0 {
-		errs = append(errs, &mountdetect.CrossesMountError{Path: dir, Mounts: foreign})
-	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%w under %s: %w", ErrLeft, dir, errors.Join(errs...))
+		return fmt.Errorf("%w under %s: %w", ErrLeft, t.dir, errors.Join(errs...))
 	}
-	if err := unix.Unlinkat(parent, filepath.Base(dir), unix.AT_REMOVEDIR); err != nil && err != unix.ENOENT {
-		return &os.PathError{Op: "rmdir", Path: dir, Err: err}
+	if err := unlinkat(t.parent.Fd(), t.name, unix.AT_REMOVEDIR); err != nil {
+		return &os.PathError{Op: "rmdir", Path: t.dir, Err: err}
 	}
 	return nil
 }
 
-func cleanContainer(logger klog.Logger, cfd int, cpath, ctr string, holdsForeign map[string]bool) []error {
-	var errs []error
-	indexes, err := readNames(cfd)
-	if err != nil {
-		return []error{&os.PathError{Op: "readdir", Path: cpath, Err: err}}
+// unlinkat is unlinkat(2) where a missing entry is success.
+func unlinkat(dirfd int, name string, flags int) error {
+	err := fsat.Retry(func() error { return unix.Unlinkat(dirfd, name, flags) })
+	if err == unix.ENOENT {
+		return nil
 	}
-	for _, idx := range indexes {
-		p := filepath.Join(cpath, idx)
-		mounted, typ, err := isMountRoot(cfd, idx)
+	return err
+}
+
+// cleanContainer unmounts the own binds among cdir's entries (own maps
+// "<container>/<index>" to the mount ID examined) and removes the entries.
+func cleanContainer(logger klog.Logger, cdir *fsat.Dir, ctr string, own map[string]uint64, dir string) []error {
+	var errs []error
+	idxs, err := cdir.ReadEntries()
+	if err != nil {
+		return []error{err}
+	}
+	for _, idx := range idxs {
+		p := cdir.Join(idx.Name)
+		mounted, id, typ, err := mountRoot(cdir.Fd(), idx.Name)
 		if err == unix.ENOENT {
 			continue
 		}
@@ -204,21 +434,22 @@ func cleanContainer(logger klog.Logger, cfd int, cpath, ctr string, holdsForeign
 			errs = append(errs, &os.PathError{Op: "statx", Path: p, Err: err})
 			continue
 		}
-		if holdsForeign[ctr+"/"+idx] {
-			continue // a foreign mount beneath this entry: leave it (reported by the caller)
-		}
 		if mounted {
-			// Unmount through the directory fd: the path cannot be
-			// redirected by a symlink swapped into the tree.
-			target := "/proc/self/fd/" + strconv.Itoa(cfd) + "/" + idx
-			if err := unix.Unmount(target, unix.UMOUNT_NOFOLLOW); err != nil {
+			if want, ok := own[ctr+"/"+idx.Name]; !ok || want != id {
+				// Not the mount examined: it appeared or was swapped since.
+				errs = append(errs, &mountdetect.CrossesMountError{Path: dir, Mounts: []mountdetect.Mount{{MountPoint: p}}, DuringWalk: true})
+				continue
+			}
+			// Through the directory's descriptor, not following a symlink
+			// swapped in for the entry.
+			if err := unix.Unmount(cdir.ProcPath(idx.Name), unix.UMOUNT_NOFOLLOW); err != nil {
 				errs = append(errs, &os.PathError{Op: "umount", Path: p, Err: err})
 				continue
 			}
 			logger.V(2).Info("Unmounted subpath", "path", p)
-			if mounted, typ, err = isMountRoot(cfd, idx); err != nil || mounted {
+			if mounted, _, typ, err = mountRoot(cdir.Fd(), idx.Name); err != nil || mounted {
 				if err == nil {
-					err = errors.New("still a mount point after unmount (stacked mounts)")
+					err = errors.New("still a mount point after unmount (a mount was stacked on it or swapped in)")
 				}
 				errs = append(errs, &os.PathError{Op: "umount", Path: p, Err: err})
 				continue
@@ -228,67 +459,11 @@ func cleanContainer(logger klog.Logger, cfd int, cpath, ctr string, holdsForeign
 		if typ == unix.S_IFDIR {
 			op, flags = "rmdir", unix.AT_REMOVEDIR // rmdir only: a non-empty directory stays
 		}
-		if err := unix.Unlinkat(cfd, idx, flags); err != nil && err != unix.ENOENT {
+		if err := unlinkat(cdir.Fd(), idx.Name, flags); err != nil {
 			errs = append(errs, &os.PathError{Op: op, Path: p, Err: err})
 		}
 	}
 	return errs
-}
-
-func list(dir string) ([]Entry, error) {
-	parent, fd, ok, err := openTree(dir)
-	if !ok {
-		if parent >= 0 {
-			unix.Close(parent)
-		}
-		switch err {
-		case nil:
-			return nil, nil // nothing there
-		case unix.ELOOP, unix.ENOTDIR:
-			return nil, nil // a symlink or file where the directory belongs: no entries
-		}
-		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
-	}
-	defer unix.Close(parent)
-	defer unix.Close(fd)
-	var out []Entry
-	var errs []error
-	containers, err := readNames(fd)
-	if err != nil {
-		return nil, &os.PathError{Op: "readdir", Path: dir, Err: err}
-	}
-	for _, ctr := range containers {
-		cpath := filepath.Join(dir, ctr)
-		cfd, err := openDirNoFollow(fd, ctr)
-		if err == unix.ELOOP || err == unix.ENOTDIR || err == unix.ENOENT {
-			continue // not a container directory (Clean unlinks it)
-		}
-		if err != nil {
-			errs = append(errs, &os.PathError{Op: "openat", Path: cpath, Err: err})
-			continue
-		}
-		idxs, err := readNames(cfd)
-		if err != nil {
-			errs = append(errs, &os.PathError{Op: "readdir", Path: cpath, Err: err})
-		}
-		for _, idx := range idxs {
-			p := filepath.Join(cpath, idx)
-			mounted, _, err := isMountRoot(cfd, idx)
-			if err == unix.ENOENT {
-				continue
-			}
-			if err != nil {
-				// An entry whose mount status is unknown is not reported as
-				// "not mounted".
-				errs = append(errs, &os.PathError{Op: "statx", Path: p, Err: err})
-				continue
-			}
-			out = append(out, Entry{Container: ctr, Index: idx, Path: p, MountPoint: mounted})
-		}
-		unix.Close(cfd)
-	}
-	slices.SortFunc(out, compareEntries)
-	return out, errors.Join(errs...)
 }
 
 // compareEntries orders by container, then by index as a number when both

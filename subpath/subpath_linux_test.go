@@ -49,14 +49,14 @@ func newEnv(t *testing.T) *env {
 
 func TestCleanMissingIsSuccess(t *testing.T) {
 	e := newEnv(t)
-	if err := e.cleaner.Clean(e.ctx, uid, "data"); err != nil {
+	if err := e.cleaner.Clean(e.ctx, uid, emptydir.PluginName, "data"); err != nil {
 		t.Fatalf("Clean(missing) = %v", err)
 	}
-	if err := e.cleaner.Clean(e.ctx, "other-pod", "data"); err != nil {
+	if err := e.cleaner.Clean(e.ctx, "other-pod", emptydir.PluginName, "data"); err != nil {
 		t.Fatalf("Clean(missing pod) = %v", err)
 	}
 	for _, c := range []struct{ uid, vol string }{{"../x", "data"}, {uid, ".."}, {uid, "a/b"}, {"", "data"}} {
-		if err := e.cleaner.Clean(e.ctx, c.uid, c.vol); !errors.Is(err, volume.ErrInvalidName) {
+		if err := e.cleaner.Clean(e.ctx, c.uid, emptydir.PluginName, c.vol); !errors.Is(err, volume.ErrInvalidName) {
 			t.Errorf("Clean(%q, %q) = %v; want ErrInvalidName", c.uid, c.vol, err)
 		}
 	}
@@ -73,7 +73,7 @@ func TestCleanWithoutMounts(t *testing.T) {
 		"symlink sidecar "+outside,     // at the container level too
 		"file busy/0/leftover content", // a non-empty entry: rmdir fails, left
 	)
-	err := e.cleaner.Clean(e.ctx, uid, "data")
+	err := e.cleaner.Clean(e.ctx, uid, emptydir.PluginName, "data")
 	if !errors.Is(err, ErrLeft) || !strings.Contains(err.Error(), filepath.Join(e.subDir, "busy/0")) {
 		t.Fatalf("Clean = %v; want ErrLeft naming busy/0", err)
 	}
@@ -87,7 +87,7 @@ func TestCleanWithoutMounts(t *testing.T) {
 		t.Errorf("non-empty entry was not left alone: %q %v", b, err)
 	}
 	os.Remove(filepath.Join(e.subDir, "busy/0/leftover"))
-	if err := e.cleaner.Clean(e.ctx, uid, "data"); err != nil {
+	if err := e.cleaner.Clean(e.ctx, uid, emptydir.PluginName, "data"); err != nil {
 		t.Fatalf("second Clean = %v", err)
 	}
 	if _, err := os.Lstat(e.subDir); !os.IsNotExist(err) {
@@ -101,7 +101,7 @@ func TestCleanSymlinkAtVolumeLevel(t *testing.T) {
 	snap := mounttest.Sentinels(t, outside)
 	os.MkdirAll(filepath.Dir(e.subDir), 0o750)
 	os.Symlink(outside, e.subDir)
-	if err := e.cleaner.Clean(e.ctx, uid, "data"); err != nil {
+	if err := e.cleaner.Clean(e.ctx, uid, emptydir.PluginName, "data"); err != nil {
 		t.Fatal(err)
 	}
 	mounttest.Intact(t, outside, snap)
@@ -130,7 +130,7 @@ func TestCleanRealBindMounts(t *testing.T) {
 	mounttest.Tmpfs(t, foreignCtr, "")
 	mounttest.Build(t, foreignCtr, "file keep x")
 
-	entries, err := e.cleaner.List(uid, "data")
+	entries, err := e.cleaner.List(uid, emptydir.PluginName, "data")
 	if err != nil || len(entries) < 3 {
 		t.Fatalf("List = %+v, %v", entries, err)
 	}
@@ -144,31 +144,34 @@ func TestCleanRealBindMounts(t *testing.T) {
 		t.Errorf("List found %d mounted entries; want 3: %+v", mountedCount, entries)
 	}
 
-	err = e.cleaner.Clean(e.ctx, uid, "data")
-	var crossing *mountdetect.CrossesMountError
-	if !errors.Is(err, ErrLeft) || !errors.As(err, &crossing) {
-		t.Fatalf("Clean = %v; want ErrLeft with the foreign mounts", err)
-	}
-	for _, want := range []string{foreignInner, foreignCtr} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error does not name foreign mount %s: %v", want, err)
+	before := mounttest.Snapshot(t, e.base)
+	for _, op := range []struct {
+		name string
+		fn   func() error
+	}{
+		{"Check", func() error { return e.cleaner.Check(e.ctx, uid, emptydir.PluginName, "data") }},
+		{"Clean", func() error { return e.cleaner.Clean(e.ctx, uid, emptydir.PluginName, "data") }},
+	} {
+		err := op.fn()
+		var crossing *mountdetect.CrossesMountError
+		if !errors.Is(err, ErrRefused) || !errors.As(err, &crossing) {
+			t.Fatalf("%s = %v; want ErrRefused with the foreign mounts", op.name, err)
+		}
+		for _, want := range []string{foreignInner, foreignCtr} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: error does not name foreign mount %s: %v", op.name, want, err)
+			}
+		}
+		if strings.Contains(err.Error(), "app/0") || strings.Contains(err.Error(), "app/1") {
+			t.Errorf("%s: the volume's own binds are reported as foreign: %v", op.name, err)
 		}
 	}
-	// app's bind mounts are gone; the volume's data is intact.
-	for _, p := range []string{filepath.Join(e.subDir, "app/0"), filepath.Join(e.subDir, "app/1")} {
-		if _, err := os.Lstat(p); !os.IsNotExist(err) {
-			t.Errorf("%s not cleaned: %v", p, err)
+	// A refusal changes nothing: every bind is still mounted.
+	mounttest.Intact(t, e.base, before)
+	for _, p := range []string{"app/0", "app/1", "sidecar/0"} {
+		if m, _, _ := mountdetect.IsMountPoint(filepath.Join(e.subDir, p)); !m {
+			t.Errorf("%s was unmounted by a refused Clean", p)
 		}
-	}
-	if b, _ := os.ReadFile(filepath.Join(e.volDir, "sub/dir/data.txt")); string(b) != "in-volume" {
-		t.Errorf("volume data changed: %q", b)
-	}
-	if b, _ := os.ReadFile(filepath.Join(e.volDir, "conf/app.conf")); string(b) != "cfg" {
-		t.Errorf("bind-mounted file source changed: %q", b)
-	}
-	// The entry holding a foreign mount, and the foreign container mount, stay.
-	if m, _, _ := mountdetect.IsMountPoint(filepath.Join(e.subDir, "sidecar/0")); !m {
-		t.Error("sidecar/0 (holding a foreign mount) was unmounted")
 	}
 	if b, _ := os.ReadFile(filepath.Join(foreignCtr, "keep")); string(b) != "x" {
 		t.Error("foreign container mount touched")
@@ -177,7 +180,7 @@ func TestCleanRealBindMounts(t *testing.T) {
 	// Once the foreign mounts go, cleaning finishes and TearDown succeeds.
 	mounttest.Unmount(t, foreignInner)
 	mounttest.Unmount(t, foreignCtr)
-	if err := e.cleaner.Clean(e.ctx, uid, "data"); err != nil {
+	if err := e.cleaner.Clean(e.ctx, uid, emptydir.PluginName, "data"); err != nil {
 		t.Fatalf("Clean after the foreign mounts are gone = %v", err)
 	}
 	u, _ := e.plugin.NewUnmounter("data", uid)
@@ -197,7 +200,7 @@ func TestCleanBusyMount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = e.cleaner.Clean(e.ctx, uid, "data")
+	err = e.cleaner.Clean(e.ctx, uid, emptydir.PluginName, "data")
 	if !errors.Is(err, ErrLeft) || !errors.Is(err, unix.EBUSY) || !strings.Contains(err.Error(), target) {
 		t.Fatalf("Clean = %v; want ErrLeft with EBUSY naming %s", err, target)
 	}
@@ -205,7 +208,7 @@ func TestCleanBusyMount(t *testing.T) {
 		t.Error("busy subpath mount was detached")
 	}
 	f.Close()
-	if err := e.cleaner.Clean(e.ctx, uid, "data"); err != nil {
+	if err := e.cleaner.Clean(e.ctx, uid, emptydir.PluginName, "data"); err != nil {
 		t.Fatalf("Clean once no longer busy = %v", err)
 	}
 }
@@ -223,9 +226,184 @@ func TestCleanMountOnContainerDirDuringWalk(t *testing.T) {
 	snap := mounttest.Snapshot(t, nas)
 	testHookAfterMountTable = func() { mounttest.Bind(t, nas, ctrDir) }
 	t.Cleanup(func() { testHookAfterMountTable = nil })
-	err := e.cleaner.Clean(e.ctx, uid, "data")
-	if !errors.Is(err, ErrLeft) || !strings.Contains(err.Error(), ctrDir) {
-		t.Errorf("Clean = %v; want ErrLeft naming %s", err, ctrDir)
+	err := e.cleaner.Clean(e.ctx, uid, emptydir.PluginName, "data")
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), ctrDir) {
+		t.Errorf("Clean = %v; want ErrRefused naming %s", err, ctrDir)
 	}
 	mounttest.Intact(t, nas, snap)
+}
+
+// TestOnlyOwnBindsAreUnmounted (issue 10, finding 7): a mount at an
+// <index> entry is unmounted only when it is a bind of the volume
+// directory or of something inside it. Anything else is refused by Check
+// and Clean, which change nothing; the foreign mount keeps its data byte
+// for byte.
+func TestOnlyOwnBindsAreUnmounted(t *testing.T) {
+	mounttest.RequireMounts(t)
+	cases := []struct {
+		name  string
+		mount func(t *testing.T, e *env, target string) (data string)
+	}{
+		{"tmpfs", func(t *testing.T, e *env, target string) string {
+			mounttest.Mount(t, "nas:/export", target, "tmpfs", 0, "size=1m")
+			return target
+		}},
+		{"bind of a directory on another tmpfs", func(t *testing.T, e *env, target string) string {
+			other := filepath.Join(e.base, "other")
+			mounttest.Tmpfs(t, other, "size=1m")
+			mounttest.Build(t, other, "dir share")
+			mounttest.Bind(t, filepath.Join(other, "share"), target)
+			return filepath.Join(other, "share")
+		}},
+		{"bind of a directory outside the volume on its filesystem", func(t *testing.T, e *env, target string) string {
+			outside := filepath.Join(e.base, "kubelet", "outside")
+			mounttest.Build(t, outside, "dir x")
+			mounttest.Bind(t, outside, target)
+			return outside
+		}},
+		{"bind of the volume's parent directory", func(t *testing.T, e *env, target string) string {
+			mounttest.Bind(t, filepath.Dir(e.volDir), target)
+			return filepath.Dir(e.volDir)
+		}},
+		{"own bind with a tmpfs stacked on it", func(t *testing.T, e *env, target string) string {
+			mounttest.Build(t, e.volDir, "dir sub")
+			mounttest.Bind(t, filepath.Join(e.volDir, "sub"), target)
+			mounttest.Mount(t, "nas:/export", target, "tmpfs", 0, "size=1m")
+			return target
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			mounttest.Build(t, e.volDir, "dir mine")
+			own := filepath.Join(e.subDir, "app/0")
+			mounttest.Bind(t, filepath.Join(e.volDir, "mine"), own)
+			target := filepath.Join(e.subDir, "app/1")
+			data := c.mount(t, e, target)
+			mounttest.Build(t, target, "file sentinel precious")
+			want := mounttest.Snapshot(t, data)
+			before := mounttest.Snapshot(t, e.base)
+
+			for name, fn := range map[string]func() error{
+				"Check": func() error { return e.cleaner.Check(e.ctx, uid, emptydir.PluginName, "data") },
+				"Clean": func() error { return e.cleaner.Clean(e.ctx, uid, emptydir.PluginName, "data") },
+			} {
+				err := fn()
+				if !errors.Is(err, ErrRefused) || !errors.Is(err, mountdetect.ErrCrossesMount) || !strings.Contains(err.Error(), target) {
+					t.Errorf("%s = %v; want ErrRefused naming %s", name, err, target)
+				}
+			}
+			mounttest.Intact(t, data, want)
+			mounttest.Intact(t, e.base, before)
+			for _, p := range []string{own, target} {
+				if !mounttest.IsMountRoot(t, p) {
+					t.Errorf("%s was unmounted", p)
+				}
+			}
+			entries, err := e.cleaner.List(uid, emptydir.PluginName, "data")
+			if err != nil || len(entries) != 2 || !entries[0].Own || entries[1].Own || !entries[1].MountPoint {
+				t.Errorf("List = %+v, %v; want app/0 own, app/1 a foreign mount", entries, err)
+			}
+		})
+	}
+}
+
+// TestOwnBindsOfAMemoryVolume: the volume is a tmpfs of its own; binds of
+// it are unmounted, a bind of another tmpfs is not.
+func TestOwnBindsOfAMemoryVolume(t *testing.T) {
+	mounttest.RequireMounts(t)
+	_, ctx := ktesting.NewTestContext(t)
+	base := t.TempDir()
+	l, _ := volume.NewLayout(filepath.Join(base, "kubelet"))
+	plugin := emptydir.New(volume.NewHost(l, nil, 1<<30))
+	pod := &volume.Pod{UID: uid, Volumes: []volume.Spec{{Name: "data", EmptyDir: &volume.EmptyDirSource{Medium: volume.StorageMediumMemory}}}}
+	m, err := plugin.NewMounter(&pod.Volumes[0], pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetUp(ctx, volume.MounterArgs{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(m.Path(), unix.MNT_DETACH) })
+	subDir, _ := l.VolumeSubpathsDir(uid, "data")
+	mounttest.Build(t, m.Path(), "dir a", "file b x")
+	mounttest.Bind(t, m.Path(), filepath.Join(subDir, "c/0"))
+	mounttest.Bind(t, filepath.Join(m.Path(), "a"), filepath.Join(subDir, "c/1"))
+	mounttest.Bind(t, filepath.Join(m.Path(), "b"), filepath.Join(subDir, "c/2"))
+	other := filepath.Join(base, "other")
+	mounttest.Tmpfs(t, other, "size=1m")
+	want := mounttest.Sentinels(t, other)
+	mounttest.Bind(t, other, filepath.Join(subDir, "c/3"))
+	cleaner := New(l)
+	err = cleaner.Clean(ctx, uid, emptydir.PluginName, "data")
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "c/3") || strings.Contains(err.Error(), "c/0") {
+		t.Fatalf("Clean = %v; want a refusal naming c/3 only", err)
+	}
+	mounttest.Unmount(t, filepath.Join(subDir, "c/3"))
+	if err := cleaner.Clean(ctx, uid, emptydir.PluginName, "data"); err != nil {
+		t.Fatalf("Clean of the own binds = %v", err)
+	}
+	mustNotExist(t, subDir)
+	mounttest.Intact(t, other, want)
+	if b, err := os.ReadFile(filepath.Join(m.Path(), "b")); err != nil || string(b) != "x" {
+		t.Errorf("volume data: %q, %v", b, err)
+	}
+}
+
+// TestSymlinksAboveTheVolumeAreErrors (issue 10, finding 3): a symlinked
+// pods/<uid> or volume-subpaths directory is an error naming it, and
+// nothing behind it is touched.
+func TestSymlinksAboveTheVolumeAreErrors(t *testing.T) {
+	mounttest.RequireMounts(t)
+	for _, comp := range []string{"pods/" + uid, "pods/" + uid + "/volume-subpaths"} {
+		t.Run(comp, func(t *testing.T) {
+			e := newEnv(t)
+			elsewhere := filepath.Join(e.base, "elsewhere")
+			victim := filepath.Join(elsewhere, "volume-subpaths/data/app/0")
+			mounttest.Build(t, elsewhere, "dir volume-subpaths/data/app/0", "dir share")
+			mounttest.Bind(t, filepath.Join(elsewhere, "share"), victim)
+			mounttest.Build(t, victim, "file precious keep")
+			before := mounttest.Snapshot(t, elsewhere)
+			link := filepath.Join(e.layout.Root(), comp)
+			target := elsewhere
+			if comp == "pods/"+uid {
+				// The pod directory itself: the pod's volumes move along.
+				if err := os.Rename(link, filepath.Join(elsewhere, "pod")); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Rename(filepath.Join(elsewhere, "volume-subpaths"), filepath.Join(elsewhere, "pod/volume-subpaths")); err != nil {
+					t.Fatal(err)
+				}
+				target = filepath.Join(elsewhere, "pod")
+				victim = filepath.Join(target, "volume-subpaths/data/app/0")
+				t.Cleanup(func() { _ = unix.Unmount(victim, unix.MNT_DETACH) }) // moved with its directory
+				before = mounttest.Snapshot(t, elsewhere)
+			} else {
+				target = filepath.Join(elsewhere, "volume-subpaths")
+			}
+			if err := os.Symlink(target, link); err != nil {
+				t.Fatal(err)
+			}
+			for name, fn := range map[string]func() error{
+				"Check": func() error { return e.cleaner.Check(e.ctx, uid, emptydir.PluginName, "data") },
+				"Clean": func() error { return e.cleaner.Clean(e.ctx, uid, emptydir.PluginName, "data") },
+				"List":  func() error { _, err := e.cleaner.List(uid, emptydir.PluginName, "data"); return err },
+			} {
+				if err := fn(); !errors.Is(err, unix.ELOOP) || !strings.Contains(err.Error(), link) {
+					t.Errorf("%s = %v; want an error naming the symlink %s", name, err, link)
+				}
+			}
+			mounttest.Intact(t, elsewhere, before)
+			if !mounttest.IsMountRoot(t, victim) {
+				t.Error("the bind behind the symlink was unmounted")
+			}
+		})
+	}
+}
+
+func mustNotExist(t *testing.T, p string) {
+	t.Helper()
+	if _, err := os.Lstat(p); !os.IsNotExist(err) {
+		t.Errorf("%s still exists (%v)", p, err)
+	}
 }

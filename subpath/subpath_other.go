@@ -8,6 +8,17 @@ import (
 	"github.com/nodevol/nodevol/mountdetect"
 )
 
-func clean(context.Context, string) error { return mountdetect.ErrUnsupported }
+type tree struct{}
 
-func list(string) ([]Entry, error) { return nil, mountdetect.ErrUnsupported }
+func (c *Cleaner) open(podUID, plugin, vol string) (*tree, error) {
+	return nil, mountdetect.ErrUnsupported
+}
+
+func (t *tree) close()                      {}
+func (t *tree) check() error                { return mountdetect.ErrUnsupported }
+func (t *tree) clean(context.Context) error { return mountdetect.ErrUnsupported }
+func (t *tree) list() ([]Entry, error)      { return nil, mountdetect.ErrUnsupported }
+
+func (t *tree) examineAll(*mountdetect.MountTable) ([]Entry, error, error) {
+	return nil, nil, mountdetect.ErrUnsupported
+}

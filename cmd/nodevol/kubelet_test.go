@@ -21,7 +21,7 @@ const (
 )
 
 var (
-	teardownKeys = []string{"path", "podUID", "volume", "medium", "action", "dryRun", "done", "refused", "mounts", "reason"}
+	teardownKeys = []string{"path", "podUID", "volume", "medium", "action", "dryRun", "done", "refused", "mounts", "reason", "subpaths"}
 	scanKeys     = []string{"podUID", "plugin", "volume", "path", "medium", "mountPoint", "nestedMounts", "subpaths", "safeToRemove", "reason"}
 )
 

@@ -138,7 +138,7 @@ func scanRoot(root string) (*scanReport, error) {
 	for _, vd := range found.Volumes {
 		v := examineVolume(layout, tab, vd)
 		if v.err == nil {
-			v.addSubpaths(subpaths)
+			v.addSubpaths(subpaths, tab)
 		}
 		s.volumes = append(s.volumes, v)
 	}
@@ -227,23 +227,37 @@ func (v *scanVolume) fail(err error) {
 }
 
 // addSubpaths lists the volume's subpath entries, sorted by container and
-// index, and says in the reason what the mounted ones mean. They do not
-// change the verdict: the volume manager unmounts them before TearDown,
-// and they are not beneath the volume directory, so neither
-// "nodevol teardown" nor "nodevol rm" of the volume would enter them.
-func (v *scanVolume) addSubpaths(c *subpath.Cleaner) {
-	entries, err := c.List(v.PodUID, v.Volume)
+// index, and says in the reason what the mounted ones mean. The volume's
+// own subPath binds do not change the verdict: the volume manager and
+// nodevol teardown unmount them before the teardown, and they are not
+// beneath the volume directory, so neither "nodevol teardown" nor
+// "nodevol rm" of the volume would enter them. Any other mount in the
+// subpath tree makes the volume unsafe: the teardown would refuse.
+func (v *scanVolume) addSubpaths(c *subpath.Cleaner, tab *mountdetect.MountTable) {
+	entries, refusal, err := c.Examine(v.PodUID, v.Plugin, v.Volume, tab)
 	if err != nil {
-		v.fail(fmt.Errorf("list subpaths: %w", err))
+		v.fail(fmt.Errorf("examine subpaths: %w", err))
 		return
 	}
-	v.Subpaths = append(v.Subpaths, entries...) // List sorts them
-	mounted := 0
-	for _, e := range entries {
-		if e.MountPoint {
-			mounted++
+	v.Subpaths = append(v.Subpaths, entries...) // sorted
+	var refused *subpath.RefusedError
+	switch {
+	case errors.As(refusal, &refused) && len(refused.Mounts) > 0:
+		n := len(refused.Mounts)
+		v.SafeToRemove = false
+		v.Reason += fmt.Sprintf("; %s in its subPath tree %s not the volume's own subPath binds, so nodevol teardown would refuse:", plural(n, "mount"), isAre(n, "is", "are"))
+		for _, m := range refused.Mounts {
+			v.Reason += " " + describeMount(m)
 		}
+		if len(refused.Errs) > 0 {
+			v.fail(errors.Join(refused.Errs...))
+		}
+		return
+	case refusal != nil:
+		v.fail(fmt.Errorf("examine subpaths: %w", refusal))
+		return
 	}
+	mounted := countMounted(entries)
 	if mounted > 0 {
 		v.Reason += fmt.Sprintf("; %s of its containers %s active: the volume manager and nodevol teardown unmount %s before the teardown, so %s not make the volume unsafe",
 			plural(mounted, "subPath bind mount"), isAre(mounted, "is", "are"), isAre(mounted, "it", "them"), isAre(mounted, "it does", "they do"))

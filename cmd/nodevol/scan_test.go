@@ -214,9 +214,9 @@ func testScanCLI(t *testing.T, bin binary) {
 		vols, _, _ := scanLines(t, r.stdout)
 		v := byVolume(vols)
 		want := []any{
-			map[string]any{"container": "app", "index": "0", "path": logs, "mountPoint": true},
-			map[string]any{"container": "app", "index": "10", "path": host, "mountPoint": true},
-			map[string]any{"container": "sidecar", "index": "1", "path": stale, "mountPoint": false},
+			map[string]any{"container": "app", "index": "0", "path": logs, "mountPoint": true, "own": true},
+			map[string]any{"container": "app", "index": "10", "path": host, "mountPoint": true, "own": true},
+			map[string]any{"container": "sidecar", "index": "1", "path": stale, "mountPoint": false, "own": false},
 		}
 		if got := v["cache"]["subpaths"]; !reflect.DeepEqual(got, want) {
 			t.Errorf("cache subpaths = %v; want %v", got, want)

@@ -35,6 +35,9 @@ type teardownResult struct {
 	Refused bool                `json:"refused"`
 	Mounts  []mountdetect.Mount `json:"mounts"` // never nil: [] in JSON
 	Reason  string              `json:"reason"`
+	// Subpaths are the containers' subPath entries of the volume, which
+	// the teardown unmounts (own binds) and removes first.
+	Subpaths []subpath.Entry `json:"subpaths"` // never nil: [] in JSON
 	failureJSON
 
 	plan       emptydir.Plan
@@ -88,14 +91,18 @@ func emptyDirVolume(path string) (layout volume.Layout, vp volume.VolumePath, pl
 	return layout, vp, emptydir.New(volume.NewHost(layout, nil, 0)), nil
 }
 
-// planTeardown is teardown --dry-run: what emptydir's TearDown would do,
-// from the plugin's PlanTearDown, which changes nothing.
-func planTeardown(path string) teardownResult {
-	r := teardownResult{Path: path, DryRun: true, Mounts: []mountdetect.Mount{}}
+// planTeardown is teardown --dry-run: what the volume manager's unmount
+// operation would do — the subpath check, then emptydir's PlanTearDown —
+// changing nothing.
+func planTeardown(ctx context.Context, path string) teardownResult {
+	r := teardownResult{Path: path, DryRun: true, Mounts: []mountdetect.Mount{}, Subpaths: []subpath.Entry{}}
 	layout, vp, plugin, err := emptyDirVolume(path)
 	r.PodUID, r.Volume = vp.PodUID, vp.Volume
 	if err != nil {
 		r.setErr(err)
+		return r
+	}
+	if !r.checkSubpaths(ctx, layout, vp) {
 		return r
 	}
 	r.metaExists = metaExists(layout, vp)
@@ -108,23 +115,50 @@ func planTeardown(path string) teardownResult {
 	return r
 }
 
-// tearDownVolume tears the volume down as the volume manager's unmount
-// operation does: the containers' subPath bind mounts of the volume are
-// cleaned first (a failure stops here, before anything of the volume is
-// touched), then the plugin's TearDownVolume, whose plan is reported.
-func tearDownVolume(ctx context.Context, path string) teardownResult {
-	r := teardownResult{Path: path, Mounts: []mountdetect.Mount{}}
-	layout, vp, plugin, err := emptyDirVolume(path)
-	r.PodUID, r.Volume = vp.PodUID, vp.Volume
+// checkSubpaths runs the subpath check and lists the entries, changing
+// nothing; false when the teardown stops here (a refusal or an error,
+// recorded in r).
+func (r *teardownResult) checkSubpaths(ctx context.Context, layout volume.Layout, vp volume.VolumePath) bool {
+	entries, err, examErr := subpath.New(layout).Examine(vp.PodUID, vp.Plugin, vp.Volume, nil)
+	if examErr != nil {
+		r.setErr(fmt.Errorf("check subpath mounts: %w", examErr))
+		return false
+	}
+	var refused *subpath.RefusedError
+	if errors.As(err, &refused) && len(refused.Mounts) > 0 {
+		r.Refused, r.Action = true, emptydir.ActionRefuse.String()
+		r.Reason = "a mount in the volume's subPath tree is not one of the volume's own subPath binds (they are cleaned before the volume, so nothing of the volume is touched)"
+		r.Mounts = append(r.Mounts[:0], refused.Mounts...)
+		if len(refused.Errs) > 0 {
+			r.setErr(errors.Join(refused.Errs...))
+		}
+		return false
+	}
 	if err != nil {
-		r.setErr(err)
+		r.setErr(fmt.Errorf("check subpath mounts: %w", err))
+		return false
+	}
+	r.Subpaths = append(r.Subpaths, entries...)
+	return true
+}
+
+// tearDownVolume tears the volume down as the volume manager's unmount
+// operation does: everything that can refuse is asked first, changing
+// nothing (the subpath check, then the teardown's plan); then the
+// containers' subPath bind mounts are cleaned (a failure stops here,
+// before anything of the volume is touched), then the plugin's
+// TearDownVolume runs, whose plan is reported.
+func tearDownVolume(ctx context.Context, path string) teardownResult {
+	r := planTeardown(ctx, path)
+	r.DryRun = false
+	if r.err != nil || r.Refused {
 		return r
 	}
-	if err := subpath.New(layout).Clean(ctx, vp.PodUID, vp.Volume); err != nil {
+	layout, vp, plugin, _ := emptyDirVolume(path)
+	if err := subpath.New(layout).Clean(ctx, vp.PodUID, vp.Plugin, vp.Volume); err != nil {
 		r.setErr(fmt.Errorf("clean subpath mounts first: %w", err))
 		return r
 	}
-	r.metaExists = metaExists(layout, vp)
 	plan, err := plugin.TearDownVolume(ctx, vp.PodUID, vp.Volume)
 	r.setPlan(plan)
 	if err == nil {
@@ -209,7 +243,7 @@ directory or could not be torn down, or bad usage.`, stderr)
 	for _, p := range paths {
 		var r teardownResult
 		if *dryRun {
-			r = planTeardown(p)
+			r = planTeardown(ctx, p)
 		} else {
 			r = tearDownVolume(ctx, p)
 		}
@@ -254,6 +288,13 @@ func writeTeardownHuman(stdout, stderr io.Writer, r *teardownResult) {
 	if r.Refused || r.err != nil {
 		return
 	}
+	if n := countMounted(r.Subpaths); n > 0 {
+		if r.DryRun {
+			fmt.Fprintf(stdout, "would unmount %s of its containers first\n", plural(n, "subPath bind mount"))
+		} else {
+			fmt.Fprintf(stdout, "unmounted %s of its containers first\n", plural(n, "subPath bind mount"))
+		}
+	}
 	medium := r.plan.Info.Medium.String()
 	switch r.Action {
 	case emptydir.ActionNone.String():
@@ -284,4 +325,15 @@ func writeTeardownHuman(stdout, stderr io.Writer, r *teardownResult) {
 	default:
 		fmt.Fprintf(stdout, "torn down %s\n", path)
 	}
+}
+
+// countMounted counts the subpath entries that are mount points.
+func countMounted(es []subpath.Entry) int {
+	n := 0
+	for _, e := range es {
+		if e.MountPoint {
+			n++
+		}
+	}
+	return n
 }

@@ -241,3 +241,56 @@ func TestTeardownCleansSubpathsFirst(t *testing.T) {
 		t.Errorf("volume not torn down: %v", err)
 	}
 }
+
+// TestRefusedTeardownKeepsSubpaths (issue 10, finding 6): with an active
+// subPath bind and a NAS beneath the volume, teardown refuses before it
+// changes anything — the subPath bind stays mounted — and the dry run
+// says the subPath bind would be unmounted first.
+func TestRefusedTeardownKeepsSubpaths(t *testing.T) {
+	mounttest.RequireMounts(t)
+	base := realTempDir(t)
+	k := newKubelet(t, base)
+	vol := k.setUp(t, "uid-1", "cache", volume.EmptyDirSource{})
+	mounttest.Build(t, vol, "file sub/f x")
+	sp, _ := k.layout.SubpathDir("uid-1", "cache", "app", 0)
+	mounttest.Bind(t, filepath.Join(vol, "sub"), sp)
+
+	r := nodevol(t, "teardown", "--dry-run", vol)
+	r.wantCode(t, exitOK)
+	wantContains(t, "stdout", r.stdout, "would unmount 1 subPath bind mount of its containers first\n", "would remove "+vol)
+	r = nodevol(t, "teardown", "--dry-run", "--json", vol)
+	objs := jsonLines(t, r.stdout, teardownKeys...)
+	if subs, _ := objs[0]["subpaths"].([]any); len(subs) != 1 {
+		t.Errorf("--json subpaths = %v; want the one entry", objs[0]["subpaths"])
+	}
+
+	nas := filepath.Join(vol, "nas")
+	mounttest.Tmpfs(t, nas, "size=1m")
+	want := mounttest.Sentinels(t, nas)
+	before := mounttest.Snapshot(t, base)
+	for _, args := range [][]string{{"teardown", "--dry-run", vol}, {"teardown", vol}} {
+		r := nodevol(t, args...)
+		r.wantCode(t, exitRefused)
+		wantContains(t, "stderr", r.stderr, nas)
+	}
+	if !mounttest.IsMountRoot(t, sp) {
+		t.Error("the subPath bind was unmounted by a refused teardown")
+	}
+	mounttest.Intact(t, nas, want)
+	mounttest.Intact(t, base, before)
+
+	// A foreign mount in the subPath tree is refused too, changing nothing.
+	mounttest.Unmount(t, nas)
+	foreign := filepath.Join(filepath.Dir(sp), "1")
+	mounttest.Tmpfs(t, foreign, "size=1m")
+	fwant := mounttest.Sentinels(t, foreign)
+	before = mounttest.Snapshot(t, base)
+	r = nodevol(t, "teardown", vol)
+	r.wantCode(t, exitRefused)
+	wantContains(t, "stderr", r.stderr, foreign, "not one of the volume's own subPath binds")
+	mounttest.Intact(t, foreign, fwant)
+	mounttest.Intact(t, base, before)
+	if !mounttest.IsMountRoot(t, sp) || !mounttest.IsMountRoot(t, foreign) {
+		t.Error("a refused teardown unmounted a subPath entry")
+	}
+}

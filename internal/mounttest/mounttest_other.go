@@ -29,3 +29,9 @@ func LoopFS(tb testing.TB, fstype string, size int64, mountOpts string, mkfsArgs
 
 // ManyMounts is not available outside Linux.
 func ManyMounts(tb testing.TB, dir string, n int) { tb.Skip("skipping: mounts are Linux-only") }
+
+// IsMountRoot skips: mounts are Linux-only.
+func IsMountRoot(t testing.TB, path string) bool {
+	t.Skip("skipping: mounts are Linux-only")
+	return false
+}

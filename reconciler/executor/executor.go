@@ -53,9 +53,19 @@ func (v VolumeToMount) mounted() MountedVolume {
 }
 
 // SubpathCleaner removes a volume's subpath bind mounts before TearDown
-// (package subpath provides one).
+// (package subpath provides one). Check returns the error Clean would
+// refuse with, changing nothing; plugin is the volume's plugin name.
 type SubpathCleaner interface {
-	Clean(ctx context.Context, podUID, volume string) error
+	Check(ctx context.Context, podUID, plugin, volume string) error
+	Clean(ctx context.Context, podUID, plugin, volume string) error
+}
+
+// TearDownChecker is implemented by an Unmounter that can say, changing
+// nothing, whether its TearDown would refuse (the emptyDir plugin's does).
+// UnmountVolume asks it before cleaning the subpaths, so that a refused
+// teardown leaves them in place.
+type TearDownChecker interface {
+	CheckTearDown(ctx context.Context) error
 }
 
 // Hooks observe operations (for metrics). Either may be nil.
@@ -127,21 +137,34 @@ func (x *Executor) MountVolume(ctx context.Context, v VolumeToMount, asw StateUp
 	}, done)
 }
 
-// UnmountVolume starts the teardown of v: its subpath bind mounts are
-// cleaned first (a failure fails the operation before TearDown runs), then
-// the plugin's TearDown; on success the volume is marked unmounted, on
+// UnmountVolume starts the teardown of v. Everything that can refuse is
+// asked first, changing nothing: the subpath check, then the unmounter's
+// own CheckTearDown when it has one. Then the subpath bind mounts are
+// cleaned (a failure fails the operation before TearDown runs), then the
+// plugin's TearDown runs; on success the volume is marked unmounted, on
 // failure uncertain, and the error — with its cause chain, such as a
 // nested-mount refusal — goes to done and into the backoff entry.
 func (x *Executor) UnmountVolume(ctx context.Context, v MountedVolume, asw StateUpdater, done func(error)) error {
 	return x.run(ctx, pendingops.OpUnmount, v, func(ctx context.Context) error {
+		plugin := v.Plugin.Name()
 		if x.subpaths != nil {
-			if err := x.subpaths.Clean(ctx, v.PodUID, v.InnerName); err != nil {
-				return fmt.Errorf("clean subpaths: %w", err)
+			if err := x.subpaths.Check(ctx, v.PodUID, plugin, v.InnerName); err != nil {
+				return fmt.Errorf("check subpaths: %w", err)
 			}
 		}
 		u, err := v.Plugin.NewUnmounter(v.InnerName, v.PodUID)
 		if err != nil {
 			return fmt.Errorf("new unmounter: %w", err)
+		}
+		if c, ok := u.(TearDownChecker); ok {
+			if err := c.CheckTearDown(ctx); err != nil {
+				return errors.Join(err, asw.MarkUncertain(v, err))
+			}
+		}
+		if x.subpaths != nil {
+			if err := x.subpaths.Clean(ctx, v.PodUID, plugin, v.InnerName); err != nil {
+				return fmt.Errorf("clean subpaths: %w", err)
+			}
 		}
 		if err := u.TearDown(ctx); err != nil {
 			return errors.Join(err, asw.MarkUncertain(v, err))

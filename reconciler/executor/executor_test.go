@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/nodevol/nodevol/internal/mounttest"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/reconciler/pendingops"
+	"github.com/nodevol/nodevol/subpath"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -212,9 +214,109 @@ func TestHangingTearDownEndsWithContext(t *testing.T) {
 
 type failingSubpaths struct{ called int }
 
-func (f *failingSubpaths) Clean(ctx context.Context, podUID, vol string) error {
+func (f *failingSubpaths) Check(ctx context.Context, podUID, plugin, vol string) error { return nil }
+func (f *failingSubpaths) Clean(ctx context.Context, podUID, plugin, vol string) error {
 	f.called++
 	return errors.New("subpath busy")
+}
+
+// recordingSubpaths records the order of calls; check is Check's answer.
+type recordingSubpaths struct {
+	calls []string
+	check error
+}
+
+func (r *recordingSubpaths) Check(ctx context.Context, podUID, plugin, vol string) error {
+	r.calls = append(r.calls, "check "+plugin+" "+vol)
+	return r.check
+}
+func (r *recordingSubpaths) Clean(ctx context.Context, podUID, plugin, vol string) error {
+	r.calls = append(r.calls, "clean "+plugin+" "+vol)
+	return nil
+}
+
+// checkingUnmounter refuses in CheckTearDown.
+type checkingUnmounter struct {
+	unmounterFunc
+	refuse error
+}
+
+func (c checkingUnmounter) CheckTearDown(context.Context) error { return c.refuse }
+
+type checkingPlugin struct {
+	*emptydir.Plugin
+	u checkingUnmounter
+}
+
+func (p *checkingPlugin) NewUnmounter(vol, uid string) (volume.Unmounter, error) { return p.u, nil }
+
+// TestRefusalBeforeAnyChange (issue 10, finding 6): a subpath check or a
+// teardown check that refuses stops the operation before the subpaths are
+// cleaned; when both pass, Clean runs before TearDown.
+func TestRefusalBeforeAnyChange(t *testing.T) {
+	refusal := &mountdetect.CrossesMountError{Path: "/v", Mounts: []mountdetect.Mount{{MountPoint: "/v/nas"}}}
+	for _, c := range []struct {
+		name          string
+		subpathCheck  error
+		tearDownCheck error
+		want          []string
+	}{
+		{"subpath check refuses", refusal, nil, []string{"check kubernetes.io/empty-dir cache"}},
+		{"teardown check refuses", nil, refusal, []string{"check kubernetes.io/empty-dir cache"}},
+		{"both pass", nil, nil, []string{"check kubernetes.io/empty-dir cache", "clean kubernetes.io/empty-dir cache", "teardown"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sp := &recordingSubpaths{check: c.subpathCheck}
+			e := newEnv(t, sp)
+			p := &checkingPlugin{Plugin: e.plugin, u: checkingUnmounter{
+				unmounterFunc: func(context.Context) error { sp.calls = append(sp.calls, "teardown"); return nil },
+				refuse:        c.tearDownCheck,
+			}}
+			mv := e.volumeToMount(p).mounted()
+			err := wait(t, func(done func(error)) error { return e.x.UnmountVolume(e.ctx, mv, e.asw, done) })
+			if (c.subpathCheck != nil || c.tearDownCheck != nil) != (err != nil) {
+				t.Errorf("err = %v", err)
+			}
+			if err != nil && !errors.Is(err, mountdetect.ErrCrossesMount) {
+				t.Errorf("err = %v; want the refusal in the chain", err)
+			}
+			if !slices.Equal(sp.calls, c.want) {
+				t.Errorf("calls = %q; want %q", sp.calls, c.want)
+			}
+		})
+	}
+}
+
+// TestRefusedTearDownLeavesSubpathBinds (issue 10, finding 6, with real
+// mounts): an emptyDir whose teardown refuses (a NAS mounted beneath it)
+// keeps its active subPath bind: the unmount operation fails before the
+// subpaths are cleaned.
+func TestRefusedTearDownLeavesSubpathBinds(t *testing.T) {
+	mounttest.RequireMounts(t)
+	e := newEnv(t, nil)
+	e.x.subpaths = subpath.New(e.layout)
+	vm := e.volumeToMount(e.plugin)
+	if err := wait(t, func(done func(error)) error { return e.x.MountVolume(e.ctx, vm, e.asw, done) }); err != nil {
+		t.Fatal(err)
+	}
+	volDir, _ := e.layout.VolumeDir("uid-1", emptydir.PluginName, "cache")
+	subDir, _ := e.layout.SubpathDir("uid-1", "cache", "app", 0)
+	mounttest.Build(t, volDir, "dir sub", "file pod-data keep")
+	mounttest.Bind(t, filepath.Join(volDir, "sub"), subDir)
+	nas := filepath.Join(volDir, "nas")
+	mounttest.Tmpfs(t, nas, "size=1m")
+	want := mounttest.Sentinels(t, nas)
+	before := mounttest.Snapshot(t, filepath.Dir(filepath.Dir(e.layout.Root())))
+
+	err := wait(t, func(done func(error)) error { return e.x.UnmountVolume(e.ctx, vm.mounted(), e.asw, done) })
+	if !errors.Is(err, mountdetect.ErrCrossesMount) {
+		t.Fatalf("UnmountVolume = %v; want the nested-mount refusal", err)
+	}
+	if !mounttest.IsMountRoot(t, subDir) {
+		t.Error("the subPath bind was unmounted by a refused teardown")
+	}
+	mounttest.Intact(t, nas, want)
+	mounttest.Intact(t, filepath.Dir(filepath.Dir(e.layout.Root())), before)
 }
 
 func TestSubpathFailureStopsTearDown(t *testing.T) {
