@@ -216,11 +216,19 @@ for example
 
   nothing there          success; leftover metadata is removed
   Default medium         the directory is removed without crossing a mount
-  Memory, HugePages      the tmpfs or hugetlbfs is unmounted, then removed
+  Memory, HugePages      the tmpfs or hugetlbfs SetUp made (its identity is
+                         recorded in nodevol.json) is unmounted, then removed
   a mount beneath it     refused: nothing changes, ready marker included,
                          and every mount is listed
-  anything else mounted  refused (an NFS share on the directory itself, or a
-  on it, or unsure       kernel that cannot tell whether it is a mount point)
+  anything else mounted  refused: a mount SetUp did not record (an NFS share
+  on it, or unsure       on the directory, stacked mounts, a volume set up by
+                         a stock kubelet), unreadable metadata, or a kernel
+                         that cannot tell whether it is a mount point
+
+The containers' subPath bind mounts of the volume are checked first and
+unmounted before the volume; a mount in the subPath tree that is not one of
+the volume's own binds is refused too. Nothing below the kubelet root is
+followed through a symlink.
 
 Volumes of other plugins are not torn down here: their own plugin must
 unmount them.
