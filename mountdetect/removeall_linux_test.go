@@ -604,8 +604,8 @@ func TestRemoveAllImmutableFile(t *testing.T) {
 		vol := filepath.Join(base, "vol")
 		mounttest.Build(t, vol, "file a/locked x", "file a/free y", "file b/free z")
 		locked := filepath.Join(vol, "a/locked")
-		setImmutable(t, locked, true)
-		t.Cleanup(func() { setImmutable(t, locked, false) })
+		mounttest.SetImmutable(t, locked, true)
+		t.Cleanup(func() { mounttest.SetImmutable(t, locked, false) })
 		err := RemoveAll(vol, v.opts()...)
 		// One failure is returned as itself, not wrapped in a join.
 		pe, ok := err.(*os.PathError)
@@ -620,7 +620,7 @@ func TestRemoveAllImmutableFile(t *testing.T) {
 		}
 		mustNotExist(t, filepath.Join(vol, "a/free"))
 		mustNotExist(t, filepath.Join(vol, "b"))
-		setImmutable(t, locked, false)
+		mounttest.SetImmutable(t, locked, false)
 		if err := RemoveAll(vol, v.opts()...); err != nil {
 			t.Fatalf("second RemoveAll = %v", err)
 		}
@@ -637,8 +637,8 @@ func immutableTree(t *testing.T, vol string, n int) []string {
 		rel := fmt.Sprintf("dir%d/f%03d", i%3, i)
 		mounttest.Build(t, vol, "file "+rel+" locked", fmt.Sprintf("file dir%d/free%03d free", i%3, i))
 		p := filepath.Join(vol, rel)
-		setImmutable(t, p, true)
-		t.Cleanup(func() { setImmutable(t, p, false) })
+		mounttest.SetImmutable(t, p, true)
+		t.Cleanup(func() { mounttest.SetImmutable(t, p, false) })
 		locked = append(locked, p)
 	}
 	slices.Sort(locked)
@@ -730,32 +730,6 @@ func TestRemoveAllErrorsCapped(t *testing.T) {
 	})
 }
 
-func setImmutable(t testing.TB, path string, on bool) {
-	t.Helper()
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		if os.IsNotExist(err) && !on {
-			return
-		}
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	flags, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS)
-	if err != nil {
-		t.Skipf("skipping: FS_IOC_GETFLAGS unsupported here: %v", err)
-	}
-	const immutable = 0x10 // FS_IMMUTABLE_FL
-	if on {
-		flags |= immutable
-	} else {
-		flags &^= immutable
-	}
-	v := int(flags)
-	if err := unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, v); err != nil {
-		t.Skipf("skipping: cannot set the immutable flag: %v", err)
-	}
-}
-
 // TestValidateRemovePathMatchesRemoveAll: ValidateRemovePath (used by dry
 // runs) must refuse exactly what RemoveAll refuses, with the same message.
 // Every path here is invalid or missing, so RemoveAll deletes nothing.
@@ -823,8 +797,8 @@ func TestRemoveAllDeepKeptEntryTerminates(t *testing.T) {
 				var snap map[string]string
 				if kind == "immutable file" {
 					locked = filepath.Join(locked, "keep")
-					setImmutable(t, locked, true)
-					t.Cleanup(func() { setImmutable(t, locked, false) })
+					mounttest.SetImmutable(t, locked, true)
+					t.Cleanup(func() { mounttest.SetImmutable(t, locked, false) })
 				} else {
 					mounttest.Tmpfs(t, nas, "")
 					snap = mounttest.Sentinels(t, nas)

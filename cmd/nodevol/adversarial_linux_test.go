@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -83,26 +80,6 @@ func TestTeardownCLISwapRace(t *testing.T) {
 			}
 		})
 	}
-}
-
-// runQuiet runs the binary without logging its output (for the thousands
-// of runs of a race test; a failure message quotes the run itself).
-func (b binary) runQuiet(t *testing.T, args ...string) result {
-	t.Helper()
-	cmd := exec.Command(b.path, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	r := result{stdout: stdout.String(), stderr: stderr.String()}
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &exit) && exit.Exited():
-		r.code = exit.ExitCode()
-	default:
-		t.Fatalf("%s %q: %v\nstderr:\n%s", b.path, args, err, r.stderr)
-	}
-	return r
 }
 
 // TestCLIHostilePodDirectory (issue 10, findings 3 and 4, through the built

@@ -47,9 +47,24 @@ func buildBinary(t *testing.T) binary {
 	return binary{path: bin}
 }
 
-// run runs the binary and returns its exit code and output. cmdFn may
-// adjust the command (environment, credentials) before it starts.
+// run runs the binary and returns its exit code and output, which it
+// logs. cmdFn may adjust the command (environment, credentials) before it
+// starts.
 func (b binary) run(t *testing.T, cmdFn func(*exec.Cmd), args ...string) result {
+	t.Helper()
+	r := b.exec(t, cmdFn, args...)
+	t.Logf("nodevol %q: exit %d\nstdout:\n%s\nstderr:\n%s", args, r.code, r.stdout, r.stderr)
+	return r
+}
+
+// runQuiet is run without the log (for the thousands of runs of a race
+// test; a failure message quotes the run itself).
+func (b binary) runQuiet(t *testing.T, args ...string) result {
+	t.Helper()
+	return b.exec(t, nil, args...)
+}
+
+func (b binary) exec(t *testing.T, cmdFn func(*exec.Cmd), args ...string) result {
 	t.Helper()
 	cmd := exec.Command(b.path, args...)
 	var stdout, stderr bytes.Buffer
@@ -67,7 +82,6 @@ func (b binary) run(t *testing.T, cmdFn func(*exec.Cmd), args ...string) result 
 	default:
 		t.Fatalf("%s %q: %v\nstderr:\n%s", b.path, args, err, r.stderr)
 	}
-	t.Logf("nodevol %q: exit %d\nstdout:\n%s\nstderr:\n%s", args, r.code, r.stdout, r.stderr)
 	return r
 }
 

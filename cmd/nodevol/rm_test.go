@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/nodevol/nodevol/internal/mounttest"
 )
 
@@ -269,33 +267,6 @@ func TestRmMixedPaths(t *testing.T) {
 	mustNotExist(t, vol)
 }
 
-// setImmutable sets or clears FS_IMMUTABLE_FL on path, skipping the test
-// where the filesystem or the process cannot.
-func setImmutable(t *testing.T, path string, on bool) {
-	t.Helper()
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		if errors.Is(err, unix.ENOENT) && !on {
-			return
-		}
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	flags, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS)
-	if err != nil {
-		t.Skipf("skipping: FS_IOC_GETFLAGS unsupported here: %v", err)
-	}
-	const immutable = 0x10 // FS_IMMUTABLE_FL
-	if on {
-		flags |= immutable
-	} else {
-		flags &^= immutable
-	}
-	if err := unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, int(flags)); err != nil {
-		t.Skipf("skipping: cannot set the immutable flag: %v", err)
-	}
-}
-
 // Several entries that cannot be removed: the human output has one line
 // per failure RemoveAll reports, and --json "errors" the same messages.
 func TestRmReportsEveryError(t *testing.T) {
@@ -306,8 +277,8 @@ func TestRmReportsEveryError(t *testing.T) {
 	for i := range 3 {
 		p := filepath.Join(vol, fmt.Sprintf("d%d", i), "locked")
 		mounttest.Build(t, vol, fmt.Sprintf("file d%d/locked x", i), fmt.Sprintf("file d%d/free x", i))
-		setImmutable(t, p, true)
-		t.Cleanup(func() { setImmutable(t, p, false) })
+		mounttest.SetImmutable(t, p, true)
+		t.Cleanup(func() { mounttest.SetImmutable(t, p, false) })
 	}
 	// The first run removes what it can; the next two meet the same tree.
 	nodevol(t, "rm", vol).wantCode(t, exitError)

@@ -131,3 +131,32 @@ func RestoreSwap(t testing.TB, dir, name, swap, target string) {
 		t.Fatalf("swap symlink: %q, %v", got, err)
 	}
 }
+
+// SetImmutable sets or clears FS_IMMUTABLE_FL on path (not followed when a
+// symlink): an entry nobody, root included, can remove or change. It
+// skips the test where the filesystem cannot; clearing a missing path is
+// a no-op.
+func SetImmutable(t testing.TB, path string, on bool) {
+	t.Helper()
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) && !on {
+			return
+		}
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	flags, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS)
+	if err != nil {
+		t.Skipf("skipping: FS_IOC_GETFLAGS unsupported here: %v", err)
+	}
+	const immutable = 0x10 // FS_IMMUTABLE_FL
+	if on {
+		flags |= immutable
+	} else {
+		flags &^= immutable
+	}
+	if err := unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, int(flags)); err != nil {
+		t.Skipf("skipping: cannot set the immutable flag: %v", err)
+	}
+}
