@@ -53,8 +53,10 @@ var ErrLeft = errors.New("subpath entries left in place")
 
 // ErrRefused is matched by the error of a Check or Clean that found a
 // mount under the volume's subpath tree that is not one of the volume's
-// own subPath binds. A Clean that refuses changes nothing.
-var ErrRefused = errors.New("subpath cleanup refused: a mount that is not the volume's own")
+// own subPath binds, an entry it could not examine, or an <index>
+// directory that is not a mount point and is not empty. A Clean that
+// refuses changes nothing.
+var ErrRefused = errors.New("subpath cleanup refused, nothing was changed")
 
 // RefusedError is the error of a Check or Clean that refuses: it matches
 // ErrRefused, and unwraps to a *mountdetect.CrossesMountError listing the

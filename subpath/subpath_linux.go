@@ -23,6 +23,10 @@ import (
 // walk").
 var testHookAfterMountTable func()
 
+// testHookBeforeAct, when set by a test, runs between Clean's examination
+// and its first change.
+var testHookBeforeAct func()
+
 // tree is one volume's subpath directory, opened from the kubelet root.
 type tree struct {
 	dir     string // display path of volume-subpaths/<volume>
@@ -105,7 +109,7 @@ type report struct {
 
 type entry struct {
 	Entry
-	mntID uint64 // an own bind's mount ID (statx STATX_MNT_ID)
+	mntID mountID // an own bind's mount identity
 }
 
 // refusal is the error Check and Clean refuse with, nil when there is
@@ -121,22 +125,32 @@ func (t *tree) refusal(r *report) error {
 	return &RefusedError{Dir: t.dir, Mounts: slices.Compact(ms), Errs: r.errs}
 }
 
+// mountID identifies a mount: the unique, never-reused ID where the kernel
+// has one (Linux 6.8), else the classic one (reused at once after an
+// unmount), with the device of the file, so that a mount swapped in keeps
+// no identity of the one it replaced.
+type mountID struct{ id, dev uint64 }
+
 // mountRoot asks statx, without following a symlink, whether name in
 // dirfd (name "": dirfd itself) is the root of a mount, and for its mount
-// ID and file type.
-func mountRoot(dirfd int, name string) (root bool, id uint64, typ uint32, err error) {
-	var sx unix.Statx_t
+// identity and file type.
+func mountRoot(dirfd int, name string) (root bool, id mountID, typ uint32, err error) {
 	flags := unix.AT_SYMLINK_NOFOLLOW | unix.AT_NO_AUTOMOUNT
 	if name == "" {
 		flags |= unix.AT_EMPTY_PATH
 	}
-	if err := fsat.Retry(func() error { return unix.Statx(dirfd, name, flags, unix.STATX_TYPE|unix.STATX_MNT_ID, &sx) }); err != nil {
-		return false, 0, 0, err
+	for _, mask := range []int{unix.STATX_MNT_ID_UNIQUE, unix.STATX_MNT_ID} {
+		var sx unix.Statx_t
+		if err := fsat.Retry(func() error { return unix.Statx(dirfd, name, flags, unix.STATX_TYPE|mask, &sx) }); err != nil {
+			return false, id, 0, err
+		}
+		if sx.Mask&uint32(mask) == 0 || sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 {
+			continue
+		}
+		id = mountID{id: sx.Mnt_id, dev: unix.Mkdev(sx.Dev_major, sx.Dev_minor)}
+		return sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, id, uint32(sx.Mode) & unix.S_IFMT, nil
 	}
-	if sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 || sx.Mask&unix.STATX_MNT_ID == 0 {
-		return false, 0, 0, fmt.Errorf("statx gives no mount ID or mount-root attribute (Linux < 5.8): %w", mountdetect.ErrUnsupported)
-	}
-	return sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, sx.Mnt_id, uint32(sx.Mode) & unix.S_IFMT, nil
+	return false, id, 0, fmt.Errorf("statx gives no mount ID or mount-root attribute (Linux < 5.8): %w", mountdetect.ErrUnsupported)
 }
 
 // examineAll is Examine for an open tree.
@@ -245,6 +259,13 @@ func (t *tree) examineContainer(r *report, tab *mountdetect.MountTable, cdir *fs
 			continue
 		}
 		e := entry{Entry: Entry{Container: ctr, Index: idx.Name, Path: p, MountPoint: mounted}}
+		if !mounted && idx.Type == fs.ModeDir {
+			// rmdir would fail on it after other entries were unmounted:
+			// refuse up front instead.
+			if err := emptyDir(cdir, idx.Name); err != nil {
+				r.errs = append(r.errs, err)
+			}
+		}
 		if mounted {
 			e.Own, err = t.ownBind(r, tab, cdir, idx.Name, real+"/"+idx.Name, seen)
 			if err != nil {
@@ -255,6 +276,28 @@ func (t *tree) examineContainer(r *report, tab *mountdetect.MountTable, cdir *fs
 		}
 		r.entries = append(r.entries, e)
 	}
+}
+
+// emptyDir returns an error unless the directory name in cdir is empty
+// (the kubelet's <index> mount points are; anything written there is not
+// removed by a cleanup that only unmounts and rmdirs).
+func emptyDir(cdir *fsat.Dir, name string) error {
+	d, err := cdir.OpenDir(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	names, err := d.ReadEntries()
+	if err != nil {
+		return err
+	}
+	if len(names) > 0 {
+		return &os.PathError{Op: "rmdir", Path: d.Path(), Err: fmt.Errorf("%w: not a mount point and holds %d entries, which a subpath cleanup never removes", unix.ENOTEMPTY, len(names))}
+	}
+	return nil
 }
 
 // ownBind decides whether the mount on the entry name of cdir (whose
@@ -347,7 +390,10 @@ func (t *tree) clean(ctx context.Context) error {
 	if err := t.refusal(r); err != nil {
 		return err
 	}
-	own := map[string]uint64{}
+	if testHookBeforeAct != nil {
+		testHookBeforeAct()
+	}
+	own := map[string]mountID{}
 	for _, e := range r.entries {
 		if e.MountPoint && e.Own {
 			own[e.Container+"/"+e.Index] = e.mntID
@@ -418,7 +464,7 @@ func unlinkat(dirfd int, name string, flags int) error {
 
 // cleanContainer unmounts the own binds among cdir's entries (own maps
 // "<container>/<index>" to the mount ID examined) and removes the entries.
-func cleanContainer(logger klog.Logger, cdir *fsat.Dir, ctr string, own map[string]uint64, dir string) []error {
+func cleanContainer(logger klog.Logger, cdir *fsat.Dir, ctr string, own map[string]mountID, dir string) []error {
 	var errs []error
 	idxs, err := cdir.ReadEntries()
 	if err != nil {

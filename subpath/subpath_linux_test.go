@@ -71,21 +71,15 @@ func TestCleanWithoutMounts(t *testing.T) {
 		"file app/1 ",                  // a file entry, not mounted
 		"symlink app/2 "+outside,       // a planted symlink: unlinked, not followed
 		"symlink sidecar "+outside,     // at the container level too
-		"file busy/0/leftover content", // a non-empty entry: rmdir fails, left
+		"file busy/0/leftover content", // a non-empty entry: refused up front
 	)
+	before := mounttest.Snapshot(t, e.subDir)
 	err := e.cleaner.Clean(e.ctx, uid, emptydir.PluginName, "data")
-	if !errors.Is(err, ErrLeft) || !strings.Contains(err.Error(), filepath.Join(e.subDir, "busy/0")) {
-		t.Fatalf("Clean = %v; want ErrLeft naming busy/0", err)
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), filepath.Join(e.subDir, "busy/0")) {
+		t.Fatalf("Clean = %v; want ErrRefused naming busy/0", err)
 	}
 	mounttest.Intact(t, outside, snap)
-	for _, gone := range []string{"app", "sidecar"} {
-		if _, err := os.Lstat(filepath.Join(e.subDir, gone)); !os.IsNotExist(err) {
-			t.Errorf("%s not removed: %v", gone, err)
-		}
-	}
-	if b, err := os.ReadFile(filepath.Join(e.subDir, "busy/0/leftover")); err != nil || string(b) != "content" {
-		t.Errorf("non-empty entry was not left alone: %q %v", b, err)
-	}
+	mounttest.Intact(t, e.subDir, before) // a refusal changes nothing
 	os.Remove(filepath.Join(e.subDir, "busy/0/leftover"))
 	if err := e.cleaner.Clean(e.ctx, uid, emptydir.PluginName, "data"); err != nil {
 		t.Fatalf("second Clean = %v", err)
@@ -405,5 +399,50 @@ func mustNotExist(t *testing.T, p string) {
 	t.Helper()
 	if _, err := os.Lstat(p); !os.IsNotExist(err) {
 		t.Errorf("%s still exists (%v)", p, err)
+	}
+}
+
+// TestCleanRechecksBeforeUnmount: a foreign tmpfs swapped in for an own
+// bind between the examination and the unmount is not unmounted: Clean
+// compares each entry's mount ID with the one examined.
+func TestCleanRechecksBeforeUnmount(t *testing.T) {
+	mounttest.RequireMounts(t)
+	e := newEnv(t)
+	mounttest.Build(t, e.volDir, "dir sub")
+	target := filepath.Join(e.subDir, "app/0")
+	mounttest.Bind(t, filepath.Join(e.volDir, "sub"), target)
+	var snap map[string]string
+	testHookBeforeAct = func() {
+		mounttest.Unmount(t, target)
+		mounttest.Tmpfs(t, target, "size=1m")
+		snap = mounttest.Sentinels(t, target)
+	}
+	t.Cleanup(func() { testHookBeforeAct = nil })
+	err := e.cleaner.Clean(e.ctx, uid, emptydir.PluginName, "data")
+	if !errors.Is(err, ErrLeft) || !errors.Is(err, mountdetect.ErrCrossesMount) || !strings.Contains(err.Error(), target) {
+		t.Fatalf("Clean = %v; want ErrLeft with a crossing naming %s", err, target)
+	}
+	if !mounttest.IsMountRoot(t, target) {
+		t.Fatal("the tmpfs swapped in was unmounted")
+	}
+	mounttest.Intact(t, target, snap)
+}
+
+// TestNonEmptyIndexRefusedUpFront: an <index> directory that is not a
+// mount point but holds files would make rmdir fail after the other
+// entries were unmounted; the examination refuses it first.
+func TestNonEmptyIndexRefusedUpFront(t *testing.T) {
+	mounttest.RequireMounts(t)
+	e := newEnv(t)
+	mounttest.Build(t, e.volDir, "dir sub")
+	own := filepath.Join(e.subDir, "app/0")
+	mounttest.Bind(t, filepath.Join(e.volDir, "sub"), own)
+	mounttest.Build(t, e.subDir, "file app/1/planted x")
+	err := e.cleaner.Clean(e.ctx, uid, emptydir.PluginName, "data")
+	if !errors.Is(err, ErrRefused) || !errors.Is(err, unix.ENOTEMPTY) || !strings.Contains(err.Error(), "app/1") {
+		t.Fatalf("Clean = %v; want a refusal naming app/1", err)
+	}
+	if !mounttest.IsMountRoot(t, own) {
+		t.Error("an own bind was unmounted by a refused Clean")
 	}
 }

@@ -135,9 +135,20 @@ func scanRoot(root string) (*scanReport, error) {
 		return nil, err
 	}
 	subpaths := subpath.New(layout)
+	// Most pods have no volume-subpaths directory: one lstat per pod says
+	// so, instead of a walk from the root per volume. It only skips work:
+	// whatever is there is examined by descriptors.
+	hasSubpaths := map[string]bool{}
 	for _, vd := range found.Volumes {
 		v := examineVolume(layout, tab, vd)
-		if v.err == nil {
+		has, ok := hasSubpaths[vd.PodUID]
+		if !ok {
+			dir, err := layout.PodVolumeSubpathsDir(vd.PodUID)
+			_, lerr := os.Lstat(dir)
+			has = err != nil || !errors.Is(lerr, fs.ErrNotExist)
+			hasSubpaths[vd.PodUID] = has
+		}
+		if v.err == nil && has {
 			v.addSubpaths(subpaths, tab)
 		}
 		s.volumes = append(s.volumes, v)

@@ -3,7 +3,9 @@
 package fsat
 
 import (
+	"bytes"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -421,27 +423,85 @@ type Entry struct {
 	Type fs.FileMode // fs.ModeDir, fs.ModeSymlink, ...; 0 for a regular file
 }
 
-// ReadEntries lists d's entries sorted by name, each typed by fstatat(2)
-// relative to d without following symlinks (never by a path). Entries
-// that vanish while listed are left out.
+// ReadEntries lists d's entries sorted by name, each typed by the
+// directory entry itself (getdents64 d_type) or, where the filesystem
+// does not say, by fstatat(2) relative to d without following symlinks —
+// never by a path. Entries that vanish while listed are left out.
 func (d *Dir) ReadEntries() ([]Entry, error) {
-	names, err := d.ReadNames()
+	fd, err := Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
-		return nil, err
+		return nil, &os.PathError{Op: "openat", Path: d.path, Err: err}
 	}
-	slices.Sort(names)
-	out := make([]Entry, 0, len(names))
-	for _, name := range names {
-		st, err := d.Lstat(name)
-		if errors.Is(err, unix.ENOENT) {
-			continue
-		}
+	defer unix.Close(fd)
+	var out []Entry
+	buf := make([]byte, 32<<10)
+	for {
+		var n int
+		err := Retry(func() (err error) { n, err = unix.Getdents(fd, buf); return err })
 		if err != nil {
-			return out, err
+			return out, &os.PathError{Op: "getdents", Path: d.path, Err: err}
 		}
-		out = append(out, Entry{Name: name, Type: fileType(st.Mode)})
+		if n <= 0 {
+			break
+		}
+		for off := 0; off < n; {
+			// struct linux_dirent64: ino u64, off s64, reclen u16, type u8, name.
+			if off+19 > n {
+				return out, &os.PathError{Op: "getdents", Path: d.path, Err: unix.EIO}
+			}
+			reclen := int(binary.NativeEndian.Uint16(buf[off+16:]))
+			if reclen == 0 || off+reclen > n {
+				return out, &os.PathError{Op: "getdents", Path: d.path, Err: unix.EIO}
+			}
+			typ := buf[off+18]
+			name := buf[off+19 : off+reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			off += reclen
+			if string(name) == "." || string(name) == ".." {
+				continue
+			}
+			e := Entry{Name: string(name)}
+			if t, ok := direntType(typ); ok {
+				e.Type = t
+			} else {
+				st, err := d.Lstat(e.Name)
+				if errors.Is(err, unix.ENOENT) {
+					continue
+				}
+				if err != nil {
+					return out, err
+				}
+				e.Type = fileType(st.Mode)
+			}
+			out = append(out, e)
+		}
 	}
+	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
+}
+
+// direntType turns a d_type into an fs.FileMode type; false for
+// DT_UNKNOWN (the filesystem does not fill it in).
+func direntType(t uint8) (fs.FileMode, bool) {
+	switch t {
+	case unix.DT_DIR:
+		return fs.ModeDir, true
+	case unix.DT_LNK:
+		return fs.ModeSymlink, true
+	case unix.DT_REG:
+		return 0, true
+	case unix.DT_FIFO:
+		return fs.ModeNamedPipe, true
+	case unix.DT_SOCK:
+		return fs.ModeSocket, true
+	case unix.DT_BLK:
+		return fs.ModeDevice, true
+	case unix.DT_CHR:
+		return fs.ModeDevice | fs.ModeCharDevice, true
+	}
+	return 0, false
 }
 
 // fileType turns st_mode's S_IFMT bits into an fs.FileMode type.
