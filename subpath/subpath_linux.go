@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,7 +65,18 @@ func (c *Cleaner) open(podUID, plugin, vol string) (_ *tree, err error) {
 	if err != nil {
 		return nil, err
 	}
-	t.parent, err = t.root.OpenDir("pods/" + podUID + "/volume-subpaths")
+	pod, err := t.root.OpenDir("pods/" + podUID)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer pod.Close()
+	// Like emptydir's volumes and plugins directories, volume-subpaths
+	// must be on the pod directory's own mount: a share mounted there is
+	// never walked, let alone emptied.
+	t.parent, err = pod.OpenDir("volume-subpaths", fsat.SameMount)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -83,13 +95,27 @@ func (c *Cleaner) open(podUID, plugin, vol string) (_ *tree, err error) {
 	default:
 		return nil, &os.PathError{Op: "openat", Path: dir, Err: err}
 	}
-	rel := strings.TrimPrefix(strings.TrimPrefix(volPath, c.layout.Root()), "/")
-	t.vol, err = t.root.OpenDir(rel)
+	// The volume directory: its parent is reached like emptydir reaches
+	// it; the directory itself may be missing, a symlink or a file (the
+	// teardown unlinks those), and then no mount is provably a bind of
+	// it.
+	rel := strings.TrimPrefix(strings.TrimPrefix(filepath.Dir(volPath), c.layout.Root()), "/")
+	rel = strings.TrimPrefix(rel, "pods/"+podUID+"/")
+	vols, err := pod.OpenDir(rel, fsat.SameMount)
 	if errors.Is(err, fs.ErrNotExist) {
-		err = nil // no volume: no mount can be its bind
+		return t, nil
 	}
 	if err != nil {
 		return nil, err
+	}
+	defer vols.Close()
+	vfd, err := fsat.Openat(vols.Fd(), vol, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	switch err {
+	case nil:
+		t.vol = fsat.FromFd(vfd, volPath)
+	case unix.ENOENT, unix.ELOOP, unix.ENOTDIR:
+	default:
+		return nil, &os.PathError{Op: "openat", Path: volPath, Err: err}
 	}
 	return t, nil
 }
@@ -100,11 +126,27 @@ func (t *tree) close() {
 	}
 }
 
-// report is what an examination found.
+// report is what an examination found. Its size is bounded by the mount
+// table, not by what an attacker writes: entries that are not mount
+// points are kept only when the caller lists them (collect), and at most
+// maxErrors failures are kept, the rest counted.
 type report struct {
-	entries []entry
-	foreign []mountdetect.Mount // every mount that is not an own bind
-	errs    []error             // what could not be examined
+	collect  bool
+	entries  []entry
+	foreign  []mountdetect.Mount // every mount that is not an own bind
+	errs     []error             // what could not be examined
+	moreErrs int
+}
+
+// maxErrors bounds the failures a report keeps one by one.
+const maxErrors = 100
+
+func (r *report) fail(err error) {
+	if len(r.errs) < maxErrors {
+		r.errs = append(r.errs, err)
+		return
+	}
+	r.moreErrs++
 }
 
 type entry struct {
@@ -115,14 +157,18 @@ type entry struct {
 // refusal is the error Check and Clean refuse with, nil when there is
 // nothing foreign and everything could be examined.
 func (t *tree) refusal(r *report) error {
-	if len(r.foreign) == 0 && len(r.errs) == 0 {
+	if len(r.foreign) == 0 && len(r.errs) == 0 && r.moreErrs == 0 {
 		return nil
 	}
 	// A mount can be found twice (by path and through a bind of its
 	// parent, or once per propagated copy named alike): list it once.
 	ms := slices.Clone(r.foreign)
 	slices.SortStableFunc(ms, func(a, b mountdetect.Mount) int { return strings.Compare(a.MountPoint, b.MountPoint) })
-	return &RefusedError{Dir: t.dir, Mounts: slices.Compact(ms), Errs: r.errs}
+	errs := r.errs
+	if r.moreErrs > 0 {
+		errs = append(slices.Clip(errs), &mountdetect.MoreErrorsError{N: r.moreErrs})
+	}
+	return &RefusedError{Dir: t.dir, Mounts: slices.Compact(ms), Errs: errs}
 }
 
 // mountID identifies a mount: the unique, never-reused ID where the kernel
@@ -158,7 +204,7 @@ func (t *tree) examineAll(tab *mountdetect.MountTable) ([]Entry, error, error) {
 	if t.sub == nil {
 		return nil, nil, nil
 	}
-	r, err := t.examineIn(tab)
+	r, err := t.examineIn(tab, true)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -170,11 +216,12 @@ func (t *tree) examineAll(tab *mountdetect.MountTable) ([]Entry, error, error) {
 }
 
 // examine looks at every entry and mount of the tree and changes nothing.
-func (t *tree) examine() (*report, error) { return t.examineIn(nil) }
+func (t *tree) examine() (*report, error) { return t.examineIn(nil, false) }
 
-// examineIn is examine answered from tab (nil: read the table now).
-func (t *tree) examineIn(tab *mountdetect.MountTable) (*report, error) {
-	r := &report{}
+// examineIn is examine answered from tab (nil: read the table now); with
+// collect, every entry is kept for listing.
+func (t *tree) examineIn(tab *mountdetect.MountTable, collect bool) (*report, error) {
+	r := &report{collect: collect}
 	if t.sub == nil {
 		return r, nil
 	}
@@ -204,24 +251,24 @@ func (t *tree) examineIn(tab *mountdetect.MountTable) (*report, error) {
 		return nil, err
 	}
 	seen := map[string]bool{} // mount points (the kernel's names) accounted for
-	containers, err := t.sub.ReadEntries()
-	if err != nil {
-		r.errs = append(r.errs, err)
-	}
-	for _, ctr := range containers {
+	err = t.sub.EachEntry(func(ctr fsat.Entry) error {
 		if ctr.Type != fs.ModeDir {
-			continue // a symlink or file: Clean unlinks it
+			return nil // a symlink or file: Clean unlinks it
 		}
 		cdir, err := t.sub.OpenDir(ctr.Name)
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
-			continue // changed since listed: Clean looks again
+			return nil // changed since listed: Clean looks again
 		}
 		if err != nil {
-			r.errs = append(r.errs, err)
-			continue
+			r.fail(err)
+			return nil
 		}
 		t.examineContainer(r, tab, cdir, ctr.Name, real+"/"+ctr.Name, seen)
 		cdir.Close()
+		return nil
+	})
+	if err != nil {
+		r.fail(err)
 	}
 	for _, m := range beneath {
 		if !seen[m.MountPoint] {
@@ -243,38 +290,40 @@ func (t *tree) examineContainer(r *report, tab *mountdetect.MountTable, cdir *fs
 		seen[real] = true
 		return
 	}
-	idxs, err := cdir.ReadEntries()
-	if err != nil {
-		r.errs = append(r.errs, err)
-	}
-	for _, idx := range idxs {
+	err := cdir.EachEntry(func(idx fsat.Entry) error {
 		p := cdir.Join(idx.Name)
 		mounted, id, _, err := mountRoot(cdir.Fd(), idx.Name)
 		if errors.Is(err, unix.ENOENT) {
-			continue
+			return nil
 		}
 		if err != nil {
 			// An entry whose mount status is unknown is never "not mounted".
-			r.errs = append(r.errs, &os.PathError{Op: "statx", Path: p, Err: err})
-			continue
+			r.fail(&os.PathError{Op: "statx", Path: p, Err: err})
+			return nil
 		}
 		e := entry{Entry: Entry{Container: ctr, Index: idx.Name, Path: p, MountPoint: mounted}}
 		if !mounted && idx.Type == fs.ModeDir {
 			// rmdir would fail on it after other entries were unmounted:
 			// refuse up front instead.
 			if err := emptyDir(cdir, idx.Name); err != nil {
-				r.errs = append(r.errs, err)
+				r.fail(err)
 			}
 		}
 		if mounted {
 			e.Own, err = t.ownBind(r, tab, cdir, idx.Name, real+"/"+idx.Name, seen)
 			if err != nil {
-				r.errs = append(r.errs, err)
-				continue
+				r.fail(err)
+				return nil
 			}
 			e.mntID = id
 		}
-		r.entries = append(r.entries, e)
+		if mounted || r.collect {
+			r.entries = append(r.entries, e)
+		}
+		return nil
+	})
+	if err != nil {
+		r.fail(err)
 	}
 }
 
@@ -290,12 +339,12 @@ func emptyDir(cdir *fsat.Dir, name string) error {
 		return err
 	}
 	defer d.Close()
-	names, err := d.ReadEntries()
-	if err != nil {
+	empty := true
+	if err := d.EachEntry(func(fsat.Entry) error { empty = false; return fsat.ErrStop }); err != nil {
 		return err
 	}
-	if len(names) > 0 {
-		return &os.PathError{Op: "rmdir", Path: d.Path(), Err: fmt.Errorf("%w: not a mount point and holds %d entries, which a subpath cleanup never removes", unix.ENOTEMPTY, len(names))}
+	if !empty {
+		return &os.PathError{Op: "rmdir", Path: d.Path(), Err: fmt.Errorf("%w: not a mount point and not empty; a subpath cleanup never removes what is inside", unix.ENOTEMPTY)}
 	}
 	return nil
 }
@@ -364,7 +413,7 @@ func (t *tree) list() ([]Entry, error) {
 	if t.sub == nil {
 		return nil, nil
 	}
-	r, err := t.examine()
+	r, err := t.examineIn(nil, true)
 	if err != nil {
 		return nil, err
 	}
@@ -372,7 +421,11 @@ func (t *tree) list() ([]Entry, error) {
 	for i, e := range r.entries {
 		out[i] = e.Entry
 	}
-	return out, errors.Join(r.errs...)
+	errs := r.errs
+	if r.moreErrs > 0 {
+		errs = append(slices.Clip(errs), &mountdetect.MoreErrorsError{N: r.moreErrs})
+	}
+	return out, errors.Join(errs...)
 }
 
 func (t *tree) clean(ctx context.Context) error {
@@ -400,51 +453,54 @@ func (t *tree) clean(ctx context.Context) error {
 		}
 	}
 	logger := klog.FromContext(ctx)
-	var errs []error
-	containers, err := t.sub.ReadEntries()
-	if err != nil {
-		return fmt.Errorf("%w under %s: %w", ErrLeft, t.dir, err)
-	}
-	for _, ctr := range containers {
+	left := &report{} // failures, capped like the examination's
+	err = t.sub.EachEntry(func(ctr fsat.Entry) error {
 		cpath := t.sub.Join(ctr.Name)
 		if ctr.Type != fs.ModeDir {
 			if err := unlinkat(t.sub.Fd(), ctr.Name, 0); err != nil {
-				errs = append(errs, &os.PathError{Op: "unlinkat", Path: cpath, Err: err})
+				left.fail(&os.PathError{Op: "unlinkat", Path: cpath, Err: err})
 			}
-			continue
+			return nil
 		}
 		cdir, err := t.sub.OpenDir(ctr.Name)
 		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
 			if err := unlinkat(t.sub.Fd(), ctr.Name, 0); err != nil {
-				errs = append(errs, &os.PathError{Op: "unlinkat", Path: cpath, Err: err})
+				left.fail(&os.PathError{Op: "unlinkat", Path: cpath, Err: err})
 			}
-			continue
+			return nil
 		}
 		if errors.Is(err, fs.ErrNotExist) {
-			continue
+			return nil
 		}
 		if err != nil {
-			errs = append(errs, err)
-			continue
+			left.fail(err)
+			return nil
 		}
+		defer cdir.Close()
 		// Ask the open directory itself: a mount that appeared on it since
 		// the examination is never entered.
 		if root, _, _, err := mountRoot(cdir.Fd(), ""); err != nil || root {
-			cdir.Close()
 			if err != nil {
-				errs = append(errs, &os.PathError{Op: "statx", Path: cpath, Err: err})
+				left.fail(&os.PathError{Op: "statx", Path: cpath, Err: err})
 			} else {
-				errs = append(errs, &mountdetect.CrossesMountError{Path: t.dir, Mounts: []mountdetect.Mount{{MountPoint: cpath}}, DuringWalk: true})
+				left.fail(&mountdetect.CrossesMountError{Path: t.dir, Mounts: []mountdetect.Mount{{MountPoint: cpath}}, DuringWalk: true})
 			}
-			continue
+			return nil
 		}
-		errs = append(errs, cleanContainer(logger, cdir, ctr.Name, own, t.dir)...)
-		cdir.Close()
+		cleanContainer(logger, cdir, ctr.Name, own, t.dir, left)
 		if err := unlinkat(t.sub.Fd(), ctr.Name, unix.AT_REMOVEDIR); err != nil && err != unix.ENOTEMPTY {
-			errs = append(errs, &os.PathError{Op: "rmdir", Path: cpath, Err: err})
+			left.fail(&os.PathError{Op: "rmdir", Path: cpath, Err: err})
 		}
+		return nil
+	})
+	if err != nil {
+		left.fail(err)
 	}
-	if len(errs) > 0 {
+	if len(left.errs) > 0 {
+		errs := left.errs
+		if left.moreErrs > 0 {
+			errs = append(errs, &mountdetect.MoreErrorsError{N: left.moreErrs})
+		}
 		return fmt.Errorf("%w under %s: %w", ErrLeft, t.dir, errors.Join(errs...))
 	}
 	if err := unlinkat(t.parent.Fd(), t.name, unix.AT_REMOVEDIR); err != nil {
@@ -463,42 +519,38 @@ func unlinkat(dirfd int, name string, flags int) error {
 }
 
 // cleanContainer unmounts the own binds among cdir's entries (own maps
-// "<container>/<index>" to the mount ID examined) and removes the entries.
-func cleanContainer(logger klog.Logger, cdir *fsat.Dir, ctr string, own map[string]mountID, dir string) []error {
-	var errs []error
-	idxs, err := cdir.ReadEntries()
-	if err != nil {
-		return []error{err}
-	}
-	for _, idx := range idxs {
+// "<container>/<index>" to the mount examined) and removes the entries;
+// failures go to left.
+func cleanContainer(logger klog.Logger, cdir *fsat.Dir, ctr string, own map[string]mountID, dir string, left *report) {
+	err := cdir.EachEntry(func(idx fsat.Entry) error {
 		p := cdir.Join(idx.Name)
 		mounted, id, typ, err := mountRoot(cdir.Fd(), idx.Name)
 		if err == unix.ENOENT {
-			continue
+			return nil
 		}
 		if err != nil {
-			errs = append(errs, &os.PathError{Op: "statx", Path: p, Err: err})
-			continue
+			left.fail(&os.PathError{Op: "statx", Path: p, Err: err})
+			return nil
 		}
 		if mounted {
 			if want, ok := own[ctr+"/"+idx.Name]; !ok || want != id {
 				// Not the mount examined: it appeared or was swapped since.
-				errs = append(errs, &mountdetect.CrossesMountError{Path: dir, Mounts: []mountdetect.Mount{{MountPoint: p}}, DuringWalk: true})
-				continue
+				left.fail(&mountdetect.CrossesMountError{Path: dir, Mounts: []mountdetect.Mount{{MountPoint: p}}, DuringWalk: true})
+				return nil
 			}
 			// Through the directory's descriptor, not following a symlink
 			// swapped in for the entry.
 			if err := unix.Unmount(cdir.ProcPath(idx.Name), unix.UMOUNT_NOFOLLOW); err != nil {
-				errs = append(errs, &os.PathError{Op: "umount", Path: p, Err: err})
-				continue
+				left.fail(&os.PathError{Op: "umount", Path: p, Err: err})
+				return nil
 			}
 			logger.V(2).Info("Unmounted subpath", "path", p)
 			if mounted, _, typ, err = mountRoot(cdir.Fd(), idx.Name); err != nil || mounted {
 				if err == nil {
 					err = errors.New("still a mount point after unmount (a mount was stacked on it or swapped in)")
 				}
-				errs = append(errs, &os.PathError{Op: "umount", Path: p, Err: err})
-				continue
+				left.fail(&os.PathError{Op: "umount", Path: p, Err: err})
+				return nil
 			}
 		}
 		op, flags := "unlink", 0
@@ -506,10 +558,13 @@ func cleanContainer(logger klog.Logger, cdir *fsat.Dir, ctr string, own map[stri
 			op, flags = "rmdir", unix.AT_REMOVEDIR // rmdir only: a non-empty directory stays
 		}
 		if err := unlinkat(cdir.Fd(), idx.Name, flags); err != nil {
-			errs = append(errs, &os.PathError{Op: op, Path: p, Err: err})
+			left.fail(&os.PathError{Op: op, Path: p, Err: err})
 		}
+		return nil
+	})
+	if err != nil {
+		left.fail(err)
 	}
-	return errs
 }
 
 // compareEntries orders by container, then by index as a number when both

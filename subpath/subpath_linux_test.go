@@ -3,9 +3,14 @@ package subpath
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -444,5 +449,121 @@ func TestNonEmptyIndexRefusedUpFront(t *testing.T) {
 	}
 	if !mounttest.IsMountRoot(t, own) {
 		t.Error("an own bind was unmounted by a refused Clean")
+	}
+}
+
+// TestShareMountedOnVolumeSubpathsIsNeverWalked (found in review): a share
+// (a tmpfs standing for a NAS) mounted on <pod>/volume-subpaths. Without
+// the same-mount check Check passed and Clean unlinked the share's files
+// and rmdir'ed its directories; now volume-subpaths must be on the pod
+// directory's mount, like emptydir's volumes and plugins directories.
+func TestShareMountedOnVolumeSubpathsIsNeverWalked(t *testing.T) {
+	mounttest.RequireMounts(t)
+	e := newEnv(t)
+	nas := filepath.Dir(e.subDir) // <pod>/volume-subpaths
+	mounttest.Tmpfs(t, nas, "size=1m")
+	mounttest.Build(t, nas,
+		"file data/report.txt precious data on the share",
+		"file data/app/0 precious file where an index would be",
+		"dir data/app/1",
+	)
+	want := mounttest.Snapshot(t, nas)
+
+	if err := e.cleaner.Check(e.ctx, uid, emptydir.PluginName, "data"); err == nil {
+		t.Errorf("Check = nil; want a refusal: %s is on another mount than the pod directory", e.subDir)
+	}
+	err := e.cleaner.Clean(e.ctx, uid, emptydir.PluginName, "data")
+	t.Logf("Clean = %v", err)
+	mounttest.Intact(t, nas, want)
+	if t.Failed() {
+		t.Errorf("Clean deleted files on the share mounted at %s", nas)
+	}
+}
+
+// TestSymlinkedVolumeDoesNotBlockTheCleanup (found in review): the volume
+// directory replaced by a symlink, which emptydir's teardown unlinks. The
+// subpath check failed on it for ever, so the volume manager could never
+// tear the volume down; now no mount is a bind of it, and the cleanup
+// goes ahead.
+func TestSymlinkedVolumeDoesNotBlockTheCleanup(t *testing.T) {
+	e := newEnv(t)
+	mounttest.Build(t, e.subDir, "dir app/0")
+	if err := os.RemoveAll(e.volDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/", e.volDir); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := e.plugin.PlanTearDown(uid, "data", nil)
+	if err != nil || plan.Action != emptydir.ActionRemove {
+		t.Fatalf("PlanTearDown = %v, %v; want remove (the link is unlinked)", plan.Action, err)
+	}
+	if err := e.cleaner.Check(e.ctx, uid, emptydir.PluginName, "data"); err != nil {
+		t.Errorf("Check = %v; want nil: no mount can be a bind of a symlink that is never followed, and the teardown would unlink it", err)
+	}
+	if err := e.cleaner.Clean(e.ctx, uid, emptydir.PluginName, "data"); err != nil {
+		t.Errorf("Clean = %v; want nil", err)
+	}
+}
+
+// TestCheckMemoryIsBounded (found in review): the names an attacker writes
+// into volume-subpaths/<volume>/<container> cost Check and Clean time, not
+// memory: the directories are read in a fixed buffer and entries that are
+// not mount points are not kept. The live heap is sampled while Check runs
+// over 100 and over 20,000 entries with 200-byte names (4 MB of names).
+func TestCheckMemoryIsBounded(t *testing.T) {
+	peak := func(n int) uint64 {
+		e := newEnv(t)
+		ctr := filepath.Join(e.subDir, "app")
+		if err := os.MkdirAll(ctr, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			f, err := os.Create(filepath.Join(ctr, fmt.Sprintf("%0200d", i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+		}
+		old := debug.SetGCPercent(1)
+		defer debug.SetGCPercent(old)
+		runtime.GC()
+		sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		metrics.Read(sample)
+		base := sample[0].Value.Uint64()
+		var max atomic.Uint64
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				metrics.Read(s)
+				if v := s[0].Value.Uint64(); v > max.Load() {
+					max.Store(v)
+				}
+				runtime.Gosched()
+			}
+		}()
+		err := e.cleaner.Check(e.ctx, uid, emptydir.PluginName, "data")
+		close(stop)
+		<-done
+		if err != nil {
+			t.Fatal(err)
+		}
+		if max.Load() < base {
+			return 0
+		}
+		return max.Load() - base
+	}
+	small, large := peak(100), peak(20000)
+	t.Logf("live heap peak above the start: %d bytes for 100 entries, %d for 20,000", small, large)
+	if large > small+(2<<20) {
+		t.Errorf("Check over 20,000 attacker-made entries held %d bytes more at its peak (%d for 100): memory grows with the entries", large, small)
 	}
 }

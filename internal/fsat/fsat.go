@@ -52,3 +52,7 @@ var ErrUnsupported = fmt.Errorf("fsat: %w", errors.ErrUnsupported)
 // ErrInvalidComponent is matched by errors for a relative path with an
 // empty, "." or ".." component, or an absolute one.
 var ErrInvalidComponent = errors.New("invalid path component")
+
+// ErrStop, returned by an EachEntry callback, ends the listing early
+// without an error.
+var ErrStop = errors.New("stop listing")

@@ -423,35 +423,45 @@ type Entry struct {
 	Type fs.FileMode // fs.ModeDir, fs.ModeSymlink, ...; 0 for a regular file
 }
 
-// ReadEntries lists d's entries sorted by name, each typed by the
-// directory entry itself (getdents64 d_type) or, where the filesystem
-// does not say, by fstatat(2) relative to d without following symlinks —
-// never by a path. Entries that vanish while listed are left out.
+// ReadEntries lists d's entries sorted by name (EachEntry, collected).
 func (d *Dir) ReadEntries() ([]Entry, error) {
+	var out []Entry
+	err := d.EachEntry(func(e Entry) error { out = append(out, e); return nil })
+	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
+	return out, err
+}
+
+// EachEntry calls fn for each of d's entries (not "." and ".."), in
+// directory order, typed by the directory entry itself (getdents64
+// d_type) or, where the filesystem does not say, by fstatat(2) relative
+// to d without following symlinks — never by a path. It holds one 32 KiB
+// buffer, whatever the directory's size: a directory an attacker filled
+// costs time, not memory. Entries that vanish while listed are left out.
+// An error from fn stops the listing and is returned (ErrStop: nil).
+func (d *Dir) EachEntry(fn func(Entry) error) error {
 	fd, err := Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
-		return nil, &os.PathError{Op: "openat", Path: d.path, Err: err}
+		return &os.PathError{Op: "openat", Path: d.path, Err: err}
 	}
 	defer unix.Close(fd)
-	var out []Entry
 	buf := make([]byte, 32<<10)
 	for {
 		var n int
 		err := Retry(func() (err error) { n, err = unix.Getdents(fd, buf); return err })
 		if err != nil {
-			return out, &os.PathError{Op: "getdents", Path: d.path, Err: err}
+			return &os.PathError{Op: "getdents", Path: d.path, Err: err}
 		}
 		if n <= 0 {
-			break
+			return nil
 		}
 		for off := 0; off < n; {
 			// struct linux_dirent64: ino u64, off s64, reclen u16, type u8, name.
 			if off+19 > n {
-				return out, &os.PathError{Op: "getdents", Path: d.path, Err: unix.EIO}
+				return &os.PathError{Op: "getdents", Path: d.path, Err: unix.EIO}
 			}
 			reclen := int(binary.NativeEndian.Uint16(buf[off+16:]))
 			if reclen == 0 || off+reclen > n {
-				return out, &os.PathError{Op: "getdents", Path: d.path, Err: unix.EIO}
+				return &os.PathError{Op: "getdents", Path: d.path, Err: unix.EIO}
 			}
 			typ := buf[off+18]
 			name := buf[off+19 : off+reclen]
@@ -471,15 +481,18 @@ func (d *Dir) ReadEntries() ([]Entry, error) {
 					continue
 				}
 				if err != nil {
-					return out, err
+					return err
 				}
 				e.Type = fileType(st.Mode)
 			}
-			out = append(out, e)
+			if err := fn(e); err != nil {
+				if err == ErrStop {
+					return nil
+				}
+				return err
+			}
 		}
 	}
-	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
-	return out, nil
 }
 
 // direntType turns a d_type into an fs.FileMode type; false for

@@ -47,3 +47,6 @@ func (d *Dir) ReadEntries() ([]Entry, error) { return nil, ErrUnsupported }
 
 // Join returns name.
 func (d *Dir) Join(name string) string { return name }
+
+// EachEntry returns ErrUnsupported.
+func (d *Dir) EachEntry(fn func(Entry) error) error { return ErrUnsupported }
