@@ -2,6 +2,7 @@ package emptydir
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/nodevol/nodevol/mountdetect"
@@ -65,6 +66,12 @@ type Plan struct {
 	Reason string
 }
 
+// ErrUnexpectedMetadata is matched by the error for a metadata directory
+// that holds something neither nodevol nor the kubelet writes there (a
+// directory named ready, a planted file): TearDown stops before changing
+// anything, since it would not be able to remove the directory at the end.
+var ErrUnexpectedMetadata = errors.New("unexpected entries in the volume's metadata directory")
+
 // RefusedError is returned by TearDown when it refuses; it wraps a
 // *mountdetect.CrossesMountError, so errors.Is(err,
 // mountdetect.ErrCrossesMount) holds and errors.As gives the mounts.
@@ -94,10 +101,24 @@ func (e *RefusedError) Unwrap() error { return e.Err }
 // error, so that a dry run fails exactly where TearDown would.
 func (p *Plugin) PlanTearDown(podUID, vol string, tab *mountdetect.MountTable) (Plan, error) {
 	plan, err := p.planTearDown(podUID, vol, tab)
-	if err == nil && plan.Action != ActionRefuse && plan.MetaErr != nil {
-		err = fmt.Errorf("read metadata: %w", plan.MetaErr)
+	if err == nil && plan.Action != ActionRefuse {
+		_, err = p.stop(&plan)
 	}
 	return plan, err
+}
+
+// stop is the error TearDown would stop with before changing anything,
+// and its kind: a refusal, metadata that cannot be read (or a metadata
+// directory it could not remove at the end), or a recorded quota project
+// without a quota manager to clear it. nil when TearDown would go ahead.
+func (p *Plugin) stop(plan *Plan) (volume.FailureKind, error) {
+	if err := plan.refusal(); err != nil {
+		return volume.Transient, err
+	}
+	if plan.Meta != nil && plan.Meta.QuotaProjectID != 0 && p.quotas == nil && plan.Action != ActionUnmountAndRemove {
+		return volume.Final, fmt.Errorf("the volume has quota project %d but no quota manager is configured; refusing to leak it", plan.Meta.QuotaProjectID)
+	}
+	return 0, nil
 }
 
 // TearDownVolume tears down the emptyDir volume vol of the pod podUID,
@@ -139,8 +160,8 @@ func (u *unmounter) CheckTearDown(ctx context.Context) error {
 	if err != nil {
 		return &volume.OperationError{Kind: volume.Transient, Op: "TearDown", Path: u.dir, Err: err}
 	}
-	if err := plan.refusal(); err != nil {
-		return &volume.OperationError{Kind: volume.Transient, Op: "TearDown", Path: u.dir, Err: err}
+	if kind, err := u.plugin.stop(&plan); err != nil {
+		return &volume.OperationError{Kind: kind, Op: "TearDown", Path: u.dir, Err: err}
 	}
 	return nil
 }

@@ -44,6 +44,9 @@ func (e *entry) close() {
 func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 	p := Plan{Path: v.dir, MetaDir: v.metaDir}
 	p.Meta, p.MetaErr = v.readMeta() // unreadable metadata does not stop a plan
+	if p.MetaErr == nil {
+		p.MetaErr = v.checkMetadataDir()
+	}
 	e, err := v.openEntry()
 	if err != nil {
 		return p, e, err
@@ -167,11 +170,11 @@ func (p *Plugin) tearDown(ctx context.Context, podUID, vol string) (Plan, error)
 	if err != nil {
 		return plan, fail(volume.Transient, err)
 	}
-	if err := plan.refusal(); err != nil {
+	if kind, err := p.stop(&plan); err != nil {
 		if plan.Action == ActionRefuse {
 			logger.Info("Refusing emptyDir teardown", "reason", plan.Reason, "mounts", len(plan.Mounts))
 		}
-		return plan, fail(volume.Transient, err)
+		return plan, fail(kind, err)
 	}
 	switch plan.Action {
 	case ActionUnmountAndRemove:

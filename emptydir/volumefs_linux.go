@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -135,14 +136,69 @@ func (v *podVolume) isReady() bool {
 
 func (v *podVolume) setReady() error { return v.meta.CreateEmpty(readyFileName, 0o600) }
 
-// removeMetadata removes the ready marker, the metadata file and the
-// now-empty metadata directory, and nothing else: anything unexpected in
-// the directory makes the final rmdir fail with an error.
+// isOwnTemp reports whether name is a temporary file of an interrupted
+// metadata write (fsat.WriteFileAtomic's ".<name>.tmp-<16 hex digits>").
+func isOwnTemp(name string) bool {
+	rest, ok := strings.CutPrefix(name, "."+metaFileName+".tmp-")
+	if !ok || len(rest) != 16 {
+		return false
+	}
+	for _, c := range rest {
+		if !strings.ContainsRune("0123456789abcdef", c) {
+			return false
+		}
+	}
+	return true
+}
+
+// checkMetadataDir returns an error unless the metadata directory holds
+// only what nodevol and the kubelet write there — the ready marker, the
+// metadata file and temporary files of an interrupted write, all regular
+// files — so that removing it at the end of a teardown cannot fail after
+// the volume is gone. Anything else is left to the operator, named.
+func (v *podVolume) checkMetadataDir() error {
+	if v.meta == nil {
+		return nil
+	}
+	var bad []string
+	err := v.meta.EachEntry(func(e fsat.Entry) error {
+		own := e.Name == readyFileName || e.Name == metaFileName || isOwnTemp(e.Name)
+		if !own || e.Type != 0 {
+			bad = append(bad, v.meta.Join(e.Name))
+			if len(bad) == 10 {
+				return fsat.ErrStop
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%w: the metadata directory %s holds what neither nodevol nor the kubelet writes there (%s); it is never removed: move it away, then tear down again",
+			ErrUnexpectedMetadata, v.metaDir, strings.Join(bad, ", "))
+	}
+	return nil
+}
+
+// removeMetadata removes the ready marker, the metadata file, temporary
+// files of an interrupted metadata write and the now-empty metadata
+// directory, and nothing else: anything unexpected in the directory makes
+// the final rmdir fail with an error (the plan checks for it first).
 func (v *podVolume) removeMetadata() error {
 	if v.meta == nil {
 		return nil
 	}
-	for _, name := range []string{readyFileName, metaFileName} {
+	var temps []string
+	if err := v.meta.EachEntry(func(e fsat.Entry) error {
+		if isOwnTemp(e.Name) && e.Type == 0 && len(temps) < 100 {
+			temps = append(temps, e.Name)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, name := range append([]string{readyFileName, metaFileName}, temps...) {
 		if err := v.meta.Remove(name); err != nil {
 			return err
 		}
