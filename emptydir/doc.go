@@ -26,6 +26,13 @@
 // unmount goes through /proc/self/fd/N/<volume> with UMOUNT_NOFOLLOW, the
 // removal through the volumes directory's descriptor.
 //
+// A filesystem mounted on the volume directory is never asked anything
+// before it is proven the volume's own: the directory is looked at with
+// statx (AT_STATX_DONT_SYNC, type and mount IDs only) and opened O_PATH
+// when it is a mount root, and the mount's type comes from the mount
+// table, so a FUSE daemon that stopped answering cannot hang a teardown,
+// a dry run, reconstruction or Usage.
+//
 // nodevol.json is read with O_NOFOLLOW|O_NONBLOCK relative to the
 // metadata directory's descriptor, must be a regular file and at most
 // 64 KiB: a FIFO, a device, a symlink (to /dev/zero, say) or a huge file
@@ -44,14 +51,25 @@
 //     pod's hugepage requests (plain HugePages needs exactly one size).
 //
 // Memory and HugePages mounts are made detached (fsopen, fsconfig,
-// fsmount), their identity — the unique mount ID where the kernel has one
-// (Linux 6.8), the mount ID, device, type and source — is recorded in
-// nodevol.json, and only then is the mount attached onto the open volume
-// directory (move_mount): there is no moment at which the volume's mount is
-// visible without a record. With a custom volume.SystemMounter the mount
-// is made by path (/proc/self/fd/N, the open directory) and recorded right
-// after. A mount found on the directory that SetUp has no record of is
-// never adopted.
+// fsmount) with a new random source name ("nodevol-emptydir-" and 16 hex
+// digits, where the kubelet writes "tmpfs"), their identity — that source,
+// the unique mount ID where the kernel has one (Linux 6.8), the mount ID,
+// device and type — is recorded in nodevol.json, and only then is the
+// mount attached onto the open volume directory (move_mount): there is no
+// moment at which the volume's mount is visible without a record. With a
+// custom volume.SystemMounter the mount is made by path (/proc/self/fd/N,
+// the open directory) with the same kind of source and recorded right
+// after.
+//
+// The record is in the pod directory, so whoever can write there can
+// forge it. What proves a mount is therefore the mount itself: its source
+// in the mount table must be the recorded random name (and its mount ID
+// the recorded one). A forged record can only name a filesystem of the
+// forger's own making — a tmpfs they mounted with that source, which
+// holds nobody's data but theirs — never a share, another volume or the
+// kubelet's own mounts, whose sources are not nodevol's. A mount found on
+// the directory that this does not prove is never adopted by SetUp,
+// unmounted, measured or asked anything.
 //
 // SetUp is idempotent, and repairs a ready volume whose directory or mount
 // vanished.
@@ -76,6 +94,11 @@
 //   - the volume's own mount: checked once more with statx right before
 //     umount2 (never lazily: a busy mount is an error) and after it, then
 //     the directory is removed;
+//   - a metadata directory holding anything but the ready marker,
+//     nodevol.json and temporary files of an interrupted write (all
+//     regular files), or a recorded quota project without a quota manager:
+//     an error before anything changes, since the teardown could not
+//     finish;
 //   - Default: the quota (if one was assigned) is cleared — an error is
 //     returned, not logged — then the tree is removed with
 //     mountdetect.RemoveAllAt, which stops at mounts that appear meanwhile;

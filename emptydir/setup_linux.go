@@ -86,8 +86,10 @@ func (m *mounter) inPlace(v *podVolume, plan setupPlan, meta *Metadata) (bool, e
 	if plan.medium == mountdetect.MediumDefault {
 		return !e.mi.root, nil
 	}
-	return e.mi.root && meta != nil && meta.Medium == plan.medium && meta.Mount != nil && meta.Mount.sameMount(e.mi) &&
-		(plan.medium != mountdetect.MediumHugePages || meta.HugePageSize == plan.pageSize), nil
+	if !e.mi.root || meta == nil || meta.Medium != plan.medium || (plan.medium == mountdetect.MediumHugePages && meta.HugePageSize != plan.pageSize) {
+		return false, nil
+	}
+	return recordedMountOn(e, m.dir, meta.Mount)
 }
 
 // openDir creates the volume directory if needed and opens it; a symlink,
@@ -146,7 +148,15 @@ func (m *mounter) setUpDir(logger klog.Logger, v *podVolume, plan setupPlan, arg
 // setMode sets the volume directory's mode whatever the umask (0777, with
 // the sticky bit on request) and its group for FSGroup (with setgid, so new
 // files inherit the group), on the open directory.
-func (m *mounter) setMode(fd int, plan setupPlan, args volume.MounterArgs) error {
+func (m *mounter) setMode(pathFd int, plan setupPlan, args volume.MounterArgs) error {
+	// The volume's own mount root is held O_PATH (see openEntry); fchmod
+	// needs a real descriptor of the same directory, opened through the
+	// magic link of the one held (never by name).
+	fd, err := fsat.Openat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(pathFd), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: m.dir, Err: err}
+	}
+	defer unix.Close(fd)
 	mode := uint32(volumeDirMode)
 	if plan.sticky {
 		mode |= unix.S_ISVTX
@@ -167,11 +177,13 @@ func (m *mounter) setMode(fd int, plan setupPlan, args volume.MounterArgs) error
 // the recorded mount is already there (a SetUp that stopped before writing
 // the ready marker); any other mount there is an error, never adopted.
 func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, args volume.MounterArgs, old *Metadata) error {
-	source, fstype := "tmpfs", "tmpfs"
+	// The source is a new random name: the record's proof that a mount
+	// found on the directory later is this one (see provenBy).
+	source, fstype := newSource(), "tmpfs"
 	var opts []string
 	meta := &Metadata{Medium: plan.medium, SizeLimit: m.source.SizeLimit}
 	if plan.medium == mountdetect.MediumHugePages {
-		source, fstype = "nodev", "hugetlbfs"
+		fstype = "hugetlbfs"
 		opts = append(opts, "pagesize="+strconv.FormatInt(plan.pageSize, 10))
 		meta.HugePageSize = plan.pageSize
 	} else {
@@ -190,9 +202,15 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 	}
 	if e.mi.root {
 		defer e.close()
-		if old != nil && old.Mount != nil && old.Medium == plan.medium && old.Mount.sameMount(e.mi) {
-			logger.V(2).Info("Already mounted", "fsType", fstype)
-			return m.setMode(e.fd, plan, args)
+		if old != nil && old.Medium == plan.medium {
+			ours, err := recordedMountOn(e, m.dir, old.Mount)
+			if err != nil {
+				return err
+			}
+			if ours {
+				logger.V(2).Info("Already mounted", "fsType", fstype)
+				return m.setMode(e.fd, plan, args)
+			}
 		}
 		return fmt.Errorf("%s is already a mount point (%s) that SetUp did not record; not mounting %s over it", m.dir, e.mi.describe(), fstype)
 	}

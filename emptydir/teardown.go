@@ -72,6 +72,11 @@ type Plan struct {
 // anything, since it would not be able to remove the directory at the end.
 var ErrUnexpectedMetadata = errors.New("unexpected entries in the volume's metadata directory")
 
+// ErrForeignMount is matched by the error of Usage for a volume whose
+// directory has a mount on it that SetUp did not make (or cannot prove it
+// made): it is not measured, nor asked anything.
+var ErrForeignMount = errors.New("a mount that is not the volume's own")
+
 // RefusedError is returned by TearDown when it refuses; it wraps a
 // *mountdetect.CrossesMountError, so errors.Is(err,
 // mountdetect.ErrCrossesMount) holds and errors.As gives the mounts.

@@ -79,11 +79,16 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 			return p, e, err
 		}
 	}
-	if p.Info, err = tab.DetectFile(e.fd, v.dir); err != nil {
-		return p, e, err
-	}
 	at, beneath, err := tab.MountsAtFile(e.fd, v.dir)
 	if err != nil {
+		return p, e, err
+	}
+	if e.mi.root {
+		// Nothing is asked of a filesystem mounted on the directory (a
+		// FUSE daemon may not answer) before it is proven the volume's
+		// own: what it is comes from the mount table.
+		p.Info = infoFromTable(v.dir, at)
+	} else if p.Info, err = tab.DetectFile(e.fd, v.dir); err != nil {
 		return p, e, err
 	}
 	if n := len(beneath); n > 0 {
@@ -122,16 +127,38 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		return refuse(what+" is mounted on the volume directory itself, but nodevol has no record of mounting it (a volume set up by another kubelet, or a foreign mount); if it is the volume's own tmpfs or hugetlbfs, unmount it yourself, then tear down again", at)
 	case p.Meta.Medium == mountdetect.MediumDefault:
 		return refuse(what+" is mounted on the directory of a Default-medium volume, which SetUp never does: it is not the volume's to unmount", at)
-	case p.Meta.Mount == nil:
-		return refuse(what+" is mounted on the volume directory itself, but SetUp recorded no mount identity (metadata written by an older nodevol or through a custom mounter), so it cannot be proven to be the volume's own; unmount it yourself, then tear down again", at)
+	case p.Meta.Mount == nil || !isNodevolSource(p.Meta.Mount.Source):
+		return refuse(what+" is mounted on the volume directory itself, but SetUp recorded no mount identity it could prove (metadata written by an older nodevol), so it cannot be proven to be the volume's own; if it is, unmount it yourself, then tear down again", at)
 	case len(at) > 1:
 		return refuse(fmt.Sprintf("%d mounts are stacked on the volume directory; only a single mount that SetUp made is ever unmounted", len(at)), at)
-	case !p.Meta.Mount.matches(e.mi, top.FSType, top.Source):
+	case !p.Meta.Mount.provenBy(e.mi, top.FSType, top.Source):
 		return refuse(fmt.Sprintf("%s is mounted on the volume directory itself (%s), but it is not the mount SetUp made (%s)",
 			what, e.mi.describe(), p.Meta.Mount.describe()), at)
 	}
+	// Proven the volume's own tmpfs or hugetlbfs: now it may be asked.
+	if info, err := tab.DetectFile(e.fd, v.dir); err == nil {
+		p.Info = info
+	}
 	p.Action, p.Reason = ActionUnmountAndRemove, "the volume's own "+top.FSType+" mount ("+p.Meta.Medium.String()+" medium)"
 	return p, e, nil
+}
+
+// infoFromTable describes the mount on the volume directory from the
+// mount table alone (the top of at), without asking its filesystem.
+func infoFromTable(path string, at []mountdetect.Mount) mountdetect.FSInfo {
+	info := mountdetect.FSInfo{Path: path, MountPoint: true, MountPointSure: true, FSType: "unknown"}
+	if len(at) > 0 {
+		info.FSType = at[len(at)-1].FSType
+	}
+	switch info.FSType {
+	case "tmpfs":
+		info.Medium = mountdetect.MediumMemory
+	case "hugetlbfs":
+		info.Medium = mountdetect.MediumHugePages
+	default:
+		info.Medium = mountdetect.MediumDefault
+	}
+	return info
 }
 
 // describe names a recorded mount for messages.
@@ -143,9 +170,11 @@ func (rec *MountRecord) describe() string {
 	return s
 }
 
-// sameMount compares the identity statx gives, without the mount table.
+// sameMount compares the identity statx gives, without the mount table:
+// the unique mount ID where the kernel has them (a record without one does
+// not match then), else the classic ID and the device.
 func (rec *MountRecord) sameMount(mi mountIdentity) bool {
-	if rec.UniqueID != 0 && mi.uniqueID != 0 {
+	if mi.uniqueID != 0 {
 		return rec.UniqueID == mi.uniqueID
 	}
 	return rec.ID == mi.id && rec.Dev == mi.dev

@@ -49,11 +49,24 @@ func (p *Plugin) usage(podUID, vol string) (Usage, error) {
 	default:
 		return Usage{}, &os.PathError{Op: "open", Path: dir, Err: unix.ENOTDIR}
 	}
-	var st unix.Statfs_t
-	if err := unix.Fstatfs(e.fd, &st); err != nil {
-		return Usage{}, &os.PathError{Op: "fstatfs", Path: dir, Err: err}
-	}
-	if e.mi.root && mountdetect.MediumForMagic(uint32(st.Type)) != mountdetect.MediumDefault {
+	if e.mi.root {
+		// Only the volume's own tmpfs or hugetlbfs is asked anything (a
+		// foreign filesystem's daemon may not answer).
+		var rec *MountRecord
+		if meta != nil {
+			rec = meta.Mount
+		}
+		ours, err := recordedMountOn(e, dir, rec)
+		if err != nil {
+			return Usage{}, err
+		}
+		if !ours {
+			return Usage{}, fmt.Errorf("usage of %s: %w: something is mounted on the volume directory that SetUp did not make (or cannot prove it made); it is not measured", dir, ErrForeignMount)
+		}
+		var st unix.Statfs_t
+		if err := unix.Fstatfs(e.fd, &st); err != nil {
+			return Usage{}, &os.PathError{Op: "fstatfs", Path: dir, Err: err}
+		}
 		return Usage{Bytes: int64(st.Blocks-st.Bfree) * int64(st.Bsize), Inodes: int64(st.Files - st.Ffree), Source: SourceStatfs}, nil
 	}
 	// The walk starts at the open directory, named by its descriptor.
@@ -88,8 +101,17 @@ func (p *Plugin) constructMedium(podUID, vol string) (medium mountdetect.Medium,
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	info, err := tab.DetectFile(e.fd, v.dir)
+	at, _, err := tab.MountsAtFile(e.fd, v.dir)
 	if err != nil {
+		return 0, 0, 0, err
+	}
+	// The type from the table; only a tmpfs or hugetlbfs is asked for more
+	// (a foreign filesystem's daemon may not answer).
+	info := infoFromTable(v.dir, at)
+	if info.Medium == mountdetect.MediumDefault {
+		return info.Medium, 0, 0, nil
+	}
+	if info, err = tab.DetectFile(e.fd, v.dir); err != nil {
 		return 0, 0, 0, err
 	}
 	return info.Medium, info.HugePageSize, 0, nil

@@ -1,6 +1,8 @@
 package emptydir
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodevol/nodevol/internal/fsat"
+	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -228,7 +231,9 @@ type mountIdentity struct {
 // without following a symlink or triggering an automount.
 func identify(dirfd int, name string) (mountIdentity, error) {
 	var mi mountIdentity
-	flags := unix.AT_SYMLINK_NOFOLLOW | unix.AT_NO_AUTOMOUNT
+	// AT_STATX_DONT_SYNC, and only mount IDs asked for: a FUSE daemon
+	// mounted on the directory that stopped answering is never asked.
+	flags := unix.AT_SYMLINK_NOFOLLOW | unix.AT_NO_AUTOMOUNT | unix.AT_STATX_DONT_SYNC
 	if name == "" {
 		flags |= unix.AT_EMPTY_PATH
 	}
@@ -253,13 +258,60 @@ func identify(dirfd int, name string) (mountIdentity, error) {
 	return mi, nil
 }
 
-// matches reports whether the mount identified by mi, listed in the mount
-// table with fsType and source, is the one rec recorded.
-func (rec *MountRecord) matches(mi mountIdentity, fsType, source string) bool {
-	if rec.UniqueID != 0 && mi.uniqueID != 0 {
-		return rec.UniqueID == mi.uniqueID
+// provenBy reports whether the mount identified by mi, listed in the mount
+// table with fsType and source, is the one rec recorded — in a way a
+// forged record cannot fake: the record lives in the pod directory, which
+// an attacker may write, so the proof is the mount's own source, a random
+// name SetUp gave the filesystem it created (newSource). A record naming
+// any other source (a share's "server:/export", the kubelet's "tmpfs")
+// proves nothing; a record naming a nodevol source can only match a
+// tmpfs or hugetlbfs created with that name, which holds nobody's data
+// but its creator's. The mount ID must match too: the unique one where
+// the kernel has unique IDs (a record without one is not accepted then),
+// else the classic ID and the device.
+func (rec *MountRecord) provenBy(mi mountIdentity, fsType, source string) bool {
+	if !isNodevolSource(rec.Source) || rec.Source != source || rec.FSType != fsType {
+		return false
 	}
-	return rec.ID == mi.id && rec.Dev == mi.dev && rec.FSType == fsType && rec.Source == source
+	return rec.sameMount(mi)
+}
+
+// newSource returns a new random mount source for a filesystem SetUp
+// creates.
+func newSource() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return sourcePrefix + hex.EncodeToString(b[:])
+}
+
+const sourcePrefix = "nodevol-emptydir-"
+
+// isNodevolSource reports whether s has newSource's form.
+func isNodevolSource(s string) bool {
+	rest, ok := strings.CutPrefix(s, sourcePrefix)
+	if !ok || len(rest) != 16 {
+		return false
+	}
+	_, err := hex.DecodeString(rest)
+	return err == nil
+}
+
+// recordedMountOn reports whether the mount on the open volume directory e
+// (a mount root) is the one rec recorded: a single mount there, proven by
+// the mount table's type and source and the mount ID.
+func recordedMountOn(e entry, path string, rec *MountRecord) (bool, error) {
+	if rec == nil || !e.mi.root {
+		return false, nil
+	}
+	tab, err := mountdetect.ReadMountTable()
+	if err != nil {
+		return false, err
+	}
+	at, _, err := tab.MountsAtFile(e.fd, path)
+	if err != nil {
+		return false, err
+	}
+	return len(at) == 1 && rec.provenBy(e.mi, at[0].FSType, at[0].Source), nil
 }
 
 // describe names a mount identity for messages.
@@ -283,14 +335,20 @@ func (v *podVolume) openEntry() (entry, error) {
 	if v.vols == nil {
 		return e, nil
 	}
-	st, err := v.vols.Lstat(v.name)
+	// The type from statx with AT_STATX_DONT_SYNC, not lstat: the volume
+	// directory may have a FUSE filesystem mounted on it whose daemon
+	// does not answer, and nothing here may ask it anything.
+	var sx unix.Statx_t
+	err := fsat.Retry(func() error {
+		return unix.Statx(v.vols.Fd(), v.name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &sx)
+	})
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
+	case err == unix.ENOENT:
 		return e, nil
 	case err != nil:
-		return e, err
+		return e, &os.PathError{Op: "statx", Path: v.dir, Err: err}
 	}
-	switch st.Mode & unix.S_IFMT {
+	switch uint32(sx.Mode) & unix.S_IFMT {
 	case unix.S_IFDIR:
 	case unix.S_IFLNK:
 		e.kind = entrySymlink
@@ -302,28 +360,39 @@ func (v *podVolume) openEntry() (entry, error) {
 		}
 		return e, nil
 	}
-	fd, err := fsat.Openat(v.vols.Fd(), v.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if e.mi, err = identify(v.vols.Fd(), v.name); err != nil {
+		if err == unix.ENOENT {
+			return entry{fd: -1}, nil
+		}
+		return e, &os.PathError{Op: "statx", Path: v.dir, Err: err}
+	}
+	// A mount root is opened O_PATH: no open reaches its filesystem (a
+	// FUSE daemon would be asked to open it). Only what the plan proves to
+	// be the volume's own mount is asked anything (fstatfs) afterwards.
+	flags := unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW
+	if e.mi.root {
+		flags = unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW
+	}
+	fd, err := fsat.Openat(v.vols.Fd(), v.name, flags, 0)
 	switch err {
 	case nil:
 	case unix.ENOENT:
-		return e, nil
+		return entry{fd: -1}, nil
 	case unix.ELOOP, unix.ENOTDIR:
-		// Swapped since the lstat: look again (once; a tree that keeps
-		// changing is an error).
-		st, err2 := v.vols.Lstat(v.name)
-		if err2 == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
-			e.kind = entrySymlink
-			return e, nil
-		}
-		return e, &os.PathError{Op: "openat", Path: v.dir, Err: err}
+		// Swapped since the statx: a tree that keeps changing is an error.
+		return e, &os.PathError{Op: "openat", Path: v.dir, Err: fmt.Errorf("%w (changed while examined)", err)}
 	default:
 		return e, &os.PathError{Op: "openat", Path: v.dir, Err: err}
 	}
-	e.kind, e.fd = entryDir, fd
-	if e.mi, err = identify(fd, ""); err != nil {
+	mi, err := identify(fd, "")
+	if err != nil {
 		unix.Close(fd)
-		e.fd = -1
 		return e, &os.PathError{Op: "statx", Path: v.dir, Err: err}
 	}
+	if mi != e.mi {
+		unix.Close(fd)
+		return e, &os.PathError{Op: "openat", Path: v.dir, Err: errors.New("changed while examined")}
+	}
+	e.kind, e.fd = entryDir, fd
 	return e, nil
 }

@@ -390,12 +390,23 @@ func (w *walk) openDir(parent *dirNode, name string) (fd int, crossed bool, err 
 		}
 		return fd, false, err
 	}
+	mask := w.s.statxMask()
+	var sx unix.Statx_t
+	// Look before opening: opening a mount point reaches the mounted
+	// filesystem (a FUSE daemon that stopped answering would block the
+	// walk). AT_STATX_DONT_SYNC and only the mount ID asked: nothing is
+	// asked of it. The check after the open catches a mount that appears
+	// in between.
+	err = ignoringEINTR(func() error {
+		return unix.Statx(parent.fd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, mask, &sx)
+	})
+	if err == nil && sx.Mask&uint32(mask) != 0 && (sx.Mnt_id != w.rootMnt || sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0) {
+		return -1, true, nil
+	}
 	fd, err = openat(parent.fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
 	if err != nil {
 		return -1, false, err
 	}
-	mask := w.s.statxMask()
-	var sx unix.Statx_t
 	err = ignoringEINTR(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, mask, &sx) })
 	if err == nil && sx.Mask&uint32(mask) == 0 {
 		err = fmt.Errorf("kernel returned no mount ID: %w", ErrUnsupported)

@@ -12,11 +12,23 @@ type inodeKey struct {
 	ino          uint64
 }
 
+// usageFrame is one directory of the walk. It holds its own name and its
+// parent, not its whole path: a chain of deep directories with long names
+// costs memory linear in the names, and a path is built only for a
+// message.
 type usageFrame struct {
-	fd   int
-	path string
-	subs []string
-	next int
+	fd     int
+	parent *usageFrame
+	name   string // the path given, for the root
+	subs   []string
+	next   int
+}
+
+func (f *usageFrame) path() string {
+	if f.parent == nil {
+		return f.name
+	}
+	return f.parent.path() + "/" + f.name
 }
 
 func diskUsage(path string, s strategy) (Usage, error) {
@@ -52,7 +64,7 @@ func diskUsage(path string, s strategy) (Usage, error) {
 	w := &walk{s: s, rootMnt: rootMnt}
 	sc := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(sc)
-	stack := []*usageFrame{{fd: fd, path: path}}
+	stack := []*usageFrame{{fd: fd, name: path}}
 	defer func() {
 		for _, f := range stack {
 			unix.Close(f.fd)
@@ -66,25 +78,25 @@ func diskUsage(path string, s strategy) (Usage, error) {
 			cfd, crossed, err := w.openDir(&dirNode{fd: f.fd}, name)
 			switch {
 			case crossed:
-				u.Skipped = append(u.Skipped, Mount{MountPoint: f.path + "/" + name})
+				u.Skipped = append(u.Skipped, Mount{MountPoint: f.path() + "/" + name})
 				continue
 			case err == unix.ENOENT || err == unix.ENOTDIR || err == unix.ELOOP:
 				continue // gone or replaced during the walk
 			case err != nil:
-				return u, &os.PathError{Op: "openat", Path: f.path + "/" + name, Err: err}
+				return u, &os.PathError{Op: "openat", Path: f.path() + "/" + name, Err: err}
 			}
 			if err := unix.Statx(cfd, "", unix.AT_EMPTY_PATH, mask, &sx); err != nil {
 				unix.Close(cfd)
-				return u, &os.PathError{Op: "statx", Path: f.path + "/" + name, Err: err}
+				return u, &os.PathError{Op: "statx", Path: f.path() + "/" + name, Err: err}
 			}
 			count(&sx)
-			stack = append(stack, &usageFrame{fd: cfd, path: f.path + "/" + name})
+			stack = append(stack, &usageFrame{fd: cfd, parent: f, name: name})
 			continue
 		}
 		var n int
 		err := ignoringEINTR(func() (err error) { n, err = unix.Getdents(f.fd, sc.buf); return err })
 		if err != nil {
-			return u, &os.PathError{Op: "getdents64", Path: f.path, Err: err}
+			return u, &os.PathError{Op: "getdents64", Path: f.path(), Err: err}
 		}
 		if n == 0 {
 			unix.Close(f.fd)
@@ -95,7 +107,7 @@ func diskUsage(path string, s strategy) (Usage, error) {
 		for off := 0; off < n; {
 			d, next, err := nextDirent(sc.buf[:n], off)
 			if err != nil {
-				return u, &os.PathError{Op: "getdents64", Path: f.path, Err: err}
+				return u, &os.PathError{Op: "getdents64", Path: f.path(), Err: err}
 			}
 			off = next
 			switch {
@@ -110,13 +122,13 @@ func diskUsage(path string, s strategy) (Usage, error) {
 				switch {
 				case err == unix.ENOENT:
 				case err != nil:
-					return u, &os.PathError{Op: "statx", Path: f.path + "/" + string(d.name), Err: err}
+					return u, &os.PathError{Op: "statx", Path: f.path() + "/" + string(d.name), Err: err}
 				case sx.Mode&unix.S_IFMT == unix.S_IFDIR:
 					f.subs = append(f.subs, string(d.name)) // DT_UNKNOWN directory
 				case sx.Mnt_id != rootMnt && s.statxMask() != 0:
-					u.Skipped = append(u.Skipped, Mount{MountPoint: f.path + "/" + string(d.name)}) // a bind-mounted file
+					u.Skipped = append(u.Skipped, Mount{MountPoint: f.path() + "/" + string(d.name)}) // a bind-mounted file
 				case sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0:
-					u.Skipped = append(u.Skipped, Mount{MountPoint: f.path + "/" + string(d.name)})
+					u.Skipped = append(u.Skipped, Mount{MountPoint: f.path() + "/" + string(d.name)})
 				default:
 					count(&sx)
 				}
