@@ -244,3 +244,80 @@ func testStalledFUSE(t *testing.T, inside bool) {
 		}
 	}
 }
+
+// TestForgedRecordOfAFUSEMountProvesNothing: a FUSE filesystem may name
+// any source, nodevol's random form included; a record naming one (with
+// the mount's type and IDs) proves nothing, since SetUp only ever makes
+// tmpfs and hugetlbfs. Its stalled daemon is asked nothing: teardown
+// refuses and SetUp fails at once.
+func TestForgedRecordOfAFUSEMountProvesNothing(t *testing.T) {
+	mounttest.RequireMounts(t)
+	base := t.TempDir()
+	e := newEnv(t, filepath.Join(base, "kubelet"), nil)
+	pod := e.pod(volume.Spec{Name: "cache", EmptyDir: &volume.EmptyDirSource{Medium: "Memory", SizeLimit: 1 << 20}})
+	pod.MemoryLimit = 64 << 20
+	vol := e.setUp(t, pod, "cache").Path()
+	t.Cleanup(func() {
+		for mounttest.IsMountRoot(t, vol) {
+			_ = detach(vol)
+		}
+	})
+	if err := unix.Unmount(vol, 0); err != nil {
+		t.Fatal(err)
+	}
+	fuse, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Skipf("no /dev/fuse: %v", err)
+	}
+	const source = "nodevol-emptydir-0123456789abcdef"
+	mounttest.Mount(t, source, vol, "fuse", 0, fmt.Sprintf("fd=%d,rootmode=40000,user_id=0,group_id=0", fuse))
+	t.Cleanup(func() { unix.Close(fuse) })
+	fd, err := unix.Open(vol, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mi, err := identify(fd, "")
+	unix.Close(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &MountRecord{UniqueID: mi.uniqueID, ID: mi.id, Dev: mi.dev, FSType: "fuse", Source: source}
+	b, _ := json.Marshal(struct {
+		Medium string       `json:"medium"`
+		Mount  *MountRecord `json:"mount"`
+	}{"Memory", rec})
+	meta := e.metaDir(t, "cache")
+	if err := os.WriteFile(filepath.Join(meta, metaFileName), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(meta, readyFileName)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		what string
+		fn   func() error
+	}{
+		{"TearDown", func() error { return e.tearDown("cache") }},
+		{"SetUp", func() error {
+			m, err := e.plugin.NewMounter(pod.Volume("cache"), pod)
+			if err != nil {
+				return err
+			}
+			return m.SetUp(e.ctx, volume.MounterArgs{})
+		}},
+	} {
+		done := make(chan error, 1)
+		go func() { done <- c.fn() }()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Errorf("%s succeeded on a forged record of a FUSE mount", c.what)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s blocks on the FUSE mount a forged record names", c.what)
+		}
+	}
+	if !mounttest.IsMountRoot(t, vol) {
+		t.Error("the FUSE mount was unmounted")
+	}
+}

@@ -270,6 +270,9 @@ func identify(dirfd int, name string) (mountIdentity, error) {
 // the kernel has unique IDs (a record without one is not accepted then),
 // else the classic ID and the device.
 func (rec *MountRecord) provenBy(mi mountIdentity, fsType, source string) bool {
+	if fsType != "tmpfs" && fsType != "hugetlbfs" {
+		return false // SetUp makes nothing else; a FUSE or overlay mount may name any source
+	}
 	if !isNodevolSource(rec.Source) || rec.Source != source || rec.FSType != fsType {
 		return false
 	}
