@@ -26,12 +26,17 @@
 // unmount goes through /proc/self/fd/N/<volume> with UMOUNT_NOFOLLOW, the
 // removal through the volumes directory's descriptor.
 //
-// A filesystem mounted on the volume directory is never asked anything
-// before it is proven the volume's own: the directory is looked at with
-// statx (AT_STATX_DONT_SYNC, type and mount IDs only) and opened O_PATH
-// when it is a mount root, and the mount's type comes from the mount
-// table, so a FUSE daemon that stopped answering cannot hang a teardown,
-// a dry run, reconstruction or Usage.
+// A filesystem mounted on the volume directory, on a directory between
+// the pods directory and the volume, or inside the volume is never asked
+// anything before it is proven the volume's own: entries are looked at
+// with statx (AT_STATX_DONT_SYNC, type and mount IDs only) before they
+// are opened, a directory that is a mount where none belongs is refused
+// unopened, the volume directory is opened O_PATH when it is a mount
+// root, and a mount's type comes from the mount table. So a FUSE daemon
+// that stopped answering cannot hang a teardown, a dry run, a scan,
+// reconstruction or Usage. (The kubelet root and the pods directory are
+// trusted and may be mounts of their own; a stalled filesystem there
+// stops the node anyway.)
 //
 // nodevol.json is read with O_NOFOLLOW|O_NONBLOCK relative to the
 // metadata directory's descriptor, must be a regular file and at most
@@ -62,14 +67,20 @@
 // after.
 //
 // The record is in the pod directory, so whoever can write there can
-// forge it. What proves a mount is therefore the mount itself: its source
-// in the mount table must be the recorded random name (and its mount ID
-// the recorded one). A forged record can only name a filesystem of the
-// forger's own making — a tmpfs they mounted with that source, which
-// holds nobody's data but theirs — never a share, another volume or the
-// kubelet's own mounts, whose sources are not nodevol's. A mount found on
-// the directory that this does not prove is never adopted by SetUp,
-// unmounted, measured or asked anything.
+// forge it. What proves a mount is therefore the mount itself: it must be
+// a tmpfs or hugetlbfs (SetUp makes nothing else; a FUSE filesystem may
+// name any source), its source in the mount table must be the recorded
+// random name, and its mount ID the recorded one. A forged record can
+// thus name only a tmpfs or hugetlbfs carrying a nodevol source: one the
+// forger mounted with that name, which holds nobody's data but theirs, or
+// a bind of another nodevol volume (a bind keeps its source) — which
+// takes mounting in the host's namespace and predicting the bind's
+// unique mount ID, and gives no more than that access gives anyway
+// (SetUp would set the mode of that volume's root; nothing is removed
+// from it). Never a share, another plugin's volume or the kubelet's own
+// mounts, whose sources are not nodevol's. A mount found on the directory
+// that this does not prove is never adopted by SetUp, unmounted, measured
+// or asked anything.
 //
 // SetUp is idempotent, and repairs a ready volume whose directory or mount
 // vanished.

@@ -81,7 +81,14 @@ func (p *Plugin) openVolume(podUID, vol string, create bool) (_ *podVolume, err 
 		}
 		return d, err
 	}
-	if v.pod, err = open(v.root, "pods/"+podUID); err != nil {
+	// The pods directory may be a mount of its own; a pod directory must
+	// be on it (nothing mounted on a pod directory is ever entered).
+	pods, err := open(v.root, "pods")
+	if err != nil {
+		return nil, err
+	}
+	defer pods.Close()
+	if v.pod, err = open(pods, podUID, fsat.SameMount); err != nil {
 		return nil, err
 	}
 	if v.vols, err = open(v.pod, "volumes/"+escaped, fsat.SameMount); err != nil {
@@ -192,16 +199,17 @@ func (v *podVolume) removeMetadata() error {
 	if v.meta == nil {
 		return nil
 	}
-	var temps []string
+	// Temporary files are removed as they are listed: however many there
+	// are, nothing is collected.
 	if err := v.meta.EachEntry(func(e fsat.Entry) error {
-		if isOwnTemp(e.Name) && e.Type == 0 && len(temps) < 100 {
-			temps = append(temps, e.Name)
+		if isOwnTemp(e.Name) && e.Type == 0 {
+			return v.meta.Remove(e.Name)
 		}
 		return nil
 	}); err != nil {
 		return err
 	}
-	for _, name := range append([]string{readyFileName, metaFileName}, temps...) {
+	for _, name := range []string{readyFileName, metaFileName} {
 		if err := v.meta.Remove(name); err != nil {
 			return err
 		}

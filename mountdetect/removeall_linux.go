@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -154,13 +155,20 @@ func errPath(err error) string {
 // filesystem type when it can (the entry is opened O_PATH, which does
 // nothing to it).
 func (w *walk) foundMount(dirfd int, name, path string) {
+	// Its type and source come from the mount table, found by the mount
+	// ID statx gives (AT_STATX_DONT_SYNC, nothing else asked): asking the
+	// mount itself (fstatfs) would reach its filesystem, and a FUSE daemon
+	// that stopped answering would block the walk.
 	m := Mount{MountPoint: path}
-	if fd, err := openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW); err == nil {
-		var st unix.Statfs_t
-		if unix.Fstatfs(fd, &st) == nil {
-			m.FSType = FSTypeName(uint32(st.Type))
+	var sx unix.Statx_t
+	err := ignoringEINTR(func() error {
+		return unix.Statx(dirfd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID, &sx)
+	})
+	if err == nil && sx.Mask&unix.STATX_MNT_ID != 0 {
+		id := int(sx.Mnt_id)
+		if infos, err := mountinfo.GetMounts(func(i *mountinfo.Info) (skip, stop bool) { return i.ID != id, i.ID == id }); err == nil && len(infos) == 1 {
+			m.FSType, m.Source = infos[0].FSType, infos[0].Source
 		}
-		unix.Close(fd)
 	}
 	w.mu.Lock()
 	w.crossed = append(w.crossed, m)

@@ -117,7 +117,9 @@ func diskUsage(path string, s strategy) (Usage, error) {
 			default:
 				name := string(d.name)
 				err := ignoringEINTR(func() error {
-					return unix.Statx(f.fd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT, mask, &sx)
+					// AT_STATX_DONT_SYNC: no effect on a local filesystem,
+					// and a FUSE mounted on a file here is not asked.
+					return unix.Statx(f.fd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, mask, &sx)
 				})
 				switch {
 				case err == unix.ENOENT:

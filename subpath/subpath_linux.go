@@ -38,7 +38,10 @@ type tree struct {
 	parent *fsat.Dir // <root>/pods/<uid>/volume-subpaths
 	sub    *fsat.Dir // volume-subpaths/<volume>; nil when not a directory
 	isLink bool      // a symlink or file where volume-subpaths/<volume> belongs
-	vol    *fsat.Dir // the volume directory; nil when it does not exist
+	// mountedOn: something is mounted on volume-subpaths/<volume>; it is
+	// not opened, and the examination refuses.
+	mountedOn bool
+	vol       *fsat.Dir // the volume directory; nil when it does not exist
 }
 
 // open reaches the volume's subpath directory and the volume directory by
@@ -54,7 +57,7 @@ func (c *Cleaner) open(podUID, plugin, vol string) (_ *tree, err error) {
 	}
 	t := &tree{dir: dir, name: vol, volPath: volPath}
 	defer func() {
-		if err != nil || t.parent == nil || (t.sub == nil && !t.isLink) {
+		if err != nil || t.parent == nil || (t.sub == nil && !t.isLink && !t.mountedOn) {
 			t.close()
 		}
 	}()
@@ -65,7 +68,15 @@ func (c *Cleaner) open(podUID, plugin, vol string) (_ *tree, err error) {
 	if err != nil {
 		return nil, err
 	}
-	pod, err := t.root.OpenDir("pods/" + podUID)
+	pods, err := t.root.OpenDir("pods")
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer pods.Close()
+	pod, err := pods.OpenDir(podUID, fsat.SameMount)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -82,6 +93,12 @@ func (c *Cleaner) open(podUID, plugin, vol string) (_ *tree, err error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	// Something mounted on volume-subpaths/<volume> is never opened (its
+	// filesystem would be asked); it is reported by the examination.
+	if root, _, _, err := mountRoot(t.parent.Fd(), vol); err == nil && root {
+		t.mountedOn = true
+		return t, nil
 	}
 	fd, err := fsat.Openat(t.parent.Fd(), vol, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	switch err {
@@ -109,7 +126,10 @@ func (c *Cleaner) open(podUID, plugin, vol string) (_ *tree, err error) {
 		return nil, err
 	}
 	defer vols.Close()
-	vfd, err := fsat.Openat(vols.Fd(), vol, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	// O_PATH: the volume may be a mount (a Memory volume's tmpfs, or
+	// something foreign), and nothing is asked of it; BindWithin needs
+	// only statx and the descriptor's name.
+	vfd, err := fsat.Openat(vols.Fd(), vol, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	switch err {
 	case nil:
 		t.vol = fsat.FromFd(vfd, volPath)
@@ -181,7 +201,8 @@ type mountID struct{ id, dev uint64 }
 // dirfd (name "": dirfd itself) is the root of a mount, and for its mount
 // identity and file type.
 func mountRoot(dirfd int, name string) (root bool, id mountID, typ uint32, err error) {
-	flags := unix.AT_SYMLINK_NOFOLLOW | unix.AT_NO_AUTOMOUNT
+	// AT_STATX_DONT_SYNC: a FUSE filesystem mounted here is not asked.
+	flags := unix.AT_SYMLINK_NOFOLLOW | unix.AT_NO_AUTOMOUNT | unix.AT_STATX_DONT_SYNC
 	if name == "" {
 		flags |= unix.AT_EMPTY_PATH
 	}
@@ -201,7 +222,7 @@ func mountRoot(dirfd int, name string) (root bool, id mountID, typ uint32, err e
 
 // examineAll is Examine for an open tree.
 func (t *tree) examineAll(tab *mountdetect.MountTable) ([]Entry, error, error) {
-	if t.sub == nil {
+	if t.sub == nil && !t.mountedOn {
 		return nil, nil, nil
 	}
 	r, err := t.examineIn(tab, true)
@@ -222,6 +243,10 @@ func (t *tree) examine() (*report, error) { return t.examineIn(nil, false) }
 // collect, every entry is kept for listing.
 func (t *tree) examineIn(tab *mountdetect.MountTable, collect bool) (*report, error) {
 	r := &report{collect: collect}
+	if t.mountedOn {
+		r.foreign = append(r.foreign, mountdetect.Mount{MountPoint: t.dir})
+		return r, nil
+	}
 	if t.sub == nil {
 		return r, nil
 	}
@@ -255,9 +280,16 @@ func (t *tree) examineIn(tab *mountdetect.MountTable, collect bool) (*report, er
 		if ctr.Type != fs.ModeDir {
 			return nil // a symlink or file: Clean unlinks it
 		}
-		cdir, err := t.sub.OpenDir(ctr.Name)
+		cdir, err := t.sub.OpenDir(ctr.Name, fsat.SameMount)
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
 			return nil // changed since listed: Clean looks again
+		}
+		if errors.Is(err, fsat.ErrOtherMount) {
+			// A mount on the container directory: foreign, with all it
+			// holds, and never opened.
+			r.foreign = append(r.foreign, mountdetect.Mount{MountPoint: t.sub.Join(ctr.Name)})
+			seen[real+"/"+ctr.Name] = true
+			return nil
 		}
 		if err != nil {
 			r.fail(err)
@@ -331,7 +363,7 @@ func (t *tree) examineContainer(r *report, tab *mountdetect.MountTable, cdir *fs
 // (the kubelet's <index> mount points are; anything written there is not
 // removed by a cleanup that only unmounts and rmdirs).
 func emptyDir(cdir *fsat.Dir, name string) error {
-	d, err := cdir.OpenDir(name)
+	d, err := cdir.OpenDir(name, fsat.SameMount)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -410,7 +442,7 @@ func (t *tree) check() error {
 }
 
 func (t *tree) list() ([]Entry, error) {
-	if t.sub == nil {
+	if t.sub == nil && !t.mountedOn {
 		return nil, nil
 	}
 	r, err := t.examineIn(nil, true)
@@ -462,7 +494,11 @@ func (t *tree) clean(ctx context.Context) error {
 			}
 			return nil
 		}
-		cdir, err := t.sub.OpenDir(ctr.Name)
+		cdir, err := t.sub.OpenDir(ctr.Name, fsat.SameMount)
+		if errors.Is(err, fsat.ErrOtherMount) {
+			left.fail(&mountdetect.CrossesMountError{Path: t.dir, Mounts: []mountdetect.Mount{{MountPoint: cpath}}, DuringWalk: true})
+			return nil
+		}
 		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
 			if err := unlinkat(t.sub.Fd(), ctr.Name, 0); err != nil {
 				left.fail(&os.PathError{Op: "unlinkat", Path: cpath, Err: err})

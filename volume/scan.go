@@ -84,7 +84,7 @@ func (l Layout) ScanVolumes() (ScanResult, error) {
 func scanPod(pods *fsat.Dir, uid string, res *ScanResult) (found, problemsBefore int) {
 	problemsBefore = len(res.Problems)
 	problem := func(p string, err error) { res.Problems = append(res.Problems, ScanProblem{Path: p, Err: err}) }
-	vols, err := pods.OpenDir(uid + "/" + volumesDirName)
+	vols, err := pods.OpenDir(uid+"/"+volumesDirName, fsat.SameMount)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, problemsBefore
 	}
@@ -108,7 +108,7 @@ func scanPod(pods *fsat.Dir, uid string, res *ScanResult) (found, problemsBefore
 			problem(plPath, err)
 			continue
 		}
-		plDir, err := vols.OpenDir(pl.Name)
+		plDir, err := vols.OpenDir(pl.Name, fsat.SameMount)
 		if err != nil {
 			problem(plPath, err)
 			continue

@@ -166,6 +166,19 @@ func (d *Dir) walk(rel string, create bool, mode uint32, opts []Option) (*Dir, e
 	cur := &Dir{fd: d.fd, path: d.path}
 	owned := false
 	for _, name := range parts {
+		if o&SameMount != 0 {
+			// Look before opening: opening a mount point reaches the
+			// mounted filesystem (a FUSE daemon that stopped answering
+			// would block). Nothing is asked of it: statx with
+			// AT_STATX_DONT_SYNC, mount IDs only.
+			id, root, err := mountIDAt(cur.fd, name)
+			if err == nil && (id != mnt || root) {
+				if owned {
+					cur.Close()
+				}
+				return nil, &os.PathError{Op: "openat", Path: cur.Join(name), Err: ErrOtherMount}
+			}
+		}
 		next, err := cur.openChild(name, create, mode)
 		if owned {
 			cur.Close()
@@ -226,8 +239,7 @@ func (d *Dir) explain(name string, err error) error {
 	if err != unix.ELOOP && err != unix.ENOTDIR {
 		return err
 	}
-	var st unix.Stat_t
-	if unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+	if st, err := d.Lstat(name); err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
 		return sentinelErrno{ErrSymlink, unix.ELOOP}
 	}
 	if err == unix.ELOOP {
@@ -236,13 +248,28 @@ func (d *Dir) explain(name string, err error) error {
 	return err
 }
 
-// Lstat is fstatat(2) of name in d without following a symlink.
+// Lstat is the lstat of name in d (a symlink not followed): Dev, Ino,
+// Mode, Uid, Gid, Rdev, Size and Blocks are filled in.
+//
+// It is statx with AT_STATX_DONT_SYNC underneath: exact on a local
+// filesystem, and a FUSE filesystem mounted on name whose daemon stopped
+// answering is not asked (its cached attributes are reported).
 func (d *Dir) Lstat(name string) (unix.Stat_t, error) {
 	var st unix.Stat_t
-	err := Retry(func() error { return unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) })
+	var sx unix.Statx_t
+	err := Retry(func() error {
+		return unix.Statx(d.fd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, unix.STATX_BASIC_STATS, &sx)
+	})
 	if err != nil {
-		return st, &os.PathError{Op: "fstatat", Path: d.Join(name), Err: err}
+		return st, &os.PathError{Op: "statx", Path: d.Join(name), Err: err}
 	}
+	st.Dev = unix.Mkdev(sx.Dev_major, sx.Dev_minor)
+	st.Ino = sx.Ino
+	st.Mode = uint32(sx.Mode)
+	st.Uid, st.Gid = sx.Uid, sx.Gid
+	st.Rdev = unix.Mkdev(sx.Rdev_major, sx.Rdev_minor)
+	st.Size = int64(sx.Size)
+	st.Blocks = int64(sx.Blocks)
 	return st, nil
 }
 
@@ -261,6 +288,11 @@ func (d *Dir) Exists(name string) (bool, error) {
 // it is read is refused once it passes max.
 func (d *Dir) ReadFile(name string, max int64) ([]byte, error) {
 	p := d.Join(name)
+	// A file that is a mount point is not opened (opening reaches the
+	// mounted filesystem, which may never answer).
+	if _, root, err := mountIDAt(d.fd, name); err == nil && root {
+		return nil, &os.PathError{Op: "open", Path: p, Err: ErrOtherMount}
+	}
 	fd, err := Openat(d.fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	if err != nil {
 		if err == unix.ELOOP {
@@ -403,10 +435,19 @@ func (d *Dir) ReadNames() ([]string, error) {
 // the root of its mount: the unique, never-reused ID (STATX_MNT_ID_UNIQUE,
 // Linux 6.8) where the kernel has one, else the classic one (Linux 5.8).
 // Older kernels give an error matching ErrUnsupported.
-func MountID(fd int) (id uint64, mountRoot bool, err error) {
+func MountID(fd int) (id uint64, mountRoot bool, err error) { return mountIDAt(fd, "") }
+
+// mountIDAt is MountID for name in dirfd (name "": dirfd itself), a
+// symlink not followed, and nothing asked of the file's filesystem
+// (AT_STATX_DONT_SYNC, mount IDs only).
+func mountIDAt(dirfd int, name string) (id uint64, mountRoot bool, err error) {
+	flags := unix.AT_SYMLINK_NOFOLLOW | unix.AT_NO_AUTOMOUNT | unix.AT_STATX_DONT_SYNC
+	if name == "" {
+		flags |= unix.AT_EMPTY_PATH
+	}
 	for _, mask := range []int{unix.STATX_MNT_ID_UNIQUE, unix.STATX_MNT_ID} {
 		var sx unix.Statx_t
-		err := Retry(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, mask, &sx) })
+		err := Retry(func() error { return unix.Statx(dirfd, name, flags, mask, &sx) })
 		if err != nil {
 			return 0, false, err
 		}
