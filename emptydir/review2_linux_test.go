@@ -4,14 +4,11 @@ package emptydir
 // fixes of 480ff39 and 8d3db63). Each test failed on the code before its fix.
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/nodevol/nodevol/internal/mounttest"
 )
@@ -20,55 +17,22 @@ import (
 const forgedSource = "nodevol-emptydir-0123456789abcdef"
 
 // forgeRecordOf writes a nodevol.json claiming a Memory-medium mount of
-// fsType from source, with the identity of the mount now on vol (read
-// with statx, as the attacker can; O_PATH and mount IDs only, so a
-// stalled FUSE mount does not block it).
+// fsType from source, with the identity of the mount now on vol.
 func forgeRecordOf(t *testing.T, metaDir, vol, fsType, source string) {
 	t.Helper()
-	fd, err := unix.Open(vol, unix.O_PATH|unix.O_DIRECTORY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mi, err := identify(fd, "")
-	unix.Close(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &MountRecord{UniqueID: mi.uniqueID, ID: mi.id, Dev: mi.dev, FSType: fsType, Source: source}
-	b, err := json.Marshal(struct {
-		Medium string       `json:"medium"`
-		Mount  *MountRecord `json:"mount"`
-	}{"Memory", rec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(metaDir, metaFileName), b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	rec := identityOf(t, vol)
+	rec.FSType, rec.Source = fsType, source
+	writeForged(t, metaDir, rec)
 }
 
-// stalledFUSE mounts, with the given source, a FUSE filesystem whose
-// daemon never answers (FUSE_INIT is never read) on target.
+// stalledFUSE mounts a directory FUSE filesystem that never answers.
 func stalledFUSE(t *testing.T, source, target string) {
-	t.Helper()
-	fuse, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Skipf("no /dev/fuse: %v", err)
-	}
-	mounttest.Mount(t, source, target, "fuse", 0, fmt.Sprintf("fd=%d,rootmode=40000,user_id=0,group_id=0", fuse))
-	t.Cleanup(func() { unix.Close(fuse) }) // aborts the connection: blocked calls return
+	mounttest.StalledFUSE(t, source, target, "040000")
 }
 
 func within5s(t *testing.T, what string, fn func() error) {
 	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- fn() }()
-	select {
-	case err := <-done:
-		t.Logf("%s = %v", what, err)
-	case <-time.After(5 * time.Second):
-		t.Errorf("%s has not returned after 5s: it blocks on a stalled FUSE mount", what)
-	}
+	t.Logf("%s = %v", what, mounttest.Within(t, 5*time.Second, what, fn))
 }
 
 // TestForgedFUSERecordHangs: provenBy accepts any file system type
@@ -116,7 +80,6 @@ func TestForgedRecordOfOtherFSTypeProven(t *testing.T) {
 		t.Errorf("a ramfs mounted by someone else is planned for unmounting as the volume's own tmpfs: the record's fsType is not restricted to tmpfs/hugetlbfs")
 	}
 }
-
 
 // TestStalledFUSEAboveVolumeHangs: openVolume opens pods/<uid>,
 // volumes/kubernetes.io~empty-dir and plugins/kubernetes.io~empty-dir/<vol>

@@ -24,6 +24,19 @@ import (
 // Memory-medium tmpfs whose identity is that of the mount now on vol.
 func forgeRecord(t *testing.T, metaDir, vol, source string, unique bool) {
 	t.Helper()
+	rec := identityOf(t, vol)
+	rec.FSType, rec.Source = "tmpfs", source
+	if !unique {
+		rec.UniqueID = 0
+	}
+	writeForged(t, metaDir, rec)
+}
+
+// identityOf reads the identity of the mount on vol, as the attacker can
+// (statx on an O_PATH descriptor, mount IDs only: a stalled FUSE mount is
+// not asked).
+func identityOf(t *testing.T, vol string) *MountRecord {
+	t.Helper()
 	fd, err := unix.Open(vol, unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -33,10 +46,13 @@ func forgeRecord(t *testing.T, metaDir, vol, source string, unique bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &MountRecord{ID: mi.id, Dev: mi.dev, FSType: "tmpfs", Source: source}
-	if unique {
-		rec.UniqueID = mi.uniqueID
-	}
+	return &MountRecord{UniqueID: mi.uniqueID, ID: mi.id, Dev: mi.dev}
+}
+
+// writeForged writes a nodevol.json claiming a Memory-medium volume whose
+// mount is rec.
+func writeForged(t *testing.T, metaDir string, rec *MountRecord) {
+	t.Helper()
 	b, err := json.Marshal(struct {
 		Medium string       `json:"medium"`
 		Mount  *MountRecord `json:"mount"`
@@ -47,6 +63,21 @@ func forgeRecord(t *testing.T, metaDir, vol, source string, unique bool) {
 	if err := os.WriteFile(filepath.Join(metaDir, metaFileName), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// memoryVolume sets up the Memory-medium volume "cache" and returns its
+// directory; the clean-up detaches whatever is left mounted on it.
+func (e *env) memoryVolume(t *testing.T) (*volume.Pod, string) {
+	t.Helper()
+	pod := e.pod(volume.Spec{Name: "cache", EmptyDir: &volume.EmptyDirSource{Medium: "Memory", SizeLimit: 1 << 20}})
+	pod.MemoryLimit = 64 << 20
+	vol := e.setUp(t, pod, "cache").Path()
+	t.Cleanup(func() {
+		for mounttest.IsMountRoot(t, vol) {
+			_ = detach(vol)
+		}
+	})
+	return pod, vol
 }
 
 // TestForgedRecordUnmountsForeignMount: "a mount on the volume
@@ -104,14 +135,7 @@ func TestForgedRecordSetUpChmodsForeignMount(t *testing.T) {
 	mounttest.RequireMounts(t)
 	base := t.TempDir()
 	e := newEnv(t, filepath.Join(base, "kubelet"), nil)
-	pod := e.pod(volume.Spec{Name: "cache", EmptyDir: &volume.EmptyDirSource{Medium: "Memory", SizeLimit: 1 << 20}})
-	pod.MemoryLimit = 64 << 20
-	vol := e.setUp(t, pod, "cache").Path()
-	t.Cleanup(func() {
-		for mounttest.IsMountRoot(t, vol) {
-			_ = detach(vol)
-		}
-	})
+	pod, vol := e.memoryVolume(t)
 	// The volume's own tmpfs is gone (or renamed away from another
 	// namespace); a share with a private root takes its place.
 	if err := unix.Unmount(vol, 0); err != nil {
@@ -214,18 +238,11 @@ func testStalledFUSE(t *testing.T, inside bool) {
 	base := t.TempDir()
 	e := newEnv(t, filepath.Join(base, "kubelet"), nil)
 	vol := e.setUp(t, e.pod(emptyDirSpec("cache", "")), "cache").Path()
-	fuse, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Skipf("no /dev/fuse: %v", err)
-	}
 	target := vol
 	if inside {
 		target = filepath.Join(vol, "inner")
 	}
-	// Never read: the FUSE_INIT request stays unanswered, so every request
-	// to the filesystem waits — a daemon that stopped answering.
-	mounttest.Mount(t, "stalled", target, "fuse", 0, fmt.Sprintf("fd=%d,rootmode=40000,user_id=0,group_id=0", fuse))
-	t.Cleanup(func() { unix.Close(fuse) }) // aborts the connection: blocked calls return
+	mounttest.StalledFUSE(t, "stalled", target, "040000")
 	for _, c := range []struct {
 		what string
 		fn   func() error
@@ -254,42 +271,16 @@ func TestForgedRecordOfAFUSEMountProvesNothing(t *testing.T) {
 	mounttest.RequireMounts(t)
 	base := t.TempDir()
 	e := newEnv(t, filepath.Join(base, "kubelet"), nil)
-	pod := e.pod(volume.Spec{Name: "cache", EmptyDir: &volume.EmptyDirSource{Medium: "Memory", SizeLimit: 1 << 20}})
-	pod.MemoryLimit = 64 << 20
-	vol := e.setUp(t, pod, "cache").Path()
-	t.Cleanup(func() {
-		for mounttest.IsMountRoot(t, vol) {
-			_ = detach(vol)
-		}
-	})
+	pod, vol := e.memoryVolume(t)
 	if err := unix.Unmount(vol, 0); err != nil {
 		t.Fatal(err)
 	}
-	fuse, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Skipf("no /dev/fuse: %v", err)
-	}
 	const source = "nodevol-emptydir-0123456789abcdef"
-	mounttest.Mount(t, source, vol, "fuse", 0, fmt.Sprintf("fd=%d,rootmode=40000,user_id=0,group_id=0", fuse))
-	t.Cleanup(func() { unix.Close(fuse) })
-	fd, err := unix.Open(vol, unix.O_PATH|unix.O_DIRECTORY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mi, err := identify(fd, "")
-	unix.Close(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &MountRecord{UniqueID: mi.uniqueID, ID: mi.id, Dev: mi.dev, FSType: "fuse", Source: source}
-	b, _ := json.Marshal(struct {
-		Medium string       `json:"medium"`
-		Mount  *MountRecord `json:"mount"`
-	}{"Memory", rec})
+	mounttest.StalledFUSE(t, source, vol, "040000")
+	rec := identityOf(t, vol)
+	rec.FSType, rec.Source = "fuse", source
 	meta := e.metaDir(t, "cache")
-	if err := os.WriteFile(filepath.Join(meta, metaFileName), b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	writeForged(t, meta, rec)
 	if err := os.Remove(filepath.Join(meta, readyFileName)); err != nil {
 		t.Fatal(err)
 	}

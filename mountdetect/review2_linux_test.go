@@ -4,38 +4,20 @@ package mountdetect
 // FUSE no-hang fix of 480ff39). Each test failed on the code before its fix.
 
 import (
-	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/nodevol/nodevol/internal/mounttest"
 )
 
-// stalledFUSE mounts on target a FUSE filesystem whose daemon never
-// answers (FUSE_INIT is never read); rootmode is its root's type.
 func stalledFUSE(t *testing.T, target, rootmode string) {
-	t.Helper()
-	fuse, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Skipf("no /dev/fuse: %v", err)
-	}
-	mounttest.Mount(t, "stalled", target, "fuse", 0, fmt.Sprintf("fd=%d,rootmode=%s,user_id=0,group_id=0", fuse, rootmode))
-	t.Cleanup(func() { unix.Close(fuse) }) // aborts the connection: blocked calls return
+	mounttest.StalledFUSE(t, "stalled", target, rootmode)
 }
 
 func within5s(t *testing.T, what string, fn func() error) {
 	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- fn() }()
-	select {
-	case err := <-done:
-		t.Logf("%s = %v", what, err)
-	case <-time.After(reviewWait):
-		t.Errorf("%s has not returned after 5s: it blocks on a stalled FUSE mount", what)
-	}
+	t.Logf("%s = %v", what, mounttest.Within(t, reviewWait, what, fn))
 }
 
 // TestDiskUsageStalledFUSEOnFile: the walk looks at a

@@ -4,12 +4,9 @@ package subpath
 // FUSE no-hang fix of 480ff39). Each test failed on the code before its fix.
 
 import (
-	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/nodevol/nodevol/emptydir"
 	"github.com/nodevol/nodevol/internal/mounttest"
@@ -42,21 +39,11 @@ func TestStalledFUSEHangsCheck(t *testing.T) {
 			case "index":
 				target = filepath.Join(e.subDir, "app/0")
 			}
-			fuse, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
-			if err != nil {
-				t.Skipf("no /dev/fuse: %v", err)
-			}
-			// FUSE_INIT is never answered: a daemon that stopped answering.
-			mounttest.Mount(t, "stalled", target, "fuse", 0, fmt.Sprintf("fd=%d,rootmode=40000,user_id=0,group_id=0", fuse))
-			t.Cleanup(func() { unix.Close(fuse) }) // aborts the connection: blocked calls return
-			done := make(chan error, 1)
-			go func() { done <- e.cleaner.Check(e.ctx, uid, emptydir.PluginName, "data") }()
-			select {
-			case err := <-done:
-				t.Logf("Check = %v", err)
-			case <-time.After(5 * time.Second):
-				t.Errorf("subpath Check has not returned after 5s: it blocks on a stalled FUSE mount on the %s", where)
-			}
+			mounttest.StalledFUSE(t, "stalled", target, "040000")
+			err := mounttest.Within(t, 5*time.Second, "subpath Check with a stalled FUSE mount on the "+where, func() error {
+				return e.cleaner.Check(e.ctx, uid, emptydir.PluginName, "data")
+			})
+			t.Logf("Check = %v", err)
 		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -158,5 +159,36 @@ func SetImmutable(t testing.TB, path string, on bool) {
 	}
 	if err := unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, int(flags)); err != nil {
 		t.Skipf("skipping: cannot set the immutable flag: %v", err)
+	}
+}
+
+// StalledFUSE mounts on target, with source, a FUSE filesystem whose
+// daemon never answers (FUSE_INIT is never read): every request to it
+// waits, as with a daemon that hung. rootmode is the octal mode of its
+// root ("040000" a directory, "0100000" a regular file, to mount on a
+// file). Skips where /dev/fuse cannot be opened. The clean-up closes the
+// connection, which makes every blocked call return.
+func StalledFUSE(t testing.TB, source, target, rootmode string) {
+	t.Helper()
+	fuse, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Skipf("skipping: no /dev/fuse: %v", err)
+	}
+	Mount(t, source, target, "fuse", 0, fmt.Sprintf("fd=%d,rootmode=%s,user_id=0,group_id=0", fuse, rootmode))
+	t.Cleanup(func() { unix.Close(fuse) })
+}
+
+// Within runs fn and returns its error, failing the test (instead of
+// hanging it) when fn has not returned after d: what blocks.
+func Within(t testing.TB, d time.Duration, what string, fn func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		t.Errorf("%s has not returned after %v: it blocks", what, d)
+		return nil
 	}
 }
