@@ -203,8 +203,10 @@ func (o *Operations) Run(ctx context.Context, key Key, name OpName, fn func(cont
 		e = &entry{key: key, name: name, heapIdx: -1}
 		o.insert(e)
 	case e.pending:
+		// Built before the unlock: e's key and name change under o.mu.
+		err := &AlreadyExistsError{Key: key, Op: name, Pending: e.key, PendingOp: e.name}
 		o.mu.Unlock()
-		return &AlreadyExistsError{Key: key, Op: name, Pending: e.key, PendingOp: e.name}
+		return err
 	default:
 		if e.backoff > 0 && !now.After(e.lastTime.Add(e.backoff)) {
 			if e.name == name {
