@@ -71,6 +71,7 @@ type Manager struct {
 	layout   volume.Layout
 	registry *volume.Registry
 	x        *executor.Executor
+	ran      atomic.Bool // Run was called
 	dsw      *desiredState
 	asw      *actualState
 	metrics  *metrics
@@ -101,8 +102,17 @@ type Manager struct {
 	mounts  []executor.VolumeToMount
 }
 
+// ErrNoPlugins is returned by New for Options without Plugins.
+var ErrNoPlugins = errors.New("reconciler: Options.Plugins is empty: a Manager without plugins can mount nothing")
+
+// ErrRunTwice is returned by a second Run of one Manager.
+var ErrRunTwice = errors.New("reconciler: Run was already called on this Manager (a Manager runs once; make a new one)")
+
 // New builds a Manager; Run starts it.
 func New(opts Options) (*Manager, error) {
+	if len(opts.Plugins) == 0 {
+		return nil, ErrNoPlugins
+	}
 	if opts.Root == "" {
 		opts.Root = volume.DefaultRoot
 	}
@@ -236,7 +246,17 @@ func (m *Manager) poke() {
 
 // Run reconstructs the actual state from disk, then reconciles until ctx
 // is done. The context's logger (klog.FromContext) is used when set.
+//
+// Once ctx is done Run starts no new operation and waits for the running
+// ones (each SetUp or TearDown sees ctx done, and returns when it does),
+// like http.Server.Shutdown: when Run returns, nothing of this Manager
+// touches the kubelet root any more, so another Manager may start on it.
+// It returns nil then, and ErrRunTwice (at once) when it is called a
+// second time.
 func (m *Manager) Run(ctx context.Context) error {
+	if !m.ran.CompareAndSwap(false, true) {
+		return ErrRunTwice
+	}
 	// klog.FromContext falls back to klog's global logger, which would
 	// override Options.Logger: only a logger really in ctx does.
 	if l, err := logr.FromContext(ctx); err == nil {
@@ -259,7 +279,11 @@ func (m *Manager) Run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			if retryTimer != nil {
+				retryTimer.Stop()
+			}
+			// The operations' own ctx is done too: wait until they return.
+			return m.x.Operations().Wait(context.Background())
 		case <-m.wake:
 		case <-retryC:
 		case <-resync.C():

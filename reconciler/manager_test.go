@@ -591,3 +591,58 @@ func TestOptionsLoggerIsUsed(t *testing.T) {
 		t.Errorf("Options.Logger got %q; want the reconstruction problem", buf.String())
 	}
 }
+
+// TestRunWaitsForRunningOperations (issue 11): after ctx is done, Run
+// returns only once the operations it started have returned, so that a
+// second Manager on the same root never overlaps them; a second Run is
+// an error, not a panic.
+func TestRunWaitsForRunningOperations(t *testing.T) {
+	root := t.TempDir()
+	l, _ := volume.NewLayout(root)
+	p := &devicePlugin{Plugin: emptydir.New(volume.NewHost(l, nil, 0)), gate: make(chan struct{})}
+	m, err := New(Options{Root: root, Plugins: []volume.Plugin{p}, ResyncPeriod: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	m.AddPod(pod("a", "shared"))
+	key := executor.Key(p, uniqueName(p, "a", "shared"), "a")
+	deadline := time.Now().Add(5 * time.Second)
+	for !m.x.Operations().IsPending(key) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if !m.x.Operations().IsPending(key) {
+		t.Fatal("pod a's SetUp did not start")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned (%v) while pod a's SetUp was still running", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(p.gate)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run = %v; want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after the operation finished")
+	}
+	if m.x.Operations().IsPending(key) {
+		t.Error("an operation is still pending after Run returned")
+	}
+	if err := m.Run(context.Background()); !errors.Is(err, ErrRunTwice) {
+		t.Errorf("second Run = %v; want ErrRunTwice", err)
+	}
+}
+
+// TestNewWithoutPlugins (issue 11): Plugins is required.
+func TestNewWithoutPlugins(t *testing.T) {
+	if _, err := New(Options{Root: t.TempDir()}); !errors.Is(err, ErrNoPlugins) {
+		t.Errorf("New(Options{}) = %v; want ErrNoPlugins", err)
+	}
+}
