@@ -59,7 +59,7 @@ func BenchmarkScan(b *testing.B) {
 func TestScanReadsTheMountTableOnce(t *testing.T) {
 	strace, err := exec.LookPath("strace")
 	if err != nil {
-		t.Skip("skipping: strace not installed (.ci/run installs it)")
+		mounttest.Skip(t, "strace not installed (.ci/run installs it)")
 	}
 	root := scanFixture(t, 200, 5, 0)
 	bin := buildBinary(t)

@@ -149,7 +149,7 @@ func SetImmutable(t testing.TB, path string, on bool) {
 	defer unix.Close(fd)
 	flags, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS)
 	if err != nil {
-		t.Skipf("skipping: FS_IOC_GETFLAGS unsupported here: %v", err)
+		Skip(t, "FS_IOC_GETFLAGS unsupported here: %v", err)
 	}
 	const immutable = 0x10 // FS_IMMUTABLE_FL
 	if on {
@@ -158,7 +158,7 @@ func SetImmutable(t testing.TB, path string, on bool) {
 		flags &^= immutable
 	}
 	if err := unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, int(flags)); err != nil {
-		t.Skipf("skipping: cannot set the immutable flag: %v", err)
+		Skip(t, "cannot set the immutable flag: %v", err)
 	}
 }
 
@@ -172,7 +172,7 @@ func StalledFUSE(t testing.TB, source, target, rootmode string) {
 	t.Helper()
 	fuse, err := unix.Open("/dev/fuse", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
-		t.Skipf("skipping: no /dev/fuse: %v", err)
+		Skip(t, "no /dev/fuse: %v", err)
 	}
 	Mount(t, source, target, "fuse", 0, fmt.Sprintf("fd=%d,rootmode=%s,user_id=0,group_id=0", fuse, rootmode))
 	t.Cleanup(func() { unix.Close(fuse) })

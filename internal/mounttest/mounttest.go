@@ -41,27 +41,42 @@ func Main(m *testing.M) {
 // namespace Main set up.
 func InPrivateNamespace() bool { return mountns.Child(envInNS) }
 
-// RequireMounts skips the test unless it may mount: it must run as root, in
-// the private mount namespace Main creates.
+// Skip skips the test with the reason, except under CI=true, where it
+// fails it: the project's CI runs as root, in a private mount namespace,
+// with its tools installed, and a guarantee the CI run never exercised
+// must not pass as tested (a CI machine without mount privileges goes
+// red, not green with nothing tested).
+func Skip(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true, and this test cannot run: "+format, args...)
+	}
+	t.Skipf("skipping: "+format, args...)
+}
+
+// RequireMounts skips the test (fails it under CI=true, see Skip) unless
+// it may mount: it must run as root, in the private mount namespace Main
+// creates.
 func RequireMounts(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("skipping: needs root to mount (CAP_SYS_ADMIN); run `go test` as root to exercise real mounts")
+		Skip(t, "needs root to mount (CAP_SYS_ADMIN); run `go test` as root to exercise real mounts")
 	}
 	if !InPrivateNamespace() {
 		reason := os.Getenv(envNoNS)
 		if reason == "" {
 			reason = "the package's TestMain does not call mounttest.Main"
 		}
-		t.Skipf("skipping: no private mount namespace (%s); refusing to mount in the host namespace", reason)
+		Skip(t, "no private mount namespace (%s); refusing to mount in the host namespace", reason)
 	}
 }
 
-// RequireRoot skips the test unless it runs as root.
+// RequireRoot skips the test (fails it under CI=true, see Skip) unless it
+// runs as root.
 func RequireRoot(t testing.TB, why string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skipf("skipping: needs root (%s)", why)
+		Skip(t, "needs root (%s)", why)
 	}
 }
 
