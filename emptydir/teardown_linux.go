@@ -224,10 +224,8 @@ func (p *Plugin) tearDown(ctx context.Context, podUID, vol string) (Plan, error)
 		// removing it without clearing would leak the ID in the
 		// bookkeeping files forever (Clear of a missing directory only
 		// undoes the bookkeeping).
+		// (Without a quota manager, stop has refused already.)
 		if plan.Meta != nil && plan.Meta.QuotaProjectID != 0 {
-			if p.quotas == nil {
-				return plan, fail(volume.Final, fmt.Errorf("the volume has quota project %d but no quota manager is configured; refusing to leak it", plan.Meta.QuotaProjectID))
-			}
 			if err := p.quotas.Clear(dir); err != nil {
 				return plan, fail(volume.Transient, fmt.Errorf("clear quota project %d: %w", plan.Meta.QuotaProjectID, err))
 			}
