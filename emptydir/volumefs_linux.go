@@ -146,21 +146,6 @@ func (v *podVolume) isReady() bool {
 
 func (v *podVolume) setReady() error { return v.meta.CreateEmpty(readyFileName, 0o600) }
 
-// isOwnTemp reports whether name is a temporary file of an interrupted
-// metadata write (fsat.WriteFileAtomic's ".<name>.tmp-<16 hex digits>").
-func isOwnTemp(name string) bool {
-	rest, ok := strings.CutPrefix(name, "."+metaFileName+".tmp-")
-	if !ok || len(rest) != 16 {
-		return false
-	}
-	for _, c := range rest {
-		if !strings.ContainsRune("0123456789abcdef", c) {
-			return false
-		}
-	}
-	return true
-}
-
 // checkMetadataDir returns an error unless the metadata directory holds
 // only what nodevol and the kubelet write there — the ready marker, the
 // metadata file and temporary files of an interrupted write, all regular
@@ -172,7 +157,7 @@ func (v *podVolume) checkMetadataDir() error {
 	}
 	var bad []string
 	err := v.meta.EachEntry(func(e fsat.Entry) error {
-		own := e.Name == readyFileName || e.Name == metaFileName || isOwnTemp(e.Name)
+		own := e.Name == readyFileName || e.Name == metaFileName || fsat.IsTempOf(e.Name, metaFileName)
 		if !own || e.Type != 0 {
 			bad = append(bad, v.meta.Join(e.Name))
 			if len(bad) == 10 {
@@ -202,7 +187,7 @@ func (v *podVolume) removeMetadata() error {
 	// Temporary files are removed as they are listed: however many there
 	// are, nothing is collected.
 	if err := v.meta.EachEntry(func(e fsat.Entry) error {
-		if isOwnTemp(e.Name) && e.Type == 0 {
+		if fsat.IsTempOf(e.Name, metaFileName) && e.Type == 0 {
 			return v.meta.Remove(e.Name)
 		}
 		return nil

@@ -273,15 +273,6 @@ func (d *Dir) Lstat(name string) (unix.Stat_t, error) {
 	return st, nil
 }
 
-// Exists reports whether name exists in d (any type, not followed).
-func (d *Dir) Exists(name string) (bool, error) {
-	_, err := d.Lstat(name)
-	if errors.Is(err, unix.ENOENT) {
-		return false, nil
-	}
-	return err == nil, err
-}
-
 // ReadFile reads the regular file name in d, which must not be a symlink
 // and must hold at most max bytes. It is opened O_NONBLOCK, so a FIFO
 // planted in its place is refused, not waited on; a file that grows while
@@ -322,6 +313,20 @@ func (d *Dir) ReadFile(name string, max int64) ([]byte, error) {
 	return b, nil
 }
 
+func tempPrefix(name string) string { return "." + name + ".tmp-" }
+
+// IsTempOf reports whether entry is a temporary file WriteFileAtomic
+// makes for name (".<name>.tmp-" and 16 hex digits): what an interrupted
+// write leaves behind.
+func IsTempOf(entry, name string) bool {
+	rest, ok := strings.CutPrefix(entry, tempPrefix(name))
+	if !ok || len(rest) != 16 {
+		return false
+	}
+	_, err := hex.DecodeString(rest)
+	return err == nil
+}
+
 // WriteFileAtomic replaces name in d with data, durably: a temporary file
 // in d is written, fsynced and renamed over name, then d is fsynced, so a
 // crash leaves the old content or the new, never a mix or nothing. The
@@ -329,7 +334,7 @@ func (d *Dir) ReadFile(name string, max int64) ([]byte, error) {
 func (d *Dir) WriteFileAtomic(name string, data []byte, perm uint32) error {
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
-	tmp := "." + name + ".tmp-" + hex.EncodeToString(rnd[:])
+	tmp := tempPrefix(name) + hex.EncodeToString(rnd[:])
 	fd, err := Openat(d.fd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, perm)
 	if err != nil {
 		return &os.PathError{Op: "open", Path: d.Join(tmp), Err: err}
@@ -413,22 +418,6 @@ func (d *Dir) Rmdir(name string) error {
 		return &os.PathError{Op: "rmdir", Path: d.Join(name), Err: err}
 	}
 	return nil
-}
-
-// ReadNames lists d's entries (not "." and ".."), from the start of the
-// directory, through a new descriptor (d's own position is untouched).
-func (d *Dir) ReadNames() ([]string, error) {
-	fd, err := Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "openat", Path: d.path, Err: err}
-	}
-	f := os.NewFile(uintptr(fd), d.path)
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil {
-		return names, &os.PathError{Op: "readdir", Path: d.path, Err: err}
-	}
-	return names, nil
 }
 
 // MountID returns the mount ID of the file fd refers to and whether it is
