@@ -169,6 +169,24 @@ func (r *report) fail(err error) {
 	r.moreErrs++
 }
 
+// failures is every failure kept, then a *mountdetect.MoreErrorsError
+// counting those that were not.
+func (r *report) failures() []error {
+	if r.moreErrs == 0 {
+		return r.errs
+	}
+	return append(slices.Clip(r.errs), &mountdetect.MoreErrorsError{N: r.moreErrs})
+}
+
+// listed is the entries found, for listing.
+func (r *report) listed() []Entry {
+	out := make([]Entry, len(r.entries))
+	for i, e := range r.entries {
+		out[i] = e.Entry
+	}
+	return out
+}
+
 type entry struct {
 	Entry
 	mntID mountID // an own bind's mount identity
@@ -184,11 +202,7 @@ func (t *tree) refusal(r *report) error {
 	// parent, or once per propagated copy named alike): list it once.
 	ms := slices.Clone(r.foreign)
 	slices.SortStableFunc(ms, func(a, b mountdetect.Mount) int { return strings.Compare(a.MountPoint, b.MountPoint) })
-	errs := r.errs
-	if r.moreErrs > 0 {
-		errs = append(slices.Clip(errs), &mountdetect.MoreErrorsError{N: r.moreErrs})
-	}
-	return &RefusedError{Dir: t.dir, Mounts: slices.Compact(ms), Errs: errs}
+	return &RefusedError{Dir: t.dir, Mounts: slices.Compact(ms), Errs: r.failures()}
 }
 
 // mountID identifies a mount: the unique, never-reused ID where the kernel
@@ -229,11 +243,7 @@ func (t *tree) examineAll(tab *mountdetect.MountTable) ([]Entry, error, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	out := make([]Entry, len(r.entries))
-	for i, e := range r.entries {
-		out[i] = e.Entry
-	}
-	return out, t.refusal(r), nil
+	return r.listed(), t.refusal(r), nil
 }
 
 // examine looks at every entry and mount of the tree and changes nothing.
@@ -449,15 +459,7 @@ func (t *tree) list() ([]Entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Entry, len(r.entries))
-	for i, e := range r.entries {
-		out[i] = e.Entry
-	}
-	errs := r.errs
-	if r.moreErrs > 0 {
-		errs = append(slices.Clip(errs), &mountdetect.MoreErrorsError{N: r.moreErrs})
-	}
-	return out, errors.Join(errs...)
+	return r.listed(), errors.Join(r.failures()...)
 }
 
 func (t *tree) clean(ctx context.Context) error {
@@ -533,11 +535,7 @@ func (t *tree) clean(ctx context.Context) error {
 		left.fail(err)
 	}
 	if len(left.errs) > 0 {
-		errs := left.errs
-		if left.moreErrs > 0 {
-			errs = append(errs, &mountdetect.MoreErrorsError{N: left.moreErrs})
-		}
-		return fmt.Errorf("%w under %s: %w", ErrLeft, t.dir, errors.Join(errs...))
+		return fmt.Errorf("%w under %s: %w", ErrLeft, t.dir, errors.Join(left.failures()...))
 	}
 	if err := unlinkat(t.parent.Fd(), t.name, unix.AT_REMOVEDIR); err != nil {
 		return &os.PathError{Op: "rmdir", Path: t.dir, Err: err}
