@@ -41,6 +41,9 @@ type teardownResult struct {
 	failureJSON
 
 	plan       emptydir.Plan
+	layout     volume.Layout // the parsed volume path and its plugin, for the teardown after the plan
+	vp         volume.VolumePath
+	plugin     *emptydir.Plugin
 	metaExists bool // the metadata directory was there before the teardown
 	duringWalk bool // the refusing mounts appeared while removing
 	err        error
@@ -102,6 +105,7 @@ func planTeardown(ctx context.Context, path string) teardownResult {
 		r.setErr(err)
 		return r
 	}
+	r.layout, r.vp, r.plugin = layout, vp, plugin
 	if !r.checkSubpaths(ctx, layout, vp) {
 		return r
 	}
@@ -154,12 +158,12 @@ func tearDownVolume(ctx context.Context, path string) teardownResult {
 	if r.err != nil || r.Refused {
 		return r
 	}
-	layout, vp, plugin, _ := emptyDirVolume(path)
-	if err := subpath.New(layout).Clean(ctx, vp.PodUID, vp.Plugin, vp.Volume); err != nil {
+	vp := r.vp
+	if err := subpath.New(r.layout).Clean(ctx, vp.PodUID, vp.Plugin, vp.Volume); err != nil {
 		r.setErr(fmt.Errorf("clean subpath mounts first: %w", err))
 		return r
 	}
-	plan, err := plugin.TearDownVolume(ctx, vp.PodUID, vp.Volume)
+	plan, err := r.plugin.TearDownVolume(ctx, vp.PodUID, vp.Volume)
 	r.setPlan(plan)
 	if err == nil {
 		r.Done = true
