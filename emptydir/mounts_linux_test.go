@@ -79,7 +79,7 @@ func TestMemoryVolume(t *testing.T) {
 func TestHugePagesVolume(t *testing.T) {
 	mounttest.RequireMounts(t)
 	if _, err := os.Stat("/sys/kernel/mm/hugepages/hugepages-2048kB"); err != nil {
-		t.Skip("skipping: kernel has no 2Mi huge pages")
+		mounttest.Skip(t, "kernel has no 2Mi huge pages")
 	}
 	for _, medium := range []volume.StorageMedium{"HugePages", "HugePages-2Mi"} {
 		t.Run(string(medium), func(t *testing.T) {

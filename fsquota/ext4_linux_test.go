@@ -53,7 +53,7 @@ func TestExt4ProjectIDs(t *testing.T) {
 	t.Logf("read-write mount refused (%v); checking project IDs planted with debugfs on a read-only mount", err)
 	debugfs, lerr := exec.LookPath("debugfs")
 	if lerr != nil {
-		t.Skip("skipping: no read-write mount of ext4 with the project feature here, and no debugfs to prepare one")
+		mounttest.Skip(t, "no read-write mount of ext4 with the project feature here, and no debugfs to prepare one")
 	}
 	const id = 1048600
 	const ext4ProjinheritFl = 0x20000000 // EXT4_PROJINHERIT_FL, the on-disk flag behind FS_XFLAG_PROJINHERIT

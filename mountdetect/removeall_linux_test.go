@@ -24,7 +24,7 @@ func walkStrategies(t testing.TB) []strategy {
 		}
 	}
 	if len(out) == 0 {
-		t.Skip("skipping: kernel has neither statx mount IDs nor openat2")
+		mounttest.Skip(t, "kernel has neither statx mount IDs nor openat2")
 	}
 	return out
 }

@@ -184,7 +184,7 @@ func TestCheckNestedMounts(t *testing.T) {
 func TestCheckHugetlbfs(t *testing.T) {
 	mounttest.RequireMounts(t)
 	if b, err := os.ReadFile("/proc/filesystems"); err != nil || !strings.Contains(string(b), "\thugetlbfs\n") {
-		t.Skip("skipping: this kernel has no hugetlbfs (not in /proc/filesystems)")
+		mounttest.Skip(t, "this kernel has no hugetlbfs (not in /proc/filesystems)")
 	}
 	vol := filepath.Join(realTempDir(t), "hugevol")
 	mounttest.Mount(t, "nodev", vol, "hugetlbfs", 0, "pagesize=2M")
