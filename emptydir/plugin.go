@@ -34,6 +34,7 @@ type Plugin struct {
 var (
 	_ volume.Plugin          = (*Plugin)(nil)
 	_ volume.SpecConstructor = (*Plugin)(nil)
+	_ volume.LayoutProvider  = (*Plugin)(nil)
 	_ Quotas                 = (*fsquota.Manager)(nil)
 )
 
@@ -59,6 +60,9 @@ func New(host volume.Host, opts ...Option) *Plugin {
 
 // Name returns PluginName.
 func (p *Plugin) Name() string { return PluginName }
+
+// Layout is the kubelet root's layout the plugin was built for (its Host's).
+func (p *Plugin) Layout() volume.Layout { return p.host.Layout() }
 
 // CanSupport reports whether spec is an emptyDir.
 func (p *Plugin) CanSupport(spec *volume.Spec) bool { return spec != nil && spec.EmptyDir != nil }

@@ -20,8 +20,9 @@ func ExampleManager() {
 	defer os.RemoveAll(root)
 	layout, _ := volume.NewLayout(root)
 	quiet := logr.Discard()
+	// The kubelet root is the plugin's (its Host's layout): Options.Root
+	// may be left out, and New refuses one that differs.
 	m, err := reconciler.New(reconciler.Options{
-		Root:    root,
 		Plugins: []volume.Plugin{emptydir.New(volume.NewHost(layout, nil, 0))},
 		Logger:  &quiet,
 	})

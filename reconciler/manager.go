@@ -26,13 +26,20 @@ import (
 
 // Options configure a Manager. Only Plugins is required.
 type Options struct {
-	// Root is the kubelet root directory (volume.DefaultRoot when empty).
+	// Root is the kubelet root directory. It may be left empty: then it is
+	// the root of the plugins that know theirs (volume.LayoutProvider, as
+	// emptydir.Plugin does through its Host), and volume.DefaultRoot only
+	// when no plugin does. New refuses (ErrRootMismatch) a Root that differs
+	// from a plugin's, or plugins that differ from each other.
 	Root string
-	// Plugins serve the volumes pods ask for.
+	// Plugins serve the volumes pods ask for (required).
 	Plugins []volume.Plugin
 	// Logger is used when the context passed to Run carries none.
 	Logger *klog.Logger
-	// Registerer receives the Manager's metrics; nil registers none.
+	// Registerer receives the Manager's metrics; nil registers none. A
+	// second Manager on the same Registerer (prometheus.DefaultRegisterer)
+	// shares the first one's metrics; wrap it with
+	// prometheus.WrapRegistererWith to keep them apart.
 	Registerer prometheus.Registerer
 	// Clock drives backoff, resync and timeouts (real time when nil).
 	Clock clock.WithTicker
@@ -108,14 +115,22 @@ var ErrNoPlugins = errors.New("reconciler: Options.Plugins is empty: a Manager w
 // ErrRunTwice is returned by a second Run of one Manager.
 var ErrRunTwice = errors.New("reconciler: Run was already called on this Manager (a Manager runs once; make a new one)")
 
+// ErrRootMismatch is matched by New's error when the kubelet root is given
+// twice (Options.Root and a plugin's Host layout, or two plugins) and the
+// two differ: the Manager would look for volumes in one root while its
+// plugins set them up in another.
+var ErrRootMismatch = errors.New("reconciler: the kubelet root is given twice and differs")
+
 // New builds a Manager; Run starts it.
 func New(opts Options) (*Manager, error) {
 	if len(opts.Plugins) == 0 {
 		return nil, ErrNoPlugins
 	}
-	if opts.Root == "" {
-		opts.Root = volume.DefaultRoot
+	root, err := resolveRoot(opts.Root, opts.Plugins)
+	if err != nil {
+		return nil, err
 	}
+	opts.Root = root
 	if opts.ResyncPeriod <= 0 {
 		opts.ResyncPeriod = 10 * time.Second
 	}
@@ -156,6 +171,37 @@ func New(opts Options) (*Manager, error) {
 		Hooks:      executor.Hooks{Finish: met.finish},
 	})
 	return m, nil
+}
+
+// resolveRoot returns the one kubelet root that root (Options.Root) and
+// the plugins that know theirs agree on.
+func resolveRoot(root string, plugins []volume.Plugin) (string, error) {
+	from := "Options.Root"
+	if root != "" {
+		if _, err := volume.NewLayout(root); err != nil {
+			return "", fmt.Errorf("Options.Root: %w", err)
+		}
+	}
+	for _, p := range plugins {
+		lp, ok := p.(volume.LayoutProvider)
+		if !ok {
+			continue
+		}
+		r := lp.Layout().Root()
+		if r == "" {
+			return "", fmt.Errorf("plugin %s: %w: its Host has the zero Layout (build it with volume.NewLayout)", p.Name(), volume.ErrInvalidRoot)
+		}
+		switch {
+		case root == "":
+			root, from = r, "plugin "+p.Name()
+		case r != root:
+			return "", fmt.Errorf("%w: %s says %q, plugin %s's Host says %q (leave Options.Root empty to take the plugins')", ErrRootMismatch, from, root, p.Name(), r)
+		}
+	}
+	if root == "" {
+		root = volume.DefaultRoot
+	}
+	return root, nil
 }
 
 // Layout is the kubelet root's layout.

@@ -395,8 +395,8 @@ func TestAddPodErrors(t *testing.T) {
 	if err := e.m.AddPod(&volume.Pod{UID: "p", Volumes: []volume.Spec{{Name: "v", Other: 1}}}); !errors.Is(err, volume.ErrPluginNotFound) {
 		t.Errorf("AddPod(no plugin) = %v", err)
 	}
-	if _, err := New(Options{Root: "relative"}); err == nil {
-		t.Error("New accepted a relative root")
+	if _, err := New(Options{Root: "relative", Plugins: []volume.Plugin{e.plugin}}); !errors.Is(err, volume.ErrInvalidRoot) {
+		t.Errorf("New(relative root) = %v; want ErrInvalidRoot", err)
 	}
 }
 
@@ -644,5 +644,101 @@ func TestRunWaitsForRunningOperations(t *testing.T) {
 func TestNewWithoutPlugins(t *testing.T) {
 	if _, err := New(Options{Root: t.TempDir()}); !errors.Is(err, ErrNoPlugins) {
 		t.Errorf("New(Options{}) = %v; want ErrNoPlugins", err)
+	}
+}
+
+// rootlessPlugin hides emptydir.Plugin's Layout: a plugin that does not
+// tell its root.
+type rootlessPlugin struct{ volume.Plugin }
+
+// TestRootGivenOnce (issue 11): the kubelet root comes from one place. A
+// forgotten Options.Root is the plugins' root, not /var/lib/kubelet; a
+// Root or a plugin that disagrees is refused, naming both roots.
+func TestRootGivenOnce(t *testing.T) {
+	plugin := func(root string) volume.Plugin {
+		l, err := volume.NewLayout(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return emptydir.New(volume.NewHost(l, nil, 0))
+	}
+	a, b := t.TempDir(), t.TempDir()
+	for _, tc := range []struct {
+		name     string
+		opts     Options
+		wantRoot string
+		wantErr  error
+	}{
+		{"root from the plugin", Options{Plugins: []volume.Plugin{plugin(a)}}, a, nil},
+		{"same root twice", Options{Root: a, Plugins: []volume.Plugin{plugin(a)}}, a, nil},
+		{"Root differs", Options{Root: b, Plugins: []volume.Plugin{plugin(a)}}, "", ErrRootMismatch},
+		{"plugins differ", Options{Plugins: []volume.Plugin{plugin(a), &rootlessPlugin{plugin(b)}, plugin(b)}}, "", ErrRootMismatch},
+		{"Root not clean", Options{Root: a + "/", Plugins: []volume.Plugin{plugin(a)}}, "", volume.ErrInvalidRoot},
+		{"zero Layout", Options{Plugins: []volume.Plugin{emptydir.New(volume.NewHost(volume.Layout{}, nil, 0))}}, "", volume.ErrInvalidRoot},
+		{"no plugin tells", Options{Plugins: []volume.Plugin{&rootlessPlugin{plugin(a)}}}, volume.DefaultRoot, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := New(tc.opts)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("New = %v; want %v", err, tc.wantErr)
+			}
+			if err != nil {
+				if tc.wantErr == ErrRootMismatch && (!strings.Contains(err.Error(), a) || !strings.Contains(err.Error(), b)) {
+					t.Errorf("error %q does not name both roots", err)
+				}
+				return
+			}
+			if got := m.Layout().Root(); got != tc.wantRoot {
+				t.Errorf("root = %q; want %q", got, tc.wantRoot)
+			}
+		})
+	}
+}
+
+// TestMetricsTwoManagers (issue 11): a second Manager on the same
+// registerer shares the first one's metrics (client_golang's
+// AlreadyRegisteredError convention) instead of failing; wrapped
+// registerers keep them apart; a foreign metric of the same name is
+// still an error.
+func TestMetricsTwoManagers(t *testing.T) {
+	l, err := volume.NewLayout(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	plugins := []volume.Plugin{emptydir.New(volume.NewHost(l, nil, 0))}
+	reg := prometheus.NewRegistry()
+	m1, err := New(Options{Plugins: plugins, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2, err := New(Options{Plugins: plugins, Registerer: reg})
+	if err != nil {
+		t.Fatalf("second Manager on one registerer: %v", err)
+	}
+	if m1.metrics.volumes != m2.metrics.volumes || m1.metrics.opDuration != m2.metrics.opDuration || m1.metrics.refused != m2.metrics.refused {
+		t.Error("the second Manager does not share the registered metrics")
+	}
+	m1.metrics.gauge(emptydir.PluginName, StateMounted, 1)
+	m2.metrics.gauge(emptydir.PluginName, StateMounted, 1)
+	if n := testutil.ToFloat64(m1.metrics.volumes.WithLabelValues(emptydir.PluginName, "mounted")); n != 2 {
+		t.Errorf("shared gauge = %v; want 2", n)
+	}
+
+	wrapped := prometheus.NewRegistry()
+	for _, name := range []string{"a", "b"} {
+		m, err := New(Options{Plugins: plugins, Registerer: prometheus.WrapRegistererWith(prometheus.Labels{"manager": name}, wrapped)})
+		if err != nil {
+			t.Fatalf("wrapped registerer %s: %v", name, err)
+		}
+		m.metrics.gauge(emptydir.PluginName, StateMounted, 1)
+	}
+	if n, err := testutil.GatherAndCount(wrapped, "nodevol_volumes"); err != nil || n != 2 {
+		t.Errorf("wrapped Managers export %d nodevol_volumes series (%v); want one each", n, err)
+	}
+
+	foreign := prometheus.NewRegistry()
+	foreign.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodevol_volumes", Help: "not ours"}))
+	if _, err := New(Options{Plugins: plugins, Registerer: foreign}); err == nil {
+		t.Error("New registered over a foreign nodevol_volumes metric")
 	}
 }

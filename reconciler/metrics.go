@@ -36,13 +36,38 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"plugin"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.opDuration, m.volumes, m.refused} {
-			if err := reg.Register(c); err != nil {
-				return nil, err
-			}
+		var err error
+		if m.opDuration, err = register(reg, m.opDuration); err != nil {
+			return nil, err
+		}
+		if m.volumes, err = register(reg, m.volumes); err != nil {
+			return nil, err
+		}
+		if m.refused, err = register(reg, m.refused); err != nil {
+			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// register registers c, or — following client_golang's convention for
+// AlreadyRegisteredError — returns the identical collector registered
+// before (by another Manager on the same registerer), which this Manager
+// then shares: counters and histograms add up over Managers, and the
+// gauge counts the volumes of all of them. Wrap the registerer
+// (prometheus.WrapRegistererWith) to tell Managers apart.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
+	err := reg.Register(c)
+	if err == nil {
+		return c, nil
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing, nil
+		}
+	}
+	return c, err
 }
 
 func (m *metrics) finish(op pendingops.OpName, plugin string, err error, d time.Duration) {

@@ -24,6 +24,13 @@ type Plugin interface {
 	NewUnmounter(volume, podUID string) (Unmounter, error)
 }
 
+// LayoutProvider is implemented by plugins built for one kubelet root
+// (through their Host): a Manager takes its root from them, and refuses
+// plugins that disagree about it.
+type LayoutProvider interface {
+	Layout() Layout
+}
+
 // SpecConstructor is implemented by plugins that can rebuild a spec from a
 // volume directory found on disk (reconstruction after a restart).
 type SpecConstructor interface {
