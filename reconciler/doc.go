@@ -23,11 +23,23 @@
 // directory is removed when its pod is gone and its volumes are: volumes/
 // with rmdir only, the rest with mountdetect.RemoveAll.
 //
+// Lifecycle: New checks the options (Plugins is required; the kubelet root
+// is taken from the plugins that know it, volume.LayoutProvider, and a
+// different Options.Root is refused with ErrRootMismatch). Run runs once
+// (a second call returns ErrRunTwice); when its context is done it starts
+// nothing new and returns only after the running operations have, so a
+// new Manager on the same root never overlaps them. An embedder waits for
+// a pod with WaitForMount, WaitForUnmount (its volumes are torn down) and
+// WaitForPodRemoval (its directory is gone too: the pod may be
+// forgotten); on timeout each error says what is missing and why.
+//
 // Plugins arrive through the volume package's interfaces: this package
 // never imports emptydir. It does use mountdetect (the safety core) to
 // remove pod directories and to count refused teardowns.
 //
 // Metrics (Options.Registerer): nodevol_volume_operation_duration_seconds
 // {operation, plugin, status}, nodevol_volumes{plugin, state},
-// nodevol_teardown_refused_total{plugin}.
+// nodevol_teardown_refused_total{plugin}. A second Manager on the same
+// registerer shares them (client_golang's AlreadyRegisteredError
+// convention); prometheus.WrapRegistererWith keeps Managers apart.
 package reconciler

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -557,8 +558,16 @@ func (m *Manager) cleanupPodDir(ctx context.Context, uid string) {
 	}
 	if err := os.Remove(podDir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		m.logger.Error(err, "Cannot remove pod directory", "pod", uid)
+		m.mu.Lock()
+		m.lastErr[uid] = err
+		m.mu.Unlock()
+		m.retryAt(uid, m.clock.Now().Add(m.opts.ResyncPeriod))
 		return
 	}
+	m.mu.Lock()
+	delete(m.lastErr, uid)
+	m.mu.Unlock()
+	m.asw.notify() // WaitForPodRemoval
 	klog.FromContext(ctx).V(2).Info("Removed pod directory", "pod", uid)
 }
 
@@ -632,11 +641,46 @@ func (m *Manager) WaitForUnmount(ctx context.Context, uid string) error {
 	}
 }
 
+// WaitForPodRemoval waits until pod uid is removed (RemovePod), none of
+// its volumes is left in the actual state and its pod directory is gone
+// from disk — the moment an embedder may forget the pod — or until ctx is
+// done. Then the error says what is still missing: the pod is still
+// wanted, sources are not ready (nothing is torn down before
+// MarkSourcesReady), or the failure that keeps a volume or the directory
+// in place (a refused teardown matches mountdetect.ErrCrossesMount).
+func (m *Manager) WaitForPodRemoval(ctx context.Context, uid string) error {
+	podDir, err := m.layout.PodDir(uid)
+	if err != nil {
+		return err
+	}
+	for {
+		changed := m.asw.watch()
+		wanted := m.dsw.hasPod(uid)
+		if !wanted && m.asw.podVolumeCount(uid) == 0 {
+			_, err := os.Lstat(podDir)
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			switch {
+			case wanted:
+				return fmt.Errorf("waiting for removal of pod %s: %w; the pod is still in the desired state of world (RemovePod was not called)", uid, ctx.Err())
+			case !m.sourcesReady.Load():
+				return fmt.Errorf("waiting for removal of pod %s: %w; sources are not ready, so nothing is torn down yet (MarkSourcesReady was not called)", uid, ctx.Err())
+			}
+			return m.waitErr(ctx, uid, "removal")
+		}
+	}
+}
+
 func (m *Manager) waitErr(ctx context.Context, uid, what string) error {
 	m.mu.Lock()
 	last := m.lastErr[uid]
 	m.mu.Unlock()
-	if what == "unmount" {
+	if what != "mount" {
 		// lastErr is per pod: another volume's later success clears it.
 		// The volumes still there keep the failure that made each of them
 		// uncertain (a refused teardown names its mounts): prefer those.

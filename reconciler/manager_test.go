@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/go-logr/logr/funcr"
@@ -85,6 +86,11 @@ type testEnv struct {
 	done   chan struct{}
 }
 
+// startManager starts a Manager for a test that runs in a synctest bubble
+// (synctest.Test): time is the bubble's, synctest.Wait is the barrier
+// ("everything that can run has run", never a sleep), and synctest.Test is
+// the goroutine-leak check — after the test and its cleanups (which stop
+// the Manager and wait for Run), any goroutine left blocked fails it.
 func startManager(t *testing.T, root string, opts Options) *testEnv {
 	t.Helper()
 	l, err := volume.NewLayout(root)
@@ -146,165 +152,181 @@ func exists(p string) bool {
 }
 
 func TestMountAndUnmount(t *testing.T) {
-	e := startManager(t, t.TempDir(), Options{})
-	if err := e.m.AddPod(pod("p1", "cache", "scratch")); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.m.WaitForMount(waitCtx(t, 10*time.Second), "p1"); err != nil {
-		t.Fatal(err)
-	}
-	mv := e.m.MountedVolumes("p1")
-	if len(mv) != 2 || mv[0].State != StateMounted {
-		t.Fatalf("MountedVolumes = %+v", mv)
-	}
-	if !exists(e.volDir("p1", "cache")) || !exists(e.volDir("p1", "scratch")) {
-		t.Fatal("volume directories missing")
-	}
-	if err := e.m.WaitForMount(waitCtx(t, time.Second), "nope"); !errors.Is(err, ErrPodNotFound) {
-		t.Errorf("WaitForMount(unknown pod) = %v", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		e := startManager(t, t.TempDir(), Options{})
+		if err := e.m.AddPod(pod("p1", "cache", "scratch")); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.m.WaitForMount(waitCtx(t, 10*time.Second), "p1"); err != nil {
+			t.Fatal(err)
+		}
+		mv := e.m.MountedVolumes("p1")
+		if len(mv) != 2 || mv[0].State != StateMounted {
+			t.Fatalf("MountedVolumes = %+v", mv)
+		}
+		if !exists(e.volDir("p1", "cache")) || !exists(e.volDir("p1", "scratch")) {
+			t.Fatal("volume directories missing")
+		}
+		if err := e.m.WaitForMount(waitCtx(t, time.Second), "nope"); !errors.Is(err, ErrPodNotFound) {
+			t.Errorf("WaitForMount(unknown pod) = %v", err)
+		}
 
-	// Sources not ready: removing the pod tears nothing down.
-	e.m.RemovePod("p1")
-	if err := e.m.WaitForUnmount(waitCtx(t, 200*time.Millisecond), "p1"); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("WaitForUnmount before sources are ready = %v; want a timeout", err)
-	}
-	if !exists(e.volDir("p1", "cache")) {
-		t.Fatal("volume torn down before sources were ready")
-	}
-	e.m.MarkSourcesReady()
-	if err := e.m.WaitForUnmount(waitCtx(t, 10*time.Second), "p1"); err != nil {
-		t.Fatal(err)
-	}
-	podDir, _ := e.layout.PodDir("p1")
-	deadline := time.Now().Add(5 * time.Second)
-	for exists(podDir) && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if exists(podDir) {
-		t.Errorf("pod directory %s not removed", podDir)
-	}
-	if got := testutil.ToFloat64(e.m.metrics.volumes.WithLabelValues(emptydir.PluginName, "mounted")); got != 0 {
-		t.Errorf("mounted gauge = %v; want 0", got)
-	}
-	if n, err := testutil.GatherAndCount(e.reg, "nodevol_volume_operation_duration_seconds"); err != nil || n < 2 {
-		t.Errorf("operation histogram series = %d, %v", n, err)
-	}
+		if err := e.m.WaitForPodRemoval(waitCtx(t, time.Second), "p1"); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "RemovePod was not called") {
+			t.Errorf("WaitForPodRemoval(wanted pod) = %v; want a timeout saying the pod is still wanted", err)
+		}
+
+		// Sources not ready: removing the pod tears nothing down.
+		e.m.RemovePod("p1")
+		if err := e.m.WaitForUnmount(waitCtx(t, 200*time.Millisecond), "p1"); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("WaitForUnmount before sources are ready = %v; want a timeout", err)
+		}
+		if err := e.m.WaitForPodRemoval(waitCtx(t, time.Second), "p1"); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "MarkSourcesReady was not called") {
+			t.Errorf("WaitForPodRemoval before sources are ready = %v; want a timeout saying so", err)
+		}
+		if !exists(e.volDir("p1", "cache")) {
+			t.Fatal("volume torn down before sources were ready")
+		}
+		e.m.MarkSourcesReady()
+		if err := e.m.WaitForUnmount(waitCtx(t, 10*time.Second), "p1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.m.WaitForPodRemoval(waitCtx(t, 10*time.Second), "p1"); err != nil {
+			t.Fatal(err)
+		}
+		if podDir, _ := e.layout.PodDir("p1"); exists(podDir) {
+			t.Errorf("pod directory %s not removed", podDir)
+		}
+		if err := e.m.WaitForPodRemoval(waitCtx(t, time.Second), "../x"); !errors.Is(err, volume.ErrInvalidName) {
+			t.Errorf("WaitForPodRemoval(bad uid) = %v", err)
+		}
+		if got := testutil.ToFloat64(e.m.metrics.volumes.WithLabelValues(emptydir.PluginName, "mounted")); got != 0 {
+			t.Errorf("mounted gauge = %v; want 0", got)
+		}
+		if n, err := testutil.GatherAndCount(e.reg, "nodevol_volume_operation_duration_seconds"); err != nil || n < 2 {
+			t.Errorf("operation histogram series = %d, %v", n, err)
+		}
+	})
 }
 
 func TestRestartReconstruction(t *testing.T) {
-	root := t.TempDir()
-	e1 := startManager(t, root, Options{})
-	for _, uid := range []string{"keep", "gone"} {
-		if err := e1.m.AddPod(pod(uid, "cache")); err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		root := t.TempDir()
+		e1 := startManager(t, root, Options{})
+		for _, uid := range []string{"keep", "gone"} {
+			if err := e1.m.AddPod(pod(uid, "cache")); err != nil {
+				t.Fatal(err)
+			}
+			if err := e1.m.WaitForMount(waitCtx(t, 10*time.Second), uid); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if err := e1.m.WaitForMount(waitCtx(t, 10*time.Second), uid); err != nil {
-			t.Fatal(err)
-		}
-	}
-	os.WriteFile(filepath.Join(e1.volDir("keep", "cache"), "data"), []byte("x"), 0o644)
-	// Things reconstruction must report and leave alone.
-	os.MkdirAll(filepath.Join(root, "pods/other/volumes/example.com~unknown/v"), 0o755)
-	os.MkdirAll(filepath.Join(root, "pods/bad/volumes/a~b~c/v"), 0o755)
-	e1.stop() // "crash": nothing is torn down
+		os.WriteFile(filepath.Join(e1.volDir("keep", "cache"), "data"), []byte("x"), 0o644)
+		// Things reconstruction must report and leave alone.
+		os.MkdirAll(filepath.Join(root, "pods/other/volumes/example.com~unknown/v"), 0o755)
+		os.MkdirAll(filepath.Join(root, "pods/bad/volumes/a~b~c/v"), 0o755)
+		e1.stop() // "crash": nothing is torn down
 
-	e2 := startManager(t, root, Options{})
-	select {
-	case <-e2.m.Reconstructed():
-	case <-time.After(10 * time.Second):
-		t.Fatal("reconstruction did not finish")
-	}
-	if mv := e2.m.MountedVolumes("gone"); len(mv) != 1 || mv[0].State != StateUncertain {
-		t.Fatalf("reconstructed = %+v; want one uncertain volume", mv)
-	}
-	probs := e2.m.Problems()
-	var paths []string
-	for _, p := range probs {
-		paths = append(paths, strings.TrimPrefix(p.Path, root+"/"))
-	}
-	if got := strings.Join(paths, " "); !strings.Contains(got, "pods/bad/volumes/a~b~c") || !strings.Contains(got, "pods/other/volumes/example.com~unknown/v") {
-		t.Errorf("problems = %s", got)
-	}
-	// Sources not ready yet: nothing is torn down even after a while.
-	time.Sleep(100 * time.Millisecond)
-	if !exists(e2.volDir("gone", "cache")) {
-		t.Fatal("torn down before sources were ready")
-	}
-	// The kubelet re-adds the pod it still runs; its volume is verified.
-	if err := e2.m.AddPod(pod("keep", "cache")); err != nil {
-		t.Fatal(err)
-	}
-	if err := e2.m.WaitForMount(waitCtx(t, 10*time.Second), "keep"); err != nil {
-		t.Fatal(err)
-	}
-	e2.m.MarkSourcesReady()
-	if err := e2.m.WaitForUnmount(waitCtx(t, 10*time.Second), "gone"); err != nil {
-		t.Fatal(err)
-	}
-	if exists(e2.volDir("gone", "cache")) {
-		t.Error("orphaned volume not torn down")
-	}
-	if b, err := os.ReadFile(filepath.Join(e2.volDir("keep", "cache"), "data")); err != nil || string(b) != "x" {
-		t.Errorf("wanted volume lost its data: %q %v", b, err)
-	}
-	if !exists(filepath.Join(root, "pods/other/volumes/example.com~unknown/v")) {
-		t.Error("unknown plugin's directory was touched")
-	}
+		e2 := startManager(t, root, Options{})
+		<-e2.m.Reconstructed() // a deadlock fails the bubble
+		if mv := e2.m.MountedVolumes("gone"); len(mv) != 1 || mv[0].State != StateUncertain {
+			t.Fatalf("reconstructed = %+v; want one uncertain volume", mv)
+		}
+		probs := e2.m.Problems()
+		var paths []string
+		for _, p := range probs {
+			paths = append(paths, strings.TrimPrefix(p.Path, root+"/"))
+		}
+		if got := strings.Join(paths, " "); !strings.Contains(got, "pods/bad/volumes/a~b~c") || !strings.Contains(got, "pods/other/volumes/example.com~unknown/v") {
+			t.Errorf("problems = %s", got)
+		}
+		// Sources not ready yet: nothing is torn down even after a while (an
+		// hour of the bubble's time: every resync pass in it has run).
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		if !exists(e2.volDir("gone", "cache")) {
+			t.Fatal("torn down before sources were ready")
+		}
+		// The kubelet re-adds the pod it still runs; its volume is verified.
+		if err := e2.m.AddPod(pod("keep", "cache")); err != nil {
+			t.Fatal(err)
+		}
+		if err := e2.m.WaitForMount(waitCtx(t, 10*time.Second), "keep"); err != nil {
+			t.Fatal(err)
+		}
+		e2.m.MarkSourcesReady()
+		if err := e2.m.WaitForUnmount(waitCtx(t, 10*time.Second), "gone"); err != nil {
+			t.Fatal(err)
+		}
+		if exists(e2.volDir("gone", "cache")) {
+			t.Error("orphaned volume not torn down")
+		}
+		if b, err := os.ReadFile(filepath.Join(e2.volDir("keep", "cache"), "data")); err != nil || string(b) != "x" {
+			t.Errorf("wanted volume lost its data: %q %v", b, err)
+		}
+		if !exists(filepath.Join(root, "pods/other/volumes/example.com~unknown/v")) {
+			t.Error("unknown plugin's directory was touched")
+		}
+	})
 }
 
 func TestTearDownFailuresRetryWithBackoff(t *testing.T) {
-	e := startManager(t, t.TempDir(), Options{})
-	e.plugin.failTearDowns.Store(3)
-	e.m.MarkSourcesReady()
-	if err := e.m.AddPod(pod("p", "cache")); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.m.WaitForMount(waitCtx(t, 10*time.Second), "p"); err != nil {
-		t.Fatal(err)
-	}
-	e.m.RemovePod("p")
-	if err := e.m.WaitForUnmount(waitCtx(t, 10*time.Second), "p"); err != nil {
-		t.Fatalf("WaitForUnmount = %v", err)
-	}
-	if n := e.plugin.tearDowns.Load(); n != 4 {
-		t.Errorf("TearDown ran %d times; want 4 (3 failures, then success)", n)
-	}
-	if e.plugin.overlaps.Load() != 0 {
-		t.Error("two TearDowns of one volume overlapped")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		e := startManager(t, t.TempDir(), Options{})
+		e.plugin.failTearDowns.Store(3)
+		e.m.MarkSourcesReady()
+		if err := e.m.AddPod(pod("p", "cache")); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.m.WaitForMount(waitCtx(t, 10*time.Second), "p"); err != nil {
+			t.Fatal(err)
+		}
+		e.m.RemovePod("p")
+		if err := e.m.WaitForUnmount(waitCtx(t, 10*time.Second), "p"); err != nil {
+			t.Fatalf("WaitForUnmount = %v", err)
+		}
+		if n := e.plugin.tearDowns.Load(); n != 4 {
+			t.Errorf("TearDown ran %d times; want 4 (3 failures, then success)", n)
+		}
+		if e.plugin.overlaps.Load() != 0 {
+			t.Error("two TearDowns of one volume overlapped")
+		}
+	})
 }
 
 func TestTearDownPanics(t *testing.T) {
-	e := startManager(t, t.TempDir(), Options{})
-	e.plugin.panicOnce.Store(true)
-	e.m.MarkSourcesReady()
-	e.m.AddPod(pod("p", "cache"))
-	if err := e.m.WaitForMount(waitCtx(t, 10*time.Second), "p"); err != nil {
-		t.Fatal(err)
-	}
-	e.m.RemovePod("p")
-	if err := e.m.WaitForUnmount(waitCtx(t, 10*time.Second), "p"); err != nil {
-		t.Fatalf("WaitForUnmount after a panic = %v", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		e := startManager(t, t.TempDir(), Options{})
+		e.plugin.panicOnce.Store(true)
+		e.m.MarkSourcesReady()
+		e.m.AddPod(pod("p", "cache"))
+		if err := e.m.WaitForMount(waitCtx(t, 10*time.Second), "p"); err != nil {
+			t.Fatal(err)
+		}
+		e.m.RemovePod("p")
+		if err := e.m.WaitForUnmount(waitCtx(t, 10*time.Second), "p"); err != nil {
+			t.Fatalf("WaitForUnmount after a panic = %v", err)
+		}
+	})
 }
 
 func TestTearDownHangsUntilStopped(t *testing.T) {
-	e := startManager(t, t.TempDir(), Options{})
-	e.plugin.hang.Store(true)
-	e.m.MarkSourcesReady()
-	e.m.AddPod(pod("p", "cache"))
-	if err := e.m.WaitForMount(waitCtx(t, 10*time.Second), "p"); err != nil {
-		t.Fatal(err)
-	}
-	e.m.RemovePod("p")
-	if err := e.m.WaitForUnmount(waitCtx(t, 200*time.Millisecond), "p"); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("WaitForUnmount = %v; want a timeout while TearDown hangs", err)
-	}
-	e.stop() // cancels the hanging TearDown's context
-	if err := e.m.x.Operations().Wait(waitCtx(t, 5*time.Second)); err != nil {
-		t.Fatalf("hanging operation did not end with the context: %v", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		e := startManager(t, t.TempDir(), Options{})
+		e.plugin.hang.Store(true)
+		e.m.MarkSourcesReady()
+		e.m.AddPod(pod("p", "cache"))
+		if err := e.m.WaitForMount(waitCtx(t, 10*time.Second), "p"); err != nil {
+			t.Fatal(err)
+		}
+		e.m.RemovePod("p")
+		if err := e.m.WaitForUnmount(waitCtx(t, 200*time.Millisecond), "p"); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("WaitForUnmount = %v; want a timeout while TearDown hangs", err)
+		}
+		e.stop() // cancels the hanging TearDown's context
+		if err := e.m.x.Operations().Wait(waitCtx(t, 5*time.Second)); err != nil {
+			t.Fatalf("hanging operation did not end with the context: %v", err)
+		}
+	})
 }
 
 // TestNestedMountRefusal: a NAS inside an emptyDir, the pod deleted: the
@@ -312,92 +334,97 @@ func TestTearDownHangsUntilStopped(t *testing.T) {
 // NAS is intact; once the NAS is unmounted the teardown completes.
 func TestNestedMountRefusal(t *testing.T) {
 	mounttest.RequireMounts(t)
-	e := startManager(t, t.TempDir(), Options{InitialBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
-	e.m.MarkSourcesReady()
-	e.m.AddPod(pod("p", "cache"))
-	if err := e.m.WaitForMount(waitCtx(t, 10*time.Second), "p"); err != nil {
-		t.Fatal(err)
-	}
-	nas := filepath.Join(e.volDir("p", "cache"), "nas")
-	mounttest.Tmpfs(t, nas, "size=1m")
-	snap := mounttest.Sentinels(t, nas)
-	e.m.RemovePod("p")
-	err := e.m.WaitForUnmount(waitCtx(t, 300*time.Millisecond), "p")
-	var crossing *mountdetect.CrossesMountError
-	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &crossing) || crossing.Mounts[0].MountPoint != nas {
-		t.Fatalf("WaitForUnmount = %v; want a timeout that names the NAS", err)
-	}
-	if n := testutil.ToFloat64(e.m.metrics.refused.WithLabelValues(emptydir.PluginName)); n < 2 {
-		t.Errorf("refused teardowns = %v; want retries (≥2)", n)
-	}
-	if mv := e.m.MountedVolumes("p"); len(mv) != 1 || mv[0].State != StateUncertain {
-		t.Errorf("volume state = %+v; want uncertain", mv)
-	}
-	mounttest.Intact(t, nas, snap)
-	mounttest.Unmount(t, nas)
-	if err := e.m.WaitForUnmount(waitCtx(t, 10*time.Second), "p"); err != nil {
-		t.Fatalf("WaitForUnmount after the NAS is gone = %v", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		e := startManager(t, t.TempDir(), Options{InitialBackoff: 5 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+		e.m.MarkSourcesReady()
+		e.m.AddPod(pod("p", "cache"))
+		if err := e.m.WaitForMount(waitCtx(t, 10*time.Second), "p"); err != nil {
+			t.Fatal(err)
+		}
+		nas := filepath.Join(e.volDir("p", "cache"), "nas")
+		mounttest.Tmpfs(t, nas, "size=1m")
+		snap := mounttest.Sentinels(t, nas)
+		e.m.RemovePod("p")
+		err := e.m.WaitForUnmount(waitCtx(t, 300*time.Millisecond), "p")
+		var crossing *mountdetect.CrossesMountError
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &crossing) || crossing.Mounts[0].MountPoint != nas {
+			t.Fatalf("WaitForUnmount = %v; want a timeout that names the NAS", err)
+		}
+		if n := testutil.ToFloat64(e.m.metrics.refused.WithLabelValues(emptydir.PluginName)); n < 2 {
+			t.Errorf("refused teardowns = %v; want retries (≥2)", n)
+		}
+		if mv := e.m.MountedVolumes("p"); len(mv) != 1 || mv[0].State != StateUncertain {
+			t.Errorf("volume state = %+v; want uncertain", mv)
+		}
+		mounttest.Intact(t, nas, snap)
+		mounttest.Unmount(t, nas)
+		if err := e.m.WaitForUnmount(waitCtx(t, 10*time.Second), "p"); err != nil {
+			t.Fatalf("WaitForUnmount after the NAS is gone = %v", err)
+		}
+	})
 }
 
 // TestChurn: 1,000 pods added and removed concurrently; every volume ends
 // unmounted and no two operations ever ran on one key at once.
 func TestChurn(t *testing.T) {
-	e := startManager(t, mounttest.MemTempDir(t), Options{})
-	e.m.MarkSourcesReady()
-	const pods = 1000
-	var wg sync.WaitGroup
-	for w := range 4 {
-		wg.Go(func() {
-			for i := w; i < pods; i += 4 {
-				uid := fmt.Sprintf("pod-%04d", i)
-				if err := e.m.AddPod(pod(uid, "a", "b")); err != nil {
-					t.Error(err)
-					return
+	synctest.Test(t, func(t *testing.T) {
+		e := startManager(t, mounttest.MemTempDir(t), Options{})
+		e.m.MarkSourcesReady()
+		const pods = 1000
+		var wg sync.WaitGroup
+		for w := range 4 {
+			wg.Go(func() {
+				for i := w; i < pods; i += 4 {
+					uid := fmt.Sprintf("pod-%04d", i)
+					if err := e.m.AddPod(pod(uid, "a", "b")); err != nil {
+						t.Error(err)
+						return
+					}
+					if i%3 == 0 {
+						e.m.RemovePod(uid) // removed before it is even mounted
+					}
 				}
-				if i%3 == 0 {
-					e.m.RemovePod(uid) // removed before it is even mounted
-				}
+			})
+		}
+		wg.Wait()
+		for i := range pods {
+			e.m.RemovePod(fmt.Sprintf("pod-%04d", i))
+		}
+		for i := range pods {
+			if err := e.m.WaitForUnmount(waitCtx(t, 30*time.Second), fmt.Sprintf("pod-%04d", i)); err != nil {
+				t.Fatal(err)
 			}
-		})
-	}
-	wg.Wait()
-	for i := range pods {
-		e.m.RemovePod(fmt.Sprintf("pod-%04d", i))
-	}
-	for i := range pods {
-		if err := e.m.WaitForUnmount(waitCtx(t, 30*time.Second), fmt.Sprintf("pod-%04d", i)); err != nil {
+		}
+		if err := e.m.x.Operations().Wait(waitCtx(t, 30*time.Second)); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := e.m.x.Operations().Wait(waitCtx(t, 30*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	if n := e.plugin.overlaps.Load(); n != 0 {
-		t.Errorf("%d overlapping TearDowns on one key", n)
-	}
-	entries, _ := os.ReadDir(filepath.Join(e.root, "pods"))
-	deadline := time.Now().Add(10 * time.Second)
-	for len(entries) > 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-		entries, _ = os.ReadDir(filepath.Join(e.root, "pods"))
-	}
-	if len(entries) != 0 {
-		t.Errorf("%d pod directories left", len(entries))
-	}
+		if n := e.plugin.overlaps.Load(); n != 0 {
+			t.Errorf("%d overlapping TearDowns on one key", n)
+		}
+		for i := range pods {
+			if err := e.m.WaitForPodRemoval(waitCtx(t, 30*time.Second), fmt.Sprintf("pod-%04d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if entries, _ := os.ReadDir(filepath.Join(e.root, "pods")); len(entries) != 0 {
+			t.Errorf("%d pod directories left", len(entries))
+		}
+	})
 }
 
 func TestAddPodErrors(t *testing.T) {
-	e := startManager(t, t.TempDir(), Options{})
-	if err := e.m.AddPod(&volume.Pod{UID: "../x"}); !errors.Is(err, volume.ErrInvalidName) {
-		t.Errorf("AddPod(bad uid) = %v", err)
-	}
-	if err := e.m.AddPod(&volume.Pod{UID: "p", Volumes: []volume.Spec{{Name: "v", Other: 1}}}); !errors.Is(err, volume.ErrPluginNotFound) {
-		t.Errorf("AddPod(no plugin) = %v", err)
-	}
-	if _, err := New(Options{Root: "relative", Plugins: []volume.Plugin{e.plugin}}); !errors.Is(err, volume.ErrInvalidRoot) {
-		t.Errorf("New(relative root) = %v; want ErrInvalidRoot", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		e := startManager(t, t.TempDir(), Options{})
+		if err := e.m.AddPod(&volume.Pod{UID: "../x"}); !errors.Is(err, volume.ErrInvalidName) {
+			t.Errorf("AddPod(bad uid) = %v", err)
+		}
+		if err := e.m.AddPod(&volume.Pod{UID: "p", Volumes: []volume.Spec{{Name: "v", Other: 1}}}); !errors.Is(err, volume.ErrPluginNotFound) {
+			t.Errorf("AddPod(no plugin) = %v", err)
+		}
+		if _, err := New(Options{Root: "relative", Plugins: []volume.Plugin{e.plugin}}); !errors.Is(err, volume.ErrInvalidRoot) {
+			t.Errorf("New(relative root) = %v; want ErrInvalidRoot", err)
+		}
+	})
 }
 
 // TestPodDirCleanupKeepsOtherPluginsMetadata: a pod whose emptyDir is torn
@@ -405,43 +432,46 @@ func TestAddPodErrors(t *testing.T) {
 // Its volumes/ directory cannot be removed, so nothing else of the pod
 // directory may be: the other plugin's metadata under plugins/ must stay.
 func TestPodDirCleanupKeepsOtherPluginsMetadata(t *testing.T) {
-	e := startManager(t, t.TempDir(), Options{})
-	e.m.MarkSourcesReady()
-	if err := e.m.AddPod(pod("p", "cache")); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.m.WaitForMount(waitCtx(t, 10*time.Second), "p"); err != nil {
-		t.Fatal(err)
-	}
-	podDir, _ := e.layout.PodDir("p")
-	meta := filepath.Join(podDir, "plugins/example.com~csi/v/vol_data.json")
-	mounttest.Build(t, podDir,
-		"dir volumes/example.com~csi/v",
-		"file plugins/example.com~csi/v/vol_data.json {\"volumeHandle\":\"h\"}",
-		"file volume-subpaths/v/ctr/keep data",
-	)
-	e.m.RemovePod("p")
-	if err := e.m.WaitForUnmount(waitCtx(t, 10*time.Second), "p"); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.m.x.Operations().Wait(waitCtx(t, 5*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	// Let the loop reach the pod-directory cleanup (it runs after the
-	// unmount's completion marks the pod dirty).
-	deadline := time.Now().Add(2 * time.Second)
-	for e.m.LastError("p") == nil && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if !exists(meta) {
-		t.Fatalf("%s removed while the volume it describes is still on disk", meta)
-	}
-	if !exists(filepath.Join(podDir, "volume-subpaths/v/ctr/keep")) {
-		t.Error("volume-subpaths of a volume still on disk removed")
-	}
-	if !exists(filepath.Join(podDir, "volumes/example.com~csi/v")) {
-		t.Error("the other plugin's volume directory was removed")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		e := startManager(t, t.TempDir(), Options{})
+		e.m.MarkSourcesReady()
+		if err := e.m.AddPod(pod("p", "cache")); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.m.WaitForMount(waitCtx(t, 10*time.Second), "p"); err != nil {
+			t.Fatal(err)
+		}
+		podDir, _ := e.layout.PodDir("p")
+		meta := filepath.Join(podDir, "plugins/example.com~csi/v/vol_data.json")
+		mounttest.Build(t, podDir,
+			"dir volumes/example.com~csi/v",
+			"file plugins/example.com~csi/v/vol_data.json {\"volumeHandle\":\"h\"}",
+			"file volume-subpaths/v/ctr/keep data",
+		)
+		e.m.RemovePod("p")
+		if err := e.m.WaitForUnmount(waitCtx(t, 10*time.Second), "p"); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.m.x.Operations().Wait(waitCtx(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		// The loop reaches the pod-directory cleanup (after the unmount's
+		// completion marks the pod dirty), which cannot finish: the removal
+		// wait times out, saying why.
+		err := e.m.WaitForPodRemoval(waitCtx(t, 5*time.Second), "p")
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "example.com~csi") {
+			t.Errorf("WaitForPodRemoval = %v; want a timeout naming the directory left", err)
+		}
+		if !exists(meta) {
+			t.Fatalf("%s removed while the volume it describes is still on disk", meta)
+		}
+		if !exists(filepath.Join(podDir, "volume-subpaths/v/ctr/keep")) {
+			t.Error("volume-subpaths of a volume still on disk removed")
+		}
+		if !exists(filepath.Join(podDir, "volumes/example.com~csi/v")) {
+			t.Error("the other plugin's volume directory was removed")
+		}
+	})
 }
 
 // TestLeftoverPodDirRemovedAfterSourcesReady: a pod directory with no
@@ -449,22 +479,21 @@ func TestPodDirCleanupKeepsOtherPluginsMetadata(t *testing.T) {
 // MarkSourcesReady is called (it is in neither state of world, so a full
 // pass alone would never visit it).
 func TestLeftoverPodDirRemovedAfterSourcesReady(t *testing.T) {
-	root := t.TempDir()
-	mounttest.Build(t, root, "file pods/left/plugins/kubernetes.io~empty-dir/v/ready ", "dir pods/left/volumes/kubernetes.io~empty-dir")
-	e := startManager(t, root, Options{})
-	podDir, _ := e.layout.PodDir("left")
-	time.Sleep(50 * time.Millisecond) // the first passes run before sources are ready
-	if !exists(podDir) {
-		t.Fatal("leftover pod directory removed before sources were ready")
-	}
-	e.m.MarkSourcesReady()
-	deadline := time.Now().Add(3 * time.Second)
-	for exists(podDir) && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if exists(podDir) {
-		t.Errorf("leftover pod directory %s never removed after MarkSourcesReady", podDir)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		root := t.TempDir()
+		mounttest.Build(t, root, "file pods/left/plugins/kubernetes.io~empty-dir/v/ready ", "dir pods/left/volumes/kubernetes.io~empty-dir")
+		e := startManager(t, root, Options{})
+		podDir, _ := e.layout.PodDir("left")
+		time.Sleep(time.Minute) // the bubble's time: passes and resyncs run before sources are ready
+		synctest.Wait()
+		if !exists(podDir) {
+			t.Fatal("leftover pod directory removed before sources were ready")
+		}
+		e.m.MarkSourcesReady()
+		if err := e.m.WaitForPodRemoval(waitCtx(t, 3*time.Second), "left"); err != nil || exists(podDir) {
+			t.Errorf("leftover pod directory %s never removed after MarkSourcesReady: %v", podDir, err)
+		}
+	})
 }
 
 // TestWaitForUnmountKeepsRefusalAfterOtherVolumeSucceeds: a pod with two
@@ -472,34 +501,36 @@ func TestLeftoverPodDirRemovedAfterSourcesReady(t *testing.T) {
 // afterwards. WaitForUnmount must still say why the pod is stuck.
 func TestWaitForUnmountKeepsRefusalAfterOtherVolumeSucceeds(t *testing.T) {
 	mounttest.RequireMounts(t)
-	e := startManager(t, t.TempDir(), Options{InitialBackoff: time.Hour, MaxBackoff: time.Hour})
-	e.m.MarkSourcesReady()
-	e.m.AddPod(pod("p", "a", "b"))
-	if err := e.m.WaitForMount(waitCtx(t, 10*time.Second), "p"); err != nil {
-		t.Fatal(err)
-	}
-	nas := filepath.Join(e.volDir("p", "a"), "nas")
-	mounttest.Tmpfs(t, nas, "size=1m")
-	gate := make(chan struct{})
-	e.plugin.gates.Store("p/b", gate)
-	e.m.RemovePod("p")
-	deadline := time.Now().Add(5 * time.Second)
-	for !errors.Is(e.m.LastError("p"), mountdetect.ErrCrossesMount) && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	close(gate) // b's teardown now succeeds, after a's refusal
-	deadline = time.Now().Add(5 * time.Second)
-	for len(e.m.MountedVolumes("p")) != 1 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if err := e.m.x.Operations().Wait(waitCtx(t, 5*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	err := e.m.WaitForUnmount(waitCtx(t, 50*time.Millisecond), "p")
-	var crossing *mountdetect.CrossesMountError
-	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &crossing) || crossing.Mounts[0].MountPoint != nas {
-		t.Fatalf("WaitForUnmount = %v; want a timeout that names the NAS", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		e := startManager(t, t.TempDir(), Options{InitialBackoff: time.Hour, MaxBackoff: time.Hour})
+		e.m.MarkSourcesReady()
+		e.m.AddPod(pod("p", "a", "b"))
+		if err := e.m.WaitForMount(waitCtx(t, 10*time.Second), "p"); err != nil {
+			t.Fatal(err)
+		}
+		nas := filepath.Join(e.volDir("p", "a"), "nas")
+		mounttest.Tmpfs(t, nas, "size=1m")
+		gate := make(chan struct{})
+		e.plugin.gates.Store("p/b", gate)
+		e.m.RemovePod("p")
+		synctest.Wait() // a's teardown is refused; b's waits at the gate
+		if err := e.m.LastError("p"); !errors.Is(err, mountdetect.ErrCrossesMount) {
+			t.Fatalf("LastError = %v; want a's refusal", err)
+		}
+		close(gate) // b's teardown now succeeds, after a's refusal
+		synctest.Wait()
+		if mv := e.m.MountedVolumes("p"); len(mv) != 1 {
+			t.Fatalf("MountedVolumes = %+v; want a alone", mv)
+		}
+		if err := e.m.x.Operations().Wait(waitCtx(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		err := e.m.WaitForUnmount(waitCtx(t, 50*time.Millisecond), "p")
+		var crossing *mountdetect.CrossesMountError
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &crossing) || crossing.Mounts[0].MountPoint != nas {
+			t.Fatalf("WaitForUnmount = %v; want a timeout that names the NAS", err)
+		}
+	})
 }
 
 // devicePlugin is emptyDir whose operations are volume-wide (as for a
@@ -534,62 +565,66 @@ func (g gatedMounter) SetUp(ctx context.Context, args volume.MounterArgs) error 
 // "already exists" because pod a's operation holds the shared volume-wide
 // key. When a's finishes, b must be retried at once, not at the next resync.
 func TestBlockedByAnotherPodsOperationIsWoken(t *testing.T) {
-	root := t.TempDir()
-	l, _ := volume.NewLayout(root)
-	p := &devicePlugin{Plugin: emptydir.New(volume.NewHost(l, nil, 0)), gate: make(chan struct{})}
-	m, err := New(Options{Root: root, Plugins: []volume.Plugin{p}, ResyncPeriod: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); m.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	m.AddPod(pod("a", "shared"))
-	deadline := time.Now().Add(5 * time.Second)
-	for !m.x.Operations().IsPending(executor.Key(p, uniqueName(p, "a", "shared"), "a")) && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	m.AddPod(pod("b", "shared"))
-	time.Sleep(20 * time.Millisecond) // b's pass meets a's pending operation
-	close(p.gate)
-	if err := m.WaitForMount(waitCtx(t, 10*time.Second), "a"); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.WaitForMount(waitCtx(t, 3*time.Second), "b"); err != nil {
-		t.Fatalf("pod b not mounted after pod a's operation finished: %v", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		root := t.TempDir()
+		l, _ := volume.NewLayout(root)
+		p := &devicePlugin{Plugin: emptydir.New(volume.NewHost(l, nil, 0)), gate: make(chan struct{})}
+		m, err := New(Options{Root: root, Plugins: []volume.Plugin{p}, ResyncPeriod: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, ctx := ktesting.NewTestContext(t)
+		ctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); m.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		m.AddPod(pod("a", "shared"))
+		synctest.Wait()
+		if !m.x.Operations().IsPending(executor.Key(p, uniqueName(p, "a", "shared"), "a")) {
+			t.Fatal("pod a's SetUp is not pending")
+		}
+		m.AddPod(pod("b", "shared"))
+		synctest.Wait() // b's pass met a's pending operation
+		close(p.gate)
+		if err := m.WaitForMount(waitCtx(t, 10*time.Second), "a"); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.WaitForMount(waitCtx(t, 3*time.Second), "b"); err != nil {
+			t.Fatalf("pod b not mounted after pod a's operation finished: %v", err)
+		}
+	})
 }
 
 // TestOptionsLoggerIsUsed: with no logger in Run's context, Options.Logger
 // (not klog's global logger) receives the Manager's messages.
 func TestOptionsLoggerIsUsed(t *testing.T) {
-	root := t.TempDir()
-	os.MkdirAll(filepath.Join(root, "pods/p/volumes/example.com~unknown/v"), 0o755)
-	var buf strings.Builder
-	var mu sync.Mutex
-	logger := funcr.New(func(prefix, args string) {
+	synctest.Test(t, func(t *testing.T) {
+		root := t.TempDir()
+		os.MkdirAll(filepath.Join(root, "pods/p/volumes/example.com~unknown/v"), 0o755)
+		var buf strings.Builder
+		var mu sync.Mutex
+		logger := funcr.New(func(prefix, args string) {
+			mu.Lock()
+			defer mu.Unlock()
+			buf.WriteString(args + "\n")
+		}, funcr.Options{})
+		l, _ := volume.NewLayout(root)
+		m, err := New(Options{Root: root, Plugins: []volume.Plugin{emptydir.New(volume.NewHost(l, nil, 0))}, Logger: &logger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background()) // no logger in it
+		done := make(chan struct{})
+		go func() { defer close(done); m.Run(ctx) }()
+		<-m.Reconstructed()
+		cancel()
+		<-done
 		mu.Lock()
 		defer mu.Unlock()
-		buf.WriteString(args + "\n")
-	}, funcr.Options{})
-	l, _ := volume.NewLayout(root)
-	m, err := New(Options{Root: root, Plugins: []volume.Plugin{emptydir.New(volume.NewHost(l, nil, 0))}, Logger: &logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background()) // no logger in it
-	done := make(chan struct{})
-	go func() { defer close(done); m.Run(ctx) }()
-	<-m.Reconstructed()
-	cancel()
-	<-done
-	mu.Lock()
-	defer mu.Unlock()
-	if !strings.Contains(buf.String(), "example.com~unknown") {
-		t.Errorf("Options.Logger got %q; want the reconstruction problem", buf.String())
-	}
+		if !strings.Contains(buf.String(), "example.com~unknown") {
+			t.Errorf("Options.Logger got %q; want the reconstruction problem", buf.String())
+		}
+	})
 }
 
 // TestRunWaitsForRunningOperations (issue 11): after ctx is done, Run
@@ -597,47 +632,42 @@ func TestOptionsLoggerIsUsed(t *testing.T) {
 // second Manager on the same root never overlaps them; a second Run is
 // an error, not a panic.
 func TestRunWaitsForRunningOperations(t *testing.T) {
-	root := t.TempDir()
-	l, _ := volume.NewLayout(root)
-	p := &devicePlugin{Plugin: emptydir.New(volume.NewHost(l, nil, 0)), gate: make(chan struct{})}
-	m, err := New(Options{Root: root, Plugins: []volume.Plugin{p}, ResyncPeriod: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	m.AddPod(pod("a", "shared"))
-	key := executor.Key(p, uniqueName(p, "a", "shared"), "a")
-	deadline := time.Now().Add(5 * time.Second)
-	for !m.x.Operations().IsPending(key) && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	if !m.x.Operations().IsPending(key) {
-		t.Fatal("pod a's SetUp did not start")
-	}
-	cancel()
-	select {
-	case err := <-done:
-		t.Fatalf("Run returned (%v) while pod a's SetUp was still running", err)
-	case <-time.After(100 * time.Millisecond):
-	}
-	close(p.gate)
-	select {
-	case err := <-done:
+	synctest.Test(t, func(t *testing.T) {
+		root := t.TempDir()
+		l, _ := volume.NewLayout(root)
+		p := &devicePlugin{Plugin: emptydir.New(volume.NewHost(l, nil, 0)), gate: make(chan struct{})}
+		m, err := New(Options{Root: root, Plugins: []volume.Plugin{p}, ResyncPeriod: time.Hour})
 		if err != nil {
+			t.Fatal(err)
+		}
+		_, ctx := ktesting.NewTestContext(t)
+		ctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- m.Run(ctx) }()
+		m.AddPod(pod("a", "shared"))
+		key := executor.Key(p, uniqueName(p, "a", "shared"), "a")
+		synctest.Wait()
+		if !m.x.Operations().IsPending(key) {
+			t.Fatal("pod a's SetUp did not start")
+		}
+		cancel()
+		synctest.Wait() // everything that can run has run
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned (%v) while pod a's SetUp was still running", err)
+		default:
+		}
+		close(p.gate)
+		if err := <-done; err != nil { // a deadlock fails the bubble
 			t.Errorf("Run = %v; want nil", err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run did not return after the operation finished")
-	}
-	if m.x.Operations().IsPending(key) {
-		t.Error("an operation is still pending after Run returned")
-	}
-	if err := m.Run(context.Background()); !errors.Is(err, ErrRunTwice) {
-		t.Errorf("second Run = %v; want ErrRunTwice", err)
-	}
+		if m.x.Operations().IsPending(key) {
+			t.Error("an operation is still pending after Run returned")
+		}
+		if err := m.Run(context.Background()); !errors.Is(err, ErrRunTwice) {
+			t.Errorf("second Run = %v; want ErrRunTwice", err)
+		}
+	})
 }
 
 // TestNewWithoutPlugins (issue 11): Plugins is required.

@@ -206,6 +206,14 @@ func (a *actualState) notifyLocked() {
 	a.changed = make(chan struct{})
 }
 
+// notify wakes the watchers for a change outside the actual state that
+// they wait for too (a pod directory removed).
+func (a *actualState) notify() {
+	a.mu.Lock()
+	a.notifyLocked()
+	a.mu.Unlock()
+}
+
 // watch returns a channel closed at the next change.
 func (a *actualState) watch() <-chan struct{} {
 	a.mu.RLock()
