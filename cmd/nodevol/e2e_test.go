@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -170,6 +171,87 @@ func TestCLI(t *testing.T) {
 			`invalid path "relative/path": not absolute; nothing was touched`,
 			`invalid path "/": refusing to remove the root directory; nothing was touched`,
 			`invalid path "": empty path; nothing was touched`)
+	})
+
+	// Without the permission to remove a tree, every directory rm could
+	// not open is named, each on a line of its own, never "and N more".
+	t.Run("rm as nobody reports every error", func(t *testing.T) {
+		mounttest.RequireRoot(t, "to build a tree owned by root and run rm as nobody (uid 65534)")
+		base, err := os.MkdirTemp("", "nodevol-perm-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(base) }) // nothing is mounted under it
+		vol := filepath.Join(base, "vol")
+		const locked = 6
+		for i := range locked {
+			mounttest.Build(t, vol, fmt.Sprintf("file locked%d/data x", i))
+		}
+		mounttest.Build(t, vol, "file free.txt x")
+		for i := range locked {
+			if err := os.Chmod(filepath.Join(vol, fmt.Sprintf("locked%d", i)), 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, dir := range []string{base, vol} {
+			if err := os.Chmod(dir, 0o777); err != nil {
+				t.Fatal(err)
+			}
+		}
+		asNobody := func(c *exec.Cmd) {
+			c.Env = []string{"PATH=/usr/bin:/bin", "HOME=/"}
+			c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		}
+
+		r := bin.run(t, asNobody, "rm", "--json", vol)
+		r.wantCode(t, exitError)
+		objs := jsonLines(t, r.stdout, withError(rmKeys)...)
+		if len(objs) != 1 {
+			t.Fatalf("got %d JSON lines, want 1", len(objs))
+		}
+		errs, _ := objs[0]["errors"].([]any)
+		if _, ok := objs[0]["moreErrors"]; ok {
+			t.Errorf("moreErrors = %v for %d failures; want every failure listed", objs[0]["moreErrors"], locked)
+		}
+
+		r = bin.run(t, asNobody, "rm", vol)
+		r.wantCode(t, exitError)
+		var want strings.Builder
+		for _, e := range errs {
+			fmt.Fprintf(&want, "nodevol rm: %s\n", e)
+		}
+		if r.stderr != want.String() {
+			t.Errorf("stderr:\n%s\nwant one line per element of --json errors:\n%s", r.stderr, want.String())
+		}
+		for i := range locked {
+			dir := filepath.Join(vol, fmt.Sprintf("locked%d", i))
+			if want := "nodevol rm: openat " + dir + ": permission denied\n"; !strings.Contains(r.stderr, want) {
+				t.Errorf("stderr does not name %s:\n%s", dir, r.stderr)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "data")); err != nil {
+				t.Errorf("a file nobody may remove is gone: %v", err)
+			}
+		}
+		if strings.Contains(r.stderr, "more error") {
+			t.Errorf("stderr summarizes errors instead of listing them:\n%s", r.stderr)
+		}
+		mustNotExist(t, filepath.Join(vol, "free.txt"))
+
+		// Past the 100 failures RemoveAll lists, its count of the rest is
+		// printed after them.
+		for i := locked; i < 103; i++ {
+			dir := filepath.Join(vol, fmt.Sprintf("locked%d", i))
+			mounttest.Build(t, dir, "file data x")
+			if err := os.Chmod(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r = bin.exec(t, asNobody, "rm", vol) // 103 lines: quoted by a failure
+		r.wantCode(t, exitError)
+		lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+		if len(lines) != 101 || strings.Count(r.stderr, ": permission denied\n") != 100 || lines[100] != "nodevol rm: ... and 3 more errors" {
+			t.Errorf("stderr has %d lines, the last %q; want the 100 failures RemoveAll lists, then its count of the 3 more:\n%s", len(lines), lines[len(lines)-1], r.stderr)
+		}
 	})
 
 	t.Run("dot-dot refused", func(t *testing.T) {

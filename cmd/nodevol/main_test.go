@@ -83,7 +83,8 @@ func jsonLines(t *testing.T, out string, keys ...string) []map[string]any {
 }
 
 // withError is the --json keys of a failed result: keys, plus "error"
-// and "errors" (and "moreErrors" only past maxReportedErrors failures).
+// and "errors" (and "moreErrors" only when the library counted failures
+// it did not list).
 func withError(keys []string) []string {
 	return append(slices.Clip(keys), "error", "errors")
 }
