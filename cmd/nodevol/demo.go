@@ -93,7 +93,7 @@ Default volume points to a "NAS" directory outside it, and the teardown
 removes the link without following it. Everything is removed afterwards.
 
 Exit status: 0 every promise held, 2 one was broken (or the sandbox could
-not be built).`, stderr)
+not be built).`, stdout, stderr)
 	extra, code := parseArgs(fs, args)
 	if code >= 0 {
 		return code

@@ -101,7 +101,22 @@ func TestCLI(t *testing.T) {
 		r := bin.run(t, nil)
 		r.wantCode(t, exitError)
 		wantContains(t, "stderr", r.stderr, "Usage:", "nodevol check", "nodevol rm", "nodevol teardown", "nodevol scan", "nodevol demo")
-		bin.run(t, nil, "help").wantCode(t, exitOK)
+		if r.stdout != "" {
+			t.Errorf("nodevol without a command: stdout %q, want nothing", r.stdout)
+		}
+		// Help asked for goes to stdout, so that "nodevol help | less" works.
+		for _, args := range [][]string{{"help"}, {"--help"}, {"help", "rm"}, {"rm", "-h"}} {
+			r = bin.run(t, nil, args...)
+			r.wantCode(t, exitOK)
+			if !strings.Contains(r.stdout, "Usage:") || r.stderr != "" {
+				t.Errorf("nodevol %q: stdout %q, stderr %q; want the usage on stdout only", args, r.stdout, r.stderr)
+			}
+		}
+		r = bin.run(t, nil, "rm", "--dryrun", "x")
+		r.wantCode(t, exitError)
+		if !strings.HasPrefix(r.stderr, "nodevol rm: unknown flag --dryrun (did you mean --dry-run?)\n") || r.stdout != "" {
+			t.Errorf("nodevol rm --dryrun x: stdout %q, stderr %q; want the typo and the flag meant on stderr", r.stdout, r.stderr)
+		}
 	})
 
 	t.Run("check", func(t *testing.T) {

@@ -249,7 +249,7 @@ unmount them.
 
 Exit status: 0 every volume torn down (or nothing there), 1 some teardown
 was refused because of a mount, 2 some path is not an emptyDir volume
-directory or could not be torn down, or bad usage.`, stderr)
+directory or could not be torn down, or bad usage.`, stdout, stderr)
 	dryRun := fs.Bool("dry-run", false, "say what would be done per volume; change nothing")
 	asJSON := fs.Bool("json", false, "print one JSON object per path per line")
 	paths, code := parseArgs(fs, args)
