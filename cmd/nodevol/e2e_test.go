@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -117,6 +118,17 @@ func TestCLI(t *testing.T) {
 		if !strings.HasPrefix(r.stderr, "nodevol rm: unknown flag --dryrun (did you mean --dry-run?)\n") || r.stdout != "" {
 			t.Errorf("nodevol rm --dryrun x: stdout %q, stderr %q; want the typo and the flag meant on stderr", r.stdout, r.stderr)
 		}
+	})
+
+	// Built with -buildvcs=false, the binary says it does not know its
+	// revision rather than guess one.
+	t.Run("version", func(t *testing.T) {
+		r := bin.run(t, nil, "version")
+		r.wantCode(t, exitOK)
+		wantContains(t, "stdout", r.stdout, "nodevol (devel)\n", "  revision: unknown (", "  modified: unknown\n")
+		r = bin.run(t, nil, "version", "--json")
+		r.wantCode(t, exitOK)
+		wantContains(t, "stdout", r.stdout, `"version":"(devel)","revision":null,"time":null,"modified":null,`)
 	})
 
 	t.Run("check", func(t *testing.T) {
@@ -407,5 +419,57 @@ func wantEmptyDir(t *testing.T, dir string) {
 	}
 	for _, e := range entries {
 		t.Errorf("the demo left %s behind in %s", e.Name(), dir)
+	}
+}
+
+// A binary built with VCS stamping reports the revision it was built from
+// and whether the checkout was modified, as git sees them.
+func TestVersionStamped(t *testing.T) {
+	git, err := exec.LookPath("git")
+	if err != nil {
+		t.Skipf("skipping: no git to compare with: %v", err)
+	}
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("no go command on PATH: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "nodevol")
+	if out, err := exec.Command(goCmd, "build", "-buildvcs=true", "-o", bin, ".").CombinedOutput(); err != nil {
+		if strings.Contains(string(out), "error obtaining VCS status") {
+			t.Skipf("skipping: the go command cannot read this checkout's VCS state (another user's checkout?):\n%s", out)
+		}
+		t.Fatalf("go build -buildvcs=true: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version", "--json").Output()
+	if err != nil {
+		t.Fatalf("nodevol version --json: %v", err)
+	}
+	var v struct {
+		Revision *string
+		Time     *string
+		Modified *bool
+	}
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	if v.Revision == nil {
+		// The go command stamps only where it finds a repository's root
+		// directory: not in a linked git worktree (its .git is a file),
+		// not outside a checkout. Then nothing is claimed.
+		if v.Time != nil || v.Modified != nil {
+			t.Errorf("no revision, yet time %v and modified %v: %s", v.Time, v.Modified, out)
+		}
+		t.Skipf("skipping: the go command stamped no VCS state here (a linked git worktree, or no checkout): %s", out)
+	}
+	head, err := exec.Command(git, "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatalf("git rev-parse HEAD: %v", err)
+	}
+	status, err := exec.Command(git, "status", "--porcelain").Output()
+	if err != nil {
+		t.Fatalf("git status: %v", err)
+	}
+	if *v.Revision != strings.TrimSpace(string(head)) || v.Time == nil || v.Modified == nil || *v.Modified != (len(status) > 0) {
+		t.Errorf("version --json = %s; want revision %s, a time, modified %v", out, head, len(status) > 0)
 	}
 }

@@ -7,6 +7,7 @@
 //	nodevol scan [--json] [--root DIR]
 //	nodevol usage [--json] PATH...
 //	nodevol demo
+//	nodevol version [--json]
 //	nodevol help [COMMAND]
 //
 // Help asked for ("help", -h, --help) is printed to stdout with exit status
@@ -50,6 +51,7 @@ var commands = []struct {
 	{"scan", runScan},
 	{"usage", runUsage},
 	{"demo", runDemo},
+	{"version", runVersion},
 }
 
 // run is the whole command: it parses args, writes its report to stdout and
@@ -114,7 +116,11 @@ Usage:
         volumes set up and torn down, a teardown refused (and retried) while
         a NAS is mounted inside a volume (as root; without root, a symlink
         to data outside it), and a restart that reconstructs a volume.
+  nodevol version [--json]
+        nodevol's version and build, Go, the platform, the kernel release
+        and whether this machine has each kernel feature nodevol uses.
   nodevol help [COMMAND]
+        This text, or a command's own help.
 
 A path with a ".." element is refused by every command (exit status 2).
 

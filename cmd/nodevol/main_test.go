@@ -152,6 +152,9 @@ func TestRunUsage(t *testing.T) {
 		{args: []string{"demo", "extra"}, code: exitError, stderrHas: "demo takes no arguments"},
 		{args: []string{"demo", "-h"}, code: exitOK, stdoutHas: "Usage: nodevol demo\n"},
 		{args: []string{"usage", "-h"}, code: exitOK, stdoutHas: "Usage: nodevol usage [--json] PATH...\n"},
+		{args: []string{"version", "-h"}, code: exitOK, stdoutHas: "Usage: nodevol version [--json]\n"},
+		{args: []string{"version", "now"}, code: exitError, stderrHas: `nodevol version: version takes no arguments (got "now")`},
+		{args: []string{"versoin"}, code: exitError, stderrHas: `unknown command "versoin" (did you mean "version"?)`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			r := nodevol(t, tc.args...)
