@@ -3,10 +3,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nodevol/nodevol/internal/mounttest"
 )
@@ -306,6 +310,16 @@ func TestCLI(t *testing.T) {
 		wantEmptyDir(t, tmp)
 	})
 
+	// Interrupted while a NAS is mounted in its private mount namespace,
+	// the demo (re-executed in that namespace, the signal passed on by its
+	// parent) still cleans up, and exits as a shell reports the signal.
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run("demo interrupted by "+unix.SignalName(sig), func(t *testing.T) {
+			mounttest.RequireRoot(t, "the demo mounts a NAS, in a private mount namespace, only as root")
+			testDemoInterrupted(t, bin, sig)
+		})
+	}
+
 	t.Run("demo without root", func(t *testing.T) {
 		if os.Geteuid() != 0 {
 			t.Skip("skipping: already covered by the demo subtest (not root)")
@@ -472,4 +486,91 @@ func TestVersionStamped(t *testing.T) {
 	if *v.Revision != strings.TrimSpace(string(head)) || v.Time == nil || v.Modified == nil || *v.Modified != (len(status) > 0) {
 		t.Errorf("version --json = %s; want revision %s, a time, modified %v", out, head, len(status) > 0)
 	}
+}
+
+func testDemoInterrupted(t *testing.T, bin binary, sig syscall.Signal) {
+	tmp := t.TempDir()
+	cmd := exec.Command(bin.path, "demo")
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	watchdog := time.AfterFunc(time.Minute, func() { cmd.Process.Kill() }) // only if it hangs
+	defer watchdog.Stop()
+
+	// This line comes right before the demo waits a second for a teardown
+	// that the NAS mount makes it refuse: the demo is then in the middle
+	// of its work, its volumes set up and the NAS mounted.
+	const marker = "web is deleted. The kubelet would now os.RemoveAll($VOL)"
+	var out strings.Builder
+	lines := bufio.NewScanner(stdout)
+	for !strings.Contains(out.String(), marker) {
+		if !lines.Scan() {
+			cmd.Wait()
+			t.Fatalf("the demo ended before %q:\n%s\nstderr:\n%s", marker, out.String(), stderr.String())
+		}
+		out.WriteString(lines.Text() + "\n")
+	}
+	if n := childMountsUnder(t, cmd.Process.Pid, tmp); n == 0 {
+		t.Errorf("the re-executed demo has no mount under %s; the test would prove nothing", tmp)
+	}
+
+	start := time.Now()
+	if err := cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(stdout)
+	out.Write(rest)
+	err = cmd.Wait()
+	took := time.Since(start)
+	t.Logf("exit %v after %v\nstdout:\n%s\nstderr:\n%s", err, took, out.String(), stderr.String())
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 128+int(sig) {
+		t.Errorf("the demo ended with %v; want exit status %d (128+%s)", err, 128+int(sig), unix.SignalName(sig))
+	}
+	if took > 5*time.Second {
+		t.Errorf("the demo took %v to stop; it should stop at once", took)
+	}
+	if want := "nodevol demo: interrupted by " + unix.SignalName(sig) + "; the sandbox "; !strings.HasPrefix(stderr.String(), want) ||
+		!strings.HasSuffix(stderr.String(), " was cleaned up\n") || strings.Count(stderr.String(), "\n") != 1 {
+		t.Errorf("stderr %q; want only %q... \"was cleaned up\" (the re-executed demo cleaned up itself)", stderr.String(), want)
+	}
+	wantEmptyDir(t, tmp)
+	if mounts, err := mountPointsUnder(tmp); err != nil || len(mounts) > 0 {
+		t.Errorf("mounts left under %s: %q (%v)", tmp, mounts, err)
+	}
+}
+
+// childMountsUnder counts the mounts under dir that the children of pid
+// (the re-executed demo) see in their mount namespace.
+func childMountsUnder(t *testing.T, pid int, dir string) int {
+	t.Helper()
+	// The child was forked by whichever thread of the Go program ran the
+	// fork: look in every thread's list.
+	children, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	if err != nil || len(children) == 0 {
+		t.Logf("cannot list the children of %d (%v): not counting their mounts", pid, err)
+		return -1
+	}
+	n := 0
+	for _, c := range children {
+		b, err := os.ReadFile(c)
+		if err != nil {
+			continue
+		}
+		for child := range strings.FieldsSeq(string(b)) {
+			infos, err := os.ReadFile("/proc/" + child + "/mountinfo")
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += strings.Count(string(infos), " "+dir+"/")
+		}
+	}
+	return n
 }
