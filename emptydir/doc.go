@@ -51,7 +51,7 @@
 //     the umask; refused when something is mounted on it;
 //   - Memory: a tmpfs whose size= is the smallest positive of the node's
 //     allocatable memory, the pod's memory limit and the volume's
-//     sizeLimit, with noswap on Linux 6.3 and later;
+//     sizeLimit, with noswap when tmpfs takes it (Linux 6.4, see TmpfsNoswap);
 //   - HugePages / HugePages-<size>: a hugetlbfs with pagesize= from the
 //     pod's hugepage requests (plain HugePages needs exactly one size).
 //

@@ -62,29 +62,50 @@ func (s strategy) statxMask() int {
 	return 0
 }
 
-var kernelStrategy = sync.OnceValue(probeKernel)
+var kernelFeatures = sync.OnceValue(probeKernel)
+
+var kernelStrategy = sync.OnceValue(func() strategy { return bestStrategy(kernelFeatures()) })
 
 func autoStrategy() strategy { return kernelStrategy() }
 
-// probeKernel finds the best strategy this kernel supports by asking about
-// "/" once.
-func probeKernel() strategy {
-	var sx unix.Statx_t
-	err := unix.Statx(unix.AT_FDCWD, "/", unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID_UNIQUE, &sx)
-	if err == nil && sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 {
-		if sx.Mask&unix.STATX_MNT_ID_UNIQUE != 0 {
-			return strategyStatxUnique
-		}
-		if sx.Mask&unix.STATX_MNT_ID != 0 {
-			return strategyStatxMntID
-		}
+// probeKernel asks the kernel about "/" once for each feature: each is
+// found by using it, never inferred from another or from the release.
+func probeKernel() KernelFeatures {
+	statx := func(mask int) bool {
+		var sx unix.Statx_t
+		err := ignoringEINTR(func() error { return unix.Statx(unix.AT_FDCWD, "/", unix.AT_SYMLINK_NOFOLLOW, mask, &sx) })
+		return err == nil && sx.Mask&uint32(mask) != 0 && sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0
 	}
-	fd, err := unix.Openat2(unix.AT_FDCWD, "/", &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_NO_XDEV,
+	f := KernelFeatures{
+		// Asked for alone: a kernel older than 6.8 ignores the unknown
+		// STATX_MNT_ID_UNIQUE bit and answers STATX_MNT_ID instead, and a
+		// newer one answers only the unique ID when asked for both.
+		StatxMountIDUnique: statx(unix.STATX_MNT_ID_UNIQUE),
+		StatxMountID:       statx(unix.STATX_MNT_ID),
+	}
+	var fd int
+	err := ignoringEINTR(func() (err error) {
+		fd, err = unix.Openat2(unix.AT_FDCWD, "/", &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_NO_XDEV,
+		})
+		return err
 	})
 	if err == nil {
 		unix.Close(fd)
+		f.Openat2 = true
+	}
+	return f
+}
+
+// bestStrategy is the best strategy the kernel features allow.
+func bestStrategy(f KernelFeatures) strategy {
+	switch {
+	case f.StatxMountIDUnique:
+		return strategyStatxUnique
+	case f.StatxMountID:
+		return strategyStatxMntID
+	case f.Openat2:
 		return strategyOpenat2
 	}
 	if _, err := os.Stat("/proc/self/mountinfo"); err == nil {
@@ -93,15 +114,17 @@ func probeKernel() strategy {
 	return strategyStdev
 }
 
-// supported lists the strategies this kernel can run, best first.
+// supportedStrategies lists the strategies this kernel can run, best first.
 func supportedStrategies() []strategy {
+	f := kernelFeatures()
 	var out []strategy
-	switch autoStrategy() {
-	case strategyStatxUnique:
-		out = append(out, strategyStatxUnique, strategyStatxMntID, strategyOpenat2)
-	case strategyStatxMntID:
-		out = append(out, strategyStatxMntID, strategyOpenat2)
-	case strategyOpenat2:
+	if f.StatxMountIDUnique {
+		out = append(out, strategyStatxUnique)
+	}
+	if f.StatxMountID {
+		out = append(out, strategyStatxMntID)
+	}
+	if f.Openat2 {
 		out = append(out, strategyOpenat2)
 	}
 	if _, err := os.Stat("/proc/self/mountinfo"); err == nil {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nodevol/nodevol/internal/mounttest"
 )
 
@@ -255,4 +257,32 @@ func TestNestedMounts(t *testing.T) {
 			t.Errorf("NestedMounts(mount root) = %v, %v; want none", got, err)
 		}
 	})
+}
+
+// Kernel's features are found by using them, and the automatic strategy
+// is the best of them: each one reported works on another directory too.
+func TestKernelFeatures(t *testing.T) {
+	f := Kernel()
+	t.Logf("Kernel() = %+v; automatic strategy %v", f, autoStrategy())
+	if got := bestStrategy(f); got != autoStrategy() {
+		t.Errorf("bestStrategy(Kernel()) = %v; the automatic strategy is %v", got, autoStrategy())
+	}
+	dir := t.TempDir()
+	for _, c := range []struct {
+		have bool
+		mask int
+	}{{f.StatxMountIDUnique, unix.STATX_MNT_ID_UNIQUE}, {f.StatxMountID, unix.STATX_MNT_ID}} {
+		var sx unix.Statx_t
+		err := unix.Statx(unix.AT_FDCWD, dir, 0, c.mask, &sx)
+		if got := err == nil && sx.Mask&uint32(c.mask) != 0; got != c.have {
+			t.Errorf("statx(%s, %#x) answers the mount ID: %v, %v; Kernel() says %v", dir, c.mask, got, err, c.have)
+		}
+	}
+	fd, err := unix.Openat2(unix.AT_FDCWD, dir, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_XDEV})
+	if err == nil {
+		unix.Close(fd)
+	}
+	if (err == nil) != f.Openat2 {
+		t.Errorf("openat2(%s, RESOLVE_NO_XDEV) = %v; Kernel() says Openat2 %v", dir, err, f.Openat2)
+	}
 }

@@ -166,6 +166,29 @@ func IsMountPoint(path string) (mounted, sure bool, err error) {
 	return isMountPoint(path, autoStrategy())
 }
 
+// KernelFeatures is what the running kernel offers for telling mount
+// boundaries apart, best first. Detect, IsMountPoint, NestedMounts,
+// RemoveAll and DiskUsage use the best there is (see the package
+// documentation for what each makes possible, and what RemoveAll refuses
+// without any of them).
+type KernelFeatures struct {
+	// StatxMountIDUnique: statx returns STATX_MNT_ID_UNIQUE, a mount ID
+	// that is never reused (Linux 6.8), and STATX_ATTR_MOUNT_ROOT.
+	StatxMountIDUnique bool
+	// StatxMountID: statx returns STATX_MNT_ID (Linux 5.8) and
+	// STATX_ATTR_MOUNT_ROOT.
+	StatxMountID bool
+	// Openat2: openat2 with RESOLVE_NO_XDEV (Linux 5.6), which fails with
+	// EXDEV where a path crosses a mount.
+	Openat2 bool
+}
+
+// Kernel reports which of the features this package can use the running
+// kernel offers. Each is probed by using it on "/" (statx, openat2), not
+// inferred from the kernel release, once per process; all are false on
+// other operating systems.
+func Kernel() KernelFeatures { return kernelFeatures() }
+
 // NestedMounts lists every mount strictly beneath the directory path
 // (mounts on directories and on files), sorted by mount point, from one
 // read of the mount table. Symlinks in path are followed. It also lists

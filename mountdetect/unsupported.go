@@ -8,6 +8,8 @@ const strategyAuto strategy = 0
 
 func autoStrategy() strategy { return strategyAuto }
 
+func kernelFeatures() KernelFeatures { return KernelFeatures{} }
+
 func detect(path string, _ *MountTable) (FSInfo, error) { return FSInfo{Path: path}, ErrUnsupported }
 
 type mountTableData struct{}

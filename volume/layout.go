@@ -49,8 +49,8 @@ func NewLayout(root string) (Layout, error) {
 		return Layout{}, bad("contains a NUL byte")
 	case !filepath.IsAbs(root):
 		return Layout{}, bad("not absolute")
-	case filepath.Clean(root) != root:
-		return Layout{}, bad(fmt.Sprintf("not clean (use %q)", filepath.Clean(root)))
+	case unclean(root) != "":
+		return Layout{}, bad(fmt.Sprintf("not clean: %s (use %q)", unclean(root), filepath.Clean(root)))
 	case root == "/":
 		return Layout{}, bad("the filesystem root cannot be a kubelet root")
 	}
@@ -172,8 +172,8 @@ func (l Layout) ParseVolumePath(path string) (VolumePath, error) {
 }
 
 func parseVolumeRel(path, rest string) (VolumePath, error) {
-	if filepath.Clean(path) != path {
-		return VolumePath{}, fmt.Errorf("%w: %q is not clean", ErrNotVolumePath, path)
+	if why := unclean(path); why != "" {
+		return VolumePath{}, fmt.Errorf("%w: %q is not clean: %s", ErrNotVolumePath, path, why)
 	}
 	parts := strings.Split(rest, "/")
 	if len(parts) != 4 || parts[1] != volumesDirName {
@@ -196,8 +196,11 @@ func parseVolumeRel(path, rest string) (VolumePath, error) {
 // is not known in advance (a path given on a command line): the root is
 // what precedes the last "/pods/<uid>/volumes/<plugin>/<volume>".
 func ParseVolumePathAnyRoot(path string) (Layout, VolumePath, error) {
-	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
-		return Layout{}, VolumePath{}, fmt.Errorf("%w: %q must be absolute and clean", ErrNotVolumePath, path)
+	if !filepath.IsAbs(path) {
+		return Layout{}, VolumePath{}, fmt.Errorf("%w: %q is not absolute", ErrNotVolumePath, path)
+	}
+	if why := unclean(path); why != "" {
+		return Layout{}, VolumePath{}, fmt.Errorf("%w: %q is not clean: %s", ErrNotVolumePath, path, why)
 	}
 	parts := strings.Split(path, "/")
 	if len(parts) < 7 || parts[len(parts)-5] != podsDirName {
@@ -210,4 +213,44 @@ func ParseVolumePathAnyRoot(path string) (Layout, VolumePath, error) {
 	}
 	vp, err := l.ParseVolumePath(path)
 	return l, vp, err
+}
+
+// unclean says what keeps path from being clean (filepath.Clean(path) ==
+// path), in the terms of what was typed — "has a doubled '/'", "has a
+// trailing '/.'" — so that an error can say what to fix; "" when path is
+// clean.
+func unclean(path string) string {
+	if filepath.Clean(path) == path {
+		return ""
+	}
+	if path == "" {
+		return "is empty"
+	}
+	var why []string
+	if strings.Contains(path, "//") {
+		why = append(why, "has a doubled '/'")
+	}
+	elems := strings.Split(strings.TrimRight(path, "/"), "/")
+	last := len(elems) - 1
+	if len(path) > 1 && strings.HasSuffix(path, "/") {
+		why = append(why, "has a trailing '/'")
+	}
+	if elems[last] == "." {
+		why = append(why, "has a trailing '/.'")
+	}
+	dot, dotDot := false, false
+	for i, e := range elems {
+		dot = dot || (e == "." && i != last)
+		dotDot = dotDot || e == ".."
+	}
+	if dot {
+		why = append(why, "contains a '.' element")
+	}
+	if dotDot {
+		why = append(why, "contains a '..' element")
+	}
+	if len(why) == 0 {
+		return "is not in its shortest form"
+	}
+	return strings.Join(why, ", ")
 }

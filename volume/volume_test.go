@@ -202,3 +202,40 @@ func FuzzParseVolumePath(f *testing.F) {
 		}
 	})
 }
+
+// An unclean path is refused with what makes it unclean, in the terms of
+// what was typed.
+func TestUncleanSaysWhy(t *testing.T) {
+	const vol = "/var/lib/kubelet/pods/u1/volumes/kubernetes.io~empty-dir/cache"
+	for _, tc := range []struct{ path, why string }{
+		{vol, ""},
+		{"/", ""},
+		{".", ""},
+		{"", "is empty"},
+		{vol + "/", "has a trailing '/'"},
+		{vol + "//", "has a doubled '/', has a trailing '/'"},
+		{vol + "/.", "has a trailing '/.'"},
+		{vol + "/./", "has a trailing '/', has a trailing '/.'"},
+		{"/var/lib//kubelet/pods/u1/volumes/kubernetes.io~empty-dir/cache", "has a doubled '/'"},
+		{"/var/lib/./kubelet/pods/u1/volumes/kubernetes.io~empty-dir/cache", "contains a '.' element"},
+		{"./a", "contains a '.' element"},
+		{"/a/../b", "contains a '..' element"},
+		{"/a//./b/.", "has a doubled '/', has a trailing '/.', contains a '.' element"},
+	} {
+		if got := unclean(tc.path); got != tc.why {
+			t.Errorf("unclean(%q) = %q; want %q", tc.path, got, tc.why)
+		}
+	}
+	for _, tc := range []struct{ path, want string }{
+		{vol + "/.", `is not clean: has a trailing '/.'`},
+		{"/var/lib//kubelet/pods/u1/volumes/kubernetes.io~empty-dir/cache", `is not clean: has a doubled '/'`},
+		{"relative/pods/u1/volumes/kubernetes.io~empty-dir/cache", `is not absolute`},
+	} {
+		if _, _, err := ParseVolumePathAnyRoot(tc.path); !errors.Is(err, ErrNotVolumePath) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParseVolumePathAnyRoot(%q) = %v; want ErrNotVolumePath saying %q", tc.path, err, tc.want)
+		}
+	}
+	if _, err := NewLayout("/var/lib/kubelet/"); !errors.Is(err, ErrInvalidRoot) || !strings.Contains(err.Error(), `not clean: has a trailing '/' (use "/var/lib/kubelet")`) {
+		t.Errorf(`NewLayout("/var/lib/kubelet/") = %v; want ErrInvalidRoot saying what is unclean`, err)
+	}
+}

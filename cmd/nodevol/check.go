@@ -184,7 +184,7 @@ examined as rm would act on it: cleaned ("/vol/link/" is the link), and
 refused with exit status 2 when it has a ".." element.
 
 Exit status: 0 every path is safe to remove (or missing), 1 some path is
-unsafe, 2 some path could not be examined or bad usage.`, stderr)
+unsafe, 2 some path could not be examined or bad usage.`, stdout, stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object per path per line")
 	paths, code := parseArgs(fs, args)
 	if code >= 0 {

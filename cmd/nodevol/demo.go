@@ -8,9 +8,11 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -59,6 +61,9 @@ type isolation struct {
 // a volume manager (reconciler.Manager) with the emptyDir plugin working
 // on it, and whatever was mounted there, so that cleanup can undo it.
 type demo struct {
+	// ctx is cancelled when the demo is interrupted: every wait ends then,
+	// and cleanup (which does not use it) undoes what was done.
+	ctx         context.Context
 	out         io.Writer
 	tmp         string
 	root        string // the kubelet root, shown as $ROOT
@@ -90,10 +95,12 @@ As root the demo runs in a private mount namespace, and pod web also gets a
 Memory (tmpfs with a sizeLimit) and, when the kernel has 2 MiB huge pages, a
 HugePages-2Mi volume. Without root there is no NAS mount: a symlink in web's
 Default volume points to a "NAS" directory outside it, and the teardown
-removes the link without following it. Everything is removed afterwards.
+removes the link without following it. Everything is removed afterwards,
+also when the demo is interrupted (SIGINT, SIGTERM).
 
 Exit status: 0 every promise held, 2 one was broken (or the sandbox could
-not be built).`, stderr)
+not be built or removed), 130 or 143 interrupted by SIGINT or SIGTERM and
+cleaned up.`, stdout, stderr)
 	extra, code := parseArgs(fs, args)
 	if code >= 0 {
 		return code
@@ -101,24 +108,82 @@ not be built).`, stderr)
 	if len(extra) > 0 {
 		return usageError(fs, stderr, "demo takes no arguments")
 	}
-	iso, code, done := isolateDemo(append([]string{"demo"}, args...), stdout, stderr)
+	// SIGINT and SIGTERM are caught before anything is made, so that no
+	// moment is left at which one would leave the sandbox behind. The
+	// first stops the demo, which then cleans up as after a failure; later
+	// ones are ignored until it is done (a terminal's Ctrl-C reaches both
+	// the demo and its re-executed child, which also gets the one its
+	// parent passes on).
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	iso, code, done := isolateDemo(append([]string{"demo"}, args...), sigs, stdout, stderr)
 	if done {
 		return code
 	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	go func() {
+		select {
+		case sig := <-sigs:
+			cancel(&interruptedError{sig})
+		case <-ctx.Done():
+		}
+	}()
+	return playDemo(ctx, iso, stdout, stderr)
+}
+
+// interruptedError is why the demo stopped when a signal stopped it.
+type interruptedError struct{ sig os.Signal }
+
+func (e *interruptedError) Error() string { return "interrupted by " + signalName(e.sig) }
+
+// code is the exit status of a command interrupted by the signal, as a
+// shell reports one that died of it: 128+signal (130 for SIGINT).
+func (e *interruptedError) code() int {
+	if s, ok := e.sig.(syscall.Signal); ok {
+		return 128 + int(s)
+	}
+	return exitError
+}
+
+func signalName(sig os.Signal) string {
+	switch sig {
+	case os.Interrupt:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return sig.String()
+}
+
+// playDemo runs the demo here, in a new sandbox under $TMPDIR, until it is
+// done or ctx is cancelled (with an *interruptedError cause when a signal
+// stopped it), and removes the sandbox either way.
+func playDemo(ctx context.Context, iso isolation, stdout, stderr io.Writer) int {
 	tmp, err := os.MkdirTemp("", "nodevol-demo-")
 	if err != nil {
 		fmt.Fprintf(stderr, "nodevol demo: %v\n", err)
 		return exitError
 	}
-	d := &demo{out: stdout, tmp: tmp, canMount: iso.canMount}
+	d := &demo{ctx: ctx, out: stdout, tmp: tmp, canMount: iso.canMount}
 	err = d.build()
 	if err == nil {
 		err = d.run(iso.skip)
 	}
-	if cerr := d.cleanup(); cerr != nil {
-		err = errors.Join(err, cerr)
+	cerr := d.cleanup()
+	// When a signal stopped the demo, whatever its last step failed with
+	// is only the interruption: say that, and whether the cleanup worked.
+	var stopped *interruptedError
+	if errors.As(context.Cause(ctx), &stopped) && err != nil {
+		if cerr != nil {
+			fmt.Fprintf(stderr, "nodevol demo: %v; %v\n", stopped, cerr)
+			return exitError
+		}
+		fmt.Fprintf(stderr, "nodevol demo: %v; the sandbox %s was cleaned up\n", stopped, tmp)
+		return stopped.code()
 	}
-	if err != nil {
+	if err = errors.Join(err, cerr); err != nil {
 		fmt.Fprintf(stderr, "nodevol demo: %v\n", err)
 		return exitError
 	}
@@ -324,9 +389,12 @@ func (d *demo) tearDownWithNAS(m *reconciler.Manager, reg prometheus.Gatherer, w
 
 	fmt.Fprintln(d.out, "web is deleted. The kubelet would now os.RemoveAll($VOL), emptying the NAS; nodevol's teardown refuses:")
 	m.RemovePod(web.UID)
-	ctx, cancel := context.WithTimeout(context.Background(), demoRefusedWait)
+	ctx, cancel := context.WithTimeout(d.ctx, demoRefusedWait)
 	err := m.WaitForUnmount(ctx, web.UID)
 	cancel()
+	if d.ctx.Err() != nil {
+		return d.ctx.Err()
+	}
 	var crosses *mountdetect.CrossesMountError
 	switch {
 	case err == nil:
@@ -411,6 +479,8 @@ func (d *demo) tearDownWithSymlink(m *reconciler.Manager, web *volume.Pod) error
 func (d *demo) reconstructed(m *reconciler.Manager, db *volume.Pod) error {
 	select {
 	case <-m.Reconstructed():
+	case <-d.ctx.Done():
+		return d.ctx.Err()
 	case <-time.After(demoWait):
 		return fmt.Errorf("PROMISE BROKEN: Manager 2 did not finish reconstructing within %s", demoWait)
 	}
@@ -438,7 +508,7 @@ func (d *demo) reconstructed(m *reconciler.Manager, db *volume.Pod) error {
 
 // waitMount waits until every volume of pod p is mounted.
 func (d *demo) waitMount(m *reconciler.Manager, p *volume.Pod) error {
-	ctx, cancel := context.WithTimeout(context.Background(), demoWait)
+	ctx, cancel := context.WithTimeout(d.ctx, demoWait)
 	defer cancel()
 	if err := m.WaitForMount(ctx, p.UID); err != nil {
 		return fmt.Errorf("WaitForMount(%s): %w", p.Name, err)
@@ -449,7 +519,7 @@ func (d *demo) waitMount(m *reconciler.Manager, p *volume.Pod) error {
 // waitUnmount waits until pod p has no volume left, then until the
 // Manager has removed its pod directory (which it does in the pass after).
 func (d *demo) waitUnmount(m *reconciler.Manager, p *volume.Pod) error {
-	ctx, cancel := context.WithTimeout(context.Background(), demoWait)
+	ctx, cancel := context.WithTimeout(d.ctx, demoWait)
 	defer cancel()
 	if err := m.WaitForUnmount(ctx, p.UID); err != nil {
 		return fmt.Errorf("PROMISE BROKEN: WaitForUnmount(%s): %w", p.Name, err)

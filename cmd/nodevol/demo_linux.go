@@ -11,6 +11,7 @@ import (
 	"github.com/moby/sys/mountinfo"
 
 	"github.com/nodevol/nodevol/internal/mountns"
+	"github.com/nodevol/nodevol/mountdetect"
 )
 
 // envDemoParentNS carries, into the re-executed demo, the mount namespace
@@ -21,13 +22,18 @@ const envDemoParentNS = "NODEVOL_DEMO_PARENT_MNTNS"
 
 // isolateDemo decides where the demo runs. As root it re-executes this
 // binary (with args) in a new mount namespace, whose mounts the Go runtime
-// makes private, waits for it and returns done with its exit code; the
-// re-executed process then gets canMount. Without root, or when no
-// namespace can be made, the demo runs here without mounting.
+// makes private, passes sigs on to it, waits for it and returns done with
+// its exit code; the re-executed process then gets canMount. Without root,
+// or when no namespace can be made, the demo runs here without mounting.
+//
+// The re-executed demo makes its sandbox in a directory made here (its
+// TMPDIR), which is removed once it has exited: whatever it could not
+// clean up (it was killed) is then plain directories, its mounts gone with
+// its namespace.
 //
 // It re-executes /proc/self/exe, so it must not be called from a test
 // binary as root.
-func isolateDemo(args []string, stdout, stderr io.Writer) (iso isolation, code int, done bool) {
+func isolateDemo(args []string, sigs <-chan os.Signal, stdout, stderr io.Writer) (iso isolation, code int, done bool) {
 	if os.Geteuid() != 0 {
 		return isolation{skip: "not root: Default volumes only, and no NAS mount; run as root to see a refused teardown."}, 0, false
 	}
@@ -37,11 +43,25 @@ func isolateDemo(args []string, stdout, stderr io.Writer) (iso isolation, code i
 	if _, ok := os.LookupEnv(envDemoParentNS); ok {
 		return isolation{skip: envDemoParentNS + " is set but this is not a new mount namespace: skipping the tmpfs NAS mount rather than mount on the host."}, 0, false
 	}
-	code, err := mountns.Reexec(envDemoParentNS, args, mountns.Streams{Stdout: stdout, Stderr: stderr})
+	tmp, err := os.MkdirTemp("", "nodevol-demo-ns-")
 	if err != nil {
-		return isolation{skip: fmt.Sprintf("cannot create a private mount namespace (%v): skipping the tmpfs NAS mount rather than mount on the host.", err)}, 0, false
+		fmt.Fprintf(stderr, "nodevol demo: %v\n", err)
+		return isolation{}, exitError, true
 	}
-	if code > exitError {
+	code, err = mountns.Reexec(envDemoParentNS, args, mountns.Streams{Stdout: stdout, Stderr: stderr, Env: []string{"TMPDIR=" + tmp}, Signals: sigs})
+	if entries, _ := os.ReadDir(tmp); len(entries) > 0 {
+		fmt.Fprintf(stderr, "nodevol demo: the demo in its private mount namespace left %s behind in %s; removing it\n", entries[0].Name(), tmp)
+	}
+	if rerr := mountdetect.RemoveAll(tmp); rerr != nil {
+		fmt.Fprintf(stderr, "nodevol demo: clean up %s: %v\n", tmp, rerr)
+		return isolation{}, exitError, true
+	}
+	switch {
+	case err != nil:
+		return isolation{skip: fmt.Sprintf("cannot create a private mount namespace (%v): skipping the tmpfs NAS mount rather than mount on the host.", err)}, 0, false
+	case code == 128+int(syscall.SIGINT) || code == 128+int(syscall.SIGTERM):
+		return isolation{}, code, true // interrupted: the demo said so, or died of it before it could
+	case code > exitError:
 		fmt.Fprintf(stderr, "nodevol demo: the demo in its private mount namespace died (status %d)\n", code)
 		return isolation{}, exitError, true
 	}

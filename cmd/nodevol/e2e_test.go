@@ -3,8 +3,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nodevol/nodevol/internal/mounttest"
 )
@@ -25,6 +31,12 @@ type binary struct{ path string }
 // command is found on PATH, where "go test" puts its own GOROOT/bin first.
 // The directory is readable by everyone so that the binary can also run as
 // an unprivileged user.
+//
+// -buildvcs=false: stamping the VCS state runs git, which refuses a
+// checkout owned by another user ("error obtaining VCS status"), so the
+// tests would fail for anyone but the checkout's owner; the binary's
+// behaviour does not depend on the stamp ("nodevol version" then says
+// "unknown", as for any build without it).
 func buildBinary(t *testing.T) binary {
 	t.Helper()
 	goCmd, err := exec.LookPath("go")
@@ -40,9 +52,9 @@ func buildBinary(t *testing.T) binary {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "nodevol")
-	out, err := exec.Command(goCmd, "build", "-o", bin, ".").CombinedOutput()
+	out, err := exec.Command(goCmd, "build", "-buildvcs=false", "-o", bin, ".").CombinedOutput()
 	if err != nil {
-		t.Fatalf("go build -o %s .: %v\n%s", bin, err, out)
+		t.Fatalf("go build -buildvcs=false -o %s .: %v\n%s", bin, err, out)
 	}
 	return binary{path: bin}
 }
@@ -94,7 +106,33 @@ func TestCLI(t *testing.T) {
 		r := bin.run(t, nil)
 		r.wantCode(t, exitError)
 		wantContains(t, "stderr", r.stderr, "Usage:", "nodevol check", "nodevol rm", "nodevol teardown", "nodevol scan", "nodevol demo")
-		bin.run(t, nil, "help").wantCode(t, exitOK)
+		if r.stdout != "" {
+			t.Errorf("nodevol without a command: stdout %q, want nothing", r.stdout)
+		}
+		// Help asked for goes to stdout, so that "nodevol help | less" works.
+		for _, args := range [][]string{{"help"}, {"--help"}, {"help", "rm"}, {"rm", "-h"}} {
+			r = bin.run(t, nil, args...)
+			r.wantCode(t, exitOK)
+			if !strings.Contains(r.stdout, "Usage:") || r.stderr != "" {
+				t.Errorf("nodevol %q: stdout %q, stderr %q; want the usage on stdout only", args, r.stdout, r.stderr)
+			}
+		}
+		r = bin.run(t, nil, "rm", "--dryrun", "x")
+		r.wantCode(t, exitError)
+		if !strings.HasPrefix(r.stderr, "nodevol rm: unknown flag --dryrun (did you mean --dry-run?)\n") || r.stdout != "" {
+			t.Errorf("nodevol rm --dryrun x: stdout %q, stderr %q; want the typo and the flag meant on stderr", r.stdout, r.stderr)
+		}
+	})
+
+	// Built with -buildvcs=false, the binary says it does not know its
+	// revision rather than guess one.
+	t.Run("version", func(t *testing.T) {
+		r := bin.run(t, nil, "version")
+		r.wantCode(t, exitOK)
+		wantContains(t, "stdout", r.stdout, "nodevol (devel)\n", "  revision: unknown (", "  modified: unknown\n")
+		r = bin.run(t, nil, "version", "--json")
+		r.wantCode(t, exitOK)
+		wantContains(t, "stdout", r.stdout, `"version":"(devel)","revision":null,"time":null,"modified":null,`)
 	})
 
 	t.Run("check", func(t *testing.T) {
@@ -166,6 +204,87 @@ func TestCLI(t *testing.T) {
 			`invalid path "": empty path; nothing was touched`)
 	})
 
+	// Without the permission to remove a tree, every directory rm could
+	// not open is named, each on a line of its own, never "and N more".
+	t.Run("rm as nobody reports every error", func(t *testing.T) {
+		mounttest.RequireRoot(t, "to build a tree owned by root and run rm as nobody (uid 65534)")
+		base, err := os.MkdirTemp("", "nodevol-perm-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(base) }) // nothing is mounted under it
+		vol := filepath.Join(base, "vol")
+		const locked = 6
+		for i := range locked {
+			mounttest.Build(t, vol, fmt.Sprintf("file locked%d/data x", i))
+		}
+		mounttest.Build(t, vol, "file free.txt x")
+		for i := range locked {
+			if err := os.Chmod(filepath.Join(vol, fmt.Sprintf("locked%d", i)), 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, dir := range []string{base, vol} {
+			if err := os.Chmod(dir, 0o777); err != nil {
+				t.Fatal(err)
+			}
+		}
+		asNobody := func(c *exec.Cmd) {
+			c.Env = []string{"PATH=/usr/bin:/bin", "HOME=/"}
+			c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		}
+
+		r := bin.run(t, asNobody, "rm", "--json", vol)
+		r.wantCode(t, exitError)
+		objs := jsonLines(t, r.stdout, withError(rmKeys)...)
+		if len(objs) != 1 {
+			t.Fatalf("got %d JSON lines, want 1", len(objs))
+		}
+		errs, _ := objs[0]["errors"].([]any)
+		if _, ok := objs[0]["moreErrors"]; ok {
+			t.Errorf("moreErrors = %v for %d failures; want every failure listed", objs[0]["moreErrors"], locked)
+		}
+
+		r = bin.run(t, asNobody, "rm", vol)
+		r.wantCode(t, exitError)
+		var want strings.Builder
+		for _, e := range errs {
+			fmt.Fprintf(&want, "nodevol rm: %s\n", e)
+		}
+		if r.stderr != want.String() {
+			t.Errorf("stderr:\n%s\nwant one line per element of --json errors:\n%s", r.stderr, want.String())
+		}
+		for i := range locked {
+			dir := filepath.Join(vol, fmt.Sprintf("locked%d", i))
+			if want := "nodevol rm: openat " + dir + ": permission denied\n"; !strings.Contains(r.stderr, want) {
+				t.Errorf("stderr does not name %s:\n%s", dir, r.stderr)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "data")); err != nil {
+				t.Errorf("a file nobody may remove is gone: %v", err)
+			}
+		}
+		if strings.Contains(r.stderr, "more error") {
+			t.Errorf("stderr summarizes errors instead of listing them:\n%s", r.stderr)
+		}
+		mustNotExist(t, filepath.Join(vol, "free.txt"))
+
+		// Past the 100 failures RemoveAll lists, its count of the rest is
+		// printed after them.
+		for i := locked; i < 103; i++ {
+			dir := filepath.Join(vol, fmt.Sprintf("locked%d", i))
+			mounttest.Build(t, dir, "file data x")
+			if err := os.Chmod(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r = bin.exec(t, asNobody, "rm", vol) // 103 lines: quoted by a failure
+		r.wantCode(t, exitError)
+		lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+		if len(lines) != 101 || strings.Count(r.stderr, ": permission denied\n") != 100 || lines[100] != "nodevol rm: ... and 3 more errors" {
+			t.Errorf("stderr has %d lines, the last %q; want the 100 failures RemoveAll lists, then its count of the 3 more:\n%s", len(lines), lines[len(lines)-1], r.stderr)
+		}
+	})
+
 	t.Run("dot-dot refused", func(t *testing.T) {
 		testDotDot(t, func(t *testing.T, args ...string) result { return bin.run(t, nil, args...) })
 	})
@@ -190,6 +309,16 @@ func TestCLI(t *testing.T) {
 		}
 		wantEmptyDir(t, tmp)
 	})
+
+	// Interrupted while a NAS is mounted in its private mount namespace,
+	// the demo (re-executed in that namespace, the signal passed on by its
+	// parent) still cleans up, and exits as a shell reports the signal.
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run("demo interrupted by "+unix.SignalName(sig), func(t *testing.T) {
+			mounttest.RequireRoot(t, "the demo mounts a NAS, in a private mount namespace, only as root")
+			testDemoInterrupted(t, bin, sig)
+		})
+	}
 
 	t.Run("demo without root", func(t *testing.T) {
 		if os.Geteuid() != 0 {
@@ -305,4 +434,143 @@ func wantEmptyDir(t *testing.T, dir string) {
 	for _, e := range entries {
 		t.Errorf("the demo left %s behind in %s", e.Name(), dir)
 	}
+}
+
+// A binary built with VCS stamping reports the revision it was built from
+// and whether the checkout was modified, as git sees them.
+func TestVersionStamped(t *testing.T) {
+	git, err := exec.LookPath("git")
+	if err != nil {
+		t.Skipf("skipping: no git to compare with: %v", err)
+	}
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("no go command on PATH: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "nodevol")
+	if out, err := exec.Command(goCmd, "build", "-buildvcs=true", "-o", bin, ".").CombinedOutput(); err != nil {
+		if strings.Contains(string(out), "error obtaining VCS status") {
+			t.Skipf("skipping: the go command cannot read this checkout's VCS state (another user's checkout?):\n%s", out)
+		}
+		t.Fatalf("go build -buildvcs=true: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version", "--json").Output()
+	if err != nil {
+		t.Fatalf("nodevol version --json: %v", err)
+	}
+	var v struct {
+		Revision *string
+		Time     *string
+		Modified *bool
+	}
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	if v.Revision == nil {
+		// The go command stamps only where it finds a repository's root
+		// directory: not in a linked git worktree (its .git is a file),
+		// not outside a checkout. Then nothing is claimed.
+		if v.Time != nil || v.Modified != nil {
+			t.Errorf("no revision, yet time %v and modified %v: %s", v.Time, v.Modified, out)
+		}
+		t.Skipf("skipping: the go command stamped no VCS state here (a linked git worktree, or no checkout): %s", out)
+	}
+	head, err := exec.Command(git, "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatalf("git rev-parse HEAD: %v", err)
+	}
+	status, err := exec.Command(git, "status", "--porcelain").Output()
+	if err != nil {
+		t.Fatalf("git status: %v", err)
+	}
+	if *v.Revision != strings.TrimSpace(string(head)) || v.Time == nil || v.Modified == nil || *v.Modified != (len(status) > 0) {
+		t.Errorf("version --json = %s; want revision %s, a time, modified %v", out, head, len(status) > 0)
+	}
+}
+
+func testDemoInterrupted(t *testing.T, bin binary, sig syscall.Signal) {
+	tmp := t.TempDir()
+	cmd := exec.Command(bin.path, "demo")
+	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	watchdog := time.AfterFunc(time.Minute, func() { cmd.Process.Kill() }) // only if it hangs
+	defer watchdog.Stop()
+
+	// This line comes right before the demo waits a second for a teardown
+	// that the NAS mount makes it refuse: the demo is then in the middle
+	// of its work, its volumes set up and the NAS mounted.
+	const marker = "web is deleted. The kubelet would now os.RemoveAll($VOL)"
+	var out strings.Builder
+	lines := bufio.NewScanner(stdout)
+	for !strings.Contains(out.String(), marker) {
+		if !lines.Scan() {
+			cmd.Wait()
+			t.Fatalf("the demo ended before %q:\n%s\nstderr:\n%s", marker, out.String(), stderr.String())
+		}
+		out.WriteString(lines.Text() + "\n")
+	}
+	if n := childMountsUnder(t, cmd.Process.Pid, tmp); n == 0 {
+		t.Errorf("the re-executed demo has no mount under %s; the test would prove nothing", tmp)
+	}
+
+	start := time.Now()
+	if err := cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(stdout)
+	out.Write(rest)
+	err = cmd.Wait()
+	took := time.Since(start)
+	t.Logf("exit %v after %v\nstdout:\n%s\nstderr:\n%s", err, took, out.String(), stderr.String())
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 128+int(sig) {
+		t.Errorf("the demo ended with %v; want exit status %d (128+%s)", err, 128+int(sig), unix.SignalName(sig))
+	}
+	if took > 5*time.Second {
+		t.Errorf("the demo took %v to stop; it should stop at once", took)
+	}
+	if want := "nodevol demo: interrupted by " + unix.SignalName(sig) + "; the sandbox "; !strings.HasPrefix(stderr.String(), want) ||
+		!strings.HasSuffix(stderr.String(), " was cleaned up\n") || strings.Count(stderr.String(), "\n") != 1 {
+		t.Errorf("stderr %q; want only %q... \"was cleaned up\" (the re-executed demo cleaned up itself)", stderr.String(), want)
+	}
+	wantEmptyDir(t, tmp)
+	if mounts, err := mountPointsUnder(tmp); err != nil || len(mounts) > 0 {
+		t.Errorf("mounts left under %s: %q (%v)", tmp, mounts, err)
+	}
+}
+
+// childMountsUnder counts the mounts under dir that the children of pid
+// (the re-executed demo) see in their mount namespace.
+func childMountsUnder(t *testing.T, pid int, dir string) int {
+	t.Helper()
+	// The child was forked by whichever thread of the Go program ran the
+	// fork: look in every thread's list.
+	children, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	if err != nil || len(children) == 0 {
+		t.Logf("cannot list the children of %d (%v): not counting their mounts", pid, err)
+		return -1
+	}
+	n := 0
+	for _, c := range children {
+		b, err := os.ReadFile(c)
+		if err != nil {
+			continue
+		}
+		for child := range strings.FieldsSeq(string(b)) {
+			infos, err := os.ReadFile("/proc/" + child + "/mountinfo")
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += strings.Count(string(infos), " "+dir+"/")
+		}
+	}
+	return n
 }

@@ -7,6 +7,12 @@
 //	nodevol scan [--json] [--root DIR]
 //	nodevol usage [--json] PATH...
 //	nodevol demo
+//	nodevol version [--json]
+//	nodevol help [COMMAND]
+//
+// Help asked for ("help", -h, --help) is printed to stdout with exit status
+// 0; a usage mistake (no command, an unknown command or flag, which names
+// the closest known one) to stderr with exit status 2.
 //
 // A path with a ".." element is refused by every command (refuseDotDot).
 //
@@ -34,37 +40,51 @@ const (
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
+// commands are the subcommands, in the order the usage lists them.
+var commands = []struct {
+	name string
+	run  func(args []string, stdout, stderr io.Writer) int
+}{
+	{"check", runCheck},
+	{"rm", runRm},
+	{"teardown", runTeardown},
+	{"scan", runScan},
+	{"usage", runUsage},
+	{"demo", runDemo},
+	{"version", runVersion},
+}
+
 // run is the whole command: it parses args, writes its report to stdout and
 // its diagnostics to stderr, and returns the exit code.
+//
+// Help that was asked for (help, -h, --help, help COMMAND, COMMAND -h) is
+// the command's output: stdout, exit 0. A mistake (no command, an unknown
+// one, a bad flag) is a diagnostic: stderr, exit 2.
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		writeUsage(stderr)
 		return exitError
 	}
 	cmd, rest := args[0], args[1:]
+	for _, c := range commands {
+		if c.name == cmd {
+			return c.run(rest, stdout, stderr)
+		}
+	}
 	switch cmd {
-	case "check":
-		return runCheck(rest, stdout, stderr)
-	case "rm":
-		return runRm(rest, stdout, stderr)
-	case "teardown":
-		return runTeardown(rest, stdout, stderr)
-	case "usage":
-		return runUsage(rest, stdout, stderr)
-	case "scan":
-		return runScan(rest, stdout, stderr)
-	case "demo":
-		return runDemo(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(rest) > 0 && rest[0] != "help" && rest[0] != "-h" {
 			// "nodevol help rm" is "nodevol rm -h".
 			return run([]string{rest[0], "-h"}, stdout, stderr)
 		}
-		writeUsage(stderr)
+		writeUsage(stdout)
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "nodevol: unknown command %q\n\n", cmd)
-	writeUsage(stderr)
+	names := []string{"help"}
+	for _, c := range commands {
+		names = append(names, c.name)
+	}
+	fmt.Fprintf(stderr, "nodevol: unknown command %q%s\nRun \"nodevol help\" for usage.\n", display(cmd), didYouMean(cmd, names, `"`, `"`))
 	return exitError
 }
 
@@ -96,7 +116,11 @@ Usage:
         volumes set up and torn down, a teardown refused (and retried) while
         a NAS is mounted inside a volume (as root; without root, a symlink
         to data outside it), and a restart that reconstructs a volume.
+  nodevol version [--json]
+        nodevol's version and build, Go, the platform, the kernel release
+        and whether this machine has each kernel feature nodevol uses.
   nodevol help [COMMAND]
+        This text, or a command's own help.
 
 A path with a ".." element is refused by every command (exit status 2).
 
@@ -104,21 +128,40 @@ Exit status: 0 ok, 1 unsafe or refused, 2 usage or operational error.
 `)
 }
 
-// newFlagSet returns a flag set for a subcommand that reports errors (and
-// -h) to stderr instead of exiting.
-func newFlagSet(name, synopsis, about string, stderr io.Writer) *flag.FlagSet {
+// flagSet is a subcommand's flags and its help. Help asked for (-h) goes
+// to stdout; a mistake goes to stderr as one line saying what is wrong,
+// then the synopsis and where the help is.
+type flagSet struct {
+	*flag.FlagSet
+	name, synopsis, about string
+	stdout, stderr        io.Writer
+}
+
+// newFlagSet returns the flag set of subcommand name. The flag package
+// prints nothing itself: parseArgs and usageError do, in the CLI's terms.
+func newFlagSet(name, synopsis, about string, stdout, stderr io.Writer) *flagSet {
 	fs := flag.NewFlagSet("nodevol "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: nodevol %s %s\n\n%s\n", name, synopsis, about)
-		var hasFlags bool
-		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
-		if hasFlags {
-			fmt.Fprintln(stderr, "\nFlags:")
-			fs.PrintDefaults()
-		}
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return &flagSet{FlagSet: fs, name: name, synopsis: synopsis, about: about, stdout: stdout, stderr: stderr}
+}
+
+// usageLine is "Usage: nodevol NAME SYNOPSIS".
+func (fs *flagSet) usageLine() string {
+	return strings.TrimSpace("Usage: nodevol " + fs.name + " " + fs.synopsis)
+}
+
+// writeHelp prints the whole help: synopsis, description and flags.
+func (fs *flagSet) writeHelp(w io.Writer) {
+	fmt.Fprintf(w, "%s\n\n%s\n", fs.usageLine(), fs.about)
+	var hasFlags bool
+	fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+	if hasFlags {
+		fmt.Fprintln(w, "\nFlags:")
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
 	}
-	return fs
 }
 
 // parseArgs parses flags that may appear before, between or after the
@@ -127,15 +170,17 @@ func newFlagSet(name, synopsis, about string, stderr io.Writer) *flag.FlagSet {
 // after "--" is a path.
 //
 // It returns the paths, and the exit code to return when it is not -1:
-// exitOK after -h (usage was printed), exitError after a bad flag.
-func parseArgs(fs *flag.FlagSet, args []string) (paths []string, code int) {
+// exitOK after -h (the help was printed to stdout), exitError after a bad
+// flag (said on stderr, with the closest flag when one is close).
+func parseArgs(fs *flagSet, args []string) (paths []string, code int) {
 	for {
 		err := fs.Parse(args)
 		switch {
 		case errors.Is(err, flag.ErrHelp):
+			fs.writeHelp(fs.stdout)
 			return nil, exitOK
 		case err != nil:
-			return nil, exitError // the flag package already said why
+			return nil, usageError(fs, fs.stderr, "%s", fs.flagError(err))
 		}
 		rest := fs.Args()
 		if len(rest) == 0 {
@@ -149,11 +194,94 @@ func parseArgs(fs *flag.FlagSet, args []string) (paths []string, code int) {
 	}
 }
 
-// usageError reports a usage mistake the flag package cannot see.
-func usageError(fs *flag.FlagSet, stderr io.Writer, format string, a ...any) int {
-	fmt.Fprintf(stderr, "%s: %s\n", fs.Name(), fmt.Sprintf(format, a...))
-	fs.Usage()
+// flagError says what the flag package found wrong, in the CLI's terms:
+// flags written with two dashes, as the help writes them, and an unknown
+// flag with the closest known one ("unknown flag --dryrun (did you mean
+// --dry-run?)"). The flag package's errors have no type, only these
+// messages, whose form TestFlagErrors pins.
+func (fs *flagSet) flagError(err error) string {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		names := []string{"help"}
+		fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+		return "unknown flag --" + display(name) + didYouMean(name, names, "--", "")
+	}
+	for _, dash := range []string{"flag needs an argument: -", "for flag -", "for -"} {
+		if i := strings.Index(msg, dash); i >= 0 {
+			return display(msg[:i+len(dash)] + "-" + msg[i+len(dash):])
+		}
+	}
+	return display(msg)
+}
+
+// usageError reports a usage mistake: what is wrong, the synopsis and
+// where the help is, on stderr. It returns exitError.
+func usageError(fs *flagSet, stderr io.Writer, format string, a ...any) int {
+	fmt.Fprintf(stderr, "%s: %s\n%s\nRun \"nodevol help %s\" for details.\n", fs.Name(), fmt.Sprintf(format, a...), fs.usageLine(), fs.name)
 	return exitError
+}
+
+// didYouMean is " (did you mean X?)" with the candidates closest to typed,
+// each between before and after, or "" when none is close: within an edit
+// distance (a transposition counts as one edit) of a third of its length,
+// at most 2, or a prefix of exactly one candidate at least two characters
+// long ("--work" for "--workers").
+func didYouMean(typed string, candidates []string, before, after string) string {
+	typed = strings.ToLower(typed)
+	var best []string
+	bestDist := -1
+	var prefixed []string
+	for _, c := range candidates {
+		if len(typed) >= 2 && strings.HasPrefix(c, typed) {
+			prefixed = append(prefixed, c)
+		}
+		d := editDistance(typed, c)
+		if d > min(2, max(1, len(c)/3)) || (bestDist >= 0 && d > bestDist) {
+			continue
+		}
+		if d != bestDist {
+			best, bestDist = nil, d
+		}
+		best = append(best, c)
+	}
+	if len(best) == 0 && len(prefixed) == 1 {
+		best = prefixed
+	}
+	if len(best) == 0 {
+		return ""
+	}
+	quoted := make([]string, len(best))
+	for i, c := range best {
+		quoted[i] = before + c + after
+	}
+	return " (did you mean " + strings.Join(quoted, " or ") + "?)"
+}
+
+// editDistance is the optimal string alignment distance between a and b:
+// how many insertions, deletions, substitutions and transpositions of two
+// adjacent bytes turn one into the other ("dryrun" → "dry-run" is 1,
+// "jsno" → "json" is 1).
+func editDistance(a, b string) int {
+	// d[i][j] is the distance between a[:i] and b[:j]; three rows suffice.
+	prev2, prev, cur := make([]int, len(b)+1), make([]int, len(b)+1), make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev, cur = prev, cur, prev2
+	}
+	return prev[len(b)]
 }
 
 // dotDotReason is why a path with a ".." element is refused.

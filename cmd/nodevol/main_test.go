@@ -3,8 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -83,7 +83,8 @@ func jsonLines(t *testing.T, out string, keys ...string) []map[string]any {
 }
 
 // withError is the --json keys of a failed result: keys, plus "error"
-// and "errors" (and "moreErrors" only past maxReportedErrors failures).
+// and "errors" (and "moreErrors" only when the library counted failures
+// it did not list).
 func withError(keys []string) []string {
 	return append(slices.Clip(keys), "error", "errors")
 }
@@ -99,51 +100,180 @@ func realTempDir(t *testing.T) string {
 	return dir
 }
 
+// Help that was asked for is output: stdout, exit 0. A usage mistake is a
+// diagnostic: stderr, exit 2, and nothing on stdout.
 func TestRunUsage(t *testing.T) {
 	for _, tc := range []struct {
-		args       []string
-		code       int
-		stderrHas  string
-		stdoutNone bool
+		args      []string
+		code      int
+		stdoutHas string // help asked for: on stdout, nothing on stderr
+		stderrHas string // a mistake: on stderr, nothing on stdout
 	}{
-		{args: nil, code: exitError, stderrHas: "Usage:"},
-		{args: []string{"help"}, code: exitOK, stderrHas: "Usage:"},
-		{args: []string{"-h"}, code: exitOK, stderrHas: "Usage:"},
-		{args: []string{"--help"}, code: exitOK, stderrHas: "Usage:"},
-		{args: []string{"help", "rm"}, code: exitOK, stderrHas: "Usage: nodevol rm"},
-		{args: []string{"help", "nosuch"}, code: exitError, stderrHas: `unknown command "nosuch"`},
-		{args: []string{"nosuch"}, code: exitError, stderrHas: `unknown command "nosuch"`},
-		{args: []string{"check"}, code: exitError, stderrHas: "no PATH given"},
-		{args: []string{"check", "-h"}, code: exitOK, stderrHas: "Usage: nodevol check"},
-		{args: []string{"check", "--nosuch", "/"}, code: exitError, stderrHas: "flag provided but not defined"},
+		{args: nil, code: exitError, stderrHas: "Usage:\n  nodevol check"},
+		{args: []string{"help"}, code: exitOK, stdoutHas: "Usage:\n  nodevol check"},
+		{args: []string{"-h"}, code: exitOK, stdoutHas: "Usage:\n  nodevol check"},
+		{args: []string{"--help"}, code: exitOK, stdoutHas: "Usage:\n  nodevol check"},
+		{args: []string{"help", "help"}, code: exitOK, stdoutHas: "Usage:\n  nodevol check"},
+		{args: []string{"help", "rm"}, code: exitOK, stdoutHas: "Usage: nodevol rm [--dry-run] [--json] [--workers N] PATH...\n\nRemove each"},
+		{args: []string{"help", "nosuch"}, code: exitError, stderrHas: `nodevol: unknown command "nosuch"` + "\nRun \"nodevol help\" for usage.\n"},
+		{args: []string{"nosuch"}, code: exitError, stderrHas: `unknown command "nosuch"` + "\n"},
+		{args: []string{"chekc", "/"}, code: exitError, stderrHas: `nodevol: unknown command "chekc" (did you mean "check"?)` + "\n"},
+		{args: []string{"teardwon"}, code: exitError, stderrHas: `unknown command "teardwon" (did you mean "teardown"?)`},
+		{args: []string{"hlep"}, code: exitError, stderrHas: `unknown command "hlep" (did you mean "help"?)`},
+		{args: []string{"check"}, code: exitError, stderrHas: "nodevol check: no PATH given\nUsage: nodevol check [--json] PATH...\nRun \"nodevol help check\" for details.\n"},
+		{args: []string{"check", "-h"}, code: exitOK, stdoutHas: "Usage: nodevol check"},
+		{args: []string{"check", "--help"}, code: exitOK, stdoutHas: "Usage: nodevol check"},
+		{args: []string{"check", "--nosuch", "/"}, code: exitError, stderrHas: "nodevol check: unknown flag --nosuch\n"},
+		{args: []string{"check", "--jsno", "/"}, code: exitError, stderrHas: "nodevol check: unknown flag --jsno (did you mean --json?)\n"},
 		{args: []string{"rm"}, code: exitError, stderrHas: "no PATH given"},
 		{args: []string{"rm", "--dry-run"}, code: exitError, stderrHas: "no PATH given"},
+		{args: []string{"rm", "--dryrun", "x"}, code: exitError, stderrHas: "nodevol rm: unknown flag --dryrun (did you mean --dry-run?)\nUsage: nodevol rm [--dry-run]"},
+		{args: []string{"rm", "-dryrun=true", "x"}, code: exitError, stderrHas: "nodevol rm: unknown flag --dryrun (did you mean --dry-run?)\n"},
+		{args: []string{"rm", "--work", "2", "x"}, code: exitError, stderrHas: "nodevol rm: unknown flag --work (did you mean --workers?)\n"},
+		{args: []string{"rm", "--hepl"}, code: exitError, stderrHas: "nodevol rm: unknown flag --hepl (did you mean --help?)\n"},
 		{args: []string{"rm", "--workers", "0", "/nonexistent/x"}, code: exitError, stderrHas: "--workers must be at least 1"},
 		{args: []string{"rm", "--workers=-3", "/nonexistent/x"}, code: exitError, stderrHas: "--workers must be at least 1"},
-		{args: []string{"rm", "--workers", "many", "/nonexistent/x"}, code: exitError, stderrHas: "invalid value"},
-		{args: []string{"rm", "/nonexistent/x", "--nosuch"}, code: exitError, stderrHas: "flag provided but not defined"},
-		{args: []string{"help", "teardown"}, code: exitOK, stderrHas: "Usage: nodevol teardown"},
-		{args: []string{"help", "scan"}, code: exitOK, stderrHas: "Usage: nodevol scan"},
+		{args: []string{"rm", "--workers", "many", "/nonexistent/x"}, code: exitError, stderrHas: `nodevol rm: invalid value "many" for flag --workers: parse error` + "\n"},
+		{args: []string{"rm", "--dry-run=maybe", "/nonexistent/x"}, code: exitError, stderrHas: `nodevol rm: invalid boolean value "maybe" for --dry-run: parse error` + "\n"},
+		{args: []string{"rm", "/nonexistent/x", "--nosuch"}, code: exitError, stderrHas: "nodevol rm: unknown flag --nosuch\n"},
+		{args: []string{"rm", "---x", "/nonexistent/x"}, code: exitError, stderrHas: "nodevol rm: bad flag syntax: ---x\n"},
+		{args: []string{"help", "teardown"}, code: exitOK, stdoutHas: "Usage: nodevol teardown"},
+		{args: []string{"help", "scan"}, code: exitOK, stdoutHas: "Usage: nodevol scan"},
 		{args: []string{"teardown"}, code: exitError, stderrHas: "no VOLUME_DIR given"},
 		{args: []string{"teardown", "--dry-run", "--json"}, code: exitError, stderrHas: "no VOLUME_DIR given"},
-		{args: []string{"teardown", "-h"}, code: exitOK, stderrHas: "Usage: nodevol teardown [--dry-run] [--json] VOLUME_DIR..."},
-		{args: []string{"teardown", "/nonexistent/x", "--workers", "2"}, code: exitError, stderrHas: "flag provided but not defined: -workers"},
+		{args: []string{"teardown", "-h"}, code: exitOK, stdoutHas: "Usage: nodevol teardown [--dry-run] [--json] VOLUME_DIR...\n"},
+		{args: []string{"teardown", "/nonexistent/x", "--workers", "2"}, code: exitError, stderrHas: "nodevol teardown: unknown flag --workers\n"},
 		{args: []string{"scan", "/var/lib/kubelet"}, code: exitError, stderrHas: `scan takes no arguments (got "/var/lib/kubelet"); use --root DIR`},
-		{args: []string{"scan", "--root"}, code: exitError, stderrHas: "flag needs an argument: -root"},
+		{args: []string{"scan", "--root"}, code: exitError, stderrHas: "nodevol scan: flag needs an argument: --root\n"},
+		{args: []string{"scan", "--roots", "/x"}, code: exitError, stderrHas: "nodevol scan: unknown flag --roots (did you mean --root?)\n"},
 		{args: []string{"scan", "--root", ""}, code: exitError, stderrHas: "--root must not be empty"},
-		{args: []string{"scan", "--dry-run"}, code: exitError, stderrHas: "flag provided but not defined: -dry-run"},
-		{args: []string{"scan", "-h"}, code: exitOK, stderrHas: "Usage: nodevol scan [--json] [--root DIR]"},
+		{args: []string{"scan", "--dry-run"}, code: exitError, stderrHas: "nodevol scan: unknown flag --dry-run\n"},
+		{args: []string{"scan", "-h"}, code: exitOK, stdoutHas: "Usage: nodevol scan [--json] [--root DIR]\n"},
 		{args: []string{"demo", "extra"}, code: exitError, stderrHas: "demo takes no arguments"},
-		{args: []string{"demo", "-h"}, code: exitOK, stderrHas: "Usage: nodevol demo"},
+		{args: []string{"demo", "-h"}, code: exitOK, stdoutHas: "Usage: nodevol demo\n"},
+		{args: []string{"usage", "-h"}, code: exitOK, stdoutHas: "Usage: nodevol usage [--json] PATH...\n"},
+		{args: []string{"version", "-h"}, code: exitOK, stdoutHas: "Usage: nodevol version [--json]\n"},
+		{args: []string{"version", "now"}, code: exitError, stderrHas: `nodevol version: version takes no arguments (got "now")`},
+		{args: []string{"versoin"}, code: exitError, stderrHas: `unknown command "versoin" (did you mean "version"?)`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			r := nodevol(t, tc.args...)
 			r.wantCode(t, tc.code)
+			if tc.stdoutHas != "" {
+				wantContains(t, "stdout", r.stdout, tc.stdoutHas)
+				if r.stderr != "" {
+					t.Errorf("stderr = %q, want nothing (help asked for goes to stdout)", r.stderr)
+				}
+				return
+			}
 			wantContains(t, "stderr", r.stderr, tc.stderrHas)
 			if r.stdout != "" {
-				t.Errorf("stdout = %q, want nothing (usage goes to stderr)", r.stdout)
+				t.Errorf("stdout = %q, want nothing (a usage mistake goes to stderr)", r.stdout)
 			}
 		})
+	}
+}
+
+// The flag package's errors have no type; flagError recognises them by
+// their messages. If a Go release rewords them, this fails.
+func TestFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--dryrun"}, "unknown flag --dryrun (did you mean --dry-run?)"},
+		{[]string{"--root"}, "flag needs an argument: --root"},
+		{[]string{"--workers=x"}, `invalid value "x" for flag --workers: parse error`},
+		{[]string{"--dry-run=x"}, `invalid boolean value "x" for --dry-run: parse error`},
+		{[]string{"--\x1b[2J"}, `unknown flag --\x1b[2J`},
+	} {
+		fs := newFlagSet("test", "", "", io.Discard, io.Discard)
+		fs.Bool("dry-run", false, "")
+		fs.Int("workers", 1, "")
+		fs.String("root", "", "")
+		err := fs.Parse(tc.args)
+		if err == nil {
+			t.Fatalf("Parse(%q) = nil; want an error", tc.args)
+		}
+		if got := fs.flagError(err); got != tc.want {
+			t.Errorf("flagError(Parse(%q) = %q) = %q; want %q", tc.args, err, got, tc.want)
+		}
+	}
+}
+
+func TestDidYouMean(t *testing.T) {
+	flags := []string{"help", "dry-run", "json", "workers"}
+	cmds := []string{"help", "check", "rm", "teardown", "scan", "usage", "demo", "version"}
+	for _, tc := range []struct {
+		typed      string
+		candidates []string
+		want       string
+	}{
+		{"dryrun", flags, " (did you mean dry-run?)"},
+		{"DRY-RUN", flags, " (did you mean dry-run?)"},
+		{"jsno", flags, " (did you mean json?)"},
+		{"jso", flags, " (did you mean json?)"},
+		{"worker", flags, " (did you mean workers?)"},
+		{"wor", flags, " (did you mean workers?)"}, // the only flag it begins
+		{"x", flags, ""},
+		{"verbose", flags, ""},
+		{"force", flags, ""},
+		{"rn", cmds, " (did you mean rm?)"},
+		{"mv", cmds, ""},
+		{"scna", cmds, " (did you mean scan?)"},
+		{"cehck", cmds, " (did you mean check?)"},
+		{"versoin", cmds, " (did you mean version?)"},
+		{"list", cmds, ""},
+		{"", cmds, ""},
+		{"ab", []string{"ax", "ay"}, " (did you mean ax or ay?)"},
+	} {
+		if got := didYouMean(tc.typed, tc.candidates, "", ""); got != tc.want {
+			t.Errorf("didYouMean(%q) = %q; want %q", tc.typed, got, tc.want)
+		}
+	}
+}
+
+func TestEditDistance(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want int
+	}{
+		{"", "", 0}, {"", "abc", 3}, {"abc", "", 3}, {"json", "json", 0},
+		{"dryrun", "dry-run", 1}, {"jsno", "json", 1}, {"ca", "abc", 3},
+		{"kitten", "sitting", 3}, {"workers", "wrokers", 1},
+	} {
+		if got := editDistance(tc.a, tc.b); got != tc.want {
+			t.Errorf("editDistance(%q, %q) = %d; want %d", tc.a, tc.b, got, tc.want)
+		}
+		if got := editDistance(tc.b, tc.a); got != tc.want {
+			t.Errorf("editDistance(%q, %q) = %d; want %d", tc.b, tc.a, got, tc.want)
+		}
+	}
+}
+
+// The synopsis of each command is written in three places: the usage, the
+// command's own help and the package documentation. They must agree.
+func TestSynopsesAgree(t *testing.T) {
+	var usage bytes.Buffer
+	writeUsage(&usage)
+	src, err := os.ReadFile("main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range commands {
+		r := nodevol(t, c.name, "-h")
+		first, _, _ := strings.Cut(r.stdout, "\n")
+		synopsis, ok := strings.CutPrefix(first, "Usage: ")
+		if !ok {
+			t.Errorf("nodevol %s -h begins %q; want \"Usage: nodevol %s ...\"", c.name, first, c.name)
+			continue
+		}
+		if !strings.Contains(usage.String(), "\n  "+synopsis+"\n") {
+			t.Errorf("the usage does not list %q:\n%s", synopsis, usage.String())
+		}
+		if !strings.Contains(string(src), "\n//\t"+synopsis+"\n") {
+			t.Errorf("the package documentation in main.go does not list %q", synopsis)
+		}
 	}
 }
 
@@ -164,8 +294,7 @@ func TestParseArgs(t *testing.T) {
 		{args: []string{"-"}, paths: []string{"-"}},
 		{args: nil, paths: nil},
 	} {
-		fs := flag.NewFlagSet("test", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
+		fs := newFlagSet("test", "", "", io.Discard, io.Discard)
 		dry := fs.Bool("dry-run", false, "")
 		paths, code := parseArgs(fs, tc.args)
 		if code != -1 || !slices.Equal(paths, tc.paths) || *dry != tc.dry {

@@ -11,17 +11,15 @@ import (
 	"github.com/nodevol/nodevol/mountdetect"
 )
 
-// maxReportedErrors bounds how many failures one result reports one by
-// one, in the human output and in --json "errors"; the rest are counted.
-const maxReportedErrors = 100
-
 // failureJSON is the failure part of a --json result:
 //
 //	"error"      the whole error text, as before (several failures are on
 //	             separate lines of it);
-//	"errors"     every failure's message, one per element (at most
-//	             maxReportedErrors);
-//	"moreErrors" how many failures "errors" leaves out.
+//	"errors"     every failure's message, one per element: every one the
+//	             library returned (it bounds them itself: RemoveAll lists
+//	             at most 100, then a *mountdetect.MoreErrorsError);
+//	"moreErrors" how many failures the library counted without listing
+//	             them (its MoreErrorsError).
 //
 // All three are absent when nothing failed.
 type failureJSON struct {
@@ -122,37 +120,31 @@ type inContext struct {
 func (e *inContext) Error() string { return e.before + e.err.Error() + e.after }
 func (e *inContext) Unwrap() error { return e.err }
 
-// errorList is the messages of the failures err holds (flattenErrors), at
-// most maxReportedErrors of them, and how many more there were.
+// errorList is the messages of every failure err holds (flattenErrors),
+// none left out, and how many more the library counted without listing
+// them.
 //
 // A *mountdetect.MoreErrorsError among them (RemoveAll's own count of the
-// failures past those it lists) is not a failure of its own: it adds to
-// more.
+// failures past the 100 it lists) is not a failure of its own: it adds to
+// more. The CLI adds no limit of its own: an operator who runs rm without
+// the permission to remove a tree sees every directory it could not open,
+// not the first and a count.
 func errorList(err error) (msgs []string, more int) {
-	var all []error
 	for _, e := range flattenErrors(err) {
 		var counted *mountdetect.MoreErrorsError
 		if errors.As(e, &counted) {
 			more += counted.N
 			continue
 		}
-		all = append(all, e)
-	}
-	if len(all) > maxReportedErrors {
-		more += len(all) - maxReportedErrors
-		all = all[:maxReportedErrors]
-	}
-	msgs = make([]string, len(all))
-	for i, e := range all {
-		msgs[i] = e.Error()
+		msgs = append(msgs, e.Error())
 	}
 	return msgs, more
 }
 
 // writeErrors prints every failure err holds on a line of its own, as
-// prefix+message+suffix with the message escaped (display), at most
-// maxReportedErrors of them, then "prefix... and N more errors" when there
-// were more.
+// prefix+message+suffix with the message escaped (display), then
+// "prefix... and N more errors" when the library counted failures it did
+// not list.
 func writeErrors(w io.Writer, prefix string, err error, suffix string) {
 	msgs, more := errorList(err)
 	for _, m := range msgs {

@@ -128,12 +128,16 @@ func manyErrors(n int) error {
 }
 
 // Every failure is reported, in the human output one line each and in
-// --json as "errors", up to maxReportedErrors; past that, a count.
+// --json as "errors", however many there are (the library bounds them);
+// failures the library only counted (its MoreErrorsError) are a count.
 func TestSeveralErrorsReported(t *testing.T) {
-	for _, n := range []int{3, maxReportedErrors, maxReportedErrors + 50} {
-		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			err := manyErrors(n)
-			listed, more := min(n, maxReportedErrors), max(0, n-maxReportedErrors)
+	for _, tc := range []struct{ listed, more int }{{3, 0}, {100, 0}, {150, 0}, {100, 42}} {
+		t.Run(fmt.Sprintf("%d+%d", tc.listed, tc.more), func(t *testing.T) {
+			err := manyErrors(tc.listed)
+			if tc.more > 0 {
+				err = errors.Join(err, &mountdetect.MoreErrorsError{N: tc.more})
+			}
+			listed, more, n := tc.listed, tc.more, tc.listed+tc.more
 			wantLines := func(out, prefix string) {
 				t.Helper()
 				lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
@@ -219,8 +223,10 @@ func TestMoreErrorsErrorIsCounted(t *testing.T) {
 	if len(msgs) != 3 || more != 7 {
 		t.Errorf("errorList = %q, %d; want the 3 failures and 7 more", msgs, more)
 	}
-	err = errors.Join(manyErrors(maxReportedErrors+2), &mountdetect.MoreErrorsError{N: 5})
-	if msgs, more := errorList(err); len(msgs) != maxReportedErrors || more != 7 {
-		t.Errorf("errorList = %d messages, %d more; want %d and 7", len(msgs), more, maxReportedErrors)
+	// Two results joined (RemoveAll's 100 and another failure): every
+	// listed failure is reported, none dropped by a limit of the CLI's own.
+	err = errors.Join(manyErrors(100), &mountdetect.MoreErrorsError{N: 5}, manyErrors(2))
+	if msgs, more := errorList(err); len(msgs) != 102 || more != 5 {
+		t.Errorf("errorList = %d messages, %d more; want 102 and 5", len(msgs), more)
 	}
 }

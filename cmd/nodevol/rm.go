@@ -156,7 +156,7 @@ symlink the kernel and text cleaning disagree on where ".." leads).
 
 Exit status: 0 every path removed (or missing), 1 some removal was refused
 because of a mount, 2 some path is invalid or could not be removed, or bad
-usage.`, stderr)
+usage.`, stdout, stderr)
 	dryRun := fs.Bool("dry-run", false, "say what would be removed or refused; delete nothing")
 	asJSON := fs.Bool("json", false, "print one JSON object per path per line")
 	workers := fs.Int("workers", 1, "goroutines removing in parallel (at least 1); the guarantees are the same for any number")

@@ -307,7 +307,7 @@ leftover pod directory.
 
 Exit status: 0 every volume is safe and every entry parses (leftovers are
 fine), 1 some volume is unsafe or some entry does not parse, 2 the root or
-some entry could not be read or examined, or bad usage.`, stderr)
+some entry could not be read or examined, or bad usage.`, stdout, stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object per volume, problem and leftover per line")
 	root := fs.String("root", volume.DefaultRoot, "the kubelet root directory")
 	extra, code := parseArgs(fs, args)

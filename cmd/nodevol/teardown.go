@@ -79,11 +79,20 @@ func (r *teardownResult) setPlan(p emptydir.Plan) {
 // are accepted: the teardown of any other plugin's volume (unmounting a
 // CSI or NFS volume) belongs to that plugin. The plugin then reaches the
 // volume by descriptors from the root, never by this path again.
+//
+// The path must pass rm's rules (mountdetect.ValidateRemovePath: the same
+// paths are refused, for the same reasons), so trailing slashes are
+// accepted as rm accepts them: "<volume>/" is the volume directory itself,
+// reached like every part of the path without following a symlink. The
+// rest must be clean; the parser says what is not ("has a doubled '/'").
 func emptyDirVolume(path string) (layout volume.Layout, vp volume.VolumePath, plugin *emptydir.Plugin, err error) {
 	if err := refuseDotDot(path); err != nil {
 		return layout, vp, nil, err
 	}
-	layout, vp, err = volume.ParseVolumePathAnyRoot(path)
+	if err := mountdetect.ValidateRemovePath(path); err != nil {
+		return layout, vp, nil, err
+	}
+	layout, vp, err = volume.ParseVolumePathAnyRoot(strings.TrimRight(path, "/"))
 	if err != nil {
 		return layout, vp, nil, err
 	}
@@ -215,8 +224,9 @@ func runTeardown(args []string, stdout, stderr io.Writer) int {
 		`Tear down each emptyDir volume directory exactly as the emptyDir plugin does,
 for example
   /var/lib/kubelet/pods/<uid>/volumes/kubernetes.io~empty-dir/<volume>
-(absolute and clean, no ".."; the kubelet root is what precedes /pods/). Its metadata
-(the ready marker) is in <root>/pods/<uid>/plugins/kubernetes.io~empty-dir/.
+(absolute, without "." or ".." elements or a doubled "/", trailing slashes
+allowed; the kubelet root is what precedes /pods/). Its metadata (the ready
+marker) is in <root>/pods/<uid>/plugins/kubernetes.io~empty-dir/.
 
   nothing there          success; leftover metadata is removed
   Default medium         the directory is removed without crossing a mount
@@ -239,7 +249,7 @@ unmount them.
 
 Exit status: 0 every volume torn down (or nothing there), 1 some teardown
 was refused because of a mount, 2 some path is not an emptyDir volume
-directory or could not be torn down, or bad usage.`, stderr)
+directory or could not be torn down, or bad usage.`, stdout, stderr)
 	dryRun := fs.Bool("dry-run", false, "say what would be done per volume; change nothing")
 	asJSON := fs.Bool("json", false, "print one JSON object per path per line")
 	paths, code := parseArgs(fs, args)

@@ -58,6 +58,38 @@ func testTeardownCLI(t *testing.T, bin binary) {
 		}
 	})
 
+	// A trailing slash is accepted, as rm accepts it: the volume directory
+	// itself, never followed through a symlink.
+	t.Run("trailing slash", func(t *testing.T) {
+		base := realTempDir(t)
+		k := newKubelet(t, base)
+		vol := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
+		mounttest.Build(t, vol, "file index.db scratch")
+		r := bin.run(t, nil, "teardown", "--dry-run", vol+"/")
+		r.wantCode(t, exitOK)
+		wantContains(t, "stdout", r.stdout, "would remove "+vol+"/ (a Default-medium volume on ")
+		r = bin.run(t, nil, "teardown", "--json", vol+"//")
+		r.wantCode(t, exitOK)
+		if objs := jsonLines(t, r.stdout, teardownKeys...); len(objs) != 1 || objs[0]["path"] != vol+"//" || objs[0]["action"] != "remove" || objs[0]["done"] != true {
+			t.Errorf("teardown --json %s// = %v; want it removed, reported as given", vol, objs)
+		}
+		mustNotExist(t, vol)
+
+		// A volume directory that is a symlink: "vol/" names the link, as
+		// in rm, and what it points to is never touched.
+		outside := filepath.Join(base, "outside")
+		snap := mounttest.Sentinels(t, outside)
+		link := k.setUp(t, testUID, "linked", volume.EmptyDirSource{})
+		if err := os.Remove(link); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(outside, link); err != nil {
+			t.Fatal(err)
+		}
+		bin.run(t, nil, "teardown", link+"/")
+		mounttest.Intact(t, outside, snap)
+	})
+
 	t.Run("leftover metadata only", func(t *testing.T) {
 		k := newKubelet(t, realTempDir(t))
 		vol := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
@@ -102,11 +134,15 @@ func testTeardownCLI(t *testing.T, bin binary) {
 		before := mounttest.Snapshot(t, base)
 		for _, tc := range []struct{ path, stderr string }{
 			{csi, csi + " is a kubernetes.io/csi volume, not an emptyDir (kubernetes.io/empty-dir): nodevol teardown only tears down emptyDir volumes"},
-			{"relative/pods/" + testUID + "/volumes/kubernetes.io~empty-dir/cache", "must be absolute and clean"},
-			{emptyDir + "/", "must be absolute and clean"},
+			{"relative/pods/" + testUID + "/volumes/kubernetes.io~empty-dir/cache", "not absolute"},
+			// As rm refuses it.
+			{emptyDir + "/.", `invalid path "` + emptyDir + `/.": last element is .`},
+			// Unclean: the error says what is unclean.
+			{strings.Replace(emptyDir, "/pods/", "//pods/", 1), `is not clean: has a doubled '/'`},
+			{strings.Replace(emptyDir, "/pods/", "/pods/./", 1), `is not clean: contains a '.' element`},
 			{filepath.Join(base, "kubelet", "pods", testUID), "does not end in pods/<uid>/volumes/<plugin>/<volume>"},
 			{filepath.Join(k.root, "pods", testUID, "volumes", "bad~plugin~x", "v"), "not a pod volume path"},
-			{"", "not a pod volume path"},
+			{"", `invalid path "": empty path`},
 		} {
 			r := bin.run(t, nil, "teardown", tc.path)
 			r.wantCode(t, exitError)

@@ -80,7 +80,7 @@ directory's mount (mounts beneath it are not counted) and counts hard-linked
 files once. Also the directory's project ID (0 when none). Nothing is changed.
 
 Exit status: 0 every path measured, 2 some path could not be measured or bad
-usage.`, stderr)
+usage.`, stdout, stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object per path per line")
 	paths, code := parseArgs(fs, args)
 	if code >= 0 {

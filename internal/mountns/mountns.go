@@ -4,7 +4,10 @@
 // both use it.
 package mountns
 
-import "errors"
+import (
+	"errors"
+	"os"
+)
 
 // ErrNotRoot is returned when the caller cannot create a mount namespace.
 var ErrNotRoot = errors.New("creating a mount namespace needs root (CAP_SYS_ADMIN)")
@@ -25,8 +28,18 @@ func Reexec(envName string, args []string, streams Streams) (code int, err error
 	return reexec(envName, args, streams)
 }
 
-// Streams are the child's standard streams (nil: none).
+// Streams are the child's standard streams (nil: none), and what else it
+// gets from its parent.
 type Streams struct {
 	Stdin          any // io.Reader; any so callers can pass *os.File or nil
 	Stdout, Stderr any // io.Writer
+	// Env is added to the child's environment ("KEY=value"; it wins over
+	// the parent's own value of KEY).
+	Env []string
+	// Signals, when not nil, are passed on to the child as they arrive,
+	// until it exits. A parent that catches SIGINT and SIGTERM
+	// (signal.Notify), rather than die of them and take the child with it
+	// (the child is killed when its parent dies), passes them here, so the
+	// child can clean up and exit on its own.
+	Signals <-chan os.Signal
 }

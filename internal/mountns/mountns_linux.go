@@ -37,14 +37,29 @@ func reexec(envName string, args []string, s Streams) (int, error) {
 	if w, ok := s.Stderr.(io.Writer); ok && w != nil {
 		cmd.Stderr = w
 	}
-	cmd.Env = append(os.Environ(), envName+"="+own)
+	cmd.Env = append(append(os.Environ(), s.Env...), envName+"="+own)
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		// The Go runtime remounts / as MS_REC|MS_PRIVATE after unsharing
 		// CLONE_NEWNS, so nothing propagates back to the host.
 		Unshareflags: syscall.CLONE_NEWNS,
 		Pdeathsig:    syscall.SIGKILL,
 	}
-	err = cmd.Run()
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	exited := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case sig := <-s.Signals: // never, when Signals is nil
+				_ = cmd.Process.Signal(sig) // fails only once the child is gone
+			case <-exited:
+				return
+			}
+		}
+	}()
+	err = cmd.Wait()
+	close(exited)
 	var exit *exec.ExitError
 	switch {
 	case err == nil:
