@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -343,7 +342,7 @@ func (d *demo) run(skip string) error {
 	if err := d.waitUnmount(m, db); err != nil {
 		return err
 	}
-	fmt.Fprintln(d.out, "  RemovePod(db); WaitForUnmount(db): ok; db's pod directory is gone")
+	fmt.Fprintln(d.out, "  RemovePod(db); WaitForUnmount(db), WaitForPodRemoval(db): ok; db's pod directory is gone")
 	if err := d.step("nodevol scan --root $ROOT", exitOK, func(w io.Writer) int { return runScan([]string{"--root", d.root}, w, w) }); err != nil {
 		return err
 	}
@@ -444,7 +443,7 @@ func (d *demo) tearDownWithNAS(m *reconciler.Manager, reg prometheus.Gatherer, w
 	if err := d.waitUnmount(m, web); err != nil {
 		return err
 	}
-	fmt.Fprintf(d.out, "  WaitForUnmount(web): ok after %s, at the next retry; web's volumes and pod directory are gone\n", since(start))
+	fmt.Fprintf(d.out, "  WaitForUnmount(web), WaitForPodRemoval(web): ok after %s, at the next retry; web's volumes and pod directory are gone\n", since(start))
 	return nil
 }
 
@@ -470,7 +469,7 @@ func (d *demo) tearDownWithSymlink(m *reconciler.Manager, web *volume.Pod) error
 	if err := d.waitUnmount(m, web); err != nil {
 		return err
 	}
-	fmt.Fprintf(d.out, "  RemovePod(web); WaitForUnmount(web): ok after %s; web's volume (link included) and pod directory are gone\n", since(start))
+	fmt.Fprintf(d.out, "  RemovePod(web); WaitForUnmount(web), WaitForPodRemoval(web): ok after %s; web's volume (link included) and pod directory are gone\n", since(start))
 	return d.intact(filepath.Join(d.nas, "important.txt"), "$NAS/important.txt")
 }
 
@@ -517,27 +516,17 @@ func (d *demo) waitMount(m *reconciler.Manager, p *volume.Pod) error {
 }
 
 // waitUnmount waits until pod p has no volume left, then until the
-// Manager has removed its pod directory (which it does in the pass after).
+// Manager has removed its pod directory (WaitForPodRemoval).
 func (d *demo) waitUnmount(m *reconciler.Manager, p *volume.Pod) error {
 	ctx, cancel := context.WithTimeout(d.ctx, demoWait)
 	defer cancel()
 	if err := m.WaitForUnmount(ctx, p.UID); err != nil {
 		return fmt.Errorf("PROMISE BROKEN: WaitForUnmount(%s): %w", p.Name, err)
 	}
-	podDir, err := d.layout.PodDir(p.UID)
-	if err != nil {
-		return err
+	if err := m.WaitForPodRemoval(ctx, p.UID); err != nil {
+		return fmt.Errorf("PROMISE BROKEN: %s's volumes are torn down but its pod directory is still there: WaitForPodRemoval: %w", p.Name, err)
 	}
-	for {
-		_, err := os.Lstat(podDir)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("PROMISE BROKEN: %s's volumes are torn down but its pod directory %s is still there after %s (%v)", p.Name, podDir, demoWait, err)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	return nil
 }
 
 // printVolumes prints the volumes of each pod in the Manager's actual

@@ -362,7 +362,7 @@ func wantDemoWithNAS(t *testing.T, r result) {
 		"  MountedVolumes(web): cache uncertain; the others were unmounted and removed\n",
 		`The NAS is intact: $VOL/nas/important.txt still reads "`+demoNASData+`"`,
 		"web's own files in $VOL and its ready marker are still there too",
-		"$ umount $VOL/nas\n  WaitForUnmount(web): ok after ",
+		"$ umount $VOL/nas\n  WaitForUnmount(web), WaitForPodRemoval(web): ok after ",
 		", at the next retry; web's volumes and pod directory are gone\n",
 		"OK: the NAS was never touched",
 	)
@@ -393,7 +393,7 @@ func wantDemoWithSymlink(t *testing.T, r result) {
 		`The NAS is intact: $NAS/important.txt still reads "`+demoNASData+`"`,
 		"OK: the teardown removed the link and never followed it",
 	)
-	if !regexp.MustCompile(`\n  RemovePod\(web\); WaitForUnmount\(web\): ok after \d+ms; web's volume \(link included\) and pod directory are gone\n`).MatchString(r.stdout) {
+	if !regexp.MustCompile(`\n  RemovePod\(web\); WaitForUnmount\(web\), WaitForPodRemoval\(web\): ok after \d+ms; web's volume \(link included\) and pod directory are gone\n`).MatchString(r.stdout) {
 		t.Errorf("demo output does not say web was torn down:\n%s", r.stdout)
 	}
 	wantRow(t, r.stdout, demoPodUID, "kubernetes.io/empty-dir", "cache", "Default", "no", "0", "safe")
@@ -415,7 +415,7 @@ func wantDemoRestart(t *testing.T, r result) {
 			"  Problems(): none\n",
 		"  AddPod(db); MarkSourcesReady(); WaitForMount(db): ok, SetUp verified it: data mounted\n"+
 			`  db's data.db still reads "`+demoDBData+`"`+"\n"+
-			"  RemovePod(db); WaitForUnmount(db): ok; db's pod directory is gone\n"+
+			"  RemovePod(db); WaitForUnmount(db), WaitForPodRemoval(db): ok; db's pod directory is gone\n"+
 			"$ nodevol scan --root $ROOT\n"+
 			"    $ROOT: 0 volumes, 0 unsafe, 0 problems, 0 leftovers\n"+
 			"    (exit status 0)\n",
