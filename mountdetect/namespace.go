@@ -171,14 +171,16 @@ func HostProc(dir string) NamespaceOption {
 //
 // How it tells, in order:
 //
-//  1. Its own mount namespace, /proc/self/ns/mnt, is compared (device and
-//     inode) with that of PID 1 of the proc filesystem HostProc names
-//     (/proc by default), provided PID 1's PID namespace is the initial
-//     one (/proc/1/ns/pid has inode 0xEFFFFFFC, PID_NS_INIT_INO, fixed
-//     since Linux 3.8): then PID 1 is the host's init. Reading another
-//     process's namespaces takes root (ptrace access), so an unprivileged
-//     process cannot (ErrPID1Hidden); in a container with a PID namespace
-//     of its own, /proc/1 is the container's init (ErrNotHostInit).
+//  1. Its own mount namespace, /proc/thread-self/ns/mnt (that of the
+//     threads goroutines run on; the main thread's can differ), is
+//     compared (device and inode) with that of PID 1 of the proc
+//     filesystem HostProc names (/proc by default), provided PID 1's PID
+//     namespace is the initial one (/proc/1/ns/pid has inode
+//     0xEFFFFFFC, PID_NS_INIT_INO, fixed since Linux 3.8): then PID 1 is
+//     the host's init. Reading another process's namespaces takes root
+//     (ptrace access), so an unprivileged process cannot (ErrPID1Hidden);
+//     in a container with a PID namespace of its own, /proc/1 is the
+//     container's init (ErrNotHostInit).
 //  2. When PID 1 could not be compared: Linux 6.18 and later give the
 //     initial mount namespace the fixed inode 0xEFFFFFF8 (MNT_NS_INIT_INO)
 //     and every other one a number from 0xF0000000 up, so the inode of

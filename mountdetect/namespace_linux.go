@@ -65,9 +65,13 @@ func stateByInode(self MountNamespaceID, fixed bool) MountNamespaceState {
 	return MountNamespaceUnknown
 }
 
-// readOwnMountNamespace reads proc/self/ns/mnt.
+// readOwnMountNamespace reads proc/thread-self/ns/mnt: the namespace of
+// the calling thread, which is that of every thread a goroutine may run on
+// (Linux 3.17). proc/self/ns/mnt is the main thread's, which a goroutine
+// that locked it and unshared (then exited, leaving it wedged) can have
+// moved to another namespace than the rest of the process.
 func readOwnMountNamespace(proc string) (MountNamespaceID, error) {
-	return readNamespace(unix.AT_FDCWD, proc+"/self/ns/mnt", proc+"/self/ns/mnt", unix.CLONE_NEWNS)
+	return readNamespace(unix.AT_FDCWD, proc+"/thread-self/ns/mnt", proc+"/thread-self/ns/mnt", unix.CLONE_NEWNS)
 }
 
 // pid1MountNamespace returns the mount namespace of PID 1 of the proc

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -139,10 +140,10 @@ func nsIno(t *testing.T, file string) uint64 {
 func TestCheckMountNamespaceThisProcess(t *testing.T) {
 	ns := CheckMountNamespace()
 	t.Logf("CheckMountNamespace() = %s: %s", dump(ns), ns)
-	if want := nsIno(t, "/proc/self/ns/mnt"); ns.Self.Ino != want {
+	if want := nsIno(t, "/proc/thread-self/ns/mnt"); ns.Self.Ino != want {
 		t.Errorf("Self = %s; want mnt:[%d]", ns.Self, want)
 	}
-	link, err := os.Readlink("/proc/self/ns/mnt")
+	link, err := os.Readlink("/proc/thread-self/ns/mnt")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,8 +178,38 @@ func TestCheckMountNamespaceInNewNamespace(t *testing.T) {
 	if (pid1Readable() || kernelNumbersInitialMountNamespace()) && r.State != "foreign" {
 		t.Errorf("State = %s; want foreign", r.State)
 	}
-	if r.Self == nsIno(t, "/proc/self/ns/mnt") {
+	if r.Self == nsIno(t, "/proc/thread-self/ns/mnt") {
 		t.Errorf("the child reports this process's namespace mnt:[%d]", r.Self)
+	}
+}
+
+// TestCheckMountNamespaceThisThread: the answer is about the namespace of
+// the thread that asks, which is every goroutine's. /proc/self is the main
+// thread's: a locked goroutine that unshared on it and exited (as
+// mounttest.StartAttacker's can) leaves it in another namespace than the
+// rest of the process, and a check through it would describe that one.
+func TestCheckMountNamespaceThisThread(t *testing.T) {
+	mounttest.RequireRoot(t, "to unshare a mount namespace")
+	process := CheckMountNamespace()
+	done := make(chan MountNamespace)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			t.Errorf("unshare: %v", err)
+			close(done)
+			return
+		}
+		done <- CheckMountNamespace()
+	}()
+	thread, ok := <-done
+	if !ok {
+		return
+	}
+	if thread.Self == process.Self || thread.State == MountNamespaceHost {
+		t.Errorf("on a thread in a new namespace: %s; want another namespace than the process's %s", dump(thread), process.Self)
+	}
+	if again := CheckMountNamespace(); again.Self != process.Self {
+		t.Errorf("after that thread left: %s; want the process's %s", dump(again), process.Self)
 	}
 }
 
@@ -233,7 +264,7 @@ func TestCheckMountNamespaceInHostNamespace(t *testing.T) {
 // of files and of links to real namespace files, alone unless a case says
 // how the kernel numbers the initial mount namespace.
 func TestCheckMountNamespaceFakeProc(t *testing.T) {
-	selfIno := nsIno(t, "/proc/self/ns/mnt")
+	selfIno := nsIno(t, "/proc/thread-self/ns/mnt")
 	selfPID, _ := os.Readlink("/proc/self/ns/pid")
 	for _, tc := range []struct {
 		name    string
@@ -273,7 +304,7 @@ func TestCheckMountNamespaceFakeProc(t *testing.T) {
 		},
 		{
 			name:    "PID 1 is this process",
-			prepare: func(t *testing.T, proc string) { mounttest.Build(t, proc, "symlink 1 /proc/self") },
+			prepare: func(t *testing.T, proc string) { mounttest.Build(t, proc, "symlink 1 /proc/thread-self") },
 			check: func(t *testing.T, ns MountNamespace) {
 				if selfPID != initialPIDLink {
 					// The tests run in a container with a PID namespace of its own.
