@@ -134,15 +134,15 @@ func TestCLI(t *testing.T) {
 		mounttest.Sentinels(t, nas)
 		before := mounttest.Snapshot(t, base)
 
-		r := bin.run(t, nil, "rm", "--workers", "4", vol)
+		r := bin.run(t, nil, "rm", allowForeign, "--workers", "4", vol)
 		r.wantCode(t, exitRefused)
 		wantContains(t, "stderr", r.stderr, "refused "+vol+": 1 mount beneath it; nothing was deleted:\n  "+nas+" (tmpfs from tmpfs)\n")
 		mounttest.Intact(t, base, before)
 
 		mounttest.Unmount(t, nas)
-		r = bin.run(t, nil, "rm", "--json", vol)
+		r = bin.run(t, nil, "rm", allowForeign, "--json", vol)
 		r.wantCode(t, exitOK)
-		wantContains(t, "stdout", r.stdout, `{"path":"`+vol+`","removed":true,"dryRun":false,"refused":false,"nestedMounts":[]}`+"\n")
+		wantContains(t, "stdout", r.stdout, `{"path":"`+vol+`","removed":true,"dryRun":false,"refused":false,"nestedMounts":[],"mountNamespace":{"state":"`)
 		mustNotExist(t, vol)
 	})
 
@@ -151,14 +151,14 @@ func TestCLI(t *testing.T) {
 		vol := filepath.Join(base, "vol")
 		mounttest.Build(t, vol, "file a b")
 		before := mounttest.Snapshot(t, base)
-		r := bin.run(t, nil, "rm", vol, "--dry-run")
+		r := bin.run(t, nil, "rm", allowForeign, vol, "--dry-run")
 		r.wantCode(t, exitOK)
 		wantContains(t, "stdout", r.stdout, "would remove "+vol+"\n")
 		mounttest.Intact(t, base, before)
 	})
 
 	t.Run("rm bad paths", func(t *testing.T) {
-		r := bin.run(t, nil, "rm", "relative/path", "/", "")
+		r := bin.run(t, nil, "rm", allowForeign, "relative/path", "/", "")
 		r.wantCode(t, exitError)
 		wantContains(t, "stderr", r.stderr,
 			`invalid path "relative/path": not absolute; nothing was touched`,
@@ -287,10 +287,13 @@ func wantDemoRestart(t *testing.T, r result) {
 		"  AddPod(db); MarkSourcesReady(); WaitForMount(db): ok, SetUp verified it: data mounted\n"+
 			`  db's data.db still reads "`+demoDBData+`"`+"\n"+
 			"  RemovePod(db); WaitForUnmount(db): ok; db's pod directory is gone\n"+
-			"$ nodevol scan --root $ROOT\n"+
-			"    $ROOT: 0 volumes, 0 unsafe, 0 problems, 0 leftovers\n"+
-			"    (exit status 0)\n",
+			"$ nodevol scan --root $ROOT\n",
 	)
+	// The demo runs in a private mount namespace as root (and the tests run
+	// it in theirs), where scan warns that it is not the host's.
+	if !regexp.MustCompile(`\n\$ nodevol scan --root \$ROOT\n(    nodevol scan: warning: not the host's mount namespace [^\n]*\n)?    \$ROOT: 0 volumes, 0 unsafe, 0 problems, 0 leftovers\n    \(exit status 0\)\n`).MatchString(r.stdout) {
+		t.Errorf("demo output does not end with an empty scan:\n%s", r.stdout)
+	}
 	if strings.Contains(r.stdout, "PROMISE BROKEN") || r.stderr != "" {
 		t.Errorf("demo stderr = %q, want nothing", r.stderr)
 	}
