@@ -41,6 +41,24 @@
 // os.RemoveAll, which descends into a NAS or NFS share mounted inside the
 // volume and empties it before failing with EBUSY on the mount point.
 //
+// # Which mount namespace
+//
+// Every answer is about the mount table of the calling process's mount
+// namespace. A process in another one — a container's, a debug pod's, a
+// private namespace — reads another table: a NAS mounted in the host's
+// namespace only is not in it, so a directory holding that NAS on the host
+// is, here, a directory like any other, and RemoveAll removes it (the
+// kernel then detaches the host's mount). CheckMountNamespace says whether
+// this process runs in the host's mount namespace (MountNamespaceHost),
+// another one (MountNamespaceForeign), or that it cannot be told
+// (MountNamespaceUnknown, with the reason): it compares its own namespace
+// with that of PID 1, when PID 1 of the proc filesystem (HostProc: a
+// container's own /proc shows the container's init as PID 1) is the init
+// of the initial PID namespace, and otherwise recognises the initial mount
+// namespace by the fixed inode Linux 6.18 gives it. Code about to remove
+// something for the host should not go on unless the state is
+// MountNamespaceHost; nodevol rm and teardown refuse when it is foreign.
+//
 // # Cost
 //
 // The mount table (/proc/self/mountinfo) is read once per RemoveAll, before
@@ -64,14 +82,22 @@
 //     mounts and therefore answers "not mounted, not sure". RemoveAll
 //     refuses to run at all (ErrUnsupported) rather than offer a weaker
 //     guarantee.
-//   - Other operating systems: every function returns ErrUnsupported.
+//   - CheckMountNamespace: the initial PID namespace's fixed inode
+//     (PID_NS_INIT_INO) since Linux 3.8, NS_GET_NSTYPE since 4.11; the
+//     initial mount namespace's fixed inode (MNT_NS_INIT_INO) since 6.18 —
+//     on older kernels a process that may not read PID 1's namespaces
+//     (not root), or whose /proc belongs to another PID namespace, can
+//     only be told when it is itself in the initial mount namespace.
+//   - Other operating systems: every function returns ErrUnsupported
+//     (CheckMountNamespace: unknown, with Err matching ErrUnsupported).
 //
 // # What is not covered
 //
 //   - Mounts in other mount namespaces are invisible from this one; a
 //     directory that is a mount point only in another namespace is removed
 //     here like any directory (the kernel detaches the other namespace's
-//     mount; that mount's data is not touched).
+//     mount; that mount's data is not touched). RemoveAll does not check
+//     which namespace it runs in; CheckMountNamespace tells the caller.
 //   - A writer racing with RemoveAll inside the tree can keep creating
 //     files; RemoveAll lists a directory again a bounded number of times and
 //     then reports ENOTEMPTY.

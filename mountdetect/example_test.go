@@ -77,3 +77,25 @@ func ExampleParseHugePageSize() {
 	fmt.Println(size, ok, err, mountdetect.FormatQuantity(size))
 	// Output: 2097152 true <nil> 2Mi
 }
+
+// A node agent that removes volumes on behalf of the host first makes sure
+// it sees the host's mount table: a NAS mounted in the host's namespace
+// only is invisible from a container's, and removing the directory it is
+// mounted on would detach it on the host.
+func ExampleCheckMountNamespace() {
+	// In a DaemonSet whose pods have a PID namespace of their own, name the
+	// host's /proc mounted into the container: mountdetect.HostProc("/host/proc").
+	ns := mountdetect.CheckMountNamespace()
+	switch {
+	case ns.State == mountdetect.MountNamespaceHost:
+		// Safe to act on what IsMountPoint, NestedMounts and RemoveAll see.
+	case ns.State == mountdetect.MountNamespaceForeign:
+		log.Fatalf("refusing to remove volumes: %s", ns)
+	case errors.Is(ns.Err, mountdetect.ErrPID1Hidden):
+		// Not root: it cannot read PID 1's namespaces (nor, usually,
+		// unmount or remove what the kubelet owns).
+		log.Printf("warning: %s", ns)
+	default: // for example mountdetect.ErrNotHostInit: in a container's PID namespace
+		log.Fatalf("refusing to remove volumes: %s", ns)
+	}
+}

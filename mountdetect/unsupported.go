@@ -37,3 +37,7 @@ func removeAllAt(_ int, name, path string, _ *config) error {
 	}
 	return ErrUnsupported
 }
+
+func checkMountNamespace(*namespaceConfig) MountNamespace {
+	return MountNamespace{Err: ErrUnsupported}
+}

@@ -56,7 +56,7 @@ func TestTeardownCLISwapRace(t *testing.T) {
 				}
 				before := a.Steps()
 				a.Resume()
-				r := bin.runQuiet(t, "teardown", vol)
+				r := bin.runQuiet(t, "teardown", allowForeign, vol)
 				a.Pause()
 				if a.Steps() != before {
 					raced++
@@ -142,7 +142,7 @@ func TestCLIHostilePodDirectory(t *testing.T) {
 				mounttest.Build(t, vol, "file pod-data keep")
 				culprit := c.plant(t, k, base)
 				before := mounttest.Snapshot(t, base)
-				for _, args := range [][]string{{"teardown", "--dry-run", vol}, {"teardown", vol}, {"scan", "--root", k.root}} {
+				for _, args := range [][]string{{"teardown", allowForeign, "--dry-run", vol}, {"teardown", allowForeign, vol}, {"scan", "--root", k.root}} {
 					done := make(chan result, 1)
 					go func() { done <- bin.runQuiet(t, args...) }()
 					var r result

@@ -50,6 +50,8 @@ type checkResult struct {
 	HugePageSize   string              `json:"hugePageSize"` // "2Mi"; "" when not hugetlbfs
 	NestedMounts   []mountdetect.Mount `json:"nestedMounts"` // never nil: [] in JSON
 	SafeToRemove   bool                `json:"safeToRemove"`
+	// MountNamespace says whether the answers are the host's (mntns.go).
+	MountNamespace mountNamespaceJSON `json:"mountNamespace"`
 	failureJSON
 
 	kind    entryKind
@@ -183,9 +185,16 @@ would remove it without crossing a mount. Nothing is changed. Each path is
 examined as rm would act on it: cleaned ("/vol/link/" is the link), and
 refused with exit status 2 when it has a ".." element.
 
+The answers are about this process's mount namespace. When that is not the
+host's (a container's), or it cannot be told, a warning on stderr says so
+(with --json, the "mountNamespace" field): a mount made only in the host's
+namespace is not seen from here. --host-proc DIR names the host's /proc
+mounted into a container, to compare with its PID 1.
+
 Exit status: 0 every path is safe to remove (or missing), 1 some path is
 unsafe, 2 some path could not be examined or bad usage.`, stdout, stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object per path per line")
+	nsFlags := addNamespaceFlags(fs.FlagSet, false)
 	paths, code := parseArgs(fs, args)
 	if code >= 0 {
 		return code
@@ -193,10 +202,19 @@ unsafe, 2 some path could not be examined or bad usage.`, stdout, stderr)
 	if len(paths) == 0 {
 		return usageError(fs, stderr, "no PATH given")
 	}
+	ns, err := nsFlags.gate("check")
+	if err != nil {
+		fmt.Fprintf(stderr, "nodevol check: %s\n", display(err.Error()))
+		return exitError
+	}
+	if !*asJSON {
+		ns.warn(stderr)
+	}
 	enc := newJSONEncoder(stdout)
 	code = exitOK
 	for i, p := range paths {
 		r := examine(p)
+		r.MountNamespace = ns.json()
 		code = max(code, r.code())
 		if *asJSON {
 			if err := enc.Encode(&r); err != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/nodevol/nodevol/internal/mounttest"
 )
 
-var checkKeys = []string{"path", "exists", "mountPoint", "mountPointSure", "fsType", "medium", "hugePageSize", "nestedMounts", "safeToRemove"}
+var checkKeys = []string{"path", "exists", "mountPoint", "mountPointSure", "fsType", "medium", "hugePageSize", "nestedMounts", "safeToRemove", "mountNamespace"}
 
 func TestCheckPlainDirectory(t *testing.T) {
 	base := realTempDir(t)

@@ -90,8 +90,8 @@ func TestHumanOutputEscapesNames(t *testing.T) {
 
 	for _, args := range [][]string{
 		{"check", vol, link, vol + "\x1b[0m/missing"},
-		{"rm", "--dry-run", vol, link, "relative\n"},
-		{"teardown", "--dry-run", vol},
+		{"rm", allowForeign, "--dry-run", vol, link, "relative\n"},
+		{"teardown", allowForeign, "--dry-run", vol},
 		{"usage", vol, vol + "\x07/missing"},
 	} {
 		r := nodevol(t, args...)

@@ -46,16 +46,16 @@ func testDotDot(t *testing.T, run func(t *testing.T, args ...string) result) {
 		out   func(r result) string // where the human output reports them
 	}{
 		{[]string{"check", path}, 1, stdout},
-		{[]string{"rm", path}, 1, stderr},
-		{[]string{"rm", "--workers", "4", path}, 1, stderr},
-		{[]string{"rm", "--dry-run", path}, 1, stderr},
+		{[]string{"rm", allowForeign, path}, 1, stderr},
+		{[]string{"rm", allowForeign, "--workers", "4", path}, 1, stderr},
+		{[]string{"rm", allowForeign, "--dry-run", path}, 1, stderr},
 		{[]string{"usage", path}, 1, stderr},
-		{[]string{"teardown", tearPath}, 1, stderr},
-		{[]string{"teardown", "--dry-run", tearPath}, 1, stderr},
+		{[]string{"teardown", allowForeign, tearPath}, 1, stderr},
+		{[]string{"teardown", allowForeign, "--dry-run", tearPath}, 1, stderr},
 		{[]string{"scan", "--root", filepath.Join(base, "a", "link") + "/../../kubelet"}, 1, stderr},
 		// ".." alone, leading, trailing: all refused alike.
 		{[]string{"check", "..", "../x", base + "/a/.."}, 3, stdout},
-		{[]string{"rm", base + "/a/x/..", base + "/a/x/../"}, 2, stderr},
+		{[]string{"rm", allowForeign, base + "/a/x/..", base + "/a/x/../"}, 2, stderr},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			r := run(t, tc.args...)
@@ -72,10 +72,10 @@ func testDotDot(t *testing.T, run func(t *testing.T, args ...string) result) {
 	// --json: one object per path, each with the refusal as its error.
 	for _, args := range [][]string{
 		{"check", "--json", path},
-		{"rm", "--json", path},
-		{"rm", "--dry-run", "--json", path},
-		{"teardown", "--json", tearPath},
-		{"teardown", "--dry-run", "--json", tearPath},
+		{"rm", allowForeign, "--json", path},
+		{"rm", allowForeign, "--dry-run", "--json", path},
+		{"teardown", allowForeign, "--json", tearPath},
+		{"teardown", allowForeign, "--dry-run", "--json", tearPath},
 		{"usage", "--json", path},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
@@ -118,7 +118,7 @@ func TestCheckTrailingSlashIsWhatRmRemoves(t *testing.T) {
 	r := nodevol(t, "check", link)
 	r.wantCode(t, exitOK)
 	wantContains(t, "stdout", r.stdout, link+"\n  exists:        yes (symlink to "+outside+";")
-	r = nodevol(t, "rm", "--dry-run", link)
+	r = nodevol(t, "rm", allowForeign, "--dry-run", link)
 	r.wantCode(t, exitOK)
 	wantContains(t, "stdout", r.stdout, "would remove the symlink "+link)
 }

@@ -61,9 +61,9 @@ func TestDryRunAgreesWithTeardown(t *testing.T) {
 			c.plant(t, vol, metaDir, subDir)
 
 			scan := nodevol(t, "scan", "--root", k.layout.Root())
-			dry := nodevol(t, "teardown", "--dry-run", vol)
-			real := nodevol(t, "teardown", vol)
-			again := nodevol(t, "teardown", vol)
+			dry := nodevol(t, "teardown", allowForeign, "--dry-run", vol)
+			real := nodevol(t, "teardown", allowForeign, vol)
+			again := nodevol(t, "teardown", allowForeign, vol)
 			if dry.code != real.code || scan.code != real.code {
 				t.Errorf("scan exit %d, teardown --dry-run exit %d, teardown exit %d (retry: exit %d): the dry run does not say what the teardown does",
 					scan.code, dry.code, real.code, again.code)

@@ -124,6 +124,12 @@ Usage:
 
 A path with a ".." element is refused by every command (exit status 2).
 
+Every command sees the mounts of its own mount namespace. In another one
+than the host's (a container's), a mount made only on the host is not seen:
+check and scan warn, and rm and teardown refuse (exit status 2, nothing
+changed) unless given --allow-foreign-mount-namespace. --host-proc DIR names
+the host's /proc mounted into a container, to tell.
+
 Exit status: 0 ok, 1 unsafe or refused, 2 usage or operational error.
 `)
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/mountdetect"
 )
 
 // TestMain runs the tests in a private mount namespace when root, so the
@@ -18,6 +19,23 @@ import (
 // TestCLI rather than here: mounttest.Main ends the process itself, which
 // would leave no place to remove the binary afterwards.
 func TestMain(m *testing.M) { mounttest.Main(m) }
+
+// allowForeign is passed to every rm and teardown these tests run to
+// remove something: as root they run in the private mount namespace
+// mounttest.Main creates, which is not the host's, and there rm and
+// teardown refuse without it (namespace_linux_test.go tests that refusal).
+const allowForeign = "--allow-foreign-mount-namespace"
+
+// namespaceWarning is the line check and scan print on stderr in this
+// process's mount namespace: nothing in the host's, a warning in the
+// private one mounttest.Main creates as root.
+func namespaceWarning(cmd string) string {
+	ns := mountdetect.CheckMountNamespace()
+	if ns.State == mountdetect.MountNamespaceHost {
+		return ""
+	}
+	return "nodevol " + cmd + ": warning: " + ns.String() + "; a mount made only in the host's mount namespace is not seen from here\n"
+}
 
 // result is what one invocation of the CLI produced.
 type result struct {

@@ -22,6 +22,8 @@ type rmResult struct {
 	DryRun       bool                `json:"dryRun"`
 	Refused      bool                `json:"refused"`
 	NestedMounts []mountdetect.Mount `json:"nestedMounts"` // never nil: [] in JSON
+	// MountNamespace says whether rm ran in the host's (mntns.go).
+	MountNamespace mountNamespaceJSON `json:"mountNamespace"`
 	failureJSON
 
 	kind       entryKind // what the path was before removal
@@ -154,12 +156,22 @@ deletes nothing. Symlinks are removed, never followed. A missing PATH is
 not an error. A PATH with a ".." element anywhere is refused (after a
 symlink the kernel and text cleaning disagree on where ".." leads).
 
+rm refuses, deleting nothing, when this process is not in the host's mount
+namespace (a container's: a NAS mounted only in the host's is not seen from
+here, and removing the directory it is mounted on would detach it on the
+host), or when that cannot be told because PID 1 here is not the host's
+init (a container with a PID namespace of its own; --host-proc DIR names
+the host's /proc mounted into it). --allow-foreign-mount-namespace lets it
+go on. When it cannot be told only because reading PID 1's namespaces takes
+root, rm warns and goes on. --dry-run refuses as rm would.
+
 Exit status: 0 every path removed (or missing), 1 some removal was refused
-because of a mount, 2 some path is invalid or could not be removed, or bad
-usage.`, stdout, stderr)
+because of a mount, 2 some path is invalid or could not be removed, rm was
+refused because of the mount namespace, or bad usage.`, stdout, stderr)
 	dryRun := fs.Bool("dry-run", false, "say what would be removed or refused; delete nothing")
 	asJSON := fs.Bool("json", false, "print one JSON object per path per line")
 	workers := fs.Int("workers", 1, "goroutines removing in parallel (at least 1); the guarantees are the same for any number")
+	nsFlags := addNamespaceFlags(fs.FlagSet, true)
 	paths, code := parseArgs(fs, args)
 	if code >= 0 {
 		return code
@@ -170,15 +182,33 @@ usage.`, stdout, stderr)
 	if len(paths) == 0 {
 		return usageError(fs, stderr, "no PATH given")
 	}
+	ns, err := nsFlags.gate("rm")
+	if err != nil {
+		fmt.Fprintf(stderr, "nodevol rm: %s\n", display(err.Error()))
+		return exitError
+	}
+	refused := ns.refusal()
+	if refused != nil && !*asJSON {
+		writeNamespaceRefusal(stderr, "rm", refused, *dryRun)
+		return exitError
+	}
+	if !*asJSON {
+		ns.warn(stderr)
+	}
 	enc := newJSONEncoder(stdout)
 	code = exitOK
 	for _, p := range paths {
 		var r rmResult
-		if *dryRun {
+		switch {
+		case refused != nil:
+			r = rmResult{Path: p, DryRun: *dryRun, NestedMounts: []mountdetect.Mount{}}
+			r.setErr(refused)
+		case *dryRun:
 			r = planRemoval(p)
-		} else {
+		default:
 			r = removePath(p, *workers)
 		}
+		r.MountNamespace = ns.json()
 		code = max(code, r.code())
 		if *asJSON {
 			if err := enc.Encode(&r); err != nil {

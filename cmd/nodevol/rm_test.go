@@ -13,7 +13,7 @@ import (
 	"github.com/nodevol/nodevol/internal/mounttest"
 )
 
-var rmKeys = []string{"path", "removed", "dryRun", "refused", "nestedMounts"}
+var rmKeys = []string{"path", "removed", "dryRun", "refused", "nestedMounts", "mountNamespace"}
 
 func mustNotExist(t *testing.T, path string) {
 	t.Helper()
@@ -54,7 +54,7 @@ func TestRmRemovesAndNeverFollowsSymlinks(t *testing.T) {
 				mounttest.Build(t, vol, specs...)
 			}
 
-			r := nodevol(t, "rm", "--workers", workers, vol)
+			r := nodevol(t, "rm", allowForeign, "--workers", workers, vol)
 			r.wantCode(t, exitOK)
 			if r.stdout != "removed "+vol+"\n" || r.stderr != "" {
 				t.Errorf("stdout %q, stderr %q; want %q and nothing", r.stdout, r.stderr, "removed "+vol+"\n")
@@ -73,7 +73,7 @@ func TestRmMissingAndSymlinkPath(t *testing.T) {
 	mounttest.Build(t, base, "symlink link "+outside)
 	missing := filepath.Join(base, "missing", "deeper")
 
-	r := nodevol(t, "rm", missing, link)
+	r := nodevol(t, "rm", allowForeign, missing, link)
 	r.wantCode(t, exitOK)
 	wantContains(t, "stdout", r.stdout,
 		"nothing to remove: "+missing+" does not exist\n",
@@ -98,7 +98,7 @@ func TestRmRefusesNestedMounts(t *testing.T) {
 			mounttest.Bind(t, outsideFile, bound)
 			before := mounttest.Snapshot(t, base) // the volume, the NAS and the bound file
 
-			r := nodevol(t, "rm", "--workers", workers, vol)
+			r := nodevol(t, "rm", allowForeign, "--workers", workers, vol)
 			r.wantCode(t, exitRefused)
 			wantContains(t, "stderr", r.stderr,
 				"refused "+vol+": 2 mounts beneath it; nothing was deleted:\n",
@@ -111,7 +111,7 @@ func TestRmRefusesNestedMounts(t *testing.T) {
 			}
 			mounttest.Intact(t, base, before)
 
-			r = nodevol(t, "rm", "--json", "--workers", workers, vol)
+			r = nodevol(t, "rm", allowForeign, "--json", "--workers", workers, vol)
 			r.wantCode(t, exitRefused)
 			objs := jsonLines(t, r.stdout, rmKeys...)
 			if len(objs) != 1 {
@@ -127,7 +127,7 @@ func TestRmRefusesNestedMounts(t *testing.T) {
 			// Once the mounts are gone, the same command removes the volume.
 			mounttest.Unmount(t, nas)
 			mounttest.Unmount(t, bound)
-			r = nodevol(t, "rm", "--workers", workers, vol)
+			r = nodevol(t, "rm", allowForeign, "--workers", workers, vol)
 			r.wantCode(t, exitOK)
 			mustNotExist(t, vol)
 			if b, err := os.ReadFile(outsideFile); err != nil || string(b) != "not the pod's" {
@@ -143,7 +143,7 @@ func TestRmRefusesMountPoint(t *testing.T) {
 	mounttest.Tmpfs(t, vol, "size=1m")
 	snap := mounttest.Sentinels(t, vol)
 
-	for _, args := range [][]string{{"rm", vol, vol + "/"}, {"rm", "--dry-run", vol, vol + "/"}} {
+	for _, args := range [][]string{{"rm", allowForeign, vol, vol + "/"}, {"rm", allowForeign, "--dry-run", vol, vol + "/"}} {
 		r := nodevol(t, args...)
 		r.wantCode(t, exitRefused)
 		wantContains(t, "stderr", r.stderr, vol+": it is itself a mount point", "  "+vol+" (tmpfs")
@@ -158,7 +158,7 @@ func TestRmDryRunDeletesNothing(t *testing.T) {
 	missing := filepath.Join(base, "missing")
 	before := mounttest.Snapshot(t, base)
 
-	r := nodevol(t, "rm", "--dry-run", vol, link, missing)
+	r := nodevol(t, "rm", allowForeign, "--dry-run", vol, link, missing)
 	r.wantCode(t, exitOK)
 	wantContains(t, "stdout", r.stdout,
 		"would remove "+vol+"\n",
@@ -166,11 +166,11 @@ func TestRmDryRunDeletesNothing(t *testing.T) {
 		"nothing to remove: "+missing+" does not exist\n")
 
 	// A flag after the paths still makes it a dry run.
-	r = nodevol(t, "rm", vol, "--dry-run")
+	r = nodevol(t, "rm", allowForeign, vol, "--dry-run")
 	r.wantCode(t, exitOK)
 	wantContains(t, "stdout", r.stdout, "would remove "+vol+"\n")
 
-	r = nodevol(t, "rm", "--dry-run", "--json", vol, missing)
+	r = nodevol(t, "rm", allowForeign, "--dry-run", "--json", vol, missing)
 	r.wantCode(t, exitOK)
 	objs := jsonLines(t, r.stdout, rmKeys...)
 	if len(objs) != 2 {
@@ -195,11 +195,11 @@ func TestRmDryRunWouldRefuse(t *testing.T) {
 	mounttest.Sentinels(t, nas)
 	before := mounttest.Snapshot(t, base)
 
-	r := nodevol(t, "rm", "--dry-run", vol)
+	r := nodevol(t, "rm", allowForeign, "--dry-run", vol)
 	r.wantCode(t, exitRefused)
 	wantContains(t, "stderr", r.stderr, "would refuse "+vol+": 1 mount beneath it; nothing would be deleted:\n", "  "+nas+" (tmpfs from tmpfs)\n")
 
-	r = nodevol(t, "rm", "--dry-run", "--json", vol)
+	r = nodevol(t, "rm", allowForeign, "--dry-run", "--json", vol)
 	r.wantCode(t, exitRefused)
 	objs := jsonLines(t, r.stdout, rmKeys...)
 	if len(objs) != 1 {
@@ -230,7 +230,7 @@ func TestRmRejectsBadPaths(t *testing.T) {
 		{"ends in .", vol + "/.", "last element is ."},
 		{"empty", "", "empty path"},
 	} {
-		for _, mode := range [][]string{{"rm"}, {"rm", "--dry-run"}, {"rm", "--workers", "4"}} {
+		for _, mode := range [][]string{{"rm", allowForeign}, {"rm", allowForeign, "--dry-run"}, {"rm", allowForeign, "--workers", "4"}} {
 			t.Run(tc.name+"/"+strings.Join(mode, " "), func(t *testing.T) {
 				r := nodevol(t, append(mode, "--", tc.path)...)
 				r.wantCode(t, exitError)
@@ -258,12 +258,12 @@ func TestRmMixedPaths(t *testing.T) {
 	base := realTempDir(t)
 	vol := filepath.Join(base, "vol")
 	mounttest.Build(t, vol, "file a.txt data")
-	r := nodevol(t, "rm", "--json", "relative", vol)
+	r := nodevol(t, "rm", allowForeign, "--json", "relative", vol)
 	r.wantCode(t, exitError)
 	if n := strings.Count(r.stdout, "\n"); n != 2 {
 		t.Errorf("got %d JSON lines, want 2:\n%s", n, r.stdout)
 	}
-	wantContains(t, "stdout", r.stdout, `"path":"`+vol+`","removed":true,"dryRun":false,"refused":false,"nestedMounts":[]}`)
+	wantContains(t, "stdout", r.stdout, `"path":"`+vol+`","removed":true,"dryRun":false,"refused":false,"nestedMounts":[],"mountNamespace":{`)
 	mustNotExist(t, vol)
 }
 
@@ -281,8 +281,8 @@ func TestRmReportsEveryError(t *testing.T) {
 		t.Cleanup(func() { mounttest.SetImmutable(t, p, false) })
 	}
 	// The first run removes what it can; the next two meet the same tree.
-	nodevol(t, "rm", vol).wantCode(t, exitError)
-	r := nodevol(t, "rm", "--json", vol)
+	nodevol(t, "rm", allowForeign, vol).wantCode(t, exitError)
+	r := nodevol(t, "rm", allowForeign, "--json", vol)
 	r.wantCode(t, exitError)
 	objs := jsonLines(t, r.stdout, withError(rmKeys)...)
 	if len(objs) != 1 {
@@ -303,7 +303,7 @@ func TestRmReportsEveryError(t *testing.T) {
 	default:
 		t.Fatalf("errors = %q, want the three immutable files", objs[0]["errors"])
 	}
-	r = nodevol(t, "rm", vol)
+	r = nodevol(t, "rm", allowForeign, vol)
 	r.wantCode(t, exitError)
 	var want strings.Builder
 	for _, e := range errs {

@@ -38,6 +38,8 @@ type scanVolume struct {
 	Subpaths     []subpath.Entry `json:"subpaths"` // never nil: [] in JSON
 	SafeToRemove bool            `json:"safeToRemove"`
 	Reason       string          `json:"reason"`
+	// MountNamespace says whether the answers are the host's (mntns.go).
+	MountNamespace mountNamespaceJSON `json:"mountNamespace"`
 
 	exists       bool
 	sure         bool   // the kernel is sure about MountPoint
@@ -300,16 +302,24 @@ manager unmounts them before it tears the volume down.
 
 --json prints one object per line: for each volume
   {"podUID","plugin","volume","path","medium","mountPoint","nestedMounts",
-   "subpaths","safeToRemove","reason"}
-with "subpaths" a list of {"container","index","path","mountPoint"}
-then {"problem":PATH,"error":TEXT} per problem and {"leftover":PATH} per
-leftover pod directory.
+   "subpaths","safeToRemove","reason","mountNamespace"}
+with "subpaths" a list of {"container","index","path","mountPoint"} and
+"mountNamespace" {"state","reason"}, then {"problem":PATH,"error":TEXT} per
+problem and {"leftover":PATH} per leftover pod directory.
+
+The answers are about this process's mount namespace. When that is not the
+host's (a container's), or it cannot be told, a warning on stderr says so
+(with --json, each volume's "mountNamespace": "state" is "host", "foreign"
+or "unknown"): a mount made only in the host's namespace is not seen from
+here. --host-proc DIR names the host's /proc mounted into a container, to
+compare with its PID 1.
 
 Exit status: 0 every volume is safe and every entry parses (leftovers are
 fine), 1 some volume is unsafe or some entry does not parse, 2 the root or
 some entry could not be read or examined, or bad usage.`, stdout, stderr)
 	asJSON := fs.Bool("json", false, "print one JSON object per volume, problem and leftover per line")
 	root := fs.String("root", volume.DefaultRoot, "the kubelet root directory")
+	nsFlags := addNamespaceFlags(fs.FlagSet, false)
 	extra, code := parseArgs(fs, args)
 	if code >= 0 {
 		return code
@@ -329,10 +339,21 @@ some entry could not be read or examined, or bad usage.`, stdout, stderr)
 		fmt.Fprintf(stderr, "nodevol scan: %s\n", display(err.Error()))
 		return exitError
 	}
+	ns, err := nsFlags.gate("scan")
+	if err != nil {
+		fmt.Fprintf(stderr, "nodevol scan: %s\n", display(err.Error()))
+		return exitError
+	}
+	if !*asJSON {
+		ns.warn(stderr)
+	}
 	s, err := scanRoot(dir)
 	if err != nil {
 		writeErrors(stderr, "nodevol scan: ", err, "")
 		return exitError
+	}
+	for i := range s.volumes {
+		s.volumes[i].MountNamespace = ns.json()
 	}
 	if *asJSON {
 		if err := writeScanJSON(stdout, s); err != nil {

@@ -38,6 +38,8 @@ type teardownResult struct {
 	// Subpaths are the containers' subPath entries of the volume, which
 	// the teardown unmounts (own binds) and removes first.
 	Subpaths []subpath.Entry `json:"subpaths"` // never nil: [] in JSON
+	// MountNamespace says whether teardown ran in the host's (mntns.go).
+	MountNamespace mountNamespaceJSON `json:"mountNamespace"`
 	failureJSON
 
 	plan       emptydir.Plan
@@ -247,11 +249,22 @@ followed through a symlink.
 Volumes of other plugins are not torn down here: their own plugin must
 unmount them.
 
+teardown refuses, changing nothing, when this process is not in the host's
+mount namespace (a container's: a NAS mounted only in the host's is not seen
+from here, and removing the directory it is mounted on would detach it on
+the host), or when that cannot be told because PID 1 here is not the host's
+init (a container with a PID namespace of its own; --host-proc DIR names
+the host's /proc mounted into it). --allow-foreign-mount-namespace lets it
+go on. When it cannot be told only because reading PID 1's namespaces takes
+root, teardown warns and goes on. --dry-run refuses as teardown would.
+
 Exit status: 0 every volume torn down (or nothing there), 1 some teardown
 was refused because of a mount, 2 some path is not an emptyDir volume
-directory or could not be torn down, or bad usage.`, stdout, stderr)
+directory or could not be torn down, teardown was refused because of the
+mount namespace, or bad usage.`, stdout, stderr)
 	dryRun := fs.Bool("dry-run", false, "say what would be done per volume; change nothing")
 	asJSON := fs.Bool("json", false, "print one JSON object per path per line")
+	nsFlags := addNamespaceFlags(fs.FlagSet, true)
 	paths, code := parseArgs(fs, args)
 	if code >= 0 {
 		return code
@@ -259,16 +272,34 @@ directory or could not be torn down, or bad usage.`, stdout, stderr)
 	if len(paths) == 0 {
 		return usageError(fs, stderr, "no VOLUME_DIR given")
 	}
+	ns, err := nsFlags.gate("teardown")
+	if err != nil {
+		fmt.Fprintf(stderr, "nodevol teardown: %s\n", display(err.Error()))
+		return exitError
+	}
+	refused := ns.refusal()
+	if refused != nil && !*asJSON {
+		writeNamespaceRefusal(stderr, "teardown", refused, *dryRun)
+		return exitError
+	}
+	if !*asJSON {
+		ns.warn(stderr)
+	}
 	ctx := quietContext()
 	enc := newJSONEncoder(stdout)
 	code = exitOK
 	for _, p := range paths {
 		var r teardownResult
-		if *dryRun {
+		switch {
+		case refused != nil:
+			r = teardownResult{Path: p, DryRun: *dryRun, Mounts: []mountdetect.Mount{}, Subpaths: []subpath.Entry{}}
+			r.setErr(refused)
+		case *dryRun:
 			r = planTeardown(ctx, p)
-		} else {
+		default:
 			r = tearDownVolume(ctx, p)
 		}
+		r.MountNamespace = ns.json()
 		code = max(code, r.code())
 		if *asJSON {
 			if err := enc.Encode(&r); err != nil {

@@ -30,7 +30,7 @@ func testTeardownCLI(t *testing.T, bin binary) {
 			t.Fatalf("SetUp wrote no ready marker: %v", err)
 		}
 
-		r := bin.run(t, nil, "teardown", vol)
+		r := bin.run(t, nil, "teardown", allowForeign, vol)
 		r.wantCode(t, exitOK)
 		if !strings.HasPrefix(r.stdout, "removed "+vol+" (a Default-medium volume on ") || r.stderr != "" {
 			t.Errorf("stdout %q, stderr %q; want %q... and nothing", r.stdout, r.stderr, "removed "+vol)
@@ -40,12 +40,12 @@ func testTeardownCLI(t *testing.T, bin binary) {
 		mounttest.Intact(t, outside, snap)
 
 		// Idempotent: nothing there is success, and says so.
-		r = bin.run(t, nil, "teardown", vol)
+		r = bin.run(t, nil, "teardown", allowForeign, vol)
 		r.wantCode(t, exitOK)
 		if want := "nothing to tear down: " + vol + " does not exist\n"; r.stdout != want {
 			t.Errorf("second teardown: stdout %q, want %q", r.stdout, want)
 		}
-		r = bin.run(t, nil, "teardown", "--json", vol)
+		r = bin.run(t, nil, "teardown", allowForeign, "--json", vol)
 		r.wantCode(t, exitOK)
 		objs := jsonLines(t, r.stdout, teardownKeys...)
 		if len(objs) != 1 {
@@ -65,10 +65,10 @@ func testTeardownCLI(t *testing.T, bin binary) {
 		k := newKubelet(t, base)
 		vol := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
 		mounttest.Build(t, vol, "file index.db scratch")
-		r := bin.run(t, nil, "teardown", "--dry-run", vol+"/")
+		r := bin.run(t, nil, "teardown", allowForeign, "--dry-run", vol+"/")
 		r.wantCode(t, exitOK)
 		wantContains(t, "stdout", r.stdout, "would remove "+vol+"/ (a Default-medium volume on ")
-		r = bin.run(t, nil, "teardown", "--json", vol+"//")
+		r = bin.run(t, nil, "teardown", allowForeign, "--json", vol+"//")
 		r.wantCode(t, exitOK)
 		if objs := jsonLines(t, r.stdout, teardownKeys...); len(objs) != 1 || objs[0]["path"] != vol+"//" || objs[0]["action"] != "remove" || objs[0]["done"] != true {
 			t.Errorf("teardown --json %s// = %v; want it removed, reported as given", vol, objs)
@@ -86,7 +86,7 @@ func testTeardownCLI(t *testing.T, bin binary) {
 		if err := os.Symlink(outside, link); err != nil {
 			t.Fatal(err)
 		}
-		bin.run(t, nil, "teardown", link+"/")
+		bin.run(t, nil, "teardown", allowForeign, link+"/")
 		mounttest.Intact(t, outside, snap)
 	})
 
@@ -96,10 +96,10 @@ func testTeardownCLI(t *testing.T, bin binary) {
 		if err := os.Remove(vol); err != nil {
 			t.Fatal(err)
 		}
-		r := bin.run(t, nil, "teardown", "--dry-run", vol)
+		r := bin.run(t, nil, "teardown", allowForeign, "--dry-run", vol)
 		r.wantCode(t, exitOK)
 		wantContains(t, "stdout", r.stdout, "nothing to tear down: "+vol+" does not exist; its leftover metadata would be removed\n")
-		r = bin.run(t, nil, "teardown", vol)
+		r = bin.run(t, nil, "teardown", allowForeign, vol)
 		r.wantCode(t, exitOK)
 		wantContains(t, "stdout", r.stdout, "does not exist; its leftover metadata was removed\n")
 		mustNotExist(t, filepath.Dir(k.ready(t, testUID, "cache")))
@@ -112,10 +112,10 @@ func testTeardownCLI(t *testing.T, bin binary) {
 		mounttest.Build(t, vol, "file index.db scratch")
 		before := mounttest.Snapshot(t, base)
 
-		r := bin.run(t, nil, "teardown", vol, "--dry-run") // a flag after the path is still a flag
+		r := bin.run(t, nil, "teardown", allowForeign, vol, "--dry-run") // a flag after the path is still a flag
 		r.wantCode(t, exitOK)
 		wantContains(t, "stdout", r.stdout, "would remove "+vol+" (a Default-medium volume on ")
-		r = bin.run(t, nil, "teardown", "--dry-run", "--json", vol)
+		r = bin.run(t, nil, "teardown", allowForeign, "--dry-run", "--json", vol)
 		r.wantCode(t, exitOK)
 		objs := jsonLines(t, r.stdout, teardownKeys...)
 		if len(objs) != 1 || objs[0]["action"] != "remove" || objs[0]["medium"] != "Default" ||
@@ -144,14 +144,14 @@ func testTeardownCLI(t *testing.T, bin binary) {
 			{filepath.Join(k.root, "pods", testUID, "volumes", "bad~plugin~x", "v"), "not a pod volume path"},
 			{"", `invalid path "": empty path`},
 		} {
-			r := bin.run(t, nil, "teardown", tc.path)
+			r := bin.run(t, nil, "teardown", allowForeign, tc.path)
 			r.wantCode(t, exitError)
 			wantContains(t, "stderr", r.stderr, "nodevol teardown: ", tc.stderr)
 			if r.stdout != "" {
 				t.Errorf("teardown %q: stdout %q, want nothing", tc.path, r.stdout)
 			}
 		}
-		r := bin.run(t, nil, "teardown", "--json", csi)
+		r := bin.run(t, nil, "teardown", allowForeign, "--json", csi)
 		r.wantCode(t, exitError)
 		objs := jsonLines(t, r.stdout, withError(teardownKeys)...)
 		if len(objs) != 1 || objs[0]["podUID"] != testUID || objs[0]["volume"] != "pvc-1" || objs[0]["done"] != false {
@@ -171,7 +171,7 @@ func testTeardownCLI(t *testing.T, bin binary) {
 		mounttest.Sentinels(t, nas)
 		before := mounttest.Snapshot(t, base) // volume, NAS, ready marker, metadata
 
-		r := bin.run(t, nil, "teardown", vol)
+		r := bin.run(t, nil, "teardown", allowForeign, vol)
 		r.wantCode(t, exitRefused)
 		wantContains(t, "stderr", r.stderr,
 			"refused "+vol+": 1 mount beneath the volume",
@@ -184,7 +184,7 @@ func testTeardownCLI(t *testing.T, bin binary) {
 			t.Errorf("a refused teardown removed the ready marker: %v", err)
 		}
 
-		r = bin.run(t, nil, "teardown", "--json", vol)
+		r = bin.run(t, nil, "teardown", allowForeign, "--json", vol)
 		r.wantCode(t, exitRefused)
 		objs := jsonLines(t, r.stdout, teardownKeys...)
 		if len(objs) != 1 {
@@ -196,18 +196,18 @@ func testTeardownCLI(t *testing.T, bin binary) {
 			mounts[0].(map[string]any)["mountPoint"] != nas || mounts[0].(map[string]any)["fsType"] != "tmpfs" {
 			t.Errorf("teardown --json = %v; want refused with the NAS listed", o)
 		}
-		r = bin.run(t, nil, "teardown", "--dry-run", vol)
+		r = bin.run(t, nil, "teardown", allowForeign, "--dry-run", vol)
 		r.wantCode(t, exitRefused)
 		wantContains(t, "stderr", r.stderr, "would refuse "+vol+": ", "nothing would change:\n  "+nas+" (tmpfs from tmpfs)\n")
 		mounttest.Intact(t, base, before)
 
 		// A refusal and an error: the error's exit code wins.
-		r = bin.run(t, nil, "teardown", vol, "relative")
+		r = bin.run(t, nil, "teardown", allowForeign, vol, "relative")
 		r.wantCode(t, exitError)
 		mounttest.Intact(t, base, before)
 
 		mounttest.Unmount(t, nas)
-		r = bin.run(t, nil, "teardown", vol)
+		r = bin.run(t, nil, "teardown", allowForeign, vol)
 		r.wantCode(t, exitOK)
 		mustNotExist(t, vol)
 		mustNotExist(t, k.ready(t, testUID, "cache"))
@@ -228,11 +228,11 @@ func testTeardownCLI(t *testing.T, bin binary) {
 				t.Fatalf("SetUp left %s unmounted (%v)", v, err)
 			}
 		}
-		r := bin.run(t, nil, append([]string{"teardown", "--dry-run"}, vols...)...)
+		r := bin.run(t, nil, append([]string{"teardown", allowForeign, "--dry-run"}, vols...)...)
 		r.wantCode(t, exitOK)
 		wantContains(t, "stdout", r.stdout, "would unmount and remove "+vols[0]+" (Memory medium: tmpfs)\n")
 
-		r = bin.run(t, nil, append([]string{"teardown"}, vols...)...)
+		r = bin.run(t, nil, append([]string{"teardown", allowForeign}, vols...)...)
 		r.wantCode(t, exitOK)
 		wantContains(t, "stdout", r.stdout, want...)
 		for _, v := range vols {
@@ -248,7 +248,7 @@ func testTeardownCLI(t *testing.T, bin binary) {
 		mounttest.RequireMounts(t)
 		k := newKubelet(t, realTempDir(t))
 		vol := k.setUp(t, testUID, "scratch", volume.EmptyDirSource{Medium: volume.StorageMediumMemory})
-		r := bin.run(t, nil, "teardown", "--json", vol)
+		r := bin.run(t, nil, "teardown", allowForeign, "--json", vol)
 		r.wantCode(t, exitOK)
 		objs := jsonLines(t, r.stdout, teardownKeys...)
 		if len(objs) != 1 || objs[0]["medium"] != "Memory" || objs[0]["action"] != emptydir.ActionUnmountAndRemove.String() || objs[0]["done"] != true {
@@ -268,7 +268,7 @@ func TestTeardownCleansSubpathsFirst(t *testing.T) {
 	mounttest.Build(t, vol, "file sub/f x")
 	sp, _ := k.layout.SubpathDir("uid-1", "cache", "app", 0)
 	mounttest.Bind(t, filepath.Join(vol, "sub"), sp)
-	r := nodevol(t, "teardown", vol)
+	r := nodevol(t, "teardown", allowForeign, vol)
 	r.wantCode(t, exitOK)
 	if _, err := os.Lstat(sp); !os.IsNotExist(err) {
 		t.Errorf("subpath mount %s not cleaned: %v", sp, err)
@@ -291,10 +291,10 @@ func TestRefusedTeardownKeepsSubpaths(t *testing.T) {
 	sp, _ := k.layout.SubpathDir("uid-1", "cache", "app", 0)
 	mounttest.Bind(t, filepath.Join(vol, "sub"), sp)
 
-	r := nodevol(t, "teardown", "--dry-run", vol)
+	r := nodevol(t, "teardown", allowForeign, "--dry-run", vol)
 	r.wantCode(t, exitOK)
 	wantContains(t, "stdout", r.stdout, "would unmount 1 subPath bind mount of its containers first\n", "would remove "+vol)
-	r = nodevol(t, "teardown", "--dry-run", "--json", vol)
+	r = nodevol(t, "teardown", allowForeign, "--dry-run", "--json", vol)
 	objs := jsonLines(t, r.stdout, teardownKeys...)
 	if subs, _ := objs[0]["subpaths"].([]any); len(subs) != 1 {
 		t.Errorf("--json subpaths = %v; want the one entry", objs[0]["subpaths"])
@@ -304,7 +304,7 @@ func TestRefusedTeardownKeepsSubpaths(t *testing.T) {
 	mounttest.Tmpfs(t, nas, "size=1m")
 	want := mounttest.Sentinels(t, nas)
 	before := mounttest.Snapshot(t, base)
-	for _, args := range [][]string{{"teardown", "--dry-run", vol}, {"teardown", vol}} {
+	for _, args := range [][]string{{"teardown", allowForeign, "--dry-run", vol}, {"teardown", allowForeign, vol}} {
 		r := nodevol(t, args...)
 		r.wantCode(t, exitRefused)
 		wantContains(t, "stderr", r.stderr, nas)
@@ -321,7 +321,7 @@ func TestRefusedTeardownKeepsSubpaths(t *testing.T) {
 	mounttest.Tmpfs(t, foreign, "size=1m")
 	fwant := mounttest.Sentinels(t, foreign)
 	before = mounttest.Snapshot(t, base)
-	r = nodevol(t, "teardown", vol)
+	r = nodevol(t, "teardown", allowForeign, vol)
 	r.wantCode(t, exitRefused)
 	wantContains(t, "stderr", r.stderr, foreign, "not one of the volume's own subPath binds")
 	mounttest.Intact(t, foreign, fwant)

@@ -7,6 +7,7 @@ package mounttest
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -40,6 +41,26 @@ func Main(m *testing.M) {
 // InPrivateNamespace reports whether this process runs in the private mount
 // namespace Main set up.
 func InPrivateNamespace() bool { return mountns.Child(envInNS) }
+
+// OuterNamespace returns the file of the mount namespace the test binary
+// was started in, before Main moved it into a private one: its parent's,
+// /proc/PPID/ns/mnt, checked against the name Main recorded. Tests that
+// must run something in the namespace `go test` was started in (the host's,
+// usually) enter it through that file (nsenter --mount=FILE). It skips the
+// test (fails it under CI=true) when there is no private namespace.
+func OuterNamespace(t testing.TB) string {
+	t.Helper()
+	RequireMounts(t)
+	file := fmt.Sprintf("/proc/%d/ns/mnt", os.Getppid())
+	got, err := os.Readlink(file)
+	if err != nil {
+		t.Fatalf("the namespace this test binary was started in: %v", err)
+	}
+	if want := os.Getenv(envInNS); got != want {
+		t.Fatalf("%s is %s, but Main recorded %s: the parent is not the process that started this one", file, got, want)
+	}
+	return file
+}
 
 // Skip skips the test with the reason, except under CI=true, where it
 // fails it: the project's CI runs as root, in a private mount namespace,
