@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/internal/fsat"
+	"github.com/nodevol/nodevol/internal/testhook"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -71,6 +72,7 @@ func (m *mounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
 	if err := v.setReady(); err != nil {
 		return m.setUpErr(volume.Transient, fmt.Errorf("write ready marker: %w", err))
 	}
+	v.hook.At(testhook.SetUpReady, m.dir)
 	logger.V(2).Info("emptyDir set up", "medium", plan.medium, "size", plan.size, "hugePageSize", plan.pageSize)
 	return nil
 }
@@ -126,6 +128,7 @@ func (m *mounter) setUpDir(logger klog.Logger, v *podVolume, plan setupPlan, arg
 	if err := m.setMode(e.fd, plan, args); err != nil {
 		return err
 	}
+	v.hook.At(testhook.SetUpDirCreated, m.dir)
 	meta := &Metadata{Medium: mountdetect.MediumDefault, SizeLimit: m.source.SizeLimit}
 	if m.plugin.quotas != nil {
 		meta.QuotaProjectID, err = m.plugin.quotas.Assign(m.dir, m.source.SizeLimit)
@@ -138,10 +141,12 @@ func (m *mounter) setUpDir(logger klog.Logger, v *podVolume, plan setupPlan, arg
 		if err != nil {
 			return fmt.Errorf("assign quota: %w", err)
 		}
+		v.hook.At(testhook.SetUpQuotaAssigned, m.dir)
 	}
 	if err := v.writeMeta(meta); err != nil {
 		return fmt.Errorf("record metadata: %w", err)
 	}
+	v.hook.At(testhook.SetUpMetadataWritten, m.dir)
 	return nil
 }
 
@@ -200,6 +205,9 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 		e.close()
 		return err
 	}
+	if !e.mi.root {
+		v.hook.At(testhook.SetUpDirCreated, m.dir)
+	}
 	if e.mi.root {
 		defer e.close()
 		if old != nil && old.Medium == plan.medium {
@@ -227,6 +235,7 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 		if err != nil {
 			return fmt.Errorf("mount %s on %s (options %v): %w", fstype, m.dir, opts, err)
 		}
+		v.hook.At(testhook.SetUpMounted, m.dir)
 		top, err := v.openEntry()
 		defer top.close()
 		if err != nil {
@@ -239,6 +248,7 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 		if err := v.writeMeta(meta); err != nil {
 			return fmt.Errorf("record metadata: %w", err)
 		}
+		v.hook.At(testhook.SetUpMetadataWritten, m.dir)
 		if top.kind == entryDir {
 			return m.setMode(top.fd, plan, args)
 		}
@@ -259,6 +269,7 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 		e.close()
 		return fmt.Errorf("record metadata: %w", err)
 	}
+	v.hook.At(testhook.SetUpMetadataWritten, m.dir)
 	err = fsat.Retry(func() error {
 		return unix.MoveMount(mnt, "", e.fd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
 	})
@@ -266,6 +277,7 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 	if err != nil {
 		return fmt.Errorf("attach %s to %s: %w", fstype, m.dir, &os.PathError{Op: "move_mount", Path: m.dir, Err: err})
 	}
+	v.hook.At(testhook.SetUpMounted, m.dir)
 	top, err := v.openEntry()
 	defer top.close()
 	if err != nil {

@@ -8,13 +8,10 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/nodevol/nodevol/internal/testhook"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
-
-// testHookBeforeUnmount, when set by a test, runs between the last check
-// of the volume's mount and umount2: the window the package documents.
-var testHookBeforeUnmount func()
 
 func (p *Plugin) planTearDown(podUID, vol string, tab *mountdetect.MountTable) (Plan, error) {
 	dir, metaDir, err := p.paths(podUID, vol)
@@ -215,9 +212,11 @@ func (p *Plugin) tearDown(ctx context.Context, podUID, vol string) (Plan, error)
 			return plan, fail(volume.Uncertain, err)
 		}
 		logger.V(2).Info("Unmounted emptyDir", "fsType", plan.Info.FSType)
+		v.hook.At(testhook.TearDownUnmounted, dir)
 		if err := v.removeTree(); err != nil {
 			return plan, fail(volume.Transient, err)
 		}
+		v.hook.At(testhook.TearDownRemoved, dir)
 	case ActionRemove, ActionNone:
 		// ActionNone too: the directory is gone (removed by hand, or a
 		// crash), but the metadata is the last record of its project ID;
@@ -229,16 +228,19 @@ func (p *Plugin) tearDown(ctx context.Context, podUID, vol string) (Plan, error)
 			if err := p.quotas.Clear(dir); err != nil {
 				return plan, fail(volume.Transient, fmt.Errorf("clear quota project %d: %w", plan.Meta.QuotaProjectID, err))
 			}
+			v.hook.At(testhook.TearDownQuotaCleared, dir)
 		}
 		if plan.Action == ActionRemove {
 			if err := v.removeTree(); err != nil {
 				return plan, fail(volume.Transient, err)
 			}
+			v.hook.At(testhook.TearDownRemoved, dir)
 		}
 	}
 	if err := v.removeMetadata(); err != nil {
 		return plan, fail(volume.Transient, fmt.Errorf("remove metadata: %w", err))
 	}
+	v.hook.At(testhook.TearDownDone, dir)
 	logger.V(2).Info("emptyDir torn down", "action", plan.Action)
 	return plan, nil
 }
@@ -266,9 +268,8 @@ func (v *podVolume) unmount(plan Plan) error {
 		plan.Mounts = []mountdetect.Mount{{MountPoint: v.dir}}
 		return plan.refusal()
 	}
-	if testHookBeforeUnmount != nil {
-		testHookBeforeUnmount()
-	}
+	// The window the package documents, for tests to act in.
+	v.hook.At(testhook.TearDownBeforeUnmount, v.dir)
 	target := v.vols.ProcPath(v.name)
 	if err := unix.Unmount(target, unix.UMOUNT_NOFOLLOW); err != nil {
 		// Nothing was unmounted: EBUSY (still in use; never detached
@@ -304,7 +305,11 @@ func (v *podVolume) removeTree() error {
 	if v.vols == nil {
 		return nil
 	}
-	err := mountdetect.RemoveAllAt(v.vols.Fd(), v.name, v.dir)
+	var opts []mountdetect.Option
+	if v.hook != nil {
+		opts = append(opts, mountdetect.WithTestHook(v.hook))
+	}
+	err := mountdetect.RemoveAllAt(v.vols.Fd(), v.name, v.dir, opts...)
 	var crossing *mountdetect.CrossesMountError
 	if errors.As(err, &crossing) {
 		return &RefusedError{Plan: Plan{Path: v.dir, Action: ActionRefuse, Mounts: crossing.Mounts, Reason: "a mount appeared beneath the volume"}, Err: err}

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodevol/nodevol/internal/fsat"
+	"github.com/nodevol/nodevol/internal/testhook"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -33,6 +34,8 @@ type podVolume struct {
 	vols       *fsat.Dir // <pod>/volumes/kubernetes.io~empty-dir; nil when missing
 	metaParent *fsat.Dir // <pod>/plugins/kubernetes.io~empty-dir; nil when missing
 	meta       *fsat.Dir // <metaParent>/<volume>; nil when missing
+
+	hook testhook.Hook // the plugin's crash points (tests only)
 }
 
 // openVolume opens what exists of the volume's directories; with create
@@ -46,7 +49,7 @@ func (p *Plugin) openVolume(podUID, vol string, create bool) (_ *podVolume, err 
 	if err != nil {
 		return nil, err
 	}
-	v := &podVolume{name: vol, dir: dir, metaDir: metaDir}
+	v := &podVolume{name: vol, dir: dir, metaDir: metaDir, hook: p.hook}
 	defer func() {
 		if err != nil {
 			v.Close()
