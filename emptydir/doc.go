@@ -48,7 +48,10 @@
 // # SetUp
 //
 //   - Default: a directory with mode 0777 (01777 with StickyBit), whatever
-//     the umask; refused when something is mounted on it;
+//     the umask; refused when something is mounted on it. With a quota
+//     manager, nodevol.json says a project is being assigned before
+//     Assign is called, and the project ID once it returns: no instant
+//     leaves a project in the bookkeeping files that no record names;
 //   - Memory: a tmpfs whose size= is the smallest positive of the node's
 //     allocatable memory, the pod's memory limit and the volume's
 //     sizeLimit, with noswap on Linux 6.3 and later;
@@ -110,8 +113,9 @@
 //     regular files), or a recorded quota project without a quota manager:
 //     an error before anything changes, since the teardown could not
 //     finish;
-//   - Default: the quota (if one was assigned) is cleared — an error is
-//     returned, not logged — then the tree is removed with
+//   - Default: the quota (if one was assigned, or SetUp stopped while
+//     assigning one) is cleared by path — an error is returned, not
+//     logged — then the tree is removed with
 //     mountdetect.RemoveAllAt, which stops at mounts that appear meanwhile;
 //     the metadata goes last.
 //

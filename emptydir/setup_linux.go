@@ -131,6 +131,13 @@ func (m *mounter) setUpDir(logger klog.Logger, v *podVolume, plan setupPlan, arg
 	v.hook.At(testhook.SetUpDirCreated, m.dir)
 	meta := &Metadata{Medium: mountdetect.MediumDefault, SizeLimit: m.source.SizeLimit}
 	if m.plugin.quotas != nil {
+		// Recorded before Assign: from the moment the bookkeeping files
+		// may name the directory until its ID is recorded, the record
+		// says a project may exist, and TearDown clears it by path.
+		if err := v.writeMeta(&Metadata{Medium: meta.Medium, SizeLimit: meta.SizeLimit, QuotaPending: true}); err != nil {
+			return fmt.Errorf("record metadata: %w", err)
+		}
+		v.hook.At(testhook.SetUpQuotaIntent, m.dir)
 		meta.QuotaProjectID, err = m.plugin.quotas.Assign(m.dir, m.source.SizeLimit)
 		if errors.Is(err, errors.ErrUnsupported) {
 			// No project quotas on this filesystem: usage is measured by
@@ -139,6 +146,8 @@ func (m *mounter) setUpDir(logger klog.Logger, v *podVolume, plan setupPlan, arg
 			meta.QuotaProjectID, err = 0, nil
 		}
 		if err != nil {
+			// The pending record stays: TearDown clears whatever Assign
+			// left.
 			return fmt.Errorf("assign quota: %w", err)
 		}
 		v.hook.At(testhook.SetUpQuotaAssigned, m.dir)

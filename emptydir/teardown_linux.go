@@ -224,9 +224,9 @@ func (p *Plugin) tearDown(ctx context.Context, podUID, vol string) (Plan, error)
 		// bookkeeping files forever (Clear of a missing directory only
 		// undoes the bookkeeping).
 		// (Without a quota manager, stop has refused already.)
-		if plan.Meta != nil && plan.Meta.QuotaProjectID != 0 {
+		if plan.Meta.hasQuota() {
 			if err := p.quotas.Clear(dir); err != nil {
-				return plan, fail(volume.Transient, fmt.Errorf("clear quota project %d: %w", plan.Meta.QuotaProjectID, err))
+				return plan, fail(volume.Transient, fmt.Errorf("clear %s: %w", plan.Meta.describeQuota(), err))
 			}
 			v.hook.At(testhook.TearDownQuotaCleared, dir)
 		}
