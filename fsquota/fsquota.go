@@ -86,7 +86,7 @@ func WithFirstID(id uint32) Option { return optionFunc(func(m *Manager) { m.firs
 func WithMaxProbes(n int) Option { return optionFunc(func(m *Manager) { m.maxProbes = n }) }
 
 // WithTestHook makes Assign and Clear call h at their crash points
-// (testhook.QuotaRecorded, testhook.QuotaUntagged), for nodevol's crash
+// (testhook.QuotaRecorded, QuotaLimited, QuotaUntagged), for nodevol's crash
 // tests. Its parameter's type is internal to this module: elsewhere only
 // nil can be passed, which changes nothing.
 func WithTestHook(h testhook.Hook) Option { return optionFunc(func(m *Manager) { m.hook = h }) }

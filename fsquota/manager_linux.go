@@ -248,6 +248,7 @@ func (m *Manager) assign(path string, limitBytes int64) (uint32, error) {
 	if err := m.quota().setLimit(r, id, hard); err != nil {
 		return 0, m.quotaErr(r, "set limit", id, err)
 	}
+	m.hook.At(testhook.QuotaLimited, path)
 	if err := setFdProjectID(r.fd, true, id); err != nil {
 		return 0, &ProjectError{Op: "assign", Path: path, ProjectID: id, Err: setFsxattrErr(r.fd, path, err)}
 	}

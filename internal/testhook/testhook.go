@@ -64,6 +64,9 @@ const (
 	// QuotaRecorded: Assign wrote both bookkeeping files; the limit and
 	// the directory's project ID are not set yet.
 	QuotaRecorded Point = "quota-recorded"
+	// QuotaLimited: Assign set the project's limit; the directory does
+	// not carry the project ID yet.
+	QuotaLimited Point = "quota-limited"
 	// QuotaUntagged: Clear removed the limit and the directory's project
 	// ID; the bookkeeping files still name the project.
 	QuotaUntagged Point = "quota-untagged"
