@@ -224,7 +224,9 @@ func newWorld(t *testing.T, ctx context.Context, c crashCase, hook testhook.Hook
 	w := &crashWorld{c: c, layout: l, quotas: fsquota.New(qopts...), metrics: prometheus.NewRegistry()}
 	w.plugin = New(volume.NewHost(l, nil, 8<<30), WithQuotas(w.quotas))
 	w.plugin.hook = hook
-	logger, _ := ktesting.NewTestContext(t)
+	// V(2): set-ups, teardowns, reconstruction, pod directories removed
+	// and every failure; the quota VM's serial console is slow.
+	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.Verbosity(2)))
 	w.mgr, err = reconciler.New(reconciler.Options{Root: c.Root, Plugins: []volume.Plugin{w.plugin}, Logger: &logger, Registerer: w.metrics})
 	if err != nil {
 		t.Fatal(err)
