@@ -66,8 +66,12 @@
 // mount attached onto the open volume directory (move_mount): there is no
 // moment at which the volume's mount is visible without a record. With a
 // custom volume.SystemMounter the mount is made by path (/proc/self/fd/N,
-// the open directory) with the same kind of source and recorded right
-// after.
+// the open directory, so the mounter must mount in this process: the
+// name means nothing to a mount(8) it runs, as k8s.io/mount-utils' real
+// mounter does) with the same kind of source; its source, type and the
+// directory under it are recorded as pending before the mount is made,
+// its IDs right after. A mount found under a pending record (a crash in
+// between) is proven by its source alone and its IDs recorded then.
 //
 // The record is in the pod directory, so whoever can write there can
 // forge it. What proves a mount is therefore the mount itself: it must be
@@ -80,8 +84,10 @@
 // takes mounting in the host's namespace and predicting the bind's
 // unique mount ID, and gives no more than that access gives anyway
 // (SetUp would set the mode of that volume's root; nothing is removed
-// from it). Never a share, another plugin's volume or the kubelet's own
-// mounts, whose sources are not nodevol's. A mount found on the directory
+// from it). A forged pending record spares the forger predicting the
+// mount ID, not mounting in the host's namespace. Never a share, another
+// plugin's volume or the kubelet's own mounts, whose sources are not
+// nodevol's. A mount found on the directory
 // that this does not prove is never adopted by SetUp, unmounted, measured
 // or asked anything.
 //

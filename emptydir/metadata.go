@@ -58,6 +58,14 @@ type MountRecord struct {
 	// shows again, or nothing is removed.
 	DirDev uint64 `json:"dirDev,omitempty"`
 	DirIno uint64 `json:"dirIno,omitempty"`
+	// Pending says the mount was being made by the embedder's mounter
+	// (volume.SystemMounter), which mounts by path: its IDs are not
+	// known, only its random Source, written before the mount is made.
+	// A mount on the directory then proves to be this one by that source
+	// alone (a single tmpfs or hugetlbfs carrying it); SetUp records its
+	// IDs when it finds it, TearDown holds it to the IDs it sees while
+	// checking it.
+	Pending bool `json:"pending,omitempty"`
 }
 
 // UnmarshalJSON reads Medium from its name.
@@ -104,7 +112,7 @@ func parseMetadata(b []byte, path string) (*Metadata, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("parse %s: %w", path, err)
 	}
-	if m.Medium != mountdetect.MediumDefault && m.Mount != nil && m.Mount.ID == 0 && m.Mount.UniqueID == 0 {
+	if m.Medium != mountdetect.MediumDefault && m.Mount != nil && m.Mount.ID == 0 && m.Mount.UniqueID == 0 && !m.Mount.Pending {
 		return nil, fmt.Errorf("parse %s: a mount record without a mount ID", path)
 	}
 	return &m, nil

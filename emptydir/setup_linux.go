@@ -91,6 +91,9 @@ func (m *mounter) inPlace(v *podVolume, plan setupPlan, meta *Metadata) (bool, e
 	if !e.mi.root || meta == nil || meta.Medium != plan.medium || (plan.medium == mountdetect.MediumHugePages && meta.HugePageSize != plan.pageSize) {
 		return false, nil
 	}
+	if meta.Mount != nil && meta.Mount.Pending {
+		return false, nil // not until setUpMount has recorded its IDs
+	}
 	return recordedMountOn(e, m.dir, meta.Mount)
 }
 
@@ -226,6 +229,16 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 			}
 			if ours {
 				logger.V(2).Info("Already mounted", "fsType", fstype)
+				if old.Mount.Pending {
+					// A SetUp through the embedder's mounter stopped
+					// between the mount and recording its identity.
+					pinned := *old
+					rec := old.Mount.pin(e.mi)
+					pinned.Mount = &rec
+					if err := v.writeMeta(&pinned); err != nil {
+						return fmt.Errorf("record metadata: %w", err)
+					}
+				}
 				return m.setMode(e.fd, plan, args)
 			}
 		}
@@ -238,7 +251,18 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 	}
 	if sm := m.plugin.host.Mounter(); sm != nil {
 		// A mounter of the embedder's: it gets the directory as the magic
-		// link of its descriptor, and the mount is recorded after the fact.
+		// link of its descriptor, so the mount's IDs are known only after
+		// it. Its source is known before: the record says the mount is
+		// pending before it is made, so that a crash in between leaves a
+		// mount the record proves by that source (see MountRecord.Pending),
+		// never one nothing records.
+		pending := &MountRecord{FSType: fstype, Source: source, DirDev: under.Dev, DirIno: under.Ino, Pending: true}
+		meta.Mount = pending
+		if err := v.writeMeta(meta); err != nil {
+			e.close()
+			return fmt.Errorf("record metadata: %w", err)
+		}
+		v.hook.At(testhook.SetUpMetadataWritten, m.dir)
 		err := sm.Mount(source, "/proc/self/fd/"+strconv.Itoa(e.fd), fstype, opts)
 		e.close()
 		if err != nil {
@@ -250,14 +274,22 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 		if err != nil {
 			return err
 		}
+		meta.Mount = nil
 		if top.kind == entryDir && top.mi.root {
-			meta.Mount = &MountRecord{UniqueID: top.mi.uniqueID, ID: top.mi.id, Dev: top.mi.dev, FSType: fstype, Source: source,
-				DirDev: under.Dev, DirIno: under.Ino}
+			ours, err := recordedMountOn(top, m.dir, pending)
+			if err != nil {
+				return err
+			}
+			if !ours {
+				return fmt.Errorf("after mounting %s (source %s) on %s, the directory shows something else (%s)", fstype, source, m.dir, top.mi.describe())
+			}
+			rec := pending.pin(top.mi)
+			meta.Mount = &rec
 		}
 		if err := v.writeMeta(meta); err != nil {
 			return fmt.Errorf("record metadata: %w", err)
 		}
-		v.hook.At(testhook.SetUpMetadataWritten, m.dir)
+		v.hook.At(testhook.SetUpMountRecorded, m.dir)
 		if top.kind == entryDir {
 			return m.setMode(top.fd, plan, args)
 		}

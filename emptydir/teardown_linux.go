@@ -132,6 +132,14 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		return refuse(fmt.Sprintf("%s is mounted on the volume directory itself (%s), but it is not the mount SetUp made (%s)",
 			what, e.mi.describe(), p.Meta.Mount.describe()), at)
 	}
+	if p.Meta.Mount.Pending {
+		// Proven by its source alone: the checks around umount2 hold it
+		// to the IDs seen now.
+		meta := *p.Meta
+		rec := p.Meta.Mount.pin(e.mi)
+		meta.Mount = &rec
+		p.Meta = &meta
+	}
 	// Proven the volume's own tmpfs or hugetlbfs: now it may be asked.
 	if info, err := tab.DetectFile(e.fd, v.dir); err == nil {
 		p.Info = info

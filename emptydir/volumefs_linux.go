@@ -264,7 +264,10 @@ func identify(dirfd int, name string) (mountIdentity, error) {
 // tmpfs or hugetlbfs created with that name, which holds nobody's data
 // but its creator's. The mount ID must match too: the unique one where
 // the kernel has unique IDs (a record without one is not accepted then),
-// else the classic ID and the device.
+// else the classic ID and the device — except in a pending record
+// (written before an embedder's mounter made the mount, which a crash
+// interrupted before its IDs were recorded), where the source is all
+// there is.
 func (rec *MountRecord) provenBy(mi mountIdentity, fsType, source string) bool {
 	if fsType != "tmpfs" && fsType != "hugetlbfs" {
 		return false // SetUp makes nothing else; a FUSE or overlay mount may name any source
@@ -272,7 +275,15 @@ func (rec *MountRecord) provenBy(mi mountIdentity, fsType, source string) bool {
 	if !isNodevolSource(rec.Source) || rec.Source != source || rec.FSType != fsType {
 		return false
 	}
-	return rec.sameMount(mi)
+	return rec.Pending || rec.sameMount(mi)
+}
+
+// pin returns the pending record rec completed with the IDs of the mount
+// mi, which has proven to be its mount.
+func (rec *MountRecord) pin(mi mountIdentity) MountRecord {
+	r := *rec
+	r.UniqueID, r.ID, r.Dev, r.Pending = mi.uniqueID, mi.id, mi.dev, false
+	return r
 }
 
 // newSource returns a new random mount source for a filesystem SetUp

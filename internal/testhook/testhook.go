@@ -29,11 +29,16 @@ const (
 	// does not record the ID yet.
 	SetUpQuotaAssigned Point = "setup-quota-assigned"
 	// SetUpMetadataWritten: the metadata is final. For a tmpfs or
-	// hugetlbfs it records the mount, which is not attached yet.
+	// hugetlbfs it records the mount, which is not attached yet (with an
+	// embedder's mounter: not made yet, recorded as pending).
 	SetUpMetadataWritten Point = "setup-metadata-written"
 	// SetUpMounted: the tmpfs or hugetlbfs is attached to the volume
-	// directory; no ready marker yet.
+	// directory; no ready marker yet. With an embedder's mounter the
+	// metadata records the mount as pending (its source, not its IDs).
 	SetUpMounted Point = "setup-mounted"
+	// SetUpMountRecorded: with an embedder's mounter, the mount's IDs are
+	// recorded too; no ready marker yet.
+	SetUpMountRecorded Point = "setup-mount-recorded"
 	// SetUpReady: the ready marker is on disk; SetUp is about to return.
 	SetUpReady Point = "setup-ready"
 
