@@ -71,7 +71,7 @@ const (
 	crashTreeSize = 1020
 	removeAllStop = 300
 
-	crashDeadline = 60 * time.Second // per case: anything longer is a hang
+	crashDeadline = 30 * time.Second // per case (the slowest takes 3.5 s in the quota VM): anything longer is a hang
 )
 
 // crashCase is one crash: where, and what the parent does afterwards.
@@ -84,6 +84,9 @@ type crashCase struct {
 	// NASAppears: after the crash, a share is mounted inside A's
 	// half-removed volume; the new Manager must refuse to tear it down.
 	NASAppears bool
+	// SystemMounter: the host has an embedder's mounter (mount(2) by path,
+	// in this process), which SetUp uses instead of fsmount/move_mount.
+	SystemMounter bool
 
 	Root, Files string // kubelet root; bookkeeping files and stand-in limits
 	FirstID     uint32 // the case's first project ID
@@ -121,6 +124,14 @@ func crashCases() []crashCase {
 			testhook.TearDownRemoved, testhook.TearDownDone},
 		volume.StorageMediumMemory: {testhook.TearDownBeforeUnmount, testhook.TearDownUnmounted, testhook.TearDownRemoved, testhook.TearDownDone},
 	}
+	// With an embedder's mounter: the mount is recorded as pending
+	// before it is made, its IDs after.
+	for _, at := range []testhook.Point{testhook.SetUpDirCreated, testhook.SetUpMetadataWritten, testhook.SetUpMounted,
+		testhook.SetUpMountRecorded, testhook.SetUpReady} {
+		for _, reAdd := range []bool{true, false} {
+			cases = append(cases, crashCase{Medium: volume.StorageMediumMemory, SystemMounter: true, At: at, ReAdd: reAdd})
+		}
+	}
 	for _, medium := range []volume.StorageMedium{volume.StorageMediumDefault, volume.StorageMediumMemory} {
 		for _, at := range setUp[medium] {
 			for _, reAdd := range []bool{true, false} {
@@ -146,11 +157,14 @@ func crashCases() []crashCase {
 	return cases
 }
 
-func mediumName(m volume.StorageMedium) string {
-	if m == volume.StorageMediumDefault {
+func (c crashCase) medium() string {
+	switch {
+	case c.Medium == volume.StorageMediumDefault:
 		return "Default"
+	case c.SystemMounter:
+		return string(c.Medium) + "-SystemMounter"
 	}
-	return string(m)
+	return string(c.Medium)
 }
 
 func TestCrash(t *testing.T) {
@@ -162,7 +176,7 @@ func TestCrash(t *testing.T) {
 	for i, c := range crashCases() {
 		c.FirstID = 3_000_000 + 16*uint32(i) // the VM's kernel keeps limits between cases
 		c.RealQuota = realQuota
-		t.Run(mediumName(c.Medium)+"/"+c.name(), func(t *testing.T) {
+		t.Run(c.medium()+"/"+c.name(), func(t *testing.T) {
 			dir, err := os.MkdirTemp(base, "case-")
 			if err != nil {
 				t.Fatal(err)
@@ -222,7 +236,11 @@ func newWorld(t *testing.T, ctx context.Context, c crashCase, hook testhook.Hook
 		qopts = append(qopts, fsquota.WithTestKernel(&fileKernel{path: filepath.Join(c.Files, "limits.json")}))
 	}
 	w := &crashWorld{c: c, layout: l, quotas: fsquota.New(qopts...), metrics: prometheus.NewRegistry()}
-	w.plugin = New(volume.NewHost(l, nil, 8<<30), WithQuotas(w.quotas))
+	var sm volume.SystemMounter
+	if c.SystemMounter {
+		sm = syscallMounter{}
+	}
+	w.plugin = New(volume.NewHost(l, sm, 8<<30), WithQuotas(w.quotas))
 	w.plugin.hook = hook
 	// V(2): set-ups, teardowns, reconstruction, pod directories removed
 	// and every failure; the quota VM's serial console is slow.
@@ -549,7 +567,15 @@ func checkUsable(t *testing.T, w *crashWorld, dir string) {
 	}
 	isTmpfs := uint32(sfs.Type) == unix.TMPFS_MAGIC
 	if memory := w.c.Medium == volume.StorageMediumMemory; isTmpfs != memory || mounttest.IsMountRoot(t, dir) != memory {
-		t.Errorf("re-added %s volume: tmpfs %v, mount root %v", mediumName(w.c.Medium), isTmpfs, mounttest.IsMountRoot(t, dir))
+		t.Errorf("re-added %s volume: tmpfs %v, mount root %v", w.c.medium(), isTmpfs, mounttest.IsMountRoot(t, dir))
+	}
+	if w.c.Medium == volume.StorageMediumMemory {
+		metaDir, _ := w.layout.PluginVolumeDir(crashPodA, PluginName, crashVolA)
+		md, err := readMetadata(metaDir)
+		mi := identityOf(t, dir)
+		if err != nil || md == nil || md.Mount == nil || md.Mount.Pending || md.Mount.UniqueID != mi.UniqueID || md.Mount.ID != mi.ID || md.Mount.Dev != mi.Dev {
+			t.Errorf("re-added volume's record = %+v, %v; want the identity of its mount, %+v", md, err, mi)
+		}
 	}
 	if w.c.Medium == volume.StorageMediumDefault {
 		id := recordedProject(t, w, crashPodA, crashVolA)
@@ -795,3 +821,14 @@ func (k *fileKernel) SetLimit(id uint32, hard int64) error {
 	defer d.Close()
 	return d.WriteFileAtomic(filepath.Base(k.path), b, 0o644)
 }
+
+// syscallMounter is an embedder's volume.SystemMounter that calls mount(2)
+// in this process. (k8s.io/mount-utils' real mounter runs mount(8), to
+// which SetUp's /proc/self/fd/N target means nothing.)
+type syscallMounter struct{}
+
+func (syscallMounter) Mount(source, target, fstype string, options []string) error {
+	return unix.Mount(source, target, fstype, 0, strings.Join(options, ","))
+}
+
+func (syscallMounter) Unmount(target string) error { return unix.Unmount(target, 0) }
