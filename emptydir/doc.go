@@ -136,6 +136,39 @@
 // after backoff: a refusal, an I/O error), Uncertain (an unmount failed or
 // went wrong) or Final (a configuration that retrying cannot fix).
 //
+// # Crash safety
+//
+// A kubelet killed at any step of SetUp or TearDown leaves a state that
+// the next volume manager finishes: reconstruction finds the volume by its
+// directory, and the next SetUp (pod still wanted) or TearDown (pod gone)
+// completes it from the record.
+//   - The volume directory exists before anything is recorded, and
+//     nodevol.json and the ready marker are written atomically and
+//     durably (temporary file, fsync, rename, fsync of the directory; the
+//     ready marker is an fsynced empty file). The ready marker comes
+//     last.
+//   - The record comes before what it records: a quota project is
+//     recorded as pending before Assign, a tmpfs or hugetlbfs before it is
+//     attached (with an embedder's mounter, as pending, before it is
+//     mounted). No instant leaves a project or a mount of SetUp's that no
+//     record names.
+//   - TearDown undoes before it forgets: the mount is unmounted, or the
+//     quota cleared (by path; clearing twice is harmless), before the
+//     directory is removed, and the metadata goes last. An interrupted
+//     RemoveAll resumes, and still refuses a mount that appeared meanwhile.
+//     A volume whose directory is gone keeps only metadata whose project,
+//     if any, is already cleared.
+//
+// TestCrash kills a child process with SIGKILL at each step (and inside
+// fsquota's Assign and Clear, and after the first, a middle and the last
+// entry of a RemoveAll), starts a new reconciler.Manager on the same root
+// and checks the volume set up or gone, no project left in the
+// bookkeeping or the kernel, no mount left, another pod's NAS intact.
+// hack/quota-vm-test.sh runs the quota cases on a kernel with quotas.
+// A power loss is covered as far as those fsyncs go: the directories
+// SetUp creates are not synced on their own (ext4 and XFS commit them in
+// their journal with the fsyncs that follow; other filesystems may not).
+//
 // # Limits
 //
 //   - Between the last statx and umount2 there is a window no system call
