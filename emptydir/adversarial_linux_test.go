@@ -21,6 +21,7 @@ import (
 
 	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testhook"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -437,7 +438,10 @@ func TestTearDownMountPointSwappedInTheLastWindow(t *testing.T) {
 			}
 		}
 	})
-	testHookBeforeUnmount = func() {
+	e.plugin.hook = func(p testhook.Point, _ string) {
+		if p != testhook.TearDownBeforeUnmount {
+			return
+		}
 		a.Resume()
 		deadline := time.Now().Add(10 * time.Second)
 		for a.Steps() == 0 && time.Now().Before(deadline) {
@@ -448,7 +452,6 @@ func TestTearDownMountPointSwappedInTheLastWindow(t *testing.T) {
 			t.Error("the attacker could not rename the share into the volume's place")
 		}
 	}
-	t.Cleanup(func() { testHookBeforeUnmount = nil })
 	mounttest.Build(t, nas, "file written-on-the-share keep")
 	want["written-on-the-share"] = mounttest.Snapshot(t, share)["written-on-the-share"]
 

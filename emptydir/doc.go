@@ -48,7 +48,10 @@
 // # SetUp
 //
 //   - Default: a directory with mode 0777 (01777 with StickyBit), whatever
-//     the umask; refused when something is mounted on it;
+//     the umask; refused when something is mounted on it. With a quota
+//     manager, nodevol.json says a project is being assigned before
+//     Assign is called, and the project ID once it returns: no instant
+//     leaves a project in the bookkeeping files that no record names;
 //   - Memory: a tmpfs whose size= is the smallest positive of the node's
 //     allocatable memory, the pod's memory limit and the volume's
 //     sizeLimit, with noswap when tmpfs takes it (Linux 6.4, see TmpfsNoswap);
@@ -63,8 +66,12 @@
 // mount attached onto the open volume directory (move_mount): there is no
 // moment at which the volume's mount is visible without a record. With a
 // custom volume.SystemMounter the mount is made by path (/proc/self/fd/N,
-// the open directory) with the same kind of source and recorded right
-// after.
+// the open directory, so the mounter must mount in this process: the
+// name means nothing to a mount(8) it runs, as k8s.io/mount-utils' real
+// mounter does) with the same kind of source; its source, type and the
+// directory under it are recorded as pending before the mount is made,
+// its IDs right after. A mount found under a pending record (a crash in
+// between) is proven by its source alone and its IDs recorded then.
 //
 // The record is in the pod directory, so whoever can write there can
 // forge it. What proves a mount is therefore the mount itself: it must be
@@ -77,8 +84,10 @@
 // takes mounting in the host's namespace and predicting the bind's
 // unique mount ID, and gives no more than that access gives anyway
 // (SetUp would set the mode of that volume's root; nothing is removed
-// from it). Never a share, another plugin's volume or the kubelet's own
-// mounts, whose sources are not nodevol's. A mount found on the directory
+// from it). A forged pending record spares the forger predicting the
+// mount ID, not mounting in the host's namespace. Never a share, another
+// plugin's volume or the kubelet's own mounts, whose sources are not
+// nodevol's. A mount found on the directory
 // that this does not prove is never adopted by SetUp, unmounted, measured
 // or asked anything.
 //
@@ -110,8 +119,9 @@
 //     regular files), or a recorded quota project without a quota manager:
 //     an error before anything changes, since the teardown could not
 //     finish;
-//   - Default: the quota (if one was assigned) is cleared — an error is
-//     returned, not logged — then the tree is removed with
+//   - Default: the quota (if one was assigned, or SetUp stopped while
+//     assigning one) is cleared by path — an error is returned, not
+//     logged — then the tree is removed with
 //     mountdetect.RemoveAllAt, which stops at mounts that appear meanwhile;
 //     the metadata goes last.
 //
@@ -125,6 +135,39 @@
 // Errors are *volume.OperationError values classified Transient (retry
 // after backoff: a refusal, an I/O error), Uncertain (an unmount failed or
 // went wrong) or Final (a configuration that retrying cannot fix).
+//
+// # Crash safety
+//
+// A kubelet killed at any step of SetUp or TearDown leaves a state that
+// the next volume manager finishes: reconstruction finds the volume by its
+// directory, and the next SetUp (pod still wanted) or TearDown (pod gone)
+// completes it from the record.
+//   - The volume directory exists before anything is recorded, and
+//     nodevol.json and the ready marker are written atomically and
+//     durably (temporary file, fsync, rename, fsync of the directory; the
+//     ready marker is an fsynced empty file). The ready marker comes
+//     last.
+//   - The record comes before what it records: a quota project is
+//     recorded as pending before Assign, a tmpfs or hugetlbfs before it is
+//     attached (with an embedder's mounter, as pending, before it is
+//     mounted). No instant leaves a project or a mount of SetUp's that no
+//     record names.
+//   - TearDown undoes before it forgets: the mount is unmounted, or the
+//     quota cleared (by path; clearing twice is harmless), before the
+//     directory is removed, and the metadata goes last. An interrupted
+//     RemoveAll resumes, and still refuses a mount that appeared meanwhile.
+//     A volume whose directory is gone keeps only metadata whose project,
+//     if any, is already cleared.
+//
+// TestCrash kills a child process with SIGKILL at each step (and inside
+// fsquota's Assign and Clear, and after the first, a middle and the last
+// entry of a RemoveAll), starts a new reconciler.Manager on the same root
+// and checks the volume set up or gone, no project left in the
+// bookkeeping or the kernel, no mount left, another pod's NAS intact.
+// hack/quota-vm-test.sh runs the quota cases on a kernel with quotas.
+// A power loss is covered as far as those fsyncs go: the directories
+// SetUp creates are not synced on their own (ext4 and XFS commit them in
+// their journal with the fsyncs that follow; other filesystems may not).
 //
 // # Limits
 //

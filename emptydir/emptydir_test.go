@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodevol/nodevol/fsquota"
 	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testhook"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -301,9 +302,10 @@ func TestReleaseAtLeast(t *testing.T) {
 }
 
 type fakeQuotas struct {
-	assigned map[string]uint32
-	clearErr error
-	cleared  []string
+	assigned  map[string]uint32
+	assignErr error // returned by Assign after it recorded the path
+	clearErr  error
+	cleared   []string
 }
 
 func (f *fakeQuotas) Assign(path string, limit int64) (uint32, error) {
@@ -311,7 +313,7 @@ func (f *fakeQuotas) Assign(path string, limit int64) (uint32, error) {
 		f.assigned = map[string]uint32{}
 	}
 	f.assigned[path] = 1048577
-	return 1048577, nil
+	return 1048577, f.assignErr
 }
 func (f *fakeQuotas) Clear(path string) error {
 	if f.clearErr != nil {
@@ -442,6 +444,72 @@ func TestQuotaClearedWhenDirectoryGone(t *testing.T) {
 	}
 	if _, err := os.Lstat(e.metaDir(t, "cache")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("metadata directory left: %v", err)
+	}
+}
+
+// TestQuotaAssignedBeforeRecordIsCleared: SetUp records that it is
+// assigning a project before it calls Assign, so a SetUp that stops after
+// Assign touched the bookkeeping but before the ID was recorded — a crash
+// (here a panic at the crash point), or Assign failing half-way — leaves
+// a record from which TearDown clears the project, and without a quota
+// manager TearDown refuses instead of leaking it.
+func TestQuotaAssignedBeforeRecordIsCleared(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		stop func(t *testing.T, e *env, q *fakeQuotas, m volume.Mounter)
+	}{
+		{"crash after Assign", func(t *testing.T, e *env, q *fakeQuotas, m volume.Mounter) {
+			e.plugin.hook = func(p testhook.Point, _ string) {
+				if p == testhook.SetUpQuotaAssigned {
+					panic(p)
+				}
+			}
+			func() {
+				defer func() {
+					if r := recover(); r != testhook.SetUpQuotaAssigned {
+						t.Fatalf("SetUp ended with %v; want the crash point %s reached", r, testhook.SetUpQuotaAssigned)
+					}
+				}()
+				_ = m.SetUp(e.ctx, volume.MounterArgs{})
+			}()
+			e.plugin.hook = nil
+		}},
+		{"Assign fails after recording", func(t *testing.T, e *env, q *fakeQuotas, m volume.Mounter) {
+			q.assignErr = errors.New("write /etc/projid: EIO")
+			if err := m.SetUp(e.ctx, volume.MounterArgs{}); err == nil || !strings.Contains(err.Error(), "EIO") {
+				t.Fatalf("SetUp = %v; want the Assign error", err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := &fakeQuotas{}
+			root := t.TempDir()
+			e := newEnv(t, root, nil, WithQuotas(q))
+			pod := e.pod(volume.Spec{Name: "cache", EmptyDir: &volume.EmptyDirSource{SizeLimit: 1 << 20}})
+			m, err := e.plugin.NewMounter(pod.Volume("cache"), pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.stop(t, e, q, m)
+			if q.assigned[m.Path()] == 0 {
+				t.Fatalf("Assign was not called: %v", q.assigned)
+			}
+			if md, err := readMetadata(e.metaDir(t, "cache")); err != nil || md == nil || !md.QuotaPending || isReady(e.metaDir(t, "cache")) {
+				t.Fatalf("after the stop: metadata %+v, %v, ready %v; want a pending quota recorded and no ready marker", md, err, isReady(e.metaDir(t, "cache")))
+			}
+			// Without a quota manager the project cannot be cleared: refused.
+			if err := newEnv(t, root, nil).tearDown("cache"); err == nil || volume.KindOf(err) != volume.Final || !strings.Contains(err.Error(), "refusing to leak it") {
+				t.Errorf("TearDown without a quota manager = %v; want a final refusal", err)
+			}
+			if err := e.tearDown("cache"); err != nil {
+				t.Fatal(err)
+			}
+			if len(q.cleared) != 1 || q.cleared[0] != m.Path() {
+				t.Errorf("cleared %v; want %s: a project assigned but not yet recorded is leaked", q.cleared, m.Path())
+			}
+			mustNotExist(t, m.Path())
+			mustNotExist(t, e.metaDir(t, "cache"))
+		})
 	}
 }
 

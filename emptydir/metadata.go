@@ -28,6 +28,13 @@ type Metadata struct {
 	SizeBytes      int64              `json:"sizeBytes,omitempty"` // the tmpfs size= SetUp chose
 	HugePageSize   int64              `json:"hugePageSize,omitempty"`
 	QuotaProjectID uint32             `json:"quotaProjectID,omitempty"`
+	// QuotaPending says SetUp is asking the quota manager for a project
+	// for the volume directory and has not recorded the answer. It is
+	// written before Assign, so that a crash after Assign recorded the
+	// project in the bookkeeping files, or tagged the directory, cannot
+	// leave a project that no record names: TearDown clears the
+	// directory's quota whenever it is set (Clear needs only the path).
+	QuotaPending bool `json:"quotaPending,omitempty"`
 	// Mount is the identity of the tmpfs or hugetlbfs SetUp mounted on the
 	// volume directory (nil for the Default medium). It is recorded before
 	// the mount is attached, so a crash cannot leave a mount of SetUp's
@@ -51,6 +58,14 @@ type MountRecord struct {
 	// shows again, or nothing is removed.
 	DirDev uint64 `json:"dirDev,omitempty"`
 	DirIno uint64 `json:"dirIno,omitempty"`
+	// Pending says the mount was being made by the embedder's mounter
+	// (volume.SystemMounter), which mounts by path: its IDs are not
+	// known, only its random Source, written before the mount is made.
+	// A mount on the directory then proves to be this one by that source
+	// alone (a single tmpfs or hugetlbfs carrying it); SetUp records its
+	// IDs when it finds it, TearDown holds it to the IDs it sees while
+	// checking it.
+	Pending bool `json:"pending,omitempty"`
 }
 
 // UnmarshalJSON reads Medium from its name.
@@ -77,13 +92,27 @@ func (m *Metadata) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// hasQuota reports whether m records a quota project TearDown must clear:
+// an assigned one, or one SetUp was assigning when it stopped.
+func (m *Metadata) hasQuota() bool {
+	return m != nil && (m.QuotaProjectID != 0 || m.QuotaPending)
+}
+
+// describeQuota names the recorded quota project for messages.
+func (m *Metadata) describeQuota() string {
+	if m.QuotaProjectID != 0 {
+		return fmt.Sprintf("quota project %d", m.QuotaProjectID)
+	}
+	return "a quota project SetUp was assigning when it stopped"
+}
+
 // parseMetadata decodes nodevol.json; path is for the error message.
 func parseMetadata(b []byte, path string) (*Metadata, error) {
 	var m Metadata
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("parse %s: %w", path, err)
 	}
-	if m.Medium != mountdetect.MediumDefault && m.Mount != nil && m.Mount.ID == 0 && m.Mount.UniqueID == 0 {
+	if m.Medium != mountdetect.MediumDefault && m.Mount != nil && m.Mount.ID == 0 && m.Mount.UniqueID == 0 && !m.Mount.Pending {
 		return nil, fmt.Errorf("parse %s: a mount record without a mount ID", path)
 	}
 	return &m, nil

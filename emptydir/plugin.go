@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/nodevol/nodevol/fsquota"
+	"github.com/nodevol/nodevol/internal/testhook"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -29,6 +30,9 @@ type Quotas interface {
 type Plugin struct {
 	host   volume.Host
 	quotas Quotas
+	// hook is called at SetUp's and TearDown's crash points (and passed
+	// on to RemoveAll); set by this package's tests only.
+	hook testhook.Hook
 }
 
 var (

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/internal/fsat"
+	"github.com/nodevol/nodevol/internal/testhook"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -71,6 +72,7 @@ func (m *mounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
 	if err := v.setReady(); err != nil {
 		return m.setUpErr(volume.Transient, fmt.Errorf("write ready marker: %w", err))
 	}
+	v.hook.At(testhook.SetUpReady, m.dir)
 	logger.V(2).Info("emptyDir set up", "medium", plan.medium, "size", plan.size, "hugePageSize", plan.pageSize)
 	return nil
 }
@@ -88,6 +90,9 @@ func (m *mounter) inPlace(v *podVolume, plan setupPlan, meta *Metadata) (bool, e
 	}
 	if !e.mi.root || meta == nil || meta.Medium != plan.medium || (plan.medium == mountdetect.MediumHugePages && meta.HugePageSize != plan.pageSize) {
 		return false, nil
+	}
+	if meta.Mount != nil && meta.Mount.Pending {
+		return false, nil // not until setUpMount has recorded its IDs
 	}
 	return recordedMountOn(e, m.dir, meta.Mount)
 }
@@ -126,8 +131,16 @@ func (m *mounter) setUpDir(logger klog.Logger, v *podVolume, plan setupPlan, arg
 	if err := m.setMode(e.fd, plan, args); err != nil {
 		return err
 	}
+	v.hook.At(testhook.SetUpDirCreated, m.dir)
 	meta := &Metadata{Medium: mountdetect.MediumDefault, SizeLimit: m.source.SizeLimit}
 	if m.plugin.quotas != nil {
+		// Recorded before Assign: from the moment the bookkeeping files
+		// may name the directory until its ID is recorded, the record
+		// says a project may exist, and TearDown clears it by path.
+		if err := v.writeMeta(&Metadata{Medium: meta.Medium, SizeLimit: meta.SizeLimit, QuotaPending: true}); err != nil {
+			return fmt.Errorf("record metadata: %w", err)
+		}
+		v.hook.At(testhook.SetUpQuotaIntent, m.dir)
 		meta.QuotaProjectID, err = m.plugin.quotas.Assign(m.dir, m.source.SizeLimit)
 		if errors.Is(err, errors.ErrUnsupported) {
 			// No project quotas on this filesystem: usage is measured by
@@ -136,12 +149,16 @@ func (m *mounter) setUpDir(logger klog.Logger, v *podVolume, plan setupPlan, arg
 			meta.QuotaProjectID, err = 0, nil
 		}
 		if err != nil {
+			// The pending record stays: TearDown clears whatever Assign
+			// left.
 			return fmt.Errorf("assign quota: %w", err)
 		}
+		v.hook.At(testhook.SetUpQuotaAssigned, m.dir)
 	}
 	if err := v.writeMeta(meta); err != nil {
 		return fmt.Errorf("record metadata: %w", err)
 	}
+	v.hook.At(testhook.SetUpMetadataWritten, m.dir)
 	return nil
 }
 
@@ -200,6 +217,9 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 		e.close()
 		return err
 	}
+	if !e.mi.root {
+		v.hook.At(testhook.SetUpDirCreated, m.dir)
+	}
 	if e.mi.root {
 		defer e.close()
 		if old != nil && old.Medium == plan.medium {
@@ -209,6 +229,16 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 			}
 			if ours {
 				logger.V(2).Info("Already mounted", "fsType", fstype)
+				if old.Mount.Pending {
+					// A SetUp through the embedder's mounter stopped
+					// between the mount and recording its identity.
+					pinned := *old
+					rec := old.Mount.pin(e.mi)
+					pinned.Mount = &rec
+					if err := v.writeMeta(&pinned); err != nil {
+						return fmt.Errorf("record metadata: %w", err)
+					}
+				}
 				return m.setMode(e.fd, plan, args)
 			}
 		}
@@ -221,24 +251,45 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 	}
 	if sm := m.plugin.host.Mounter(); sm != nil {
 		// A mounter of the embedder's: it gets the directory as the magic
-		// link of its descriptor, and the mount is recorded after the fact.
+		// link of its descriptor, so the mount's IDs are known only after
+		// it. Its source is known before: the record says the mount is
+		// pending before it is made, so that a crash in between leaves a
+		// mount the record proves by that source (see MountRecord.Pending),
+		// never one nothing records.
+		pending := &MountRecord{FSType: fstype, Source: source, DirDev: under.Dev, DirIno: under.Ino, Pending: true}
+		meta.Mount = pending
+		if err := v.writeMeta(meta); err != nil {
+			e.close()
+			return fmt.Errorf("record metadata: %w", err)
+		}
+		v.hook.At(testhook.SetUpMetadataWritten, m.dir)
 		err := sm.Mount(source, "/proc/self/fd/"+strconv.Itoa(e.fd), fstype, opts)
 		e.close()
 		if err != nil {
 			return fmt.Errorf("mount %s on %s (options %v): %w", fstype, m.dir, opts, err)
 		}
+		v.hook.At(testhook.SetUpMounted, m.dir)
 		top, err := v.openEntry()
 		defer top.close()
 		if err != nil {
 			return err
 		}
+		meta.Mount = nil
 		if top.kind == entryDir && top.mi.root {
-			meta.Mount = &MountRecord{UniqueID: top.mi.uniqueID, ID: top.mi.id, Dev: top.mi.dev, FSType: fstype, Source: source,
-				DirDev: under.Dev, DirIno: under.Ino}
+			ours, err := recordedMountOn(top, m.dir, pending)
+			if err != nil {
+				return err
+			}
+			if !ours {
+				return fmt.Errorf("after mounting %s (source %s) on %s, the directory shows something else (%s)", fstype, source, m.dir, top.mi.describe())
+			}
+			rec := pending.pin(top.mi)
+			meta.Mount = &rec
 		}
 		if err := v.writeMeta(meta); err != nil {
 			return fmt.Errorf("record metadata: %w", err)
 		}
+		v.hook.At(testhook.SetUpMountRecorded, m.dir)
 		if top.kind == entryDir {
 			return m.setMode(top.fd, plan, args)
 		}
@@ -259,6 +310,7 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 		e.close()
 		return fmt.Errorf("record metadata: %w", err)
 	}
+	v.hook.At(testhook.SetUpMetadataWritten, m.dir)
 	err = fsat.Retry(func() error {
 		return unix.MoveMount(mnt, "", e.fd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
 	})
@@ -266,6 +318,7 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 	if err != nil {
 		return fmt.Errorf("attach %s to %s: %w", fstype, m.dir, &os.PathError{Op: "move_mount", Path: m.dir, Err: err})
 	}
+	v.hook.At(testhook.SetUpMounted, m.dir)
 	top, err := v.openEntry()
 	defer top.close()
 	if err != nil {

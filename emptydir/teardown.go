@@ -120,8 +120,8 @@ func (p *Plugin) stop(plan *Plan) (volume.FailureKind, error) {
 	if err := plan.refusal(); err != nil {
 		return volume.Transient, err
 	}
-	if plan.Meta != nil && plan.Meta.QuotaProjectID != 0 && p.quotas == nil && plan.Action != ActionUnmountAndRemove {
-		return volume.Final, fmt.Errorf("the volume has quota project %d but no quota manager is configured; refusing to leak it", plan.Meta.QuotaProjectID)
+	if plan.Meta.hasQuota() && p.quotas == nil && plan.Action != ActionUnmountAndRemove {
+		return volume.Final, fmt.Errorf("the volume has %s but no quota manager is configured; refusing to leak it", plan.Meta.describeQuota())
 	}
 	return 0, nil
 }

@@ -8,13 +8,10 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/nodevol/nodevol/internal/testhook"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
-
-// testHookBeforeUnmount, when set by a test, runs between the last check
-// of the volume's mount and umount2: the window the package documents.
-var testHookBeforeUnmount func()
 
 func (p *Plugin) planTearDown(podUID, vol string, tab *mountdetect.MountTable) (Plan, error) {
 	dir, metaDir, err := p.paths(podUID, vol)
@@ -135,6 +132,14 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		return refuse(fmt.Sprintf("%s is mounted on the volume directory itself (%s), but it is not the mount SetUp made (%s)",
 			what, e.mi.describe(), p.Meta.Mount.describe()), at)
 	}
+	if p.Meta.Mount.Pending {
+		// Proven by its source alone: the checks around umount2 hold it
+		// to the IDs seen now.
+		meta := *p.Meta
+		rec := p.Meta.Mount.pin(e.mi)
+		meta.Mount = &rec
+		p.Meta = &meta
+	}
 	// Proven the volume's own tmpfs or hugetlbfs: now it may be asked.
 	if info, err := tab.DetectFile(e.fd, v.dir); err == nil {
 		p.Info = info
@@ -215,9 +220,11 @@ func (p *Plugin) tearDown(ctx context.Context, podUID, vol string) (Plan, error)
 			return plan, fail(volume.Uncertain, err)
 		}
 		logger.V(2).Info("Unmounted emptyDir", "fsType", plan.Info.FSType)
+		v.hook.At(testhook.TearDownUnmounted, dir)
 		if err := v.removeTree(); err != nil {
 			return plan, fail(volume.Transient, err)
 		}
+		v.hook.At(testhook.TearDownRemoved, dir)
 	case ActionRemove, ActionNone:
 		// ActionNone too: the directory is gone (removed by hand, or a
 		// crash), but the metadata is the last record of its project ID;
@@ -225,20 +232,23 @@ func (p *Plugin) tearDown(ctx context.Context, podUID, vol string) (Plan, error)
 		// bookkeeping files forever (Clear of a missing directory only
 		// undoes the bookkeeping).
 		// (Without a quota manager, stop has refused already.)
-		if plan.Meta != nil && plan.Meta.QuotaProjectID != 0 {
+		if plan.Meta.hasQuota() {
 			if err := p.quotas.Clear(dir); err != nil {
-				return plan, fail(volume.Transient, fmt.Errorf("clear quota project %d: %w", plan.Meta.QuotaProjectID, err))
+				return plan, fail(volume.Transient, fmt.Errorf("clear %s: %w", plan.Meta.describeQuota(), err))
 			}
+			v.hook.At(testhook.TearDownQuotaCleared, dir)
 		}
 		if plan.Action == ActionRemove {
 			if err := v.removeTree(); err != nil {
 				return plan, fail(volume.Transient, err)
 			}
+			v.hook.At(testhook.TearDownRemoved, dir)
 		}
 	}
 	if err := v.removeMetadata(); err != nil {
 		return plan, fail(volume.Transient, fmt.Errorf("remove metadata: %w", err))
 	}
+	v.hook.At(testhook.TearDownDone, dir)
 	logger.V(2).Info("emptyDir torn down", "action", plan.Action)
 	return plan, nil
 }
@@ -266,9 +276,8 @@ func (v *podVolume) unmount(plan Plan) error {
 		plan.Mounts = []mountdetect.Mount{{MountPoint: v.dir}}
 		return plan.refusal()
 	}
-	if testHookBeforeUnmount != nil {
-		testHookBeforeUnmount()
-	}
+	// The window the package documents, for tests to act in.
+	v.hook.At(testhook.TearDownBeforeUnmount, v.dir)
 	target := v.vols.ProcPath(v.name)
 	if err := unix.Unmount(target, unix.UMOUNT_NOFOLLOW); err != nil {
 		// Nothing was unmounted: EBUSY (still in use; never detached
@@ -304,7 +313,11 @@ func (v *podVolume) removeTree() error {
 	if v.vols == nil {
 		return nil
 	}
-	err := mountdetect.RemoveAllAt(v.vols.Fd(), v.name, v.dir)
+	var opts []mountdetect.Option
+	if v.hook != nil {
+		opts = append(opts, mountdetect.WithTestHook(v.hook))
+	}
+	err := mountdetect.RemoveAllAt(v.vols.Fd(), v.name, v.dir, opts...)
 	var crossing *mountdetect.CrossesMountError
 	if errors.As(err, &crossing) {
 		return &RefusedError{Plan: Plan{Path: v.dir, Action: ActionRefuse, Mounts: crossing.Mounts, Reason: "a mount appeared beneath the volume"}, Err: err}

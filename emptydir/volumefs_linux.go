@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodevol/nodevol/internal/fsat"
+	"github.com/nodevol/nodevol/internal/testhook"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -33,6 +34,8 @@ type podVolume struct {
 	vols       *fsat.Dir // <pod>/volumes/kubernetes.io~empty-dir; nil when missing
 	metaParent *fsat.Dir // <pod>/plugins/kubernetes.io~empty-dir; nil when missing
 	meta       *fsat.Dir // <metaParent>/<volume>; nil when missing
+
+	hook testhook.Hook // the plugin's crash points (tests only)
 }
 
 // openVolume opens what exists of the volume's directories; with create
@@ -46,7 +49,7 @@ func (p *Plugin) openVolume(podUID, vol string, create bool) (_ *podVolume, err 
 	if err != nil {
 		return nil, err
 	}
-	v := &podVolume{name: vol, dir: dir, metaDir: metaDir}
+	v := &podVolume{name: vol, dir: dir, metaDir: metaDir, hook: p.hook}
 	defer func() {
 		if err != nil {
 			v.Close()
@@ -261,7 +264,10 @@ func identify(dirfd int, name string) (mountIdentity, error) {
 // tmpfs or hugetlbfs created with that name, which holds nobody's data
 // but its creator's. The mount ID must match too: the unique one where
 // the kernel has unique IDs (a record without one is not accepted then),
-// else the classic ID and the device.
+// else the classic ID and the device — except in a pending record
+// (written before an embedder's mounter made the mount, which a crash
+// interrupted before its IDs were recorded), where the source is all
+// there is.
 func (rec *MountRecord) provenBy(mi mountIdentity, fsType, source string) bool {
 	if fsType != "tmpfs" && fsType != "hugetlbfs" {
 		return false // SetUp makes nothing else; a FUSE or overlay mount may name any source
@@ -269,7 +275,15 @@ func (rec *MountRecord) provenBy(mi mountIdentity, fsType, source string) bool {
 	if !isNodevolSource(rec.Source) || rec.Source != source || rec.FSType != fsType {
 		return false
 	}
-	return rec.sameMount(mi)
+	return rec.Pending || rec.sameMount(mi)
+}
+
+// pin returns the pending record rec completed with the IDs of the mount
+// mi, which has proven to be its mount.
+func (rec *MountRecord) pin(mi mountIdentity) MountRecord {
+	r := *rec
+	r.UniqueID, r.ID, r.Dev, r.Pending = mi.uniqueID, mi.id, mi.dev, false
+	return r
 }
 
 // newSource returns a new random mount source for a filesystem SetUp

@@ -28,9 +28,12 @@
 //     found even when the files forgot them); probing is bounded.
 //   - The bookkeeping files are shared safely: an exclusive flock on their
 //     directory serialises every read-modify-write across goroutines and
-//     processes; each file is replaced atomically (temporary file, fsync,
-//     rename, fsync of the directory); symlinks and non-regular files are
-//     refused; lines this package does not understand are kept verbatim.
+//     processes; each file is replaced atomically and durably, keeping
+//     its mode (temporary file, fsync, rename, fsync of the directory: the
+//     writer nodevol uses for all its records), and temporary files a
+//     killed writer left are removed by the next transaction; symlinks and
+//     non-regular files are refused; lines this package does not
+//     understand are kept verbatim.
 //   - An ID a directory only inherited from its parent is never adopted or
 //     released as its own.
 //   - Monitoring-only by default (limits set to none); the Enforce option

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/internal/fsat"
 )
 
 // tx is a locked read-modify-write of both bookkeeping files. The lock is
@@ -21,8 +23,8 @@ type tx struct {
 	projidPath   string
 	projects     *projectsFile
 	projid       *projidFile
-	projectsMode os.FileMode
-	projidMode   os.FileMode
+	projectsMode uint32
+	projidMode   uint32
 }
 
 func (m *Manager) begin() (*tx, error) {
@@ -32,6 +34,12 @@ func (m *Manager) begin() (*tx, error) {
 		return nil, err
 	}
 	t.lock = lock
+	for _, p := range []string{m.projectsFile, m.projidFile} {
+		if err := removeStaleTemps(p); err != nil {
+			lock.Close()
+			return nil, err
+		}
+	}
 	data, mode, err := readRegular(m.projectsFile)
 	if err != nil {
 		lock.Close()
@@ -77,9 +85,10 @@ func lockDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-// readRegular reads path, refusing symlinks and non-regular files. A
-// missing file reads as empty with mode 0.
-func readRegular(path string) ([]byte, os.FileMode, error) {
+// readRegular reads path, refusing symlinks and non-regular files, and
+// returns its mode bits (permissions, setuid, setgid, sticky). A missing
+// file reads as empty with mode 0.
+func readRegular(path string) ([]byte, uint32, error) {
 	fd, err := openNoFollow(path, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, 0, nil
@@ -103,51 +112,63 @@ func readRegular(path string) ([]byte, os.FileMode, error) {
 	if err != nil {
 		return nil, 0, &os.PathError{Op: "read", Path: path, Err: err}
 	}
-	return data, os.FileMode(st.Mode & 0o7777), nil
+	return data, st.Mode & 0o7777, nil
 }
 
-// writeAtomic replaces path with data: a temporary file in the same
-// directory is written, synced and renamed over path, then the directory
-// is synced. Readers see the old or the new content, never a mix. A
-// symlink or non-regular file at path is refused (rename would replace the
-// link itself, but its owner meant something else by it).
-func writeAtomic(path string, data []byte, mode os.FileMode) (err error) {
-	if fi, err := os.Lstat(path); err == nil && !fi.Mode().IsRegular() {
-		return &os.PathError{Op: "replace", Path: path, Err: ErrUnsafeFile}
-	}
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+// writeAtomic replaces path with data through fsat's durable atomic write
+// (temporary file in the same directory, fsync, rename, fsync of the
+// directory): readers see the old or the new content, never a mix, and a
+// crash leaves one of the two. The directory is trusted (it is /etc) and
+// opened once; the entry is checked and replaced relative to it. A symlink
+// or non-regular file at path is refused (rename would replace the link
+// itself, but its owner meant something else by it). mode is applied
+// exactly (permission, setuid, setgid and sticky bits).
+func writeAtomic(path string, data []byte, mode uint32) error {
+	d, name, err := openParent(path)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("write %s: sync directory: %w", path, err)
 	}
 	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("write %s: sync directory: %w", path, err)
+	st, err := d.Lstat(name)
+	switch {
+	case err == nil && st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return &os.PathError{Op: "replace", Path: path, Err: ErrUnsafeFile}
+	case err != nil && !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := d.WriteFileAtomic(name, data, mode); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// openParent opens the trusted directory holding path and returns it with
+// path's last element.
+func openParent(path string) (*fsat.Dir, string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, "", err
+	}
+	d, err := fsat.OpenRoot(filepath.Dir(abs))
+	if err != nil {
+		return nil, "", err
+	}
+	return d, filepath.Base(abs), nil
+}
+
+// removeStaleTemps removes the temporary files an interrupted writeAtomic
+// of path left in its directory (a writer killed between creating one and
+// renaming it). Only under the lock: then no writer is between the two.
+func removeStaleTemps(path string) error {
+	d, name, err := openParent(path)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.EachEntry(func(e fsat.Entry) error {
+		if e.Type == 0 && fsat.IsTempOf(e.Name, name) {
+			return d.Remove(e.Name)
+		}
+		return nil
+	})
 }

@@ -272,3 +272,42 @@ func TestMissingDirectoryForFiles(t *testing.T) {
 		t.Errorf("recordNext with the files' directory missing = %v; want ErrNotExist", err)
 	}
 }
+
+// TestStaleTemporaryFilesRemoved: a writer killed between creating its
+// temporary file and renaming it leaves the file behind; the next
+// transaction (under the lock, so no writer is mid-write) removes it, and
+// nothing else.
+func TestStaleTemporaryFilesRemoved(t *testing.T) {
+	bk := newBookkeeping(t)
+	stale := []string{".projects.tmp-0123456789abcdef", ".projid.tmp-fedcba9876543210"}
+	keep := []string{"projects.bak", ".projects.tmp-123", ".projid.tmp-0123456789abcdeg", "other.tmp-0123456789abcdef"}
+	for _, name := range append(append([]string{}, stale...), keep...) {
+		if err := os.WriteFile(filepath.Join(bk.dir, name), []byte(name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(bk.projects, []byte("# keep\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Chmod(bk.projects, 0o2640); err != nil { // setgid: kept too
+		t.Fatal(err)
+	}
+	m := New(WithProjectsFile(bk.projects), WithProjidFile(bk.projid))
+	if _, err := recordNext(m, "/vol/a"); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range stale {
+		if _, err := os.Lstat(filepath.Join(bk.dir, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("stale temporary file %s: %v; want it removed", name, err)
+		}
+	}
+	for _, name := range keep {
+		if b, err := os.ReadFile(filepath.Join(bk.dir, name)); err != nil || string(b) != name {
+			t.Errorf("%s = %q, %v; want it untouched", name, b, err)
+		}
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(bk.projects, &st); err != nil || st.Mode&0o7777 != 0o2640 {
+		t.Errorf("projects mode after rewrite = %#o, %v; want 02640 kept", st.Mode&0o7777, err)
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"k8s.io/klog/v2"
+
+	"github.com/nodevol/nodevol/internal/testhook"
 )
 
 // Defaults.
@@ -36,7 +38,8 @@ type Manager struct {
 	maxProbes    int
 	nameFor      func(id uint32) string
 
-	backend quotaBackend // the kernel, or a fake in tests
+	backend quotaBackend  // the kernel, or a fake in tests
+	hook    testhook.Hook // crash points for tests; nil otherwise
 
 	mu    sync.Mutex
 	cache map[mountKey]quotaState // positive support answers only
@@ -81,6 +84,26 @@ func WithFirstID(id uint32) Option { return optionFunc(func(m *Manager) { m.firs
 // DefaultMaxProbes by default. IDs recorded in the bookkeeping files are
 // skipped without counting.
 func WithMaxProbes(n int) Option { return optionFunc(func(m *Manager) { m.maxProbes = n }) }
+
+// WithTestHook makes Assign and Clear call h at their crash points
+// (testhook.QuotaRecorded, QuotaLimited, QuotaUntagged), for nodevol's crash
+// tests. Its parameter's type is internal to this module: elsewhere only
+// nil can be passed, which changes nothing.
+func WithTestHook(h testhook.Hook) Option { return optionFunc(func(m *Manager) { m.hook = h }) }
+
+// WithTestKernel makes the Manager keep project limits in k instead of
+// asking quotactl, with the fsxattr ioctls that tag directories still
+// real: tests of code above fsquota (emptydir's crash tests) can then
+// assign and clear projects on a kernel without quotas. Its parameter's
+// type is internal to this module: elsewhere only nil can be passed, which
+// changes nothing.
+func WithTestKernel(k testhook.QuotaKernel) Option {
+	return optionFunc(func(m *Manager) {
+		if k != nil {
+			m.backend = testKernel(k)
+		}
+	})
+}
 
 // New returns a Manager.
 func New(opts ...Option) *Manager {

@@ -2,7 +2,11 @@
 
 package fsquota
 
-import "runtime"
+import (
+	"runtime"
+
+	"github.com/nodevol/nodevol/internal/testhook"
+)
 
 // Project quotas are a Linux feature: every operation reports
 // ErrNotSupported elsewhere.
@@ -10,6 +14,8 @@ import "runtime"
 type quotaBackend interface{}
 
 func defaultBackend() quotaBackend { return nil }
+
+func testKernel(testhook.QuotaKernel) quotaBackend { return nil }
 
 type mountKey struct{}
 

@@ -7,13 +7,32 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/nodevol/nodevol/mountdetect"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/internal/testhook"
+	"github.com/nodevol/nodevol/mountdetect"
 )
 
 func (m *Manager) quota() quotaBackend { return m.backend }
 
 func defaultBackend() quotaBackend { return &kernelQuota{} }
+
+func testKernel(k testhook.QuotaKernel) quotaBackend { return testQuota{k} }
+
+// testQuota is WithTestKernel's backend: accounting and enforcement on
+// everywhere, no usage, limits kept by the test's QuotaKernel.
+type testQuota struct{ k testhook.QuotaKernel }
+
+func (testQuota) state(*fsRef) (quotaState, error) {
+	return quotaState{accounting: true, enforcing: true}, nil
+}
+
+func (q testQuota) get(_ *fsRef, id uint32) (dquot, error) {
+	hard, err := q.k.Limit(id)
+	return dquot{hardBytes: hard}, err
+}
+
+func (q testQuota) setLimit(_ *fsRef, id uint32, hard int64) error { return q.k.SetLimit(id, hard) }
 
 // cleanPath makes path absolute and clean: it is what the projects file
 // records.
@@ -217,6 +236,8 @@ func (m *Manager) assign(path string, limitBytes int64) (uint32, error) {
 		}
 	}
 
+	m.hook.At(testhook.QuotaRecorded, path)
+
 	var hard int64
 	if m.enforce && limitBytes > 0 {
 		hard = limitBytes
@@ -227,6 +248,7 @@ func (m *Manager) assign(path string, limitBytes int64) (uint32, error) {
 	if err := m.quota().setLimit(r, id, hard); err != nil {
 		return 0, m.quotaErr(r, "set limit", id, err)
 	}
+	m.hook.At(testhook.QuotaLimited, path)
 	if err := setFdProjectID(r.fd, true, id); err != nil {
 		return 0, &ProjectError{Op: "assign", Path: path, ProjectID: id, Err: setFsxattrErr(r.fd, path, err)}
 	}
@@ -305,6 +327,8 @@ func (m *Manager) clear(path string) error {
 			}
 		}
 	}
+
+	m.hook.At(testhook.QuotaUntagged, path)
 
 	// projid first, then projects: until the projects entry is gone a
 	// repeated Clear finds the work to finish, and allocation skips the ID.

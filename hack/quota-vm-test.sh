@@ -4,11 +4,15 @@
 # The CI host's kernel has no quota support, so this boots a stock Debian
 # cloud kernel under QEMU (TCG) with a busybox initramfs and two sparse disk
 # images, XFS (/dev/vda) and ext4 with the project and quota features
-# (/dev/vdb), both mounted with -o prjquota. In that one boot it runs
-# fsquota's TestVM* tests (project IDs, assign, usage, enforcement, clear,
-# restart adoption, ID release) once per filesystem and reads the result
-# lines from the serial console. The kernel package is only downloaded and unpacked
-# into a work directory; nothing is installed as the host's kernel.
+# (/dev/vdb), both mounted with -o prjquota. In that one boot it runs, once
+# per filesystem, fsquota's TestVM* tests (project IDs, assign, usage,
+# enforcement, clear, restart adoption, ID release) and emptydir's crash
+# tests for the Default medium (TestCrash/Default: a child SIGKILLed at
+# each step of SetUp and TearDown, a new volume manager after it, no
+# project leaked in the files or the kernel) with the kernel's own quotas,
+# and reads the result lines from the serial console. The kernel package
+# is only downloaded and unpacked into a work directory; nothing is
+# installed as the host's kernel.
 #
 # Usage: hack/quota-vm-test.sh            (as root on Debian/Ubuntu amd64)
 # Env:   NODEVOL_VM_CACHE   where the kernel .deb is kept between runs
@@ -101,7 +105,8 @@ grep -q 'quota_v2' "$root/modules/order" ||
   die "no quota_v2 module (ext4's quota format) in $kpkg"
 
 CGO_ENABLED=0 go test -c -o "$root/fsquota.test" ./fsquota
-say "test binary built ($(du -h "$root/fsquota.test" | cut -f1))"
+CGO_ENABLED=0 go test -c -o "$root/emptydir.test" ./emptydir
+say "test binaries built (fsquota $(du -h "$root/fsquota.test" | cut -f1), emptydir $(du -h "$root/emptydir.test" | cut -f1))"
 
 cat >"$root/init" <<'EOF'
 #!/bin/busybox sh
@@ -110,9 +115,17 @@ mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 for m in $(cat /modules/order); do insmod "/modules/$m" 2>/dev/null || echo "insmod $m failed (fine for a CPU-specific module such as crc32c-intel under TCG)"; done
+# run FS NAME BINARY PATTERN: run the tests of BINARY matching PATTERN on
+# /mnt/FS with every output line prefixed "[FS] "; non-zero unless they
+# passed.
+run() {
+  echo "[$1] == $2: go test -run '$4'"
+  { (cd /tmp && NODEVOL_QUOTA_VM=/mnt/$1 NODEVOL_QUOTA_VM_FS=$1 TMPDIR=/tmp "$3" -test.run "$4" -test.v -test.count=1 -test.timeout=300s 2>&1); echo $? >/tmp/rc; } | sed "s/^/[$1] /"
+  return "$(cat /tmp/rc)"
+}
 # suite FS DEV OPTS: mount DEV (fstype FS) on /mnt/FS with OPTS, run the
-# TestVM* tests there with every output line prefixed "[FS] ", print one
-# result line for FS and return non-zero unless they passed.
+# TestVM* and TestCrash/Default tests there, print one result line for FS
+# and return non-zero unless they passed.
 suite() {
   fs=$1 dev=$2 opts=$3 mnt=/mnt/$1
   i=0
@@ -124,9 +137,10 @@ suite() {
     r="FAIL (mount -t $fs -o $opts $dev)"
   else
     echo "[$fs] == go test in the VM: $(uname -r), $dev on $mnt ($fs, -o $opts)"
-    { (cd /tmp && NODEVOL_QUOTA_VM=$mnt NODEVOL_QUOTA_VM_FS=$fs TMPDIR=/tmp /fsquota.test -test.run '^TestVM' -test.v -test.count=1 -test.timeout=300s 2>&1); echo $? >/tmp/rc; } | sed "s/^/[$fs] /"
-    rc=$(cat /tmp/rc)
-    if [ "$rc" = 0 ]; then r=PASS; else r="FAIL (go test exit $rc)"; fi
+    failed=
+    run "$fs" fsquota /fsquota.test '^TestVM' || failed="$failed fsquota"
+    run "$fs" emptydir /emptydir.test '^TestCrash$/^Default$/' || failed="$failed emptydir-crash"
+    if [ -z "$failed" ]; then r=PASS; else r="FAIL (go test failed:$failed)"; fi
     umount "$mnt" || r="FAIL (umount $mnt)"
   fi
   echo "NODEVOL-QUOTA-VM-RESULT-$fs: $r"
@@ -174,7 +188,9 @@ for fs in xfs ext4; do
   [ "$r" = PASS ] || die "quota VM tests on $fs failed: ${r:-no result line on the serial console}"
   n=$(grep -ac -- "^\[$fs\] --- PASS: TestVM" "$work/serial.log" || true)
   [ "$n" -gt 0 ] || die "no TestVM test ran on $fs"
-  say "ok: $n VM tests passed on $fs"
+  c=$(grep -ac -- "^\[$fs\]     --- PASS: TestCrash/Default/" "$work/serial.log" || true)
+  [ "$c" -gt 0 ] || die "no TestCrash/Default case ran on $fs"
+  say "ok: $n VM tests and $c crash cases passed on $fs"
 done
 [ "$result" = PASS ] || die "quota VM tests failed: ${result:-no result line on the serial console}"
-if grep -aq -- '--- SKIP: TestVM' "$work/serial.log"; then die "a TestVM test skipped inside the VM"; fi
+if grep -aqE -- '--- SKIP: (TestVM|TestCrash)' "$work/serial.log"; then die "a TestVM or TestCrash test skipped inside the VM"; fi

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/nodevol/nodevol/internal/testhook"
 )
 
 // ErrCrossesMount is matched (with errors.Is) by every error that reports a
@@ -301,6 +303,7 @@ type config struct {
 	workers  int
 	strategy strategy
 	maxOpen  int // directory fds a serial walk keeps open; 0 = default
+	hook     testhook.Hook
 }
 
 type optionFunc func(*config)
@@ -310,6 +313,13 @@ func (f optionFunc) apply(c *config) { f(c) }
 // Workers sets how many goroutines remove in parallel (default 1). The
 // guarantees are the same for every worker count.
 func Workers(n int) Option { return optionFunc(func(c *config) { c.workers = n }) }
+
+// WithTestHook makes the walk call h with testhook.RemoveAllRemoved and
+// the entry's path after each entry it removes (the start directory
+// included), so that nodevol's crash tests can stop a removal half-way.
+// Its parameter's type is internal to this module: elsewhere only nil can
+// be passed, which changes nothing.
+func WithTestHook(h testhook.Hook) Option { return optionFunc(func(c *config) { c.hook = h }) }
 
 // ValidateRemovePath returns the error RemoveAll would return for path
 // before looking at the filesystem: an *InvalidPathError (matching

@@ -14,6 +14,8 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/internal/testhook"
 )
 
 const (
@@ -109,6 +111,7 @@ type walk struct {
 	s       strategy
 	rootMnt uint64
 	maxOpen int
+	hook    testhook.Hook // called after each removal; nil outside tests
 
 	mu      sync.Mutex
 	crossed []Mount
@@ -277,7 +280,7 @@ func removeAt(pfd int, base, shown, path string, c *config) error {
 		}
 		return &os.PathError{Op: "fstatat", Path: shown, Err: err}
 	}
-	w := &walk{s: c.strategy, maxOpen: c.maxOpen}
+	w := &walk{s: c.strategy, maxOpen: c.maxOpen, hook: c.hook}
 	if w.maxOpen <= 0 {
 		w.maxOpen = defaultMaxOpen
 	}
@@ -550,6 +553,9 @@ func (w *walk) list(n *dirNode, sc *scratch, subdir func(name []byte)) bool {
 		switch err := unlinkatPtr(n.fd, d.cstr(buf), 0); err {
 		case nil:
 			removed = true
+			if w.hook != nil {
+				w.hook(testhook.RemoveAllRemoved, n.path()+"/"+string(d.name))
+			}
 		case unix.ENOENT:
 		case unix.EISDIR:
 			subdir(d.name)
@@ -579,6 +585,9 @@ func (w *walk) finish(n *dirNode) (again bool) {
 	switch err {
 	case nil, unix.ENOENT:
 		p.markProgress()
+		if err == nil && w.hook != nil {
+			w.hook(testhook.RemoveAllRemoved, n.path())
+		}
 		return false
 	case unix.ENOTEMPTY, unix.EEXIST:
 		if !kept && progress && n.passes < maxPasses {

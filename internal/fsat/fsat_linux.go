@@ -330,7 +330,9 @@ func IsTempOf(entry, name string) bool {
 // WriteFileAtomic replaces name in d with data, durably: a temporary file
 // in d is written, fsynced and renamed over name, then d is fsynced, so a
 // crash leaves the old content or the new, never a mix or nothing. The
-// file gets mode perm exactly.
+// file gets mode perm exactly (permission, setuid, setgid and sticky bits;
+// the umask does not apply) and is owned by the caller. A symlink at name
+// is replaced itself, never followed.
 func (d *Dir) WriteFileAtomic(name string, data []byte, perm uint32) error {
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
@@ -347,8 +349,10 @@ func (d *Dir) WriteFileAtomic(name string, data []byte, perm uint32) error {
 			_ = unix.Unlinkat(d.fd, tmp, 0)
 		}
 	}()
-	if err := f.Chmod(os.FileMode(perm)); err != nil {
-		return err
+	// fchmod with the raw bits: os.FileMode(perm) would drop setuid,
+	// setgid and sticky, and the umask must not apply either.
+	if err := Retry(func() error { return unix.Fchmod(fd, perm) }); err != nil {
+		return &os.PathError{Op: "fchmod", Path: d.Join(tmp), Err: err}
 	}
 	if _, err := f.Write(data); err != nil {
 		return err
