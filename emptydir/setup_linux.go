@@ -39,21 +39,25 @@ func (m *mounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
 	if err != nil {
 		return m.setUpErr(volume.Final, err)
 	}
+	// From here on a failure may leave something on disk (directories,
+	// metadata, a quota, a mount): it is Uncertain, so that the volume
+	// manager keeps the volume in its actual state and tears it down when
+	// the pod goes, instead of forgetting it until a restart.
 	v, err := m.plugin.openVolume(m.pod.UID, m.name, true)
 	if err != nil {
-		return m.setUpErr(volume.Transient, err)
+		return m.setUpErr(volume.Uncertain, err)
 	}
 	defer v.Close()
 	meta, err := v.readMeta()
 	if err != nil {
 		// Never overwrite a record that cannot be read: it may hold the
 		// only trace of a quota project or a mount.
-		return m.setUpErr(volume.Transient, fmt.Errorf("read metadata: %w", err))
+		return m.setUpErr(volume.Uncertain, fmt.Errorf("read metadata: %w", err))
 	}
 	if v.isReady() {
 		ok, err := m.inPlace(v, plan, meta)
 		if err != nil {
-			return m.setUpErr(volume.Transient, err)
+			return m.setUpErr(volume.Uncertain, err)
 		}
 		if ok {
 			return nil
@@ -67,10 +71,10 @@ func (m *mounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
 		err = m.setUpMount(logger, v, plan, args, meta)
 	}
 	if err != nil {
-		return m.setUpErr(volume.Transient, err)
+		return m.setUpErr(volume.Uncertain, err)
 	}
 	if err := v.setReady(); err != nil {
-		return m.setUpErr(volume.Transient, fmt.Errorf("write ready marker: %w", err))
+		return m.setUpErr(volume.Uncertain, fmt.Errorf("write ready marker: %w", err))
 	}
 	v.hook.At(testhook.SetUpReady, m.dir)
 	logger.V(2).Info("emptyDir set up", "medium", plan.medium, "size", plan.size, "hugePageSize", plan.pageSize)

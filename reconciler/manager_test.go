@@ -772,3 +772,49 @@ func TestMetricsTwoManagers(t *testing.T) {
 		t.Error("New registered over a foreign nodevol_volumes metric")
 	}
 }
+
+// failingMounter is a volume.SystemMounter whose mounts fail.
+type failingMounter struct{}
+
+func (failingMounter) Mount(source, target, fstype string, options []string) error {
+	return errors.New("injected mount failure")
+}
+func (failingMounter) Unmount(string) error { return nil }
+
+// TestFailedSetUpIsTornDown: a SetUp that fails after it changed the disk
+// (here a Memory volume whose mount fails once its directory and metadata
+// exist) leaves the volume uncertain, not forgotten: when the pod goes, its
+// volume is torn down and its pod directory removed, without a restart.
+func TestFailedSetUpIsTornDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		root := t.TempDir()
+		l, _ := volume.NewLayout(root)
+		m, err := New(Options{Plugins: []volume.Plugin{emptydir.New(volume.NewHost(l, failingMounter{}, 1<<30))}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, ctx := ktesting.NewTestContext(t)
+		ctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); m.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		m.MarkSourcesReady()
+		p := pod("p")
+		p.Volumes = []volume.Spec{{Name: "mem", EmptyDir: &volume.EmptyDirSource{Medium: volume.StorageMediumMemory}}}
+		if err := m.AddPod(p); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		dir, _ := l.VolumeDir("p", emptydir.PluginName, "mem")
+		if !exists(dir) {
+			t.Fatal("SetUp did not get as far as the volume directory")
+		}
+		if mv := m.MountedVolumes("p"); len(mv) != 1 || mv[0].State != StateUncertain || !strings.Contains(fmt.Sprint(mv[0].LastError), "injected mount failure") {
+			t.Fatalf("MountedVolumes = %+v; want mem uncertain after the failed mount", mv)
+		}
+		m.RemovePod("p")
+		if err := m.WaitForPodRemoval(waitCtx(t, time.Minute), "p"); err != nil {
+			t.Fatalf("WaitForPodRemoval after a failed SetUp = %v", err)
+		}
+	})
+}
