@@ -133,8 +133,11 @@
 // is the volume's own, unmount it (umount DIR), then tear down again.
 //
 // Errors are *volume.OperationError values classified Transient (retry
-// after backoff: a refusal, an I/O error), Uncertain (an unmount failed or
-// went wrong) or Final (a configuration that retrying cannot fix).
+// after backoff: a refused or failed TearDown), Uncertain (a SetUp that
+// failed once it had touched the disk, or an unmount that failed or went
+// wrong: the volume may be partly there, and a volume manager must tear it
+// down when its pod goes) or Final (a configuration that retrying cannot
+// fix).
 //
 // # Crash safety
 //
