@@ -14,8 +14,9 @@ var ErrNotRoot = errors.New("creating a mount namespace needs root (CAP_SYS_ADMI
 
 // Child reports whether this process was started by Reexec with the same
 // envName and really runs in a mount namespace other than its parent's. A
-// stray or inherited variable can never make it true on the host: the
-// parent's namespace is compared with this one's.
+// stray, inherited or hand-set variable can never make it true on the
+// host: the variable must name the parent process's real namespace (read
+// from /proc/<ppid>/ns/mnt), and this process must be in another one.
 func Child(envName string) bool { return child(envName) }
 
 // Reexec runs /proc/self/exe with args in a new mount namespace whose

@@ -5,18 +5,27 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"syscall"
 )
 
 func ownNamespace() (string, error) { return os.Readlink("/proc/self/ns/mnt") }
 
+// child trusts the variable only as far as the kernel confirms it: the
+// parent process really is in the namespace the variable names, and this
+// process is not. A variable set by hand (or inherited) on the host names
+// a namespace the parent shell is not in, or the one this process is in.
 func child(envName string) bool {
 	parent, ok := os.LookupEnv(envName)
-	if !ok {
+	if !ok || parent == "" {
 		return false
 	}
 	own, err := ownNamespace()
-	return err == nil && parent != "" && parent != own
+	if err != nil || own == parent {
+		return false
+	}
+	actual, err := os.Readlink("/proc/" + strconv.Itoa(os.Getppid()) + "/ns/mnt")
+	return err == nil && actual == parent
 }
 
 func reexec(envName string, args []string, s Streams) (int, error) {
