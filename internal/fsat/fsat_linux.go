@@ -349,13 +349,14 @@ func (d *Dir) WriteFileAtomic(name string, data []byte, perm uint32) error {
 			_ = unix.Unlinkat(d.fd, tmp, 0)
 		}
 	}()
-	// fchmod with the raw bits: os.FileMode(perm) would drop setuid,
-	// setgid and sticky, and the umask must not apply either.
-	if err := Retry(func() error { return unix.Fchmod(fd, perm) }); err != nil {
-		return &os.PathError{Op: "fchmod", Path: d.Join(tmp), Err: err}
-	}
 	if _, err := f.Write(data); err != nil {
 		return err
+	}
+	// fchmod with the raw bits: os.FileMode(perm) would drop setuid,
+	// setgid and sticky, and the umask must not apply either. After the
+	// write: a write by a process without CAP_FSETID clears setuid.
+	if err := Retry(func() error { return unix.Fchmod(fd, perm) }); err != nil {
+		return &os.PathError{Op: "fchmod", Path: d.Join(tmp), Err: err}
 	}
 	if err := f.Sync(); err != nil {
 		return err
