@@ -59,8 +59,11 @@
 //     pod's hugepage requests (plain HugePages needs exactly one size).
 //
 // Memory and HugePages mounts are made detached (fsopen, fsconfig,
-// fsmount) with a new random source name ("nodevol-emptydir-" and 16 hex
-// digits, where the kubelet writes "tmpfs"), their identity — that source,
+// fsmount) with a new source name ("nodevol-emptydir-", 16 random hex
+// digits, "-" and 16 hex digits of a digest of those, the pod UID and the
+// volume name, where the kubelet writes "tmpfs": a mount is proven only
+// under the name of the volume it was made for, never after another
+// volume's mount was renamed or bind-mounted into its place), their identity — that source,
 // the unique mount ID where the kernel has one (Linux 6.8), the mount ID,
 // device and type — is recorded in nodevol.json, and only then is the
 // mount attached onto the open volume directory (move_mount): there is no

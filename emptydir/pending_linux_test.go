@@ -27,7 +27,7 @@ func writePending(t *testing.T, metaDir, source string, under unix.Stat_t) {
 // and their data left byte for byte.
 func TestPendingMountRecord(t *testing.T) {
 	mounttest.RequireMounts(t)
-	const source = "nodevol-emptydir-00112233445566ff"
+	source := sourceFor("00112233445566ff", testUID, "cache")
 	for _, tc := range []struct {
 		name   string
 		mount  func(t *testing.T, vol string) // what is mounted on the volume directory
@@ -35,7 +35,7 @@ func TestPendingMountRecord(t *testing.T) {
 	}{
 		{"its tmpfs", func(t *testing.T, vol string) { mounttest.Mount(t, source, vol, "tmpfs", 0, "size=1m") }, true},
 		{"a tmpfs of another nodevol source", func(t *testing.T, vol string) {
-			mounttest.Mount(t, "nodevol-emptydir-aaaaaaaaaaaaaaaa", vol, "tmpfs", 0, "size=1m")
+			mounttest.Mount(t, sourceFor("aaaaaaaaaaaaaaaa", testUID, "cache"), vol, "tmpfs", 0, "size=1m")
 		}, false},
 		{"a ramfs of its source", func(t *testing.T, vol string) { mounttest.Mount(t, source, vol, "ramfs", 0, "") }, false},
 		{"its tmpfs twice, stacked", func(t *testing.T, vol string) {

@@ -13,8 +13,9 @@ import (
 	"github.com/nodevol/nodevol/internal/mounttest"
 )
 
-// forgedSource has newSource's form: the attacker picks it.
-const forgedSource = "nodevol-emptydir-0123456789abcdef"
+// forgedSource has the form newSource gives the volume "cache" of the
+// test pod: the attacker picks it (the digest in it is no secret).
+var forgedSource = sourceFor("0123456789abcdef", testUID, "cache")
 
 // forgeRecordOf writes a nodevol.json claiming a Memory-medium mount of
 // fsType from source, with the identity of the mount now on vol.

@@ -275,7 +275,7 @@ func TestForgedRecordOfAFUSEMountProvesNothing(t *testing.T) {
 	if err := unix.Unmount(vol, 0); err != nil {
 		t.Fatal(err)
 	}
-	const source = "nodevol-emptydir-0123456789abcdef"
+	source := sourceFor("0123456789abcdef", testUID, "cache")
 	mounttest.StalledFUSE(t, source, vol, "040000")
 	rec := identityOf(t, vol)
 	rec.FSType, rec.Source = "fuse", source

@@ -98,7 +98,7 @@ func (m *mounter) inPlace(v *podVolume, plan setupPlan, meta *Metadata) (bool, e
 	if meta.Mount != nil && meta.Mount.Pending {
 		return false, nil // not until setUpMount has recorded its IDs
 	}
-	return recordedMountOn(e, m.dir, meta.Mount)
+	return recordedMountOn(e, m.dir, meta.Mount, m.pod.UID, m.name)
 }
 
 // openDir creates the volume directory if needed and opens it; a symlink,
@@ -200,7 +200,7 @@ func (m *mounter) setMode(pathFd int, plan setupPlan, args volume.MounterArgs) e
 func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, args volume.MounterArgs, old *Metadata) error {
 	// The source is a new random name: the record's proof that a mount
 	// found on the directory later is this one (see provenBy).
-	source, fstype := newSource(), "tmpfs"
+	source, fstype := newSource(m.pod.UID, m.name), "tmpfs"
 	var opts []string
 	meta := &Metadata{Medium: plan.medium, SizeLimit: m.source.SizeLimit}
 	if plan.medium == mountdetect.MediumHugePages {
@@ -227,7 +227,7 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 	if e.mi.root {
 		defer e.close()
 		if old != nil && old.Medium == plan.medium {
-			ours, err := recordedMountOn(e, m.dir, old.Mount)
+			ours, err := recordedMountOn(e, m.dir, old.Mount, m.pod.UID, m.name)
 			if err != nil {
 				return err
 			}
@@ -280,7 +280,7 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 		}
 		meta.Mount = nil
 		if top.kind == entryDir && top.mi.root {
-			ours, err := recordedMountOn(top, m.dir, pending)
+			ours, err := recordedMountOn(top, m.dir, pending, m.pod.UID, m.name)
 			if err != nil {
 				return err
 			}

@@ -128,7 +128,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		return refuse(what+" is mounted on the volume directory itself, but SetUp recorded no mount identity it could prove (metadata written by an older nodevol), so it cannot be proven to be the volume's own; if it is, unmount it yourself, then tear down again", at)
 	case len(at) > 1:
 		return refuse(fmt.Sprintf("%d mounts are stacked on the volume directory; only a single mount that SetUp made is ever unmounted", len(at)), at)
-	case !p.Meta.Mount.provenBy(e.mi, top.FSType, top.Source):
+	case !p.Meta.Mount.provenBy(e.mi, top.FSType, top.Source, v.podUID, v.name):
 		return refuse(fmt.Sprintf("%s is mounted on the volume directory itself (%s), but it is not the mount SetUp made (%s)",
 			what, e.mi.describe(), p.Meta.Mount.describe()), at)
 	}

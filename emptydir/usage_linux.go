@@ -56,7 +56,7 @@ func (p *Plugin) usage(podUID, vol string) (Usage, error) {
 		if meta != nil {
 			rec = meta.Mount
 		}
-		ours, err := recordedMountOn(e, dir, rec)
+		ours, err := recordedMountOn(e, dir, rec, podUID, vol)
 		if err != nil {
 			return Usage{}, err
 		}

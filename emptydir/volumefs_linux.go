@@ -2,6 +2,7 @@ package emptydir
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -25,6 +26,7 @@ import (
 // the root is ever resolved by name again; a symlink where a directory
 // belongs is an error naming it.
 type podVolume struct {
+	podUID  string // the pod's UID: with name, what the volume's mount source is made for
 	name    string // the volume's name: its directory's name in vols
 	dir     string // display paths
 	metaDir string
@@ -49,7 +51,7 @@ func (p *Plugin) openVolume(podUID, vol string, create bool) (_ *podVolume, err 
 	if err != nil {
 		return nil, err
 	}
-	v := &podVolume{name: vol, dir: dir, metaDir: metaDir, hook: p.hook}
+	v := &podVolume{podUID: podUID, name: vol, dir: dir, metaDir: metaDir, hook: p.hook}
 	defer func() {
 		if err != nil {
 			v.Close()
@@ -255,24 +257,27 @@ func identify(dirfd int, name string) (mountIdentity, error) {
 }
 
 // provenBy reports whether the mount identified by mi, listed in the mount
-// table with fsType and source, is the one rec recorded — in a way a
-// forged record cannot fake: the record lives in the pod directory, which
-// an attacker may write, so the proof is the mount's own source, a random
-// name SetUp gave the filesystem it created (newSource). A record naming
-// any other source (a share's "server:/export", the kubelet's "tmpfs")
-// proves nothing; a record naming a nodevol source can only match a
-// tmpfs or hugetlbfs created with that name, which holds nobody's data
-// but its creator's. The mount ID must match too: the unique one where
-// the kernel has unique IDs (a record without one is not accepted then),
-// else the classic ID and the device — except in a pending record
-// (written before an embedder's mounter made the mount, which a crash
-// interrupted before its IDs were recorded), where the source is all
-// there is.
-func (rec *MountRecord) provenBy(mi mountIdentity, fsType, source string) bool {
+// table with fsType and source, is the one rec recorded for the volume vol
+// of pod podUID — in a way a forged record cannot fake: the record lives in
+// the pod directory, which an attacker may write, so the proof is the
+// mount's own source, a name SetUp gave the filesystem it created for this
+// very volume (newSource: random, and naming the pod and the volume). A
+// record naming any other source (a share's "server:/export", the
+// kubelet's "tmpfs") proves nothing; a record naming a nodevol source can
+// only match a tmpfs or hugetlbfs created with that name for this volume,
+// which holds nobody's data but its creator's — not another volume's
+// mount renamed (from another mount namespace) or bind-mounted into this
+// one's place with a copy of that volume's record: its source names the
+// other volume. The mount ID must match too: the unique one where the
+// kernel has unique IDs (a record without one is not accepted then), else
+// the classic ID and the device — except in a pending record (written
+// before an embedder's mounter made the mount, which a crash interrupted
+// before its IDs were recorded), where the source is all there is.
+func (rec *MountRecord) provenBy(mi mountIdentity, fsType, source, podUID, vol string) bool {
 	if fsType != "tmpfs" && fsType != "hugetlbfs" {
 		return false // SetUp makes nothing else; a FUSE or overlay mount may name any source
 	}
-	if !isNodevolSource(rec.Source) || rec.Source != source || rec.FSType != fsType {
+	if !isSourceFor(rec.Source, podUID, vol) || rec.Source != source || rec.FSType != fsType {
 		return false
 	}
 	return rec.Pending || rec.sameMount(mi)
@@ -286,30 +291,48 @@ func (rec *MountRecord) pin(mi mountIdentity) MountRecord {
 	return r
 }
 
-// newSource returns a new random mount source for a filesystem SetUp
-// creates.
-func newSource() string {
+// newSource returns a new mount source for a filesystem SetUp creates for
+// the volume vol of pod podUID: "nodevol-emptydir-", 16 random hex digits,
+// "-" and 16 hex digits of a digest of the random part, the pod UID and
+// the volume name (sourceFor).
+func newSource(podUID, vol string) string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return sourcePrefix + hex.EncodeToString(b[:])
+	return sourceFor(hex.EncodeToString(b[:]), podUID, vol)
 }
 
 const sourcePrefix = "nodevol-emptydir-"
 
-// isNodevolSource reports whether s has newSource's form.
+// sourceFor is the source with the random part nonce (16 hex digits) for
+// the volume vol of pod podUID.
+func sourceFor(nonce, podUID, vol string) string {
+	h := sha256.Sum256([]byte("nodevol-emptydir\x00" + nonce + "\x00" + podUID + "\x00" + vol))
+	return sourcePrefix + nonce + "-" + hex.EncodeToString(h[:8])
+}
+
+// isNodevolSource reports whether s has newSource's form (for whatever
+// volume).
 func isNodevolSource(s string) bool {
 	rest, ok := strings.CutPrefix(s, sourcePrefix)
-	if !ok || len(rest) != 16 {
+	if !ok || len(rest) != 33 || rest[16] != '-' {
 		return false
 	}
-	_, err := hex.DecodeString(rest)
-	return err == nil
+	_, err1 := hex.DecodeString(rest[:16])
+	_, err2 := hex.DecodeString(rest[17:])
+	return err1 == nil && err2 == nil
+}
+
+// isSourceFor reports whether s is a source newSource made for the volume
+// vol of pod podUID.
+func isSourceFor(s, podUID, vol string) bool {
+	return isNodevolSource(s) && s == sourceFor(s[len(sourcePrefix):len(sourcePrefix)+16], podUID, vol)
 }
 
 // recordedMountOn reports whether the mount on the open volume directory e
-// (a mount root) is the one rec recorded: a single mount there, proven by
-// the mount table's type and source and the mount ID.
-func recordedMountOn(e entry, path string, rec *MountRecord) (bool, error) {
+// (a mount root) is the one rec recorded for the volume vol of pod podUID:
+// a single mount there, proven by the mount table's type and source and
+// the mount ID.
+func recordedMountOn(e entry, path string, rec *MountRecord, podUID, vol string) (bool, error) {
 	if rec == nil || !e.mi.root {
 		return false, nil
 	}
@@ -321,7 +344,7 @@ func recordedMountOn(e entry, path string, rec *MountRecord) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return len(at) == 1 && rec.provenBy(e.mi, at[0].FSType, at[0].Source), nil
+	return len(at) == 1 && rec.provenBy(e.mi, at[0].FSType, at[0].Source, podUID, vol), nil
 }
 
 // describe names a mount identity for messages.

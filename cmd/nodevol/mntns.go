@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/nodevol/nodevol/mountdetect"
 )
@@ -20,7 +21,15 @@ import (
 //	another one (foreign)             check, scan: a warning; rm, teardown:
 //	                                  refused, exit 2, nothing changed
 //	cannot tell: PID 1 is hidden      a warning; rm and teardown go on
-//	  from this process (not root)
+//	  from this process, which is
+//	  not root
+//	cannot tell: PID 1 is hidden      as foreign: root in a container
+//	  from this process, which is     without CAP_SYS_PTRACE (the default
+//	  root (euid 0)                   set) cannot read PID 1's namespaces,
+//	                                  but may remove what the kubelet owns,
+//	                                  and rmdir of a directory that is a
+//	                                  mount point only in the host's
+//	                                  namespace detaches that mount
 //	cannot tell, for another reason   as foreign: PID 1 is a container's
 //	  (PID 1 is not the host's init,  init (a container has a mount
 //	  no /proc)                       namespace of its own), or nothing
@@ -28,7 +37,7 @@ import (
 //
 // --allow-foreign-mount-namespace lets rm and teardown go on (quietly) all
 // the same; dry runs refuse exactly as the real runs would. Only the
-// unprivileged "cannot tell" goes on unasked: reading another process's
+// unprivileged (euid not 0) "cannot tell" goes on unasked: reading another process's
 // namespaces takes root, so refusing there would make rm unusable for
 // users removing their own test directories, and a process that may not
 // read PID 1's namespaces may not unmount anything either, nor remove
@@ -68,6 +77,9 @@ type namespaceGate struct {
 	cmd   string // "rm", "check", ...
 	flags *namespaceFlags
 	ns    mountdetect.MountNamespace
+	// root: this process runs as euid 0, which may remove what the
+	// kubelet owns even when PID 1's namespaces are hidden from it.
+	root bool
 }
 
 // gate asks which mount namespace this process is in. A --host-proc whose
@@ -80,7 +92,7 @@ func (f *namespaceFlags) gate(cmd string) (*namespaceGate, error) {
 		}
 		opts = append(opts, mountdetect.HostProc(f.hostProc))
 	}
-	g := &namespaceGate{cmd: cmd, flags: f, ns: mountdetect.CheckMountNamespace(opts...)}
+	g := &namespaceGate{cmd: cmd, flags: f, ns: mountdetect.CheckMountNamespace(opts...), root: os.Geteuid() == 0}
 	if f.hostProc != "" && g.ns.By != mountdetect.EvidencePID1 {
 		return nil, fmt.Errorf("--host-proc %s: cannot compare with its PID 1: %w", f.hostProc, g.ns.Err)
 	}
@@ -118,7 +130,11 @@ func (g *namespaceGate) refusal() *foreignNamespaceError {
 	switch {
 	case g.flags.allowForeign, g.ns.State == mountdetect.MountNamespaceHost:
 		return nil
-	case g.ns.State == mountdetect.MountNamespaceUnknown && errors.Is(g.ns.Err, mountdetect.ErrPID1Hidden):
+	case g.ns.State == mountdetect.MountNamespaceUnknown && errors.Is(g.ns.Err, mountdetect.ErrPID1Hidden) && !g.root:
+		// Not root: it may not unmount, nor remove what the kubelet owns.
+		// Root with PID 1 hidden is a container's root lacking
+		// CAP_SYS_PTRACE (a kernel before 6.18, which cannot tell by the
+		// inode): it may, so it is refused like any other unknown.
 		return nil
 	}
 	return &foreignNamespaceError{NS: g.ns}

@@ -22,6 +22,7 @@ func TestNamespacePolicy(t *testing.T) {
 		name   string
 		ns     mountdetect.MountNamespace
 		allow  bool
+		root   bool // euid 0
 		refuse bool
 		warn   string // what check warns ("" for nothing); rm, going on unasked, too
 		hint   string // in the refusal
@@ -31,12 +32,21 @@ func TestNamespacePolicy(t *testing.T) {
 		{name: "foreign", ns: foreign, refuse: true, warn: "not the host's mount namespace (this process: mnt:[4026532176]; PID 1: mnt:[4026531840])", hint: "nsenter -t 1 -m"},
 		{name: "foreign, allowed", ns: foreign, allow: true, warn: "not the host's mount namespace"},
 		{name: "PID 1 hidden: not root", ns: hidden, warn: "cannot tell whether this is the host's mount namespace: PID 1's namespaces are hidden"},
+		// Root in a container without CAP_SYS_PTRACE (Docker's default
+		// set; hostPID, the kubelet root as a hostPath) on a kernel before
+		// 6.18: PID 1's namespaces are hidden (no ptrace access to an init
+		// with more capabilities), yet it removes what the kubelet owns, and
+		// its rmdir of a directory that is a NAS's mount point only in the
+		// host's namespace detaches the NAS on the host. It went on,
+		// unasked, as if it were an unprivileged user.
+		{name: "PID 1 hidden: root", ns: hidden, root: true, refuse: true, warn: "PID 1's namespaces are hidden", hint: "nsenter -t 1 -m"},
+		{name: "PID 1 hidden: root, allowed", ns: hidden, root: true, allow: true, warn: "PID 1's namespaces are hidden"},
 		{name: "PID 1 is a container's init", ns: container, refuse: true, warn: "PID 1 is not the host's init", hint: "--host-proc DIR"},
 		{name: "PID 1 is a container's init, allowed", ns: container, allow: true, warn: "PID 1 is not the host's init"},
 		{name: "no proc", ns: noProc, refuse: true, warn: "no such file or directory", hint: "nsenter -t 1 -m"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := &namespaceGate{cmd: "rm", flags: &namespaceFlags{allowForeign: tc.allow}, ns: tc.ns}
+			g := &namespaceGate{cmd: "rm", flags: &namespaceFlags{allowForeign: tc.allow}, ns: tc.ns, root: tc.root}
 			err := g.refusal()
 			if (err != nil) != tc.refuse {
 				t.Fatalf("refusal() = %v; want refused: %v", err, tc.refuse)
@@ -67,7 +77,7 @@ func TestNamespacePolicy(t *testing.T) {
 				if w.cmd == "rm" && tc.refuse {
 					continue // refused: the refusal says it all
 				}
-				g := &namespaceGate{cmd: w.cmd, flags: &w.flags, ns: tc.ns}
+				g := &namespaceGate{cmd: w.cmd, flags: &w.flags, ns: tc.ns, root: tc.root}
 				var b bytes.Buffer
 				g.warn(&b)
 				switch {
