@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -18,7 +17,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/reconciler/executor"
 	"github.com/nodevol/nodevol/reconciler/pendingops"
 	"github.com/nodevol/nodevol/subpath"
@@ -514,50 +512,10 @@ func (m *Manager) done(uid string, p volume.Plugin, name volume.UniqueVolumeName
 }
 
 // cleanupPodDir removes the directory of a pod that is gone and has no
-// volume left: volumes/ with rmdir only (a volume directory still there
-// stays, and so does the pod directory), everything else with
-// mountdetect.RemoveAll, which never crosses a mount.
+// volume left (removePodDir), retrying after ResyncPeriod when it cannot.
 func (m *Manager) cleanupPodDir(ctx context.Context, uid string) {
-	podDir, err := m.layout.PodDir(uid)
-	if err != nil {
-		return
-	}
-	entries, err := os.ReadDir(podDir)
-	if errors.Is(err, os.ErrNotExist) {
-		return
-	}
-	var errs []error
-	if err != nil {
-		errs = append(errs, err)
-	}
-	// volumes/ first: while a volume directory is still there (a plugin this
-	// Manager does not serve, a volume left alone by reconstruction), the
-	// rest of the pod directory — plugins/<plugin>/<volume> metadata,
-	// volume-subpaths — still belongs to it and must not be removed.
-	// (os.ReadDir sorts, so "plugins" used to go before "volumes".)
-	for _, e := range entries {
-		if e.Name() == "volumes" && e.IsDir() {
-			errs = append(errs, rmdirVolumes(filepath.Join(podDir, e.Name())))
-		}
-	}
-	if errors.Join(errs...) == nil {
-		for _, e := range entries {
-			if e.Name() == "volumes" && e.IsDir() {
-				continue
-			}
-			errs = append(errs, mountdetect.RemoveAll(filepath.Join(podDir, e.Name())))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		m.logger.Error(err, "Pod directory not fully removed; will retry", "pod", uid, "dir", podDir)
-		m.mu.Lock()
-		m.lastErr[uid] = err
-		m.mu.Unlock()
-		m.retryAt(uid, m.clock.Now().Add(m.opts.ResyncPeriod))
-		return
-	}
-	if err := os.Remove(podDir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		m.logger.Error(err, "Cannot remove pod directory", "pod", uid)
+	if err := removePodDir(m.layout, uid); err != nil {
+		m.logger.Error(err, "Pod directory not fully removed; will retry", "pod", uid)
 		m.mu.Lock()
 		m.lastErr[uid] = err
 		m.mu.Unlock()
@@ -569,27 +527,6 @@ func (m *Manager) cleanupPodDir(ctx context.Context, uid string) {
 	m.mu.Unlock()
 	m.asw.notify() // WaitForPodRemoval
 	klog.FromContext(ctx).V(2).Info("Removed pod directory", "pod", uid)
-}
-
-// rmdirVolumes removes <pod>/volumes/<plugin>/ directories and volumes/
-// itself, never anything that is not empty.
-func rmdirVolumes(dir string) error {
-	plugins, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, p := range plugins {
-		if err := os.Remove(filepath.Join(dir, p.Name())); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(errs) == 0 {
-		if err := os.Remove(dir); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // WaitForMount waits until every volume of pod uid is mounted, or ctx is

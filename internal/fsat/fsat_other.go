@@ -47,3 +47,9 @@ func (d *Dir) Join(name string) string { return name }
 
 // EachEntry returns ErrUnsupported.
 func (d *Dir) EachEntry(fn func(Entry) error) error { return ErrUnsupported }
+
+// Fd returns -1.
+func (d *Dir) Fd() int { return -1 }
+
+// Rmdir returns ErrUnsupported.
+func (d *Dir) Rmdir(name string) error { return ErrUnsupported }
