@@ -238,22 +238,10 @@ func TestCheckMountNamespaceInPIDNamespace(t *testing.T) {
 // TestCheckMountNamespaceInHostNamespace: the test binary run again in the
 // namespace `go test` was started in — the host's — reports host.
 func TestCheckMountNamespaceInHostNamespace(t *testing.T) {
-	outer := mounttest.OuterNamespace(t)
-	nsenter, err := exec.LookPath("nsenter")
-	if err != nil {
-		mounttest.Skip(t, "nsenter (util-linux) is not installed: %v", err)
-	}
-	link, err := os.Readlink(outer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid1, _ := os.Readlink("/proc/1/ns/mnt")
-	if link != initialMntLink && !(pid1Readable() && pid1 == link) {
-		t.Skipf("skipping: go test was started in %s, not the host's mount namespace (PID 1's: %q)", link, pid1)
-	}
+	outer, nsenter := mounttest.HostNamespace(t)
 	r := runNSHelper(t, "default", []string{nsenter, "--mount=" + outer, "--"}, nil)
 	if r.State != "host" || r.Self != nsIno(t, outer) {
-		t.Errorf("in the host's namespace %s: %+v; want host", link, r)
+		t.Errorf("in the host's namespace %s: %+v; want host", outer, r)
 	}
 	if pid1Readable() && r.By != "pid1" {
 		t.Errorf("By = %s; want pid1 (PID 1 is readable)", r.By)

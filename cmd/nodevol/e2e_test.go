@@ -247,13 +247,7 @@ func TestCLI(t *testing.T) {
 
 		r = bin.run(t, asNobody, "rm", allowForeign, vol)
 		r.wantCode(t, exitError)
-		var want strings.Builder
-		for _, e := range errs {
-			fmt.Fprintf(&want, "nodevol rm: %s\n", e)
-		}
-		if r.stderr != want.String() {
-			t.Errorf("stderr:\n%s\nwant one line per element of --json errors:\n%s", r.stderr, want.String())
-		}
+		wantErrorLines(t, r.stderr, errs)
 		for i := range locked {
 			dir := filepath.Join(vol, fmt.Sprintf("locked%d", i))
 			if want := "nodevol rm: openat " + dir + ": permission denied\n"; !strings.Contains(r.stderr, want) {

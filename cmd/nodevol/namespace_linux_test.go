@@ -322,20 +322,7 @@ type runResult struct {
 // host's — check says nothing about namespaces and rm removes without being
 // told to go on.
 func TestRmInHostNamespace(t *testing.T) {
-	outer := mounttest.OuterNamespace(t)
-	nsenter, err := exec.LookPath("nsenter")
-	if err != nil {
-		mounttest.Skip(t, "nsenter (util-linux) is not installed: %v", err)
-	}
-	link, err := os.Readlink(outer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid1, _ := os.Readlink("/proc/1/ns/mnt")
-	pid1pid, _ := os.Readlink("/proc/1/ns/pid")
-	if link != "mnt:[4026531832]" && (pid1pid != "pid:[4026531836]" || pid1 != link) {
-		t.Skipf("skipping: go test was started in %s, not the host's mount namespace (PID 1's: %q)", link, pid1)
-	}
+	outer, nsenter := mounttest.HostNamespace(t)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

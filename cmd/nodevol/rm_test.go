@@ -305,16 +305,23 @@ func TestRmReportsEveryError(t *testing.T) {
 	}
 	r = nodevol(t, "rm", allowForeign, vol)
 	r.wantCode(t, exitError)
-	var want strings.Builder
-	for _, e := range errs {
-		fmt.Fprintf(&want, "nodevol rm: %s\n", e)
-	}
-	if r.stderr != want.String() {
-		t.Errorf("stderr:\n%s\nwant one line per element of --json errors:\n%s", r.stderr, want.String())
-	}
+	wantErrorLines(t, r.stderr, errs)
 	for i := range 3 {
 		if _, err := os.Lstat(filepath.Join(vol, fmt.Sprintf("d%d", i), "locked")); err != nil {
 			t.Errorf("immutable file: %v", err)
 		}
+	}
+}
+
+// wantErrorLines checks that stderr is one "nodevol rm: " line per element
+// of the --json output's errors, in order: the human output drops none.
+func wantErrorLines(t *testing.T, stderr string, errs []any) {
+	t.Helper()
+	var want strings.Builder
+	for _, e := range errs {
+		fmt.Fprintf(&want, "nodevol rm: %s\n", e)
+	}
+	if stderr != want.String() {
+		t.Errorf("stderr:\n%s\nwant one line per element of --json errors:\n%s", stderr, want.String())
 	}
 }

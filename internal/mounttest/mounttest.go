@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -60,6 +61,33 @@ func OuterNamespace(t testing.TB) string {
 		t.Fatalf("%s is %s, but Main recorded %s: the parent is not the process that started this one", file, got, want)
 	}
 	return file
+}
+
+// HostNamespace returns OuterNamespace and the nsenter program, for tests
+// that run something in the host's mount namespace. It skips the test
+// when the namespace `go test` was started in is not the host's — the
+// initial one (its fixed number on Linux 6.18+, or PID 1's when PID 1 is
+// the init of the initial PID namespace) — and when nsenter is missing.
+// The first skip is a plain one even under CI=true: a CI that runs go
+// test inside a container cannot reach the host's namespace, and nothing
+// on that machine could make the test run.
+func HostNamespace(t testing.TB) (file, nsenter string) {
+	t.Helper()
+	file = OuterNamespace(t)
+	nsenter, err := exec.LookPath("nsenter")
+	if err != nil {
+		Skip(t, "nsenter (util-linux) is not installed: %v", err)
+	}
+	link, err := os.Readlink(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid1, _ := os.Readlink("/proc/1/ns/mnt")
+	pid1pid, _ := os.Readlink("/proc/1/ns/pid")
+	if link != "mnt:[4026531832]" && (pid1pid != "pid:[4026531836]" || pid1 != link) {
+		t.Skipf("skipping: go test was started in %s, not the host's mount namespace (PID 1's: %q)", link, pid1)
+	}
+	return file, nsenter
 }
 
 // Skip skips the test with the reason, except under CI=true, where it
