@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -527,43 +528,58 @@ func TestCheckMemoryIsBounded(t *testing.T) {
 		}
 		old := debug.SetGCPercent(1)
 		defer debug.SetGCPercent(old)
-		runtime.GC()
-		sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-		metrics.Read(sample)
-		base := sample[0].Value.Uint64()
-		var max atomic.Uint64
-		stop := make(chan struct{})
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				metrics.Read(s)
-				if v := s[0].Value.Uint64(); v > max.Load() {
-					max.Store(v)
-				}
-				runtime.Gosched()
-			}
-		}()
-		err := e.cleaner.Check(e.ctx, uid, emptydir.PluginName, "data")
-		close(stop)
-		<-done
-		if err != nil {
-			t.Fatal(err)
+		// Garbage not yet collected only ever adds to a sample: the least
+		// of three runs is the one closest to what Check really holds (a
+		// Check that kept the names would hold them in every run).
+		least := uint64(math.MaxUint64)
+		for range 3 {
+			least = min(least, checkPeak(t, e))
 		}
-		if max.Load() < base {
-			return 0
-		}
-		return max.Load() - base
+		return least
 	}
 	small, large := peak(100), peak(20000)
 	t.Logf("live heap peak above the start: %d bytes for 100 entries, %d for 20,000", small, large)
-	if large > small+(2<<20) {
+	// The names alone are 4 MB: a Check that kept them would exceed 3 MiB
+	// in every run; garbage in flight (more of it under -race) stays below.
+	if large > small+(3<<20) {
 		t.Errorf("Check over 20,000 attacker-made entries held %d bytes more at its peak (%d for 100): memory grows with the entries", large, small)
 	}
+}
+
+// checkPeak runs Check over e's subpaths and returns the live heap's peak
+// above its level before.
+func checkPeak(t *testing.T, e *env) uint64 {
+	runtime.GC()
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(sample)
+	base := sample[0].Value.Uint64()
+	var max atomic.Uint64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			metrics.Read(s)
+			if v := s[0].Value.Uint64(); v > max.Load() {
+				max.Store(v)
+			}
+			runtime.Gosched()
+		}
+	}()
+	err := e.cleaner.Check(e.ctx, uid, emptydir.PluginName, "data")
+	close(stop)
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	if max.Load() < base {
+		return 0
+	}
+	return max.Load() - base
 }
