@@ -18,7 +18,7 @@
 // directory or on the volume's subpath directory itself, and a mount
 // whose status cannot be learned.
 //
-// Check examines everything and changes nothing; Clean runs the same
+// [Cleaner.Check] examines everything and changes nothing; [Cleaner.Clean] runs the same
 // examination first and, if anything is foreign, refuses — changing
 // nothing, naming every foreign mount (ErrRefused, and
 // mountdetect.ErrCrossesMount). Otherwise it unmounts each own bind (never
