@@ -10,7 +10,7 @@
 // nanoseconds and allocates nothing), and a periodic full pass
 // ([Options].ResyncPeriod) is the safety net. A pass first tears down what
 // no pod wants, then sets up what pods want and lack, like the kubelet's
-// reconciler. Operations run through [executor] and [pendingops]: one at
+// reconciler. Operations run through an internal executor and [pendingops]: one at
 // a time per volume and pod, with exponential backoff after failures; a
 // backoff's expiry wakes the loop again.
 //

@@ -97,8 +97,8 @@ type Entry struct {
 	Own bool `json:"own"`
 }
 
-// Cleaner cleans subpaths under one kubelet root. It implements
-// executor.SubpathCleaner.
+// Cleaner cleans subpaths under one kubelet root; the reconciler's
+// Manager runs Check before each TearDown and Clean after it.
 type Cleaner struct {
 	layout volume.Layout
 }

@@ -1,7 +1,9 @@
 // Package executor generates and runs the operations that set volumes up
 // and tear them down, through nested pending operations (at most one
 // operation per key, exponential backoff after failures), and reports each
-// outcome into the actual state of world.
+// outcome into the actual state of world. It is internal to the
+// reconciler: embedders use reconciler.Manager, and pendingops for nested
+// pending operations of their own.
 package executor
 
 import (
