@@ -98,7 +98,8 @@ type Entry struct {
 }
 
 // Cleaner cleans subpaths under one kubelet root; the reconciler's
-// Manager runs Check before each TearDown and Clean after it.
+// Manager runs Check, then (once the plugin agrees too) Clean, before
+// each TearDown.
 type Cleaner struct {
 	layout volume.Layout
 }
