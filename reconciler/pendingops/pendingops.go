@@ -45,17 +45,14 @@ func (k Key) String() string {
 	return fmt.Sprintf("{volume %q, pod %q, node %q}", k.Volume, k.Pod, k.Node)
 }
 
-// OpName names an operation kind; backoff is kept per (key, OpName).
+// OpName names an operation kind; backoff is kept per (key, OpName). Any
+// name may be used (an adapter passes the kubelet's own).
 type OpName string
 
-// Operation names used by nodevol's executor.
+// The operation names nodevol's reconciler uses.
 const (
-	OpMount         OpName = "mount"
-	OpUnmount       OpName = "unmount"
-	OpUnmountDevice OpName = "unmount_device"
-	OpMapDevice     OpName = "map_device"
-	OpUnmapDevice   OpName = "unmap_device"
-	OpVerify        OpName = "verify"
+	OpMount   OpName = "mount"
+	OpUnmount OpName = "unmount"
 )
 
 // Defaults match the kubelet.

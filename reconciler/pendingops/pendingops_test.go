@@ -163,7 +163,7 @@ func TestDifferentOperationNameDuringBackoff(t *testing.T) {
 func TestWildcardPodVersusSpecificPod(t *testing.T) {
 	t.Run("volume-wide pending blocks per-pod", func(t *testing.T) {
 		h := newHarness(t)
-		g := h.mustStart(volWide, OpUnmountDevice)
+		g := h.mustStart(volWide, opUnmountDevice)
 		h.wantAlreadyExists(volPod, OpMount)
 		h.wantAlreadyExists(volPod2, OpUnmount)
 		g.finish(nil)
@@ -172,15 +172,15 @@ func TestWildcardPodVersusSpecificPod(t *testing.T) {
 	t.Run("per-pod pending blocks volume-wide", func(t *testing.T) {
 		h := newHarness(t)
 		g := h.mustStart(volPod, OpMount)
-		h.wantAlreadyExists(volWide, OpUnmountDevice)
+		h.wantAlreadyExists(volWide, opUnmountDevice)
 		// Another pod on the same volume is independent.
 		h.mustStart(volPod2, OpMount).finish(nil)
 		g.finish(nil)
-		h.mustStart(volWide, OpUnmountDevice).finish(nil)
+		h.mustStart(volWide, opUnmountDevice).finish(nil)
 	})
 	t.Run("other volumes are independent", func(t *testing.T) {
 		h := newHarness(t)
-		g := h.mustStart(volWide, OpUnmountDevice)
+		g := h.mustStart(volWide, opUnmountDevice)
 		h.mustStart(Key{Volume: "w", Pod: "p1"}, OpMount).finish(nil)
 		g.finish(nil)
 	})
@@ -393,3 +393,7 @@ func TestStressOneOperationPerKey(t *testing.T) {
 	}
 	t.Logf("%d operations started", started.Load())
 }
+
+// opUnmountDevice is an operation name of the kubelet's that nodevol's
+// reconciler does not use.
+const opUnmountDevice OpName = "unmount_device"
