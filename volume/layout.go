@@ -79,11 +79,6 @@ func (l Layout) PodVolumesDir(uid string) (string, error) {
 	return l.podSubdir(uid, volumesDirName)
 }
 
-// PodPluginsDir is <root>/pods/<uid>/plugins.
-func (l Layout) PodPluginsDir(uid string) (string, error) {
-	return l.podSubdir(uid, pluginsDirName)
-}
-
 // PodVolumeSubpathsDir is <root>/pods/<uid>/volume-subpaths.
 func (l Layout) PodVolumeSubpathsDir(uid string) (string, error) {
 	return l.podSubdir(uid, volumeSubpathsDirName)

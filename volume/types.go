@@ -5,9 +5,6 @@ import (
 	"strings"
 )
 
-// UniquePodName identifies a pod on a node (its UID).
-type UniquePodName string
-
 // UniqueVolumeName identifies a volume on a node. For volumes that belong to
 // one pod (emptyDir) it is "<plugin>/<podUID>-<volume>", as the kubelet
 // builds it; for others "<plugin>/<volume>".
