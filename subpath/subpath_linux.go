@@ -489,46 +489,7 @@ func (t *tree) clean(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	left := &report{} // failures, capped like the examination's
 	err = t.sub.EachEntry(func(ctr fsat.Entry) error {
-		cpath := t.sub.Join(ctr.Name)
-		if ctr.Type != fs.ModeDir {
-			if err := unlinkat(t.sub.Fd(), ctr.Name, 0); err != nil {
-				left.fail(&os.PathError{Op: "unlinkat", Path: cpath, Err: err})
-			}
-			return nil
-		}
-		cdir, err := t.sub.OpenDir(ctr.Name, fsat.SameMount)
-		if errors.Is(err, fsat.ErrOtherMount) {
-			left.fail(&mountdetect.CrossesMountError{Path: t.dir, Mounts: []mountdetect.Mount{{MountPoint: cpath}}, DuringWalk: true})
-			return nil
-		}
-		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
-			if err := unlinkat(t.sub.Fd(), ctr.Name, 0); err != nil {
-				left.fail(&os.PathError{Op: "unlinkat", Path: cpath, Err: err})
-			}
-			return nil
-		}
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		if err != nil {
-			left.fail(err)
-			return nil
-		}
-		defer cdir.Close()
-		// Ask the open directory itself: a mount that appeared on it since
-		// the examination is never entered.
-		if root, _, _, err := mountRoot(cdir.Fd(), ""); err != nil || root {
-			if err != nil {
-				left.fail(&os.PathError{Op: "statx", Path: cpath, Err: err})
-			} else {
-				left.fail(&mountdetect.CrossesMountError{Path: t.dir, Mounts: []mountdetect.Mount{{MountPoint: cpath}}, DuringWalk: true})
-			}
-			return nil
-		}
-		cleanContainer(logger, cdir, ctr.Name, own, t.dir, left)
-		if err := unlinkat(t.sub.Fd(), ctr.Name, unix.AT_REMOVEDIR); err != nil && err != unix.ENOTEMPTY {
-			left.fail(&os.PathError{Op: "rmdir", Path: cpath, Err: err})
-		}
+		t.cleanEntry(logger, ctr, own, left)
 		return nil
 	})
 	if err != nil {
@@ -541,6 +502,54 @@ func (t *tree) clean(ctx context.Context) error {
 		return &os.PathError{Op: "rmdir", Path: t.dir, Err: err}
 	}
 	return nil
+}
+
+// cleanEntry cleans one <container> entry of the volume's subpath
+// directory: a non-directory is unlinked; a directory is opened on the
+// same mount (a mount on it is reported, never entered), its own binds
+// unmounted and its entries removed (cleanContainer), then it is removed
+// with rmdir. Failures go to left.
+func (t *tree) cleanEntry(logger klog.Logger, ctr fsat.Entry, own map[string]mountID, left *report) {
+	cpath := t.sub.Join(ctr.Name)
+	if ctr.Type != fs.ModeDir {
+		if err := unlinkat(t.sub.Fd(), ctr.Name, 0); err != nil {
+			left.fail(&os.PathError{Op: "unlinkat", Path: cpath, Err: err})
+		}
+		return
+	}
+	cdir, err := t.sub.OpenDir(ctr.Name, fsat.SameMount)
+	if errors.Is(err, fsat.ErrOtherMount) {
+		left.fail(&mountdetect.CrossesMountError{Path: t.dir, Mounts: []mountdetect.Mount{{MountPoint: cpath}}, DuringWalk: true})
+		return
+	}
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+		if err := unlinkat(t.sub.Fd(), ctr.Name, 0); err != nil {
+			left.fail(&os.PathError{Op: "unlinkat", Path: cpath, Err: err})
+		}
+		return
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	if err != nil {
+		left.fail(err)
+		return
+	}
+	defer cdir.Close()
+	// Ask the open directory itself: a mount that appeared on it since
+	// the examination is never entered.
+	if root, _, _, err := mountRoot(cdir.Fd(), ""); err != nil || root {
+		if err != nil {
+			left.fail(&os.PathError{Op: "statx", Path: cpath, Err: err})
+		} else {
+			left.fail(&mountdetect.CrossesMountError{Path: t.dir, Mounts: []mountdetect.Mount{{MountPoint: cpath}}, DuringWalk: true})
+		}
+		return
+	}
+	cleanContainer(logger, cdir, ctr.Name, own, t.dir, left)
+	if err := unlinkat(t.sub.Fd(), ctr.Name, unix.AT_REMOVEDIR); err != nil && err != unix.ENOTEMPTY {
+		left.fail(&os.PathError{Op: "rmdir", Path: cpath, Err: err})
+	}
 }
 
 // unlinkat is unlinkat(2) where a missing entry is success.
