@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/nodevol/nodevol/internal/plural"
 	"github.com/nodevol/nodevol/internal/testhook"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
@@ -90,7 +91,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 	}
 	if n := len(beneath); n > 0 {
 		return refuse(fmt.Sprintf("%d %s beneath the volume; unmount %s first (their data is not the volume's)",
-			n, plural(n, "mount", "mounts"), plural(n, "it", "them")), beneath)
+			n, plural.Of(n, "mount", "mounts"), plural.Of(n, "it", "them")), beneath)
 	}
 	if !p.Info.MountPointSure {
 		self[0].FSType = p.Info.FSType

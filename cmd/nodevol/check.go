@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/nodevol/nodevol/internal/plural"
 	"github.com/nodevol/nodevol/mountdetect"
 )
 
@@ -318,7 +319,7 @@ func unsafeReason(r *checkResult) string {
 		why = append(why, "cannot tell for sure that it is not a mount point")
 	}
 	if n := len(r.NestedMounts); n > 0 {
-		why = append(why, plural(n, "mount")+" beneath it")
+		why = append(why, plural.Count(n, "mount")+" beneath it")
 	}
 	return strings.Join(why, "; ") + "; nodevol rm would refuse and delete nothing"
 }
@@ -343,11 +344,4 @@ func yesNo(b bool) string {
 		return "yes"
 	}
 	return "no"
-}
-
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/emptydir"
+	"github.com/nodevol/nodevol/internal/plural"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/subpath"
 	"github.com/nodevol/nodevol/volume"
@@ -324,7 +325,7 @@ func writeTeardownHuman(stdout, stderr io.Writer, r *teardownResult) {
 			fmt.Fprintf(stderr, "would refuse %s: %s; nothing would change:\n", path, reason)
 		case r.duringWalk:
 			fmt.Fprintf(stderr, "refused %s: %s; %s left untouched, everything else on the volume's own mount was removed, the ready marker was kept:\n",
-				path, reason, isAre(len(r.Mounts), "it was", "they were"))
+				path, reason, plural.Of(len(r.Mounts), "it was", "they were"))
 		default:
 			fmt.Fprintf(stderr, "refused %s: %s; nothing was changed (the ready marker and metadata are kept):\n", path, reason)
 		}
@@ -332,7 +333,7 @@ func writeTeardownHuman(stdout, stderr io.Writer, r *teardownResult) {
 			fmt.Fprintf(stderr, "  %s\n", describeMount(m))
 		}
 		if !r.duringWalk && !strings.Contains(r.Reason, "unmount") {
-			fmt.Fprintf(stderr, "unmount %s first, then run nodevol teardown again\n", isAre(len(r.Mounts), "it", "them"))
+			fmt.Fprintf(stderr, "unmount %s first, then run nodevol teardown again\n", plural.Of(len(r.Mounts), "it", "them"))
 		}
 	}
 	if r.err != nil {
@@ -343,9 +344,9 @@ func writeTeardownHuman(stdout, stderr io.Writer, r *teardownResult) {
 	}
 	if n := countMounted(r.Subpaths); n > 0 {
 		if r.DryRun {
-			fmt.Fprintf(stdout, "would unmount %s of its containers first\n", plural(n, "subPath bind mount"))
+			fmt.Fprintf(stdout, "would unmount %s of its containers first\n", plural.Count(n, "subPath bind mount"))
 		} else {
-			fmt.Fprintf(stdout, "unmounted %s of its containers first\n", plural(n, "subPath bind mount"))
+			fmt.Fprintf(stdout, "unmounted %s of its containers first\n", plural.Count(n, "subPath bind mount"))
 		}
 	}
 	medium := r.plan.Info.Medium.String()
