@@ -176,7 +176,7 @@ func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.
 			return fail(err)
 		}
 		v.exists = plan.Exists
-		v.Medium = plan.Info.Medium.String()
+		v.Medium = emptydir.MediumOf(plan.Info).String()
 		v.MountPoint, v.sure = plan.Info.MountPoint, plan.Info.MountPointSure || !plan.Exists
 		v.fsType, v.hugePageSize = plan.Info.FSType, plan.Info.HugePageSize
 		for _, m := range plan.Mounts {
@@ -208,7 +208,7 @@ func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.
 	v.MountPoint, v.sure = c.MountPoint, c.MountPointSure || !c.Exists
 	v.fsType = c.FSType
 	if c.HugePageSize != "" {
-		v.hugePageSize, _ = mountdetect.ParseMemSize(c.HugePageSize)
+		v.hugePageSize, _ = volume.ParseQuantity(c.HugePageSize)
 	}
 	v.NestedMounts = append(v.NestedMounts, c.NestedMounts...)
 	v.SafeToRemove = c.SafeToRemove
@@ -485,7 +485,7 @@ func (v *scanVolume) mediumColumn() string {
 	case v.err != nil || !v.exists:
 		return "-"
 	case v.hugePageSize > 0:
-		return v.Medium + "-" + mountdetect.FormatQuantity(v.hugePageSize)
+		return v.Medium + "-" + volume.FormatQuantity(v.hugePageSize)
 	}
 	return v.Medium
 }

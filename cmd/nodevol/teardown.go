@@ -70,7 +70,7 @@ func (r *teardownResult) setErr(err error) {
 // setPlan copies what a plan says into the report.
 func (r *teardownResult) setPlan(p emptydir.Plan) {
 	r.plan = p
-	r.Medium = p.Info.Medium.String()
+	r.Medium = emptydir.MediumOf(p.Info).String()
 	r.Action = p.Action.String()
 	r.Reason = p.Reason
 	r.Refused = p.Action == emptydir.ActionRefuse
@@ -349,7 +349,7 @@ func writeTeardownHuman(stdout, stderr io.Writer, r *teardownResult) {
 			fmt.Fprintf(stdout, "unmounted %s of its containers first\n", plural.Count(n, "subPath bind mount"))
 		}
 	}
-	medium := r.plan.Info.Medium.String()
+	medium := emptydir.MediumOf(r.plan.Info).String()
 	switch r.Action {
 	case emptydir.ActionNone.String():
 		meta := ""
@@ -369,7 +369,7 @@ func writeTeardownHuman(stdout, stderr io.Writer, r *teardownResult) {
 	case emptydir.ActionUnmountAndRemove.String():
 		fs := r.plan.Info.FSType
 		if r.plan.Info.HugePageSize > 0 {
-			fs += ", pagesize " + mountdetect.FormatQuantity(r.plan.Info.HugePageSize)
+			fs += ", pagesize " + volume.FormatQuantity(r.plan.Info.HugePageSize)
 		}
 		if r.DryRun {
 			fmt.Fprintf(stdout, "would unmount and remove %s (%s medium: %s)\n", path, medium, display(fs))
