@@ -18,7 +18,6 @@ import (
 	"github.com/nodevol/nodevol/fsquota"
 	"github.com/nodevol/nodevol/internal/mounttest"
 	"github.com/nodevol/nodevol/internal/testhook"
-	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -112,7 +111,7 @@ func TestSetUpDefault(t *testing.T) {
 		t.Errorf("metadata dir mode = %v, %v; want 0750", fi.Mode(), err)
 	}
 	md, err := readMetadata(meta)
-	if err != nil || md == nil || md.Medium != mountdetect.MediumDefault {
+	if err != nil || md == nil || md.Medium != volume.MediumDefault {
 		t.Errorf("metadata = %+v, %v", md, err)
 	}
 	s := e.setUp(t, pod, "shared")
@@ -288,7 +287,7 @@ func TestMemoryWithFakeMounter(t *testing.T) {
 		t.Errorf("mount = %+v; want tmpfs on %s with %v", mp, m.Path(), wantOpts)
 	}
 	md, _ := readMetadata(e.metaDir(t, "mem"))
-	if md == nil || md.Medium != mountdetect.MediumMemory || md.SizeBytes != 64<<20 {
+	if md == nil || md.Medium != volume.MediumMemory || md.SizeBytes != 64<<20 {
 		t.Errorf("metadata = %+v", md)
 	}
 }

@@ -12,7 +12,7 @@ import (
 // setupPlan is what SetUp will create for one volume, derived from the
 // spec and the pod before anything is touched.
 type setupPlan struct {
-	medium   mountdetect.Medium
+	medium   volume.Medium
 	size     int64 // tmpfs size= in bytes; 0: no size option
 	pageSize int64 // hugetlbfs pagesize= in bytes
 	sticky   bool
@@ -28,12 +28,12 @@ func planSetUp(src *volume.EmptyDirSource, pod *volume.Pod, allocatable int64) (
 	p := setupPlan{sticky: src.StickyBit}
 	switch m := src.Medium; {
 	case m == volume.StorageMediumDefault:
-		p.medium = mountdetect.MediumDefault
+		p.medium = volume.MediumDefault
 	case m == volume.StorageMediumMemory:
-		p.medium = mountdetect.MediumMemory
+		p.medium = volume.MediumMemory
 		p.size = smallestPositive(allocatable, pod.MemoryLimit, src.SizeLimit)
 	case m.IsHugePages():
-		p.medium = mountdetect.MediumHugePages
+		p.medium = volume.MediumHugePages
 		size, err := hugePageSize(m, pod)
 		if err != nil {
 			return p, err
@@ -63,7 +63,7 @@ func hugePageSize(m volume.StorageMedium, pod *volume.Pod) (int64, error) {
 		if len(pod.HugePages) > 1 {
 			var sizes []string
 			for s := range pod.HugePages {
-				sizes = append(sizes, mountdetect.FormatQuantity(s))
+				sizes = append(sizes, volume.FormatQuantity(s))
 			}
 			return 0, fmt.Errorf("medium HugePages: the pod requests several huge page sizes (%s); use HugePages-<size>", strings.Join(slices.Sorted(slices.Values(sizes)), ", "))
 		}
@@ -75,26 +75,28 @@ func hugePageSize(m volume.StorageMedium, pod *volume.Pod) (int64, error) {
 		}
 	}
 	sizeStr := strings.TrimPrefix(string(m), string(volume.StorageMediumHugePagesPrefix))
-	size, err := mountdetect.ParseMemSize(sizeStr)
+	size, err := volume.ParseQuantity(sizeStr)
 	if err != nil || size <= 0 {
 		return 0, fmt.Errorf("medium %q: invalid page size %q", m, sizeStr)
 	}
 	if _, ok := pod.HugePages[size]; !ok {
-		return 0, fmt.Errorf("medium %q: the pod requests no huge pages of size %s", m, mountdetect.FormatQuantity(size))
+		return 0, fmt.Errorf("medium %q: the pod requests no huge pages of size %s", m, volume.FormatQuantity(size))
 	}
 	return size, nil
 }
 
-// specMedium is the API medium for what was found on disk.
-func specMedium(m mountdetect.Medium, pageSize int64) volume.StorageMedium {
-	switch m {
-	case mountdetect.MediumMemory:
-		return volume.StorageMediumMemory
-	case mountdetect.MediumHugePages:
-		if pageSize > 0 {
-			return volume.StorageMediumHugePagesPrefix + volume.StorageMedium(mountdetect.FormatQuantity(pageSize))
-		}
-		return volume.StorageMediumHugePages
+// MediumOf is the emptyDir medium of what mountdetect found: Memory for
+// the root of a tmpfs mount, HugePages for the root of a hugetlbfs mount,
+// Default otherwise (a directory inside a tmpfs is Default too).
+func MediumOf(info mountdetect.FSInfo) volume.Medium {
+	if !info.MountPoint {
+		return volume.MediumDefault
 	}
-	return volume.StorageMediumDefault
+	switch info.Magic {
+	case mountdetect.MagicTmpfs:
+		return volume.MediumMemory
+	case mountdetect.MagicHugetlbfs:
+		return volume.MediumHugePages
+	}
+	return volume.MediumDefault
 }

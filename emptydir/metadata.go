@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/nodevol/nodevol/mountdetect"
+	"github.com/nodevol/nodevol/volume"
 )
 
 const (
@@ -23,11 +23,11 @@ const (
 // disk says what is there now, and a mount is unmounted only when the two
 // agree.
 type Metadata struct {
-	Medium         mountdetect.Medium `json:"medium"`
-	SizeLimit      int64              `json:"sizeLimit,omitempty"` // the spec's sizeLimit
-	SizeBytes      int64              `json:"sizeBytes,omitempty"` // the tmpfs size= SetUp chose
-	HugePageSize   int64              `json:"hugePageSize,omitempty"`
-	QuotaProjectID uint32             `json:"quotaProjectID,omitempty"`
+	Medium         volume.Medium `json:"medium"`
+	SizeLimit      int64         `json:"sizeLimit,omitempty"` // the spec's sizeLimit
+	SizeBytes      int64         `json:"sizeBytes,omitempty"` // the tmpfs size= SetUp chose
+	HugePageSize   int64         `json:"hugePageSize,omitempty"`
+	QuotaProjectID uint32        `json:"quotaProjectID,omitempty"`
 	// QuotaPending says SetUp is asking the quota manager for a project
 	// for the volume directory and has not recorded the answer. It is
 	// written before Assign, so that a crash after Assign recorded the
@@ -68,30 +68,6 @@ type MountRecord struct {
 	Pending bool `json:"pending,omitempty"`
 }
 
-// UnmarshalJSON reads Medium from its name.
-func (m *Metadata) UnmarshalJSON(b []byte) error {
-	type plain Metadata
-	var raw struct {
-		plain
-		Medium string `json:"medium"`
-	}
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return err
-	}
-	*m = Metadata(raw.plain)
-	switch raw.Medium {
-	case "Default", "":
-		m.Medium = mountdetect.MediumDefault
-	case "Memory":
-		m.Medium = mountdetect.MediumMemory
-	case "HugePages":
-		m.Medium = mountdetect.MediumHugePages
-	default:
-		return fmt.Errorf("unknown medium %q", raw.Medium)
-	}
-	return nil
-}
-
 // hasQuota reports whether m records a quota project TearDown must clear:
 // an assigned one, or one SetUp was assigning when it stopped.
 func (m *Metadata) hasQuota() bool {
@@ -112,7 +88,7 @@ func parseMetadata(b []byte, path string) (*Metadata, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("parse %s: %w", path, err)
 	}
-	if m.Medium != mountdetect.MediumDefault && m.Mount != nil && m.Mount.ID == 0 && m.Mount.UniqueID == 0 && !m.Mount.Pending {
+	if m.Medium != volume.MediumDefault && m.Mount != nil && m.Mount.ID == 0 && m.Mount.UniqueID == 0 && !m.Mount.Pending {
 		return nil, fmt.Errorf("parse %s: a mount record without a mount ID", path)
 	}
 	return &m, nil

@@ -92,7 +92,7 @@ func TestHugePagesVolume(t *testing.T) {
 				t.Errorf("mount = %s %q; want hugetlbfs pagesize=2M", info.FSType, info.VFSOptions)
 			}
 			d, err := mountdetect.Detect(m.Path())
-			if err != nil || d.Medium != mountdetect.MediumHugePages || d.HugePageSize != 2<<20 {
+			if err != nil || MediumOf(d) != volume.MediumHugePages || d.HugePageSize != 2<<20 {
 				t.Errorf("Detect = %+v, %v", d, err)
 			}
 			spec, err := e.plugin.ConstructSpec("hp", m.Path())

@@ -129,5 +129,5 @@ func (p *Plugin) ConstructSpec(vol, volumePath string) (*volume.Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &volume.Spec{Name: vol, EmptyDir: &volume.EmptyDirSource{Medium: specMedium(medium, pageSize), SizeLimit: sizeLimit}}, nil
+	return &volume.Spec{Name: vol, EmptyDir: &volume.EmptyDirSource{Medium: medium.StorageMedium(pageSize), SizeLimit: sizeLimit}}, nil
 }

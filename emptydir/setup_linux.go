@@ -13,7 +13,6 @@ import (
 
 	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/internal/testhook"
-	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -65,7 +64,7 @@ func (m *mounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
 		logger.V(1).Info("Ready marker present but the volume is not in place; setting it up again", "medium", plan.medium)
 	}
 	switch plan.medium {
-	case mountdetect.MediumDefault:
+	case volume.MediumDefault:
 		err = m.setUpDir(logger, v, plan, args)
 	default:
 		err = m.setUpMount(logger, v, plan, args, meta)
@@ -89,10 +88,10 @@ func (m *mounter) inPlace(v *podVolume, plan setupPlan, meta *Metadata) (bool, e
 	if err != nil || e.kind != entryDir {
 		return false, err
 	}
-	if plan.medium == mountdetect.MediumDefault {
+	if plan.medium == volume.MediumDefault {
 		return !e.mi.root, nil
 	}
-	if !e.mi.root || meta == nil || meta.Medium != plan.medium || (plan.medium == mountdetect.MediumHugePages && meta.HugePageSize != plan.pageSize) {
+	if !e.mi.root || meta == nil || meta.Medium != plan.medium || (plan.medium == volume.MediumHugePages && meta.HugePageSize != plan.pageSize) {
 		return false, nil
 	}
 	if meta.Mount != nil && meta.Mount.Pending {
@@ -136,7 +135,7 @@ func (m *mounter) setUpDir(logger klog.Logger, v *podVolume, plan setupPlan, arg
 		return err
 	}
 	v.hook.At(testhook.SetUpDirCreated, m.dir)
-	meta := &Metadata{Medium: mountdetect.MediumDefault, SizeLimit: m.source.SizeLimit}
+	meta := &Metadata{Medium: volume.MediumDefault, SizeLimit: m.source.SizeLimit}
 	if m.plugin.quotas != nil {
 		// Recorded before Assign: from the moment the bookkeeping files
 		// may name the directory until its ID is recorded, the record
@@ -203,7 +202,7 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 	source, fstype := newSource(m.pod.UID, m.name), "tmpfs"
 	var opts []string
 	meta := &Metadata{Medium: plan.medium, SizeLimit: m.source.SizeLimit}
-	if plan.medium == mountdetect.MediumHugePages {
+	if plan.medium == volume.MediumHugePages {
 		fstype = "hugetlbfs"
 		opts = append(opts, "pagesize="+strconv.FormatInt(plan.pageSize, 10))
 		meta.HugePageSize = plan.pageSize

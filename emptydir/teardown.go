@@ -192,10 +192,3 @@ type withCause struct{ err, cause error }
 
 func (e *withCause) Error() string   { return e.err.Error() }
 func (e *withCause) Unwrap() []error { return []error{e.err, e.cause} }
-
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
-}

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/nodevol/nodevol/internal/plural"
 	"github.com/nodevol/nodevol/internal/testhook"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
@@ -90,7 +91,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 	}
 	if n := len(beneath); n > 0 {
 		return refuse(fmt.Sprintf("%d %s beneath the volume; unmount %s first (their data is not the volume's)",
-			n, plural(n, "mount", "mounts"), plural(n, "it", "them")), beneath)
+			n, plural.Of(n, "mount", "mounts"), plural.Of(n, "it", "them")), beneath)
 	}
 	if !p.Info.MountPointSure {
 		self[0].FSType = p.Info.FSType
@@ -102,7 +103,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 			return refuse("a mount appeared on the volume directory while it was examined", at)
 		}
 		p.Action = ActionRemove
-		if p.Meta != nil && p.Meta.Medium != mountdetect.MediumDefault {
+		if p.Meta != nil && p.Meta.Medium != volume.MediumDefault {
 			p.Reason = "the volume's " + p.Meta.Medium.String() + "-medium mount is already gone; the directory is removed"
 		} else {
 			p.Reason = "a Default-medium volume on " + p.Info.FSType
@@ -122,7 +123,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		return refuse(what+" is mounted on the volume directory itself and its metadata cannot be read ("+p.MetaErr.Error()+"), so the mount cannot be proven to be the volume's own", at)
 	case p.Meta == nil:
 		return refuse(what+" is mounted on the volume directory itself, but nodevol has no record of mounting it (a volume set up by another kubelet, or a foreign mount); if it is the volume's own tmpfs or hugetlbfs, unmount it yourself, then tear down again", at)
-	case p.Meta.Medium == mountdetect.MediumDefault:
+	case p.Meta.Medium == volume.MediumDefault:
 		return refuse(what+" is mounted on the directory of a Default-medium volume, which SetUp never does: it is not the volume's to unmount", at)
 	case p.Meta.Mount == nil || !isNodevolSource(p.Meta.Mount.Source):
 		return refuse(what+" is mounted on the volume directory itself, but SetUp recorded no mount identity it could prove (metadata written by an older nodevol), so it cannot be proven to be the volume's own; if it is, unmount it yourself, then tear down again", at)
@@ -149,7 +150,9 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 }
 
 // infoFromTable describes the mount on the volume directory from the
-// mount table alone (the top of at), without asking its filesystem.
+// mount table alone (the top of at), without asking its filesystem. The
+// magic number is filled in for the types MediumOf looks at (tmpfs and
+// hugetlbfs) and left 0 for others.
 func infoFromTable(path string, at []mountdetect.Mount) mountdetect.FSInfo {
 	info := mountdetect.FSInfo{Path: path, MountPoint: true, MountPointSure: true, FSType: "unknown"}
 	if len(at) > 0 {
@@ -157,11 +160,9 @@ func infoFromTable(path string, at []mountdetect.Mount) mountdetect.FSInfo {
 	}
 	switch info.FSType {
 	case "tmpfs":
-		info.Medium = mountdetect.MediumMemory
+		info.Magic = mountdetect.MagicTmpfs
 	case "hugetlbfs":
-		info.Medium = mountdetect.MediumHugePages
-	default:
-		info.Medium = mountdetect.MediumDefault
+		info.Magic = mountdetect.MagicHugetlbfs
 	}
 	return info
 }

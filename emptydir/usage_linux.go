@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodevol/nodevol/fsquota"
 	"github.com/nodevol/nodevol/mountdetect"
+	"github.com/nodevol/nodevol/volume"
 )
 
 func (p *Plugin) usage(podUID, vol string) (Usage, error) {
@@ -79,7 +80,7 @@ func (p *Plugin) usage(podUID, vol string) (Usage, error) {
 
 // constructMedium is what ConstructSpec needs: the recorded medium, or
 // what is mounted on the volume directory when nothing was recorded.
-func (p *Plugin) constructMedium(podUID, vol string) (medium mountdetect.Medium, pageSize, sizeLimit int64, err error) {
+func (p *Plugin) constructMedium(podUID, vol string) (medium volume.Medium, pageSize, sizeLimit int64, err error) {
 	v, err := p.openVolume(podUID, vol, false)
 	if err != nil {
 		return 0, 0, 0, err
@@ -95,7 +96,7 @@ func (p *Plugin) constructMedium(podUID, vol string) (medium mountdetect.Medium,
 	e, err := v.openEntry()
 	defer e.close()
 	if err != nil || e.kind != entryDir || !e.mi.root {
-		return mountdetect.MediumDefault, 0, 0, err
+		return volume.MediumDefault, 0, 0, err
 	}
 	tab, err := mountdetect.ReadMountTable()
 	if err != nil {
@@ -108,11 +109,11 @@ func (p *Plugin) constructMedium(podUID, vol string) (medium mountdetect.Medium,
 	// The type from the table; only a tmpfs or hugetlbfs is asked for more
 	// (a foreign filesystem's daemon may not answer).
 	info := infoFromTable(v.dir, at)
-	if info.Medium == mountdetect.MediumDefault {
-		return info.Medium, 0, 0, nil
+	if MediumOf(info) == volume.MediumDefault {
+		return volume.MediumDefault, 0, 0, nil
 	}
 	if info, err = tab.DetectFile(e.fd, v.dir); err != nil {
 		return 0, 0, 0, err
 	}
-	return info.Medium, info.HugePageSize, 0, nil
+	return MediumOf(info), info.HugePageSize, 0, nil
 }

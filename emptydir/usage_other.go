@@ -2,10 +2,13 @@
 
 package emptydir
 
-import "github.com/nodevol/nodevol/mountdetect"
+import (
+	"github.com/nodevol/nodevol/mountdetect"
+	"github.com/nodevol/nodevol/volume"
+)
 
 func (p *Plugin) usage(podUID, vol string) (Usage, error) { return Usage{}, mountdetect.ErrUnsupported }
 
-func (p *Plugin) constructMedium(podUID, vol string) (mountdetect.Medium, int64, int64, error) {
+func (p *Plugin) constructMedium(podUID, vol string) (volume.Medium, int64, int64, error) {
 	return 0, 0, 0, mountdetect.ErrUnsupported
 }

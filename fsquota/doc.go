@@ -46,12 +46,12 @@
 //
 // Anything other than xfs or ext4, a kernel without quotactl, or a
 // filesystem mounted without project quota accounting (prjquota) yields an
-// *UnsupportedError that says which; it matches ErrNotSupported and
+// *UnsupportedError that says which; it matches ErrUnsupported and
 // errors.ErrUnsupported, and callers such as emptydir then measure usage by
 // walking the tree. Support is cached per mount (by mount ID, never reused
 // with STATX_MNT_ID_UNIQUE on 6.8+); only positive answers are cached, and
 // a quota call that finds accounting off drops the entry. On other
-// operating systems every operation returns ErrNotSupported.
+// operating systems every operation returns ErrUnsupported.
 //
 // # Not covered
 //

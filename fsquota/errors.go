@@ -2,22 +2,18 @@ package fsquota
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 )
 
-// ErrNotSupported is matched (errors.Is) by every error that means "no
+// ErrUnsupported is matched (errors.Is) by every error that means "no
 // project quotas here": another filesystem, a kernel without quotactl, a
-// filesystem mounted without project quota accounting, another OS. It also
-// matches errors.ErrUnsupported, so callers that only know the standard
+// filesystem mounted without project quota accounting, another OS. Like
+// every "not supported" error of nodevol (mountdetect.ErrUnsupported) it
+// wraps errors.ErrUnsupported, so callers that only know the standard
 // library (emptydir falls back to walking the tree) recognise it. The
 // concrete error is an *UnsupportedError that says why.
-var ErrNotSupported error = notSupported{}
-
-type notSupported struct{}
-
-func (notSupported) Error() string { return "project quotas not supported" }
-
-func (notSupported) Is(target error) bool { return target == errors.ErrUnsupported }
+var ErrUnsupported = fmt.Errorf("fsquota: %w", errors.ErrUnsupported)
 
 // ErrNoProject is returned for usage queries on a directory that carries no
 // project ID.
@@ -32,7 +28,7 @@ var ErrNoFreeID = errors.New("no free project ID")
 var ErrUnsafeFile = errors.New("bookkeeping file is a symlink or not a regular file")
 
 // UnsupportedError says why project quotas cannot be used at Path. It
-// matches ErrNotSupported (and errors.ErrUnsupported) and unwraps to the
+// matches ErrUnsupported (and errors.ErrUnsupported) and unwraps to the
 // underlying cause (often a syscall.Errno) when there is one.
 type UnsupportedError struct {
 	Path   string
@@ -48,12 +44,12 @@ func (e *UnsupportedError) Error() string {
 	return s
 }
 
-// Unwrap returns ErrNotSupported and the cause.
+// Unwrap returns ErrUnsupported and the cause.
 func (e *UnsupportedError) Unwrap() []error {
 	if e.Err == nil {
-		return []error{ErrNotSupported}
+		return []error{ErrUnsupported}
 	}
-	return []error{ErrNotSupported, e.Err}
+	return []error{ErrUnsupported, e.Err}
 }
 
 // ProjectError reports a failed operation on a project: which operation,
@@ -75,4 +71,4 @@ func (e *ProjectError) Error() string {
 
 func (e *ProjectError) Unwrap() error { return e.Err }
 
-func isUnsupported(err error) bool { return errors.Is(err, ErrNotSupported) }
+func isUnsupported(err error) bool { return errors.Is(err, ErrUnsupported) }

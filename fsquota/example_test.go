@@ -15,7 +15,7 @@ func ExampleManager_Assign() {
 		fsquota.WithProjidFile("/etc/projid"))
 	id, err := m.Assign("/var/lib/kubelet/pods/uid/volumes/kubernetes.io~empty-dir/cache", 1<<30)
 	switch {
-	case errors.Is(err, fsquota.ErrNotSupported):
+	case errors.Is(err, fsquota.ErrUnsupported):
 		fmt.Println("no project quotas here; measure usage by walking:", err)
 	case err != nil:
 		fmt.Println("assign:", err)

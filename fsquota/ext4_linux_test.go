@@ -26,7 +26,7 @@ var ext4ProjectFeatures = []string{"-q", "-F", "-O", "quota,project", "-E", "quo
 func unsupportedOn(t *testing.T, what string, err error, path, want string) {
 	t.Helper()
 	var ue *UnsupportedError
-	if !errors.As(err, &ue) || !errors.Is(err, ErrNotSupported) || ue.Path != path || !strings.Contains(ue.Reason, want) {
+	if !errors.As(err, &ue) || !errors.Is(err, ErrUnsupported) || ue.Path != path || !strings.Contains(ue.Reason, want) {
 		t.Errorf("%s = %v; want an *UnsupportedError for %s saying %q", what, err, path, want)
 		return
 	}
@@ -99,11 +99,11 @@ func TestExt4ProjectIDs(t *testing.T) {
 	// the kernel cannot load.
 	m, bk := vmManager(t, FirstProjectID)
 	unsupportedOn(t, "CheckSupport", m.CheckSupport(vol), vol, "accounting is off (ext4 needs the project and quota features")
-	if _, _, err := m.Usage(vol); !errors.Is(err, ErrNotSupported) {
-		t.Errorf("Usage = %v; want ErrNotSupported", err)
+	if _, _, err := m.Usage(vol); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("Usage = %v; want ErrUnsupported", err)
 	}
-	if _, err := m.Assign(vol, 1<<20); !errors.Is(err, ErrNotSupported) {
-		t.Errorf("Assign = %v; want ErrNotSupported", err)
+	if _, err := m.Assign(vol, 1<<20); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("Assign = %v; want ErrUnsupported", err)
 	}
 	if p, q := bk.read(t); p != "" || q != "" {
 		t.Errorf("Assign wrote bookkeeping: %q, %q", p, q)
@@ -143,8 +143,8 @@ func TestExt4WithoutProjectFeature(t *testing.T) {
 	if kq := m.backend.(*kernelQuota); haveQuotactlFD() && kq.noFD.Load() {
 		t.Error("an ENOSYS for one quota command made the Manager give up quotactl_fd")
 	}
-	if id, err := m.Assign(dir, 1<<20); !errors.Is(err, ErrNotSupported) || id != 0 {
-		t.Errorf("Assign = %d, %v; want ErrNotSupported", id, err)
+	if id, err := m.Assign(dir, 1<<20); !errors.Is(err, ErrUnsupported) || id != 0 {
+		t.Errorf("Assign = %d, %v; want ErrUnsupported", id, err)
 	}
 	if p, q := bk.read(t); p != "" || q != "" {
 		t.Errorf("Assign wrote bookkeeping: %q, %q", p, q)

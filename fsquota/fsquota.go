@@ -139,12 +139,12 @@ type Usage struct {
 // CheckSupport returns nil when project quotas can be used on the
 // filesystem holding path: xfs or ext4 with project quota accounting on.
 // Otherwise it returns an *UnsupportedError saying why (it matches
-// ErrNotSupported), or another error when the question could not be asked
+// ErrUnsupported), or another error when the question could not be asked
 // (path missing, permission denied).
 //
 // Positive answers are cached per mount (by mount ID; a new mount is a new
 // entry). A quota call that later finds accounting off drops the entry and
-// reports ErrNotSupported, so a positive answer is never relied on after
+// reports ErrUnsupported, so a positive answer is never relied on after
 // the kernel contradicted it. Negative answers are not cached.
 func (m *Manager) CheckSupport(path string) error { return m.checkSupport(path) }
 
@@ -176,7 +176,7 @@ func (m *Manager) SupportsQuotas(path string) (bool, error) {
 // directory is tagged, so a crash never leaves a tagged directory that the
 // files do not name.
 //
-// It returns an *UnsupportedError (ErrNotSupported) when the filesystem
+// It returns an *UnsupportedError (ErrUnsupported) when the filesystem
 // cannot do project quotas; nothing is changed then.
 func (m *Manager) Assign(path string, limitBytes int64) (projectID uint32, err error) {
 	return m.assign(path, limitBytes)

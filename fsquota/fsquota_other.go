@@ -9,7 +9,7 @@ import (
 )
 
 // Project quotas are a Linux feature: every operation reports
-// ErrNotSupported elsewhere.
+// ErrUnsupported elsewhere.
 
 type quotaBackend interface{}
 

@@ -164,7 +164,7 @@ func TestVMSupport(t *testing.T) {
 		t.Errorf("Q_XGETQSTATV: %+v, %v; want accounting and enforcement on", st, err)
 	}
 	if mem := t.TempDir(); m.CheckSupport(mem) == nil {
-		t.Errorf("CheckSupport(%q) on the initramfs = nil; want ErrNotSupported", mem)
+		t.Errorf("CheckSupport(%q) on the initramfs = nil; want ErrUnsupported", mem)
 	}
 }
 

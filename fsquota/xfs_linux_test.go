@@ -112,7 +112,7 @@ func checkProjectIDs(t *testing.T, root string) {
 
 // TestRealKernelQuotaCalls runs the real quotactl backend. On a kernel
 // without quotas (this project's CI host) or an image mounted without
-// prjquota, every quota call returns ErrNotSupported with the reason, and
+// prjquota, every quota call returns ErrUnsupported with the reason, and
 // nothing is changed.
 func TestRealKernelQuotaCalls(t *testing.T) {
 	root := xfsDir(t)
@@ -125,8 +125,8 @@ func TestRealKernelQuotaCalls(t *testing.T) {
 		t.Skip("this kernel has project quotas on the loop image; the VM tests cover that case")
 	}
 	var ue *UnsupportedError
-	if !errors.As(err, &ue) || !errors.Is(err, ErrNotSupported) || !errors.Is(err, errors.ErrUnsupported) {
-		t.Fatalf("CheckSupport(%q) = %v; want an *UnsupportedError matching ErrNotSupported and errors.ErrUnsupported", dir, err)
+	if !errors.As(err, &ue) || !errors.Is(err, ErrUnsupported) || !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("CheckSupport(%q) = %v; want an *UnsupportedError matching ErrUnsupported and errors.ErrUnsupported", dir, err)
 	}
 	if ue.Reason == "" || ue.Path != dir {
 		t.Errorf("UnsupportedError = %+v; want the path and a reason", ue)
@@ -139,7 +139,7 @@ func TestRealKernelQuotaCalls(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := m.CheckSupport(dir); !errors.Is(err, ErrNotSupported) {
+			if err := m.CheckSupport(dir); !errors.Is(err, ErrUnsupported) {
 				t.Errorf("concurrent CheckSupport = %v", err)
 			}
 		}()
@@ -148,8 +148,8 @@ func TestRealKernelQuotaCalls(t *testing.T) {
 	if ok, err := m.SupportsQuotas(dir); ok || err != nil {
 		t.Errorf("SupportsQuotas = %v, %v; want false, nil", ok, err)
 	}
-	if id, err := m.Assign(dir, 10<<20); !errors.Is(err, ErrNotSupported) || id != 0 {
-		t.Errorf("Assign = %d, %v; want 0, ErrNotSupported", id, err)
+	if id, err := m.Assign(dir, 10<<20); !errors.Is(err, ErrUnsupported) || id != 0 {
+		t.Errorf("Assign = %d, %v; want 0, ErrUnsupported", id, err)
 	}
 	if got := mustProjectID(t, dir); got != 0 {
 		t.Errorf("Assign on an unsupported filesystem tagged the directory with %d", got)
@@ -161,7 +161,7 @@ func TestRealKernelQuotaCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, _, err := m.Usage(dir); !errors.Is(err, errors.ErrUnsupported) {
-		t.Errorf("Usage = %v; want ErrNotSupported (emptydir then walks)", err)
+		t.Errorf("Usage = %v; want ErrUnsupported (emptydir then walks)", err)
 	}
 	// Clear still undoes what it can without quotas: the ID and the files.
 	if err := m.Clear(dir); err != nil {
@@ -191,8 +191,8 @@ func TestUnsupportedFilesystem(t *testing.T) {
 	if !errors.As(err, &ue) || !strings.Contains(ue.Reason, "neither xfs nor ext4") {
 		t.Errorf("CheckSupport(%q) = %v; want an *UnsupportedError naming the filesystem", dir, err)
 	}
-	if _, err := m.Assign(dir, 0); !errors.Is(err, ErrNotSupported) {
-		t.Errorf("Assign = %v; want ErrNotSupported", err)
+	if _, err := m.Assign(dir, 0); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("Assign = %v; want ErrUnsupported", err)
 	}
 }
 
@@ -478,10 +478,10 @@ func TestSupportCache(t *testing.T) {
 	// Accounting turned off behind our back: the next quota call says so
 	// and the cached positive is dropped.
 	fake.getErr, fake.off = unix.ESRCH, true
-	if _, _, err := m.Usage(dir); !errors.Is(err, ErrNotSupported) {
-		t.Errorf("Usage with accounting off = %v; want ErrNotSupported", err)
+	if _, _, err := m.Usage(dir); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("Usage with accounting off = %v; want ErrUnsupported", err)
 	}
-	if err := m.CheckSupport(dir); !errors.Is(err, ErrNotSupported) || fake.stateCalls != 2 {
+	if err := m.CheckSupport(dir); !errors.Is(err, ErrUnsupported) || fake.stateCalls != 2 {
 		t.Errorf("CheckSupport after = %v (state asked %d times); want a fresh negative answer", err, fake.stateCalls)
 	}
 	// Negative answers are not cached.

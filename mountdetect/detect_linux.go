@@ -201,9 +201,6 @@ func detectFd(fd int, path string, tab *MountTable) (FSInfo, error) {
 	if err != nil {
 		return info, err
 	}
-	if info.MountPoint {
-		info.Medium = MediumForMagic(info.Magic)
-	}
 	if info.Magic == MagicHugetlbfs {
 		var size int64
 		if tab != nil {

@@ -152,37 +152,37 @@ func TestDetect(t *testing.T) {
 		needRoot  bool
 		prepare   func(t *testing.T, base string) string
 		fsType    string
-		medium    Medium
+		magic     uint32
 		mountRoot bool
 		pageSize  int64
 	}
 	cases := []tc{
-		{name: "tmpfs mount root is Memory", needRoot: true, fsType: "tmpfs", medium: MediumMemory, mountRoot: true,
+		{name: "tmpfs mount root is Memory", needRoot: true, fsType: "tmpfs", magic: MagicTmpfs, mountRoot: true,
 			prepare: func(t *testing.T, base string) string {
 				p := filepath.Join(base, "m")
 				mounttest.Tmpfs(t, p, "size=1m")
 				return p
 			}},
-		{name: "directory inside tmpfs is Default", needRoot: true, fsType: "tmpfs", medium: MediumDefault,
+		{name: "directory inside tmpfs is Default", needRoot: true, fsType: "tmpfs", magic: MagicTmpfs,
 			prepare: func(t *testing.T, base string) string {
 				p := filepath.Join(base, "m")
 				mounttest.Tmpfs(t, p, "")
 				mounttest.Build(t, p, "dir sub")
 				return filepath.Join(p, "sub")
 			}},
-		{name: "hugetlbfs 2M", needRoot: true, fsType: "hugetlbfs", medium: MediumHugePages, mountRoot: true, pageSize: 2 << 20,
+		{name: "hugetlbfs 2M", needRoot: true, fsType: "hugetlbfs", magic: MagicHugetlbfs, mountRoot: true, pageSize: 2 << 20,
 			prepare: func(t *testing.T, base string) string {
 				p := filepath.Join(base, "hp")
 				mounttest.Mount(t, "nodev", p, "hugetlbfs", 0, "pagesize=2M")
 				return p
 			}},
-		{name: "hugetlbfs default page size", needRoot: true, fsType: "hugetlbfs", medium: MediumHugePages, mountRoot: true, pageSize: 2 << 20,
+		{name: "hugetlbfs default page size", needRoot: true, fsType: "hugetlbfs", magic: MagicHugetlbfs, mountRoot: true, pageSize: 2 << 20,
 			prepare: func(t *testing.T, base string) string {
 				p := filepath.Join(base, "hp")
 				mounttest.Mount(t, "nodev", p, "hugetlbfs", 0, "")
 				return p
 			}},
-		{name: "tmpfs through a symlinked parent", needRoot: true, fsType: "tmpfs", medium: MediumMemory, mountRoot: true,
+		{name: "tmpfs through a symlinked parent", needRoot: true, fsType: "tmpfs", magic: MagicTmpfs, mountRoot: true,
 			prepare: func(t *testing.T, base string) string {
 				mounttest.Build(t, base, "dir real/v", "symlink alias real")
 				mounttest.Tmpfs(t, filepath.Join(base, "real/v"), "")
@@ -191,7 +191,7 @@ func TestDetect(t *testing.T) {
 	}
 	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
 		if m, sure, _ := IsMountPoint("/dev/shm"); m && sure {
-			cases = append(cases, tc{name: "/dev/shm without root", fsType: "tmpfs", medium: MediumMemory, mountRoot: true,
+			cases = append(cases, tc{name: "/dev/shm without root", fsType: "tmpfs", magic: MagicTmpfs, mountRoot: true,
 				prepare: func(*testing.T, string) string { return "/dev/shm" }})
 		}
 	}
@@ -205,9 +205,9 @@ func TestDetect(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Detect(%q) = %v", p, err)
 			}
-			if info.FSType != c.fsType || info.Medium != c.medium || info.MountPoint != c.mountRoot || !info.MountPointSure || info.HugePageSize != c.pageSize {
-				t.Errorf("Detect(%q) = %+v; want fsType %s, medium %s, mountPoint %v (sure), hugePageSize %d",
-					p, info, c.fsType, c.medium, c.mountRoot, c.pageSize)
+			if info.FSType != c.fsType || info.Magic != c.magic || info.MountPoint != c.mountRoot || !info.MountPointSure || info.HugePageSize != c.pageSize {
+				t.Errorf("Detect(%q) = %+v; want fsType %s, magic 0x%x, mountPoint %v (sure), hugePageSize %d",
+					p, info, c.fsType, c.magic, c.mountRoot, c.pageSize)
 			}
 		})
 	}

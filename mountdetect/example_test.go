@@ -68,14 +68,14 @@ func ExampleDetect() {
 		return
 	}
 	// On most Linux systems /dev/shm is a tmpfs mount: an emptyDir of
-	// medium Memory looks just like it.
-	fmt.Println(info.FSType, info.Medium, info.MountPoint)
+	// medium Memory looks just like it (emptydir.MediumOf).
+	fmt.Println(info.FSType, info.MountPoint)
 }
 
 func ExampleParseHugePageSize() {
 	size, ok, err := mountdetect.ParseHugePageSize("rw,relatime,pagesize=2M")
-	fmt.Println(size, ok, err, mountdetect.FormatQuantity(size))
-	// Output: 2097152 true <nil> 2Mi
+	fmt.Println(size, ok, err)
+	// Output: 2097152 true <nil>
 }
 
 // A node agent that removes volumes on behalf of the host first makes sure

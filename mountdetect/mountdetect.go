@@ -137,16 +137,14 @@ type FSInfo struct {
 	// MountPointSure whether the kernel could say so with certainty.
 	MountPoint     bool `json:"mountPoint"`
 	MountPointSure bool `json:"mountPointSure"`
-	// Medium is the emptyDir medium: Memory for the root of a tmpfs mount,
-	// HugePages for the root of a hugetlbfs mount, Default otherwise.
-	Medium Medium `json:"medium"`
 	// HugePageSize is the page size in bytes of a hugetlbfs mount (from its
 	// pagesize= option, else its block size); 0 for other filesystems.
 	HugePageSize int64 `json:"hugePageSize"`
 }
 
-// Detect reports the filesystem type, mount-point status and emptyDir
-// medium of path. The path is opened once and every answer is about that
+// Detect reports the filesystem type, mount-point status and hugetlbfs
+// page size of path (emptydir.MediumOf says which emptyDir medium that
+// is). The path is opened once and every answer is about that
 // open file, so a rename during the call cannot mix two files' answers.
 // Symlinks in path are followed, the last element included: Detect
 // describes what the path leads to (IsMountPoint, by contrast, answers

@@ -39,7 +39,7 @@ func TestMountTable(t *testing.T) {
 		}
 	}
 	info, err := tab.Detect(hp)
-	if err != nil || info.Medium != MediumHugePages || info.HugePageSize != 2<<20 {
+	if err != nil || info.Magic != MagicHugetlbfs || !info.MountPoint || info.HugePageSize != 2<<20 {
 		t.Errorf("table.Detect(hugetlbfs) = %+v, %v", info, err)
 	}
 }

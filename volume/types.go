@@ -1,9 +1,6 @@
 package volume
 
-import (
-	"fmt"
-	"strings"
-)
+import "fmt"
 
 // UniqueVolumeName identifies a volume on a node. For volumes that belong to
 // one pod (emptyDir) it is "<plugin>/<podUID>-<volume>", as the kubelet
@@ -13,26 +10,6 @@ type UniqueVolumeName string
 // PodVolumeName builds the unique name of a pod-scoped volume.
 func PodVolumeName(plugin, podUID, volume string) UniqueVolumeName {
 	return UniqueVolumeName(plugin + "/" + podUID + "-" + volume)
-}
-
-// StorageMedium is an emptyDir medium, as in the Kubernetes API: "" (the
-// node's disk), "Memory", "HugePages" or "HugePages-<size>" (e.g.
-// "HugePages-2Mi").
-type StorageMedium string
-
-// The emptyDir media.
-const (
-	StorageMediumDefault   StorageMedium = ""
-	StorageMediumMemory    StorageMedium = "Memory"
-	StorageMediumHugePages StorageMedium = "HugePages"
-	// StorageMediumHugePagesPrefix starts a medium with an explicit page
-	// size: "HugePages-2Mi".
-	StorageMediumHugePagesPrefix StorageMedium = "HugePages-"
-)
-
-// IsHugePages reports whether m is HugePages or HugePages-<size>.
-func (m StorageMedium) IsHugePages() bool {
-	return m == StorageMediumHugePages || strings.HasPrefix(string(m), string(StorageMediumHugePagesPrefix))
 }
 
 // EmptyDirSource is the emptyDir part of a volume spec.

@@ -10,7 +10,10 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/nodevol/nodevol/emptydir"
+	"github.com/nodevol/nodevol/internal/plural"
 	"github.com/nodevol/nodevol/mountdetect"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // entryKind is what a path names, as lstat sees it.
@@ -46,7 +49,7 @@ type checkResult struct {
 	MountPoint     bool                `json:"mountPoint"`
 	MountPointSure bool                `json:"mountPointSure"`
 	FSType         string              `json:"fsType"`
-	Medium         mountdetect.Medium  `json:"medium"`
+	Medium         volume.Medium       `json:"medium"`
 	HugePageSize   string              `json:"hugePageSize"` // "2Mi"; "" when not hugetlbfs
 	NestedMounts   []mountdetect.Mount `json:"nestedMounts"` // never nil: [] in JSON
 	SafeToRemove   bool                `json:"safeToRemove"`
@@ -142,9 +145,9 @@ func examineIn(tab *mountdetect.MountTable, path string) checkResult {
 		return r.fail(fmt.Errorf("detect: %w", err))
 	}
 	r.MountPoint, r.MountPointSure = info.MountPoint, info.MountPointSure
-	r.FSType, r.Medium = info.FSType, info.Medium
+	r.FSType, r.Medium = info.FSType, emptydir.MediumOf(info)
 	if info.HugePageSize > 0 {
-		r.HugePageSize = mountdetect.FormatQuantity(info.HugePageSize)
+		r.HugePageSize = volume.FormatQuantity(info.HugePageSize)
 	}
 	if r.kind == kindDir {
 		nested, err := nestedMounts(path)
@@ -318,7 +321,7 @@ func unsafeReason(r *checkResult) string {
 		why = append(why, "cannot tell for sure that it is not a mount point")
 	}
 	if n := len(r.NestedMounts); n > 0 {
-		why = append(why, plural(n, "mount")+" beneath it")
+		why = append(why, plural.Count(n, "mount")+" beneath it")
 	}
 	return strings.Join(why, "; ") + "; nodevol rm would refuse and delete nothing"
 }
@@ -343,11 +346,4 @@ func yesNo(b bool) string {
 		return "yes"
 	}
 	return "no"
-}
-
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/emptydir"
+	"github.com/nodevol/nodevol/internal/plural"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/reconciler"
 	"github.com/nodevol/nodevol/volume"
@@ -631,7 +632,7 @@ func attempts(n int) string {
 	for i, b := 0, demoInitialBackoff; i < n-1; i, b = i+1, min(2*b, demoMaxBackoff) {
 		backoffs = append(backoffs, b.String())
 	}
-	retries := isAre(n-1, "1 retry", fmt.Sprintf("%d retries", n-1))
+	retries := plural.Of(n-1, "1 retry", fmt.Sprintf("%d retries", n-1))
 	return fmt.Sprintf("the first try and %s, after backoffs of %s, were all refused", retries, strings.Join(backoffs, ", "))
 }
 

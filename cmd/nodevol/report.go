@@ -8,6 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/nodevol/nodevol/internal/plural"
 	"github.com/nodevol/nodevol/mountdetect"
 )
 
@@ -151,7 +152,7 @@ func writeErrors(w io.Writer, prefix string, err error, suffix string) {
 		fmt.Fprintf(w, "%s%s%s\n", prefix, display(m), suffix)
 	}
 	if more > 0 {
-		fmt.Fprintf(w, "%s... and %s\n", prefix, plural(more, "more error"))
+		fmt.Fprintf(w, "%s... and %s\n", prefix, plural.Count(more, "more error"))
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/nodevol/nodevol/internal/plural"
 	"github.com/nodevol/nodevol/mountdetect"
 )
 
@@ -238,7 +239,7 @@ func writeRmHuman(stdout, stderr io.Writer, r *rmResult) {
 			fmt.Fprintf(stderr, "would refuse %s: %s; nothing would be deleted:\n", path, mountCount(r))
 		case r.duringWalk:
 			fmt.Fprintf(stderr, "refused %s: %s appeared during removal and %s left untouched; everything else on the volume's own mount was removed:\n",
-				path, mountCount(r), isAre(len(r.NestedMounts), "was", "were"))
+				path, mountCount(r), plural.Of(len(r.NestedMounts), "was", "were"))
 		default:
 			fmt.Fprintf(stderr, "refused %s: %s; nothing was deleted:\n", path, mountCount(r))
 		}
@@ -247,7 +248,7 @@ func writeRmHuman(stdout, stderr io.Writer, r *rmResult) {
 		}
 		if !r.duringWalk {
 			fmt.Fprintf(stderr, "unmount %s first (%s data is not the volume's to delete), then run nodevol rm again\n",
-				isAre(len(r.NestedMounts), "it", "them"), isAre(len(r.NestedMounts), "its", "their"))
+				plural.Of(len(r.NestedMounts), "it", "them"), plural.Of(len(r.NestedMounts), "its", "their"))
 		}
 	}
 	if r.err != nil {
@@ -282,11 +283,11 @@ func mountCount(r *rmResult) string {
 	case self && n == 1:
 		return "it is itself a mount point"
 	case self:
-		return "it is itself a mount point, and " + plural(n-1, "mount") + " beneath it"
+		return "it is itself a mount point, and " + plural.Count(n-1, "mount") + " beneath it"
 	case r.duringWalk:
-		return plural(n, "mount")
+		return plural.Count(n, "mount")
 	}
-	return plural(n, "mount") + " beneath it"
+	return plural.Count(n, "mount") + " beneath it"
 }
 
 // isPath reports whether mountPoint, as the kernel names it (symlinks
@@ -298,11 +299,4 @@ func isPath(mountPoint, path string) bool {
 	}
 	real, err := filepath.EvalSymlinks(clean)
 	return err == nil && real == mountPoint
-}
-
-func isAre(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/nodevol/nodevol/emptydir"
+	"github.com/nodevol/nodevol/internal/plural"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/subpath"
 	"github.com/nodevol/nodevol/volume"
@@ -175,7 +176,7 @@ func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.
 			return fail(err)
 		}
 		v.exists = plan.Exists
-		v.Medium = plan.Info.Medium.String()
+		v.Medium = emptydir.MediumOf(plan.Info).String()
 		v.MountPoint, v.sure = plan.Info.MountPoint, plan.Info.MountPointSure || !plan.Exists
 		v.fsType, v.hugePageSize = plan.Info.FSType, plan.Info.HugePageSize
 		for _, m := range plan.Mounts {
@@ -207,7 +208,7 @@ func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.
 	v.MountPoint, v.sure = c.MountPoint, c.MountPointSure || !c.Exists
 	v.fsType = c.FSType
 	if c.HugePageSize != "" {
-		v.hugePageSize, _ = mountdetect.ParseMemSize(c.HugePageSize)
+		v.hugePageSize, _ = volume.ParseQuantity(c.HugePageSize)
 	}
 	v.NestedMounts = append(v.NestedMounts, c.NestedMounts...)
 	v.SafeToRemove = c.SafeToRemove
@@ -221,7 +222,7 @@ func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.
 		why = append(why, "the kernel cannot say for sure whether it is a mount point")
 	}
 	if n := len(c.NestedMounts); n > 0 {
-		why = append(why, plural(n, "mount")+" beneath it; unmount "+isAre(n, "it", "them")+" first")
+		why = append(why, plural.Count(n, "mount")+" beneath it; unmount "+plural.Of(n, "it", "them")+" first")
 	}
 	if c.Exists && c.SafeToRemove {
 		why = append(why, fmt.Sprintf("a %s volume directory with nothing mounted on or beneath it; nodevol rm can remove it", vd.Plugin))
@@ -258,7 +259,7 @@ func (v *scanVolume) addSubpaths(c *subpath.Cleaner, tab *mountdetect.MountTable
 	case errors.As(refusal, &refused) && len(refused.Mounts) > 0:
 		n := len(refused.Mounts)
 		v.SafeToRemove = false
-		v.Reason += fmt.Sprintf("; %s in its subPath tree %s not the volume's own subPath binds, so nodevol teardown would refuse:", plural(n, "mount"), isAre(n, "is", "are"))
+		v.Reason += fmt.Sprintf("; %s in its subPath tree %s not the volume's own subPath binds, so nodevol teardown would refuse:", plural.Count(n, "mount"), plural.Of(n, "is", "are"))
 		for _, m := range refused.Mounts {
 			v.Reason += " " + describeMount(m)
 		}
@@ -273,7 +274,7 @@ func (v *scanVolume) addSubpaths(c *subpath.Cleaner, tab *mountdetect.MountTable
 	mounted := countMounted(entries)
 	if mounted > 0 {
 		v.Reason += fmt.Sprintf("; %s of its containers %s active: the volume manager and nodevol teardown unmount %s before the teardown, so %s not make the volume unsafe",
-			plural(mounted, "subPath bind mount"), isAre(mounted, "is", "are"), isAre(mounted, "it", "them"), isAre(mounted, "it does", "they do"))
+			plural.Count(mounted, "subPath bind mount"), plural.Of(mounted, "is", "are"), plural.Of(mounted, "it", "them"), plural.Of(mounted, "it does", "they do"))
 	}
 }
 
@@ -467,7 +468,7 @@ func writeScanHuman(w io.Writer, s *scanReport) {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "%s: %s, %d unsafe, %s, %s\n", display(s.root),
-		plural(len(s.volumes), "volume"), s.unsafe(), plural(len(s.problems), "problem"), plural(len(s.leftovers), "leftover"))
+		plural.Count(len(s.volumes), "volume"), s.unsafe(), plural.Count(len(s.problems), "problem"), plural.Count(len(s.leftovers), "leftover"))
 }
 
 func (s *scanReport) hasSubpaths() bool {
@@ -484,7 +485,7 @@ func (v *scanVolume) mediumColumn() string {
 	case v.err != nil || !v.exists:
 		return "-"
 	case v.hugePageSize > 0:
-		return v.Medium + "-" + mountdetect.FormatQuantity(v.hugePageSize)
+		return v.Medium + "-" + volume.FormatQuantity(v.hugePageSize)
 	}
 	return v.Medium
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/emptydir"
+	"github.com/nodevol/nodevol/internal/plural"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/subpath"
 	"github.com/nodevol/nodevol/volume"
@@ -69,7 +70,7 @@ func (r *teardownResult) setErr(err error) {
 // setPlan copies what a plan says into the report.
 func (r *teardownResult) setPlan(p emptydir.Plan) {
 	r.plan = p
-	r.Medium = p.Info.Medium.String()
+	r.Medium = emptydir.MediumOf(p.Info).String()
 	r.Action = p.Action.String()
 	r.Reason = p.Reason
 	r.Refused = p.Action == emptydir.ActionRefuse
@@ -324,7 +325,7 @@ func writeTeardownHuman(stdout, stderr io.Writer, r *teardownResult) {
 			fmt.Fprintf(stderr, "would refuse %s: %s; nothing would change:\n", path, reason)
 		case r.duringWalk:
 			fmt.Fprintf(stderr, "refused %s: %s; %s left untouched, everything else on the volume's own mount was removed, the ready marker was kept:\n",
-				path, reason, isAre(len(r.Mounts), "it was", "they were"))
+				path, reason, plural.Of(len(r.Mounts), "it was", "they were"))
 		default:
 			fmt.Fprintf(stderr, "refused %s: %s; nothing was changed (the ready marker and metadata are kept):\n", path, reason)
 		}
@@ -332,7 +333,7 @@ func writeTeardownHuman(stdout, stderr io.Writer, r *teardownResult) {
 			fmt.Fprintf(stderr, "  %s\n", describeMount(m))
 		}
 		if !r.duringWalk && !strings.Contains(r.Reason, "unmount") {
-			fmt.Fprintf(stderr, "unmount %s first, then run nodevol teardown again\n", isAre(len(r.Mounts), "it", "them"))
+			fmt.Fprintf(stderr, "unmount %s first, then run nodevol teardown again\n", plural.Of(len(r.Mounts), "it", "them"))
 		}
 	}
 	if r.err != nil {
@@ -343,12 +344,12 @@ func writeTeardownHuman(stdout, stderr io.Writer, r *teardownResult) {
 	}
 	if n := countMounted(r.Subpaths); n > 0 {
 		if r.DryRun {
-			fmt.Fprintf(stdout, "would unmount %s of its containers first\n", plural(n, "subPath bind mount"))
+			fmt.Fprintf(stdout, "would unmount %s of its containers first\n", plural.Count(n, "subPath bind mount"))
 		} else {
-			fmt.Fprintf(stdout, "unmounted %s of its containers first\n", plural(n, "subPath bind mount"))
+			fmt.Fprintf(stdout, "unmounted %s of its containers first\n", plural.Count(n, "subPath bind mount"))
 		}
 	}
-	medium := r.plan.Info.Medium.String()
+	medium := emptydir.MediumOf(r.plan.Info).String()
 	switch r.Action {
 	case emptydir.ActionNone.String():
 		meta := ""
@@ -368,7 +369,7 @@ func writeTeardownHuman(stdout, stderr io.Writer, r *teardownResult) {
 	case emptydir.ActionUnmountAndRemove.String():
 		fs := r.plan.Info.FSType
 		if r.plan.Info.HugePageSize > 0 {
-			fs += ", pagesize " + mountdetect.FormatQuantity(r.plan.Info.HugePageSize)
+			fs += ", pagesize " + volume.FormatQuantity(r.plan.Info.HugePageSize)
 		}
 		if r.DryRun {
 			fmt.Fprintf(stdout, "would unmount and remove %s (%s medium: %s)\n", path, medium, display(fs))

@@ -42,7 +42,7 @@ func measure(q *fsquota.Manager, path string) usageResult {
 	switch {
 	case err == nil:
 		r.ProjectID = id
-	case errors.Is(err, fsquota.ErrNotSupported):
+	case errors.Is(err, fsquota.ErrUnsupported):
 		r.why = err.Error()
 	default:
 		r.setErr(err)
@@ -54,7 +54,7 @@ func measure(q *fsquota.Manager, path string) usageResult {
 			r.Bytes, r.Inodes, r.Source = u.Bytes, u.Inodes, "quota"
 			return r
 		}
-		if !errors.Is(err, fsquota.ErrNotSupported) && !errors.Is(err, fsquota.ErrNoProject) {
+		if !errors.Is(err, fsquota.ErrUnsupported) && !errors.Is(err, fsquota.ErrNoProject) {
 			r.setErr(err)
 			return r
 		}
