@@ -148,20 +148,6 @@ type Usage struct {
 // the kernel contradicted it. Negative answers are not cached.
 func (m *Manager) CheckSupport(path string) error { return m.checkSupport(path) }
 
-// SupportsQuotas reports whether project quotas can be used at path. An
-// unsupported filesystem or kernel is (false, nil); other failures are
-// returned. CheckSupport says why not.
-func (m *Manager) SupportsQuotas(path string) (bool, error) {
-	err := m.checkSupport(path)
-	if err == nil {
-		return true, nil
-	}
-	if isUnsupported(err) {
-		return false, nil
-	}
-	return false, err
-}
-
 // Assign gives the directory at path a project of its own and returns the
 // project ID. The project's hard block limit is limitBytes when the
 // Manager enforces and limitBytes > 0, else none.
@@ -203,20 +189,11 @@ func (m *Manager) Usage(path string) (bytes, inodes int64, err error) {
 	return u.Bytes, u.Inodes, err
 }
 
-// ProjectUsage is Usage with the project's limit.
+// ProjectUsage is Usage with the project's limit. (Usage, CheckSupport
+// and ProjectUsage are the whole query set: the kubelet's
+// GetConsumption, GetInodes and SupportsQuotas are their fields and
+// errors.Is(CheckSupport(path), ErrUnsupported).)
 func (m *Manager) ProjectUsage(path string) (Usage, error) { return m.usage(path) }
-
-// Consumption returns the bytes charged to the directory's project.
-func (m *Manager) Consumption(path string) (int64, error) {
-	u, err := m.usage(path)
-	return u.Bytes, err
-}
-
-// Inodes returns the inodes charged to the directory's project.
-func (m *Manager) Inodes(path string) (int64, error) {
-	u, err := m.usage(path)
-	return u.Inodes, err
-}
 
 // ProjectID returns the project ID the directory carries, 0 when none. It
 // needs only the fsxattr ioctl, not quota support.

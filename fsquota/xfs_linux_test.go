@@ -145,8 +145,8 @@ func TestRealKernelQuotaCalls(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if ok, err := m.SupportsQuotas(dir); ok || err != nil {
-		t.Errorf("SupportsQuotas = %v, %v; want false, nil", ok, err)
+	if err := m.CheckSupport(dir); !errors.Is(err, ErrUnsupported) || !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("CheckSupport = %v; want ErrUnsupported (no error of another kind)", err)
 	}
 	if id, err := m.Assign(dir, 10<<20); !errors.Is(err, ErrUnsupported) || id != 0 {
 		t.Errorf("Assign = %d, %v; want 0, ErrUnsupported", id, err)
@@ -235,11 +235,8 @@ func TestAssignUsageClear(t *testing.T) {
 	if bytes, inodes, err := m.Usage(a); err != nil || bytes != 8192 || inodes != 3 {
 		t.Errorf("Usage(a) = %d, %d, %v; want 8192, 3", bytes, inodes, err)
 	}
-	if n, err := m.Consumption(a); err != nil || n != 8192 {
-		t.Errorf("Consumption(a) = %d, %v", n, err)
-	}
-	if n, err := m.Inodes(a); err != nil || n != 3 {
-		t.Errorf("Inodes(a) = %d, %v", n, err)
+	if u, err := m.ProjectUsage(a); err != nil || u.Bytes != 8192 || u.Inodes != 3 {
+		t.Errorf("ProjectUsage(a) = %+v, %v; want 8192 bytes, 3 inodes", u, err)
 	}
 	plain := mkdir(t, filepath.Join(root, "plain"))
 	if _, _, err := m.Usage(plain); !errors.Is(err, ErrNoProject) {
