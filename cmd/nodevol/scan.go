@@ -277,9 +277,8 @@ func (v *scanVolume) addSubpaths(c *subpath.Cleaner, tab *mountdetect.MountTable
 	}
 }
 
-func runScan(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("scan", "[--json] [--root DIR]",
-		`List every pod volume directory under the kubelet root
+// scanHelp is the help of "nodevol scan", after its usage line.
+const scanHelp = `List every pod volume directory under the kubelet root
 (<root>/pods/<uid>/volumes/<plugin>/<volume>, all plugins) and say, for
 each, its medium, whether it is a mount point, the mounts nested beneath it
 and whether it is safe to remove. The mount table is read once.
@@ -316,7 +315,9 @@ compare with its PID 1.
 
 Exit status: 0 every volume is safe and every entry parses (leftovers are
 fine), 1 some volume is unsafe or some entry does not parse, 2 the root or
-some entry could not be read or examined, or bad usage.`, stdout, stderr)
+some entry could not be read or examined, or bad usage.`
+
+func runScan(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print one JSON object per volume, problem and leftover per line")
 	root := fs.String("root", volume.DefaultRoot, "the kubelet root directory")
 	nsFlags := addNamespaceFlags(fs.FlagSet, false)

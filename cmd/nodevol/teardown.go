@@ -221,9 +221,8 @@ func quietContext() context.Context {
 	return klog.NewContext(context.Background(), klog.Logger{})
 }
 
-func runTeardown(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("teardown", "[--dry-run] [--json] VOLUME_DIR...",
-		`Tear down each emptyDir volume directory exactly as the emptyDir plugin does,
+// teardownHelp is the help of "nodevol teardown", after its usage line.
+const teardownHelp = `Tear down each emptyDir volume directory exactly as the emptyDir plugin does,
 for example
   /var/lib/kubelet/pods/<uid>/volumes/kubernetes.io~empty-dir/<volume>
 (absolute, without "." or ".." elements or a doubled "/", trailing slashes
@@ -261,7 +260,9 @@ root, teardown warns and goes on. --dry-run refuses as teardown would.
 Exit status: 0 every volume torn down (or nothing there), 1 some teardown
 was refused because of a mount, 2 some path is not an emptyDir volume
 directory or could not be torn down, teardown was refused because of the
-mount namespace, or bad usage.`, stdout, stderr)
+mount namespace, or bad usage.`
+
+func runTeardown(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	dryRun := fs.Bool("dry-run", false, "say what would be done per volume; change nothing")
 	asJSON := fs.Bool("json", false, "print one JSON object per path per line")
 	nsFlags := addNamespaceFlags(fs.FlagSet, true)

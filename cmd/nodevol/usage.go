@@ -71,16 +71,17 @@ func measure(q *fsquota.Manager, path string) usageResult {
 	return r
 }
 
-func runUsage(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("usage", "[--json] PATH...",
-		`Report, for each directory, the bytes and inodes it uses and where the
+// usageHelp is the help of "nodevol usage", after its usage line.
+const usageHelp = `Report, for each directory, the bytes and inodes it uses and where the
 numbers came from: "quota" when the directory carries an XFS/ext4 project ID
 and the kernel accounts for it, otherwise "walk" — a walk that stays on the
 directory's mount (mounts beneath it are not counted) and counts hard-linked
 files once. Also the directory's project ID (0 when none). Nothing is changed.
 
 Exit status: 0 every path measured, 2 some path could not be measured or bad
-usage.`, stdout, stderr)
+usage.`
+
+func runUsage(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print one JSON object per path per line")
 	paths, code := parseArgs(fs, args)
 	if code >= 0 {
