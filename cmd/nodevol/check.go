@@ -54,10 +54,11 @@ type checkResult struct {
 	MountNamespace mountNamespaceJSON `json:"mountNamespace"`
 	failureJSON
 
-	kind    entryKind
-	target  string // a symlink's target
-	invalid bool   // the path was refused before anything was looked at
-	err     error
+	kind     entryKind
+	pageSize int64  // HugePageSize in bytes, for scan; 0 when not hugetlbfs
+	target   string // a symlink's target
+	invalid  bool   // the path was refused before anything was looked at
+	err      error
 }
 
 // code is the exit code this result calls for.
@@ -144,6 +145,7 @@ func examineIn(tab *mountdetect.MountTable, path string) checkResult {
 	r.MountPoint, r.MountPointSure = info.MountPoint, info.MountPointSure
 	r.FSType, r.Medium = info.FSType, info.Medium
 	if info.HugePageSize > 0 {
+		r.pageSize = info.HugePageSize
 		r.HugePageSize = mountdetect.FormatQuantity(info.HugePageSize)
 	}
 	if r.kind == kindDir {

@@ -205,10 +205,7 @@ func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.
 	v.exists = c.Exists
 	v.Medium = c.Medium.String()
 	v.MountPoint, v.sure = c.MountPoint, c.MountPointSure || !c.Exists
-	v.fsType = c.FSType
-	if c.HugePageSize != "" {
-		v.hugePageSize, _ = mountdetect.ParseMemSize(c.HugePageSize)
-	}
+	v.fsType, v.hugePageSize = c.FSType, c.pageSize
 	v.NestedMounts = append(v.NestedMounts, c.NestedMounts...)
 	v.SafeToRemove = c.SafeToRemove
 	var why []string
