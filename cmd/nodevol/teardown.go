@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodevol/nodevol/emptydir"
 	"github.com/nodevol/nodevol/mountdetect"
+	"github.com/nodevol/nodevol/reconciler/executor"
 	"github.com/nodevol/nodevol/subpath"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -157,27 +158,31 @@ func (r *teardownResult) checkSubpaths(ctx context.Context, layout volume.Layout
 	return true
 }
 
-// tearDownVolume tears the volume down as the volume manager's unmount
-// operation does: everything that can refuse is asked first, changing
-// nothing (the subpath check, then the teardown's plan); then the
-// containers' subPath bind mounts are cleaned (a failure stops here,
-// before anything of the volume is touched), then the plugin's
-// TearDownVolume runs, whose plan is reported.
+// tearDownVolume tears the volume down with executor.TearDown, the volume
+// manager's unmount operation run at once: everything that can refuse is
+// asked first, changing nothing (the subpath check, then the teardown's
+// check); then the containers' subPath bind mounts are cleaned (a failure
+// stops here, before anything of the volume is touched), then the
+// plugin's TearDown runs. The report is the dry run's (planTeardown), with
+// the outcome; a refusal reports the plan the teardown refused with.
 func tearDownVolume(ctx context.Context, path string) teardownResult {
 	r := planTeardown(ctx, path)
 	r.DryRun = false
 	if r.err != nil || r.Refused {
 		return r
 	}
-	vp := r.vp
-	if err := subpath.New(r.layout).Clean(ctx, vp.PodUID, vp.Plugin, vp.Volume); err != nil {
-		r.setErr(fmt.Errorf("clean subpath mounts first: %w", err))
-		return r
-	}
-	plan, err := r.plugin.TearDownVolume(ctx, vp.PodUID, vp.Volume)
-	r.setPlan(plan)
+	err := executor.TearDown(ctx, subpath.New(r.layout), r.plugin, r.vp.PodUID, r.vp.Volume)
 	if err == nil {
 		r.Done = true
+		return r
+	}
+	var sub *executor.SubpathError
+	if errors.As(err, &sub) {
+		what := "check subpath mounts"
+		if sub.Op == "clean" {
+			what = "clean subpath mounts first"
+		}
+		r.setErr(fmt.Errorf("%s: %w", what, sub.Err))
 		return r
 	}
 	var refused *emptydir.RefusedError
@@ -186,6 +191,7 @@ func tearDownVolume(ctx context.Context, path string) teardownResult {
 		r.setErr(err)
 		return r
 	}
+	r.setPlan(refused.Plan)
 	r.Refused = true
 	r.Action = emptydir.ActionRefuse.String()
 	r.Reason = refused.Plan.Reason
