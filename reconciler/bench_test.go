@@ -8,7 +8,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/reconciler/internal/executor"
+	"github.com/nodevol/nodevol/internal/executor"
 	"github.com/nodevol/nodevol/volume"
 )
 

@@ -17,7 +17,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/nodevol/nodevol/reconciler/internal/executor"
+	"github.com/nodevol/nodevol/internal/executor"
 	"github.com/nodevol/nodevol/reconciler/pendingops"
 	"github.com/nodevol/nodevol/subpath"
 	"github.com/nodevol/nodevol/volume"

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/nodevol/nodevol/reconciler/internal/executor"
+	"github.com/nodevol/nodevol/internal/executor"
 	"github.com/nodevol/nodevol/volume"
 )
 

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/nodevol/nodevol/reconciler/internal/executor"
+	"github.com/nodevol/nodevol/internal/executor"
 	"github.com/nodevol/nodevol/volume"
 )
 

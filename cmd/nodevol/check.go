@@ -57,10 +57,11 @@ type checkResult struct {
 	MountNamespace mountNamespaceJSON `json:"mountNamespace"`
 	failureJSON
 
-	kind    entryKind
-	target  string // a symlink's target
-	invalid bool   // the path was refused before anything was looked at
-	err     error
+	kind     entryKind
+	pageSize int64  // HugePageSize in bytes, for scan; 0 when not hugetlbfs
+	target   string // a symlink's target
+	invalid  bool   // the path was refused before anything was looked at
+	err      error
 }
 
 // code is the exit code this result calls for.
@@ -147,6 +148,7 @@ func examineIn(tab *mountdetect.MountTable, path string) checkResult {
 	r.MountPoint, r.MountPointSure = info.MountPoint, info.MountPointSure
 	r.FSType, r.Medium = info.FSType, emptydir.MediumOf(info)
 	if info.HugePageSize > 0 {
+		r.pageSize = info.HugePageSize
 		r.HugePageSize = volume.FormatQuantity(info.HugePageSize)
 	}
 	if r.kind == kindDir {
@@ -179,9 +181,8 @@ func examineSymlink(r checkResult, detect func(string) (mountdetect.FSInfo, erro
 	return r
 }
 
-func runCheck(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("check", "[--json] PATH...",
-		`Report, for each path, whether it exists, whether it is a mount point (and
+// checkHelp is the help of "nodevol check", after its usage line.
+const checkHelp = `Report, for each path, whether it exists, whether it is a mount point (and
 whether the kernel is sure), its filesystem type, emptyDir medium and
 hugepage size, every mount nested beneath it, and whether "nodevol rm"
 would remove it without crossing a mount. Nothing is changed. Each path is
@@ -195,7 +196,9 @@ namespace is not seen from here. --host-proc DIR names the host's /proc
 mounted into a container, to compare with its PID 1.
 
 Exit status: 0 every path is safe to remove (or missing), 1 some path is
-unsafe, 2 some path could not be examined or bad usage.`, stdout, stderr)
+unsafe, 2 some path could not be examined or bad usage.`
+
+func runCheck(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print one JSON object per path per line")
 	nsFlags := addNamespaceFlags(fs.FlagSet, false)
 	paths, code := parseArgs(fs, args)

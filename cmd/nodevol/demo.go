@@ -76,9 +76,8 @@ type demo struct {
 	stop        func() error
 }
 
-func runDemo(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("demo", "",
-		`Run the volume manager (reconciler.Manager) with the emptyDir plugin on a
+// demoHelp is the help of "nodevol demo", after its usage line.
+const demoHelp = `Run the volume manager (reconciler.Manager) with the emptyDir plugin on a
 throwaway kubelet root in a temporary directory, with small retry backoffs
 (100ms doubling to 400ms) so that retries show within a second:
 
@@ -100,7 +99,9 @@ also when the demo is interrupted (SIGINT, SIGTERM).
 
 Exit status: 0 every promise held, 2 one was broken (or the sandbox could
 not be built or removed), 130 or 143 interrupted by SIGINT or SIGTERM and
-cleaned up.`, stdout, stderr)
+cleaned up.`
+
+func runDemo(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	extra, code := parseArgs(fs, args)
 	if code >= 0 {
 		return code
@@ -344,7 +345,7 @@ func (d *demo) run(skip string) error {
 		return err
 	}
 	fmt.Fprintln(d.out, "  RemovePod(db); WaitForUnmount(db), WaitForPodRemoval(db): ok; db's pod directory is gone")
-	if err := d.step("nodevol scan --root $ROOT", exitOK, func(w io.Writer) int { return runScan([]string{"--root", d.root}, w, w) }); err != nil {
+	if err := d.step("nodevol scan --root $ROOT", exitOK, func(w io.Writer) int { return run([]string{"scan", "--root", d.root}, w, w) }); err != nil {
 		return err
 	}
 	if err := d.stop(); err != nil {
@@ -382,7 +383,7 @@ func (d *demo) tearDownWithNAS(m *reconciler.Manager, reg prometheus.Gatherer, w
 	}
 	fmt.Fprintf(d.out, "The pods write files into their volumes, and a sidecar of web mounts a \"NAS\" (a 1 MiB tmpfs)\n")
 	fmt.Fprintf(d.out, "holding important.txt at $VOL/nas, inside web's cache volume:\n  VOL=%s\n", d.vol)
-	if err := d.step("nodevol scan --root $ROOT", exitRefused, func(w io.Writer) int { return runScan([]string{"--root", d.root}, w, w) }); err != nil {
+	if err := d.step("nodevol scan --root $ROOT", exitRefused, func(w io.Writer) int { return run([]string{"scan", "--root", d.root}, w, w) }); err != nil {
 		return err
 	}
 	fmt.Fprintln(d.out)
@@ -460,7 +461,7 @@ func (d *demo) tearDownWithSymlink(m *reconciler.Manager, web *volume.Pod) error
 	}
 	fmt.Fprintf(d.out, "The pods write files into their volumes; in web's cache volume ($VOL), nas is a symlink\n")
 	fmt.Fprintf(d.out, "to a \"NAS\" directory outside it, holding important.txt:\n  VOL=%s\n  NAS=%s\n", d.vol, d.nas)
-	if err := d.step("nodevol scan --root $ROOT", exitOK, func(w io.Writer) int { return runScan([]string{"--root", d.root}, w, w) }); err != nil {
+	if err := d.step("nodevol scan --root $ROOT", exitOK, func(w io.Writer) int { return run([]string{"scan", "--root", d.root}, w, w) }); err != nil {
 		return err
 	}
 	fmt.Fprintln(d.out)

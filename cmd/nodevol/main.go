@@ -40,18 +40,57 @@ const (
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
+// command is one subcommand, as Go's cmd/go has them: everything the CLI
+// says about it (the package documentation, the usage, its help, its usage
+// errors) and its dispatch come from here, so no usage text is written
+// twice.
+type command struct {
+	name     string
+	synopsis string // what follows "nodevol NAME" in its usage line
+	short    string // its lines in the usage, one command per line pair
+	help     string // its help, after the usage line, before the flags
+	// run declares the command's flags on fs, parses args with parseArgs
+	// and runs the command. Nil for help, which run dispatches itself.
+	run func(fs *flagSet, args []string, stdout, stderr io.Writer) int
+}
+
+// usageLine is "nodevol NAME SYNOPSIS".
+func (c *command) usageLine() string {
+	return strings.TrimSpace("nodevol " + c.name + " " + c.synopsis)
+}
+
 // commands are the subcommands, in the order the usage lists them.
-var commands = []struct {
-	name string
-	run  func(args []string, stdout, stderr io.Writer) int
-}{
-	{"check", runCheck},
-	{"rm", runRm},
-	{"teardown", runTeardown},
-	{"scan", runScan},
-	{"usage", runUsage},
-	{"demo", runDemo},
-	{"version", runVersion},
+func commands() []command {
+	return []command{
+		{name: "check", synopsis: "[--json] PATH...", help: checkHelp, run: runCheck,
+			short: `For each path: does it exist, is it a mount point, its filesystem,
+emptyDir medium and hugepage size, the mounts nested beneath it, and
+whether "nodevol rm" would remove it without crossing a mount.`},
+		{name: "rm", synopsis: "[--dry-run] [--json] [--workers N] PATH...", help: rmHelp, run: runRm,
+			short: `Remove each absolute PATH and everything beneath it that is on the
+same mount. If a mount is found beneath it, nothing is deleted.`},
+		{name: "teardown", synopsis: "[--dry-run] [--json] VOLUME_DIR...", help: teardownHelp, run: runTeardown,
+			short: `Tear down each emptyDir volume directory as the emptyDir plugin does:
+remove a Default volume, unmount and remove a Memory or HugePages
+one, and refuse (changing nothing) when a mount is beneath it.`},
+		{name: "scan", synopsis: "[--json] [--root DIR]", help: scanHelp, run: runScan,
+			short: `List every pod volume under the kubelet root (default
+/var/lib/kubelet) with its medium, mounts and whether it is safe to
+remove, plus entries that do not parse and leftover pod directories.`},
+		{name: "usage", synopsis: "[--json] PATH...", help: usageHelp, run: runUsage,
+			short: `Bytes and inodes each directory uses, from its project quota when it
+has one, else from a walk that stays on its mount.`},
+		{name: "demo", help: demoHelp, run: runDemo,
+			short: `Run the volume manager on a temporary kubelet root: pods' emptyDir
+volumes set up and torn down, a teardown refused (and retried) while
+a NAS is mounted inside a volume (as root; without root, a symlink
+to data outside it), and a restart that reconstructs a volume.`},
+		{name: "version", synopsis: "[--json]", help: versionHelp, run: runVersion,
+			short: `nodevol's version and build, Go, the platform, the kernel release
+and whether this machine has each kernel feature nodevol uses.`},
+		{name: "help", synopsis: "[COMMAND]",
+			short: `This text, or a command's own help.`},
+	}
 }
 
 // run is the whole command: it parses args, writes its report to stdout and
@@ -61,67 +100,50 @@ var commands = []struct {
 // the command's output: stdout, exit 0. A mistake (no command, an unknown
 // one, a bad flag) is a diagnostic: stderr, exit 2.
 func run(args []string, stdout, stderr io.Writer) int {
+	cmds := commands()
 	if len(args) == 0 {
-		writeUsage(stderr)
+		writeUsage(stderr, cmds)
 		return exitError
 	}
-	cmd, rest := args[0], args[1:]
-	for _, c := range commands {
-		if c.name == cmd {
-			return c.run(rest, stdout, stderr)
-		}
-	}
-	switch cmd {
+	name, rest := args[0], args[1:]
+	switch name {
 	case "help", "-h", "-help", "--help":
 		if len(rest) > 0 && rest[0] != "help" && rest[0] != "-h" {
 			// "nodevol help rm" is "nodevol rm -h".
 			return run([]string{rest[0], "-h"}, stdout, stderr)
 		}
-		writeUsage(stdout)
+		writeUsage(stdout, cmds)
 		return exitOK
 	}
 	names := []string{"help"}
-	for _, c := range commands {
-		names = append(names, c.name)
+	for _, c := range cmds {
+		if c.name == name && c.run != nil {
+			return c.run(newFlagSet(&c, stdout, stderr), rest, stdout, stderr)
+		}
+		if c.run != nil {
+			names = append(names, c.name)
+		}
 	}
-	fmt.Fprintf(stderr, "nodevol: unknown command %q%s\nRun \"nodevol help\" for usage.\n", display(cmd), didYouMean(cmd, names, `"`, `"`))
+	fmt.Fprintf(stderr, "nodevol: unknown command %q%s\nRun \"nodevol help\" for usage.\n", display(name), didYouMean(name, names, `"`, `"`))
 	return exitError
 }
 
-func writeUsage(w io.Writer) {
+// writeUsage prints the top-level usage: every command's usage line and
+// short description, between what is true of all of them.
+func writeUsage(w io.Writer, cmds []command) {
 	fmt.Fprint(w, `nodevol checks and removes pod volume directories without ever deleting
 anything that lives on another mount (a NAS, a bind mount, a tmpfs).
 
 Usage:
-  nodevol check [--json] PATH...
-        For each path: does it exist, is it a mount point, its filesystem,
-        emptyDir medium and hugepage size, the mounts nested beneath it, and
-        whether "nodevol rm" would remove it without crossing a mount.
-  nodevol rm [--dry-run] [--json] [--workers N] PATH...
-        Remove each absolute PATH and everything beneath it that is on the
-        same mount. If a mount is found beneath it, nothing is deleted.
-  nodevol teardown [--dry-run] [--json] VOLUME_DIR...
-        Tear down each emptyDir volume directory as the emptyDir plugin does:
-        remove a Default volume, unmount and remove a Memory or HugePages
-        one, and refuse (changing nothing) when a mount is beneath it.
-  nodevol scan [--json] [--root DIR]
-        List every pod volume under the kubelet root (default
-        /var/lib/kubelet) with its medium, mounts and whether it is safe to
-        remove, plus entries that do not parse and leftover pod directories.
-  nodevol usage [--json] PATH...
-        Bytes and inodes each directory uses, from its project quota when it
-        has one, else from a walk that stays on its mount.
-  nodevol demo
-        Run the volume manager on a temporary kubelet root: pods' emptyDir
-        volumes set up and torn down, a teardown refused (and retried) while
-        a NAS is mounted inside a volume (as root; without root, a symlink
-        to data outside it), and a restart that reconstructs a volume.
-  nodevol version [--json]
-        nodevol's version and build, Go, the platform, the kernel release
-        and whether this machine has each kernel feature nodevol uses.
-  nodevol help [COMMAND]
-        This text, or a command's own help.
-
+`)
+	for _, c := range cmds {
+		fmt.Fprintf(w, "  %s\n", c.usageLine())
+		for line := range strings.Lines(c.short) {
+			fmt.Fprintf(w, "        %s", line)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprint(w, `
 A path with a ".." element is refused by every command (exit status 2).
 
 Every command sees the mounts of its own mount namespace. In another one
@@ -134,32 +156,41 @@ Exit status: 0 ok, 1 unsafe or refused, 2 usage or operational error.
 `)
 }
 
+// docSynopses is the list of usage lines in the package documentation
+// (TestPackageDocLists keeps it equal to the table's).
+func docSynopses(cmds []command) string {
+	var b strings.Builder
+	for _, c := range cmds {
+		fmt.Fprintf(&b, "//\t%s\n", c.usageLine())
+	}
+	return b.String()
+}
+
 // flagSet is a subcommand's flags and its help. Help asked for (-h) goes
 // to stdout; a mistake goes to stderr as one line saying what is wrong,
 // then the synopsis and where the help is.
 type flagSet struct {
 	*flag.FlagSet
-	name, synopsis, about string
-	stdout, stderr        io.Writer
+	cmd            *command
+	stdout, stderr io.Writer
 }
 
-// newFlagSet returns the flag set of subcommand name. The flag package
-// prints nothing itself: parseArgs and usageError do, in the CLI's terms.
-func newFlagSet(name, synopsis, about string, stdout, stderr io.Writer) *flagSet {
-	fs := flag.NewFlagSet("nodevol "+name, flag.ContinueOnError)
+// newFlagSet returns the flag set of cmd, still without flags: its run
+// function declares them. The flag package prints nothing itself:
+// parseArgs and usageError do, in the CLI's terms.
+func newFlagSet(cmd *command, stdout, stderr io.Writer) *flagSet {
+	fs := flag.NewFlagSet("nodevol "+cmd.name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-	return &flagSet{FlagSet: fs, name: name, synopsis: synopsis, about: about, stdout: stdout, stderr: stderr}
+	return &flagSet{FlagSet: fs, cmd: cmd, stdout: stdout, stderr: stderr}
 }
 
 // usageLine is "Usage: nodevol NAME SYNOPSIS".
-func (fs *flagSet) usageLine() string {
-	return strings.TrimSpace("Usage: nodevol " + fs.name + " " + fs.synopsis)
-}
+func (fs *flagSet) usageLine() string { return "Usage: " + fs.cmd.usageLine() }
 
 // writeHelp prints the whole help: synopsis, description and flags.
 func (fs *flagSet) writeHelp(w io.Writer) {
-	fmt.Fprintf(w, "%s\n\n%s\n", fs.usageLine(), fs.about)
+	fmt.Fprintf(w, "%s\n\n%s\n", fs.usageLine(), fs.cmd.help)
 	var hasFlags bool
 	fs.VisitAll(func(*flag.Flag) { hasFlags = true })
 	if hasFlags {
@@ -223,7 +254,7 @@ func (fs *flagSet) flagError(err error) string {
 // usageError reports a usage mistake: what is wrong, the synopsis and
 // where the help is, on stderr. It returns exitError.
 func usageError(fs *flagSet, stderr io.Writer, format string, a ...any) int {
-	fmt.Fprintf(stderr, "%s: %s\n%s\nRun \"nodevol help %s\" for details.\n", fs.Name(), fmt.Sprintf(format, a...), fs.usageLine(), fs.name)
+	fmt.Fprintf(stderr, "%s: %s\n%s\nRun \"nodevol help %s\" for details.\n", fs.Name(), fmt.Sprintf(format, a...), fs.usageLine(), fs.cmd.name)
 	return exitError
 }
 

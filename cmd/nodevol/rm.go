@@ -147,9 +147,8 @@ func planRemoval(path string) rmResult {
 	return r
 }
 
-func runRm(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("rm", "[--dry-run] [--json] [--workers N] PATH...",
-		`Remove each absolute PATH and everything beneath it that lives on the same
+// rmHelp is the help of "nodevol rm", after its usage line.
+const rmHelp = `Remove each absolute PATH and everything beneath it that lives on the same
 mount, and nothing else. Before anything is deleted the whole tree is
 checked: if PATH is a mount point or any mount is nested beneath it (a NAS,
 a bind-mounted directory or file), rm refuses, lists every such mount and
@@ -168,7 +167,9 @@ root, rm warns and goes on. --dry-run refuses as rm would.
 
 Exit status: 0 every path removed (or missing), 1 some removal was refused
 because of a mount, 2 some path is invalid or could not be removed, rm was
-refused because of the mount namespace, or bad usage.`, stdout, stderr)
+refused because of the mount namespace, or bad usage.`
+
+func runRm(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	dryRun := fs.Bool("dry-run", false, "say what would be removed or refused; delete nothing")
 	asJSON := fs.Bool("json", false, "print one JSON object per path per line")
 	workers := fs.Int("workers", 1, "goroutines removing in parallel (at least 1); the guarantees are the same for any number")

@@ -206,10 +206,7 @@ func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.
 	v.exists = c.Exists
 	v.Medium = c.Medium.String()
 	v.MountPoint, v.sure = c.MountPoint, c.MountPointSure || !c.Exists
-	v.fsType = c.FSType
-	if c.HugePageSize != "" {
-		v.hugePageSize, _ = volume.ParseQuantity(c.HugePageSize)
-	}
+	v.fsType, v.hugePageSize = c.FSType, c.pageSize
 	v.NestedMounts = append(v.NestedMounts, c.NestedMounts...)
 	v.SafeToRemove = c.SafeToRemove
 	var why []string
@@ -278,9 +275,8 @@ func (v *scanVolume) addSubpaths(c *subpath.Cleaner, tab *mountdetect.MountTable
 	}
 }
 
-func runScan(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("scan", "[--json] [--root DIR]",
-		`List every pod volume directory under the kubelet root
+// scanHelp is the help of "nodevol scan", after its usage line.
+const scanHelp = `List every pod volume directory under the kubelet root
 (<root>/pods/<uid>/volumes/<plugin>/<volume>, all plugins) and say, for
 each, its medium, whether it is a mount point, the mounts nested beneath it
 and whether it is safe to remove. The mount table is read once.
@@ -317,7 +313,9 @@ compare with its PID 1.
 
 Exit status: 0 every volume is safe and every entry parses (leftovers are
 fine), 1 some volume is unsafe or some entry does not parse, 2 the root or
-some entry could not be read or examined, or bad usage.`, stdout, stderr)
+some entry could not be read or examined, or bad usage.`
+
+func runScan(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print one JSON object per volume, problem and leftover per line")
 	root := fs.String("root", volume.DefaultRoot, "the kubelet root directory")
 	nsFlags := addNamespaceFlags(fs.FlagSet, false)

@@ -14,6 +14,7 @@ import (
 	"github.com/nodevol/nodevol/emptydir"
 	"github.com/nodevol/nodevol/internal/plural"
 	"github.com/nodevol/nodevol/mountdetect"
+	"github.com/nodevol/nodevol/internal/executor"
 	"github.com/nodevol/nodevol/subpath"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -158,27 +159,31 @@ func (r *teardownResult) checkSubpaths(ctx context.Context, layout volume.Layout
 	return true
 }
 
-// tearDownVolume tears the volume down as the volume manager's unmount
-// operation does: everything that can refuse is asked first, changing
-// nothing (the subpath check, then the teardown's plan); then the
-// containers' subPath bind mounts are cleaned (a failure stops here,
-// before anything of the volume is touched), then the plugin's
-// TearDownVolume runs, whose plan is reported.
+// tearDownVolume tears the volume down with executor.TearDown, the volume
+// manager's unmount operation run at once: everything that can refuse is
+// asked first, changing nothing (the subpath check, then the teardown's
+// check); then the containers' subPath bind mounts are cleaned (a failure
+// stops here, before anything of the volume is touched), then the
+// plugin's TearDown runs. The report is the dry run's (planTeardown), with
+// the outcome; a refusal reports the plan the teardown refused with.
 func tearDownVolume(ctx context.Context, path string) teardownResult {
 	r := planTeardown(ctx, path)
 	r.DryRun = false
 	if r.err != nil || r.Refused {
 		return r
 	}
-	vp := r.vp
-	if err := subpath.New(r.layout).Clean(ctx, vp.PodUID, vp.Plugin, vp.Volume); err != nil {
-		r.setErr(fmt.Errorf("clean subpath mounts first: %w", err))
-		return r
-	}
-	plan, err := r.plugin.TearDownVolume(ctx, vp.PodUID, vp.Volume)
-	r.setPlan(plan)
+	err := executor.TearDown(ctx, subpath.New(r.layout), r.plugin, r.vp.PodUID, r.vp.Volume)
 	if err == nil {
 		r.Done = true
+		return r
+	}
+	var sub *executor.SubpathError
+	if errors.As(err, &sub) {
+		what := "check subpath mounts"
+		if sub.Op == "clean" {
+			what = "clean subpath mounts first"
+		}
+		r.setErr(fmt.Errorf("%s: %w", what, sub.Err))
 		return r
 	}
 	var refused *emptydir.RefusedError
@@ -187,6 +192,7 @@ func tearDownVolume(ctx context.Context, path string) teardownResult {
 		r.setErr(err)
 		return r
 	}
+	r.setPlan(refused.Plan)
 	r.Refused = true
 	r.Action = emptydir.ActionRefuse.String()
 	r.Reason = refused.Plan.Reason
@@ -222,9 +228,8 @@ func quietContext() context.Context {
 	return klog.NewContext(context.Background(), klog.Logger{})
 }
 
-func runTeardown(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("teardown", "[--dry-run] [--json] VOLUME_DIR...",
-		`Tear down each emptyDir volume directory exactly as the emptyDir plugin does,
+// teardownHelp is the help of "nodevol teardown", after its usage line.
+const teardownHelp = `Tear down each emptyDir volume directory exactly as the emptyDir plugin does,
 for example
   /var/lib/kubelet/pods/<uid>/volumes/kubernetes.io~empty-dir/<volume>
 (absolute, without "." or ".." elements or a doubled "/", trailing slashes
@@ -262,7 +267,9 @@ root, teardown warns and goes on. --dry-run refuses as teardown would.
 Exit status: 0 every volume torn down (or nothing there), 1 some teardown
 was refused because of a mount, 2 some path is not an emptyDir volume
 directory or could not be torn down, teardown was refused because of the
-mount namespace, or bad usage.`, stdout, stderr)
+mount namespace, or bad usage.`
+
+func runTeardown(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	dryRun := fs.Bool("dry-run", false, "say what would be done per volume; change nothing")
 	asJSON := fs.Bool("json", false, "print one JSON object per path per line")
 	nsFlags := addNamespaceFlags(fs.FlagSet, true)

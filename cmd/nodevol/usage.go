@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 
@@ -29,58 +28,40 @@ func (r *usageResult) setErr(err error) {
 	r.record(err)
 }
 
-// measure reports path's usage: from its project quota when the directory
-// carries a project ID and the kernel accounts for it, otherwise from a
-// walk that stays on the directory's mount and counts hard links once.
+// measure reports path's usage, as fsquota's DirUsage measures it: from
+// its project quota when the directory carries a project ID and the
+// kernel accounts for it, otherwise from a walk that stays on the
+// directory's mount and counts hard links once.
 func measure(q *fsquota.Manager, path string) usageResult {
 	r := usageResult{Path: path}
 	if err := refuseDotDot(path); err != nil {
 		r.setErr(err)
 		return r
 	}
-	id, err := fsquota.ProjectID(path)
-	switch {
-	case err == nil:
-		r.ProjectID = id
-	case errors.Is(err, fsquota.ErrUnsupported):
-		r.why = err.Error()
-	default:
-		r.setErr(err)
-		return r
-	}
-	if r.ProjectID != 0 {
-		u, err := q.ProjectUsage(path)
-		if err == nil {
-			r.Bytes, r.Inodes, r.Source = u.Bytes, u.Inodes, "quota"
-			return r
-		}
-		if !errors.Is(err, fsquota.ErrUnsupported) && !errors.Is(err, fsquota.ErrNoProject) {
-			r.setErr(err)
-			return r
-		}
-		r.why = err.Error()
-	} else if r.why == "" {
-		r.why = "the directory has no project ID"
-	}
-	u, err := mountdetect.DiskUsage(path)
+	u, err := q.DirUsage(path)
+	r.ProjectID = u.ProjectID
 	if err != nil {
 		r.setErr(err)
 		return r
 	}
-	r.Bytes, r.Inodes, r.Source, r.skipped = u.Bytes, u.Inodes, "walk", u.Skipped
+	r.Bytes, r.Inodes, r.Source, r.skipped = u.Bytes, u.Inodes, u.Source.String(), u.Skipped
+	if u.NoQuota != nil {
+		r.why = u.NoQuota.Error()
+	}
 	return r
 }
 
-func runUsage(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("usage", "[--json] PATH...",
-		`Report, for each directory, the bytes and inodes it uses and where the
+// usageHelp is the help of "nodevol usage", after its usage line.
+const usageHelp = `Report, for each directory, the bytes and inodes it uses and where the
 numbers came from: "quota" when the directory carries an XFS/ext4 project ID
 and the kernel accounts for it, otherwise "walk" — a walk that stays on the
 directory's mount (mounts beneath it are not counted) and counts hard-linked
 files once. Also the directory's project ID (0 when none). Nothing is changed.
 
 Exit status: 0 every path measured, 2 some path could not be measured or bad
-usage.`, stdout, stderr)
+usage.`
+
+func runUsage(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print one JSON object per path per line")
 	paths, code := parseArgs(fs, args)
 	if code >= 0 {

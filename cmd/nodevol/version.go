@@ -163,9 +163,8 @@ func writeVersionHuman(w io.Writer, v *versionInfo) {
 	}
 }
 
-func runVersion(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("version", "[--json]",
-		`Print nodevol's version: its module and version, the VCS revision, time and
+// versionHelp is the help of "nodevol version", after its usage line.
+const versionHelp = `Print nodevol's version: its module and version, the VCS revision, time and
 state it was built from ("unknown" when the build did not record them: go
 run, -buildvcs=false), the Go version, the platform and the kernel release;
 then each kernel feature nodevol uses and whether this machine has it, as
@@ -181,7 +180,9 @@ probed now by the code that relies on it (not inferred from the release):
 "unknown" means it could not be asked here: without CAP_SYS_ADMIN the mount
 API cannot be tried.
 
-Exit status: 0, or 2 on bad usage.`, stdout, stderr)
+Exit status: 0, or 2 on bad usage.`
+
+func runVersion(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	extra, code := parseArgs(fs, args)
 	if code >= 0 {

@@ -390,3 +390,62 @@ func TestNestedMountRefusalEndToEnd(t *testing.T) {
 		t.Fatalf("unmount after the NAS is gone: %v", err)
 	}
 }
+
+// TestTearDownOrder: TearDown, the unmount operation without pending
+// operations or state, asks and acts in the operation's order and says
+// which subpath step failed.
+func TestTearDownOrder(t *testing.T) {
+	refusal := &mountdetect.CrossesMountError{Path: "/v", Mounts: []mountdetect.Mount{{MountPoint: "/v/nas"}}}
+	for _, c := range []struct {
+		name          string
+		subpathCheck  error
+		tearDownCheck error
+		want          []string
+		wantOp        string // the *SubpathError's Op, "" when none
+	}{
+		{"subpath check refuses", refusal, nil, []string{"check kubernetes.io/empty-dir cache"}, "check"},
+		{"teardown check refuses", nil, refusal, []string{"check kubernetes.io/empty-dir cache"}, ""},
+		{"both pass", nil, nil, []string{"check kubernetes.io/empty-dir cache", "clean kubernetes.io/empty-dir cache", "teardown"}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sp := &recordingSubpaths{check: c.subpathCheck}
+			e := newEnv(t, nil)
+			p := &checkingPlugin{Plugin: e.plugin, u: checkingUnmounter{
+				unmounterFunc: func(context.Context) error { sp.calls = append(sp.calls, "teardown"); return nil },
+				refuse:        c.tearDownCheck,
+			}}
+			err := TearDown(e.ctx, sp, p, "uid-1", "cache")
+			if (c.subpathCheck != nil || c.tearDownCheck != nil) != (err != nil) {
+				t.Errorf("TearDown = %v", err)
+			}
+			if err != nil && !errors.Is(err, mountdetect.ErrCrossesMount) {
+				t.Errorf("TearDown = %v; want the refusal in the chain", err)
+			}
+			var se *SubpathError
+			gotOp := ""
+			if errors.As(err, &se) {
+				gotOp = se.Op
+			}
+			if gotOp != c.wantOp {
+				t.Errorf("TearDown = %v: subpath step %q; want %q", err, gotOp, c.wantOp)
+			}
+			if !slices.Equal(sp.calls, c.want) {
+				t.Errorf("calls = %q; want %q", sp.calls, c.want)
+			}
+			if len(e.asw.calls) != 0 {
+				t.Errorf("TearDown reported into the actual state: %v", e.asw.calls)
+			}
+		})
+	}
+	t.Run("clean fails", func(t *testing.T) {
+		sp := &failingSubpaths{}
+		e := newEnv(t, nil)
+		tornDown := false
+		p := &failingPlugin{Plugin: e.plugin, tearDown: func(context.Context) error { tornDown = true; return nil }}
+		err := TearDown(e.ctx, sp, p, "uid-1", "cache")
+		var se *SubpathError
+		if !errors.As(err, &se) || se.Op != "clean" || tornDown || err.Error() != "clean subpaths: subpath busy" {
+			t.Errorf("TearDown = %v, TearDown ran = %v; want \"clean subpaths: subpath busy\" and no TearDown", err, tornDown)
+		}
+	})
+}

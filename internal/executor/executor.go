@@ -1,9 +1,11 @@
 // Package executor generates and runs the operations that set volumes up
 // and tear them down, through nested pending operations (at most one
 // operation per key, exponential backoff after failures), and reports each
-// outcome into the actual state of world. It is internal to the
-// reconciler: embedders use reconciler.Manager, and pendingops for nested
-// pending operations of their own.
+// outcome into the actual state of world. It is internal: the reconciler
+// runs it, and `nodevol teardown` its TearDown (one place knows the order
+// subpaths, plugin check, subpath clean, TearDown). Embedders use
+// reconciler.Manager, and pendingops for nested pending operations of
+// their own.
 package executor
 
 import (
@@ -148,31 +150,67 @@ func (x *Executor) MountVolume(ctx context.Context, v VolumeToMount, asw StateUp
 // nested-mount refusal — goes to done and into the backoff entry.
 func (x *Executor) UnmountVolume(ctx context.Context, v MountedVolume, asw StateUpdater, done func(error)) error {
 	return x.run(ctx, pendingops.OpUnmount, v, func(ctx context.Context) error {
-		plugin := v.Plugin.Name()
-		if x.subpaths != nil {
-			if err := x.subpaths.Check(ctx, v.PodUID, plugin, v.InnerName); err != nil {
-				return fmt.Errorf("check subpaths: %w", err)
-			}
-		}
-		u, err := v.Plugin.NewUnmounter(v.InnerName, v.PodUID)
-		if err != nil {
-			return fmt.Errorf("new unmounter: %w", err)
-		}
-		if c, ok := u.(TearDownChecker); ok {
-			if err := c.CheckTearDown(ctx); err != nil {
-				return errors.Join(err, asw.MarkUncertain(v, err))
-			}
-		}
-		if x.subpaths != nil {
-			if err := x.subpaths.Clean(ctx, v.PodUID, plugin, v.InnerName); err != nil {
-				return fmt.Errorf("clean subpaths: %w", err)
-			}
-		}
-		if err := u.TearDown(ctx); err != nil {
+		err := tearDown(ctx, x.subpaths, v.Plugin, v.PodUID, v.InnerName, func(err error) error {
 			return errors.Join(err, asw.MarkUncertain(v, err))
+		})
+		if err != nil {
+			return err
 		}
 		return asw.MarkUnmounted(v)
 	}, done)
+}
+
+// SubpathError is a failure of the subpath step of a teardown: Op is
+// "check" or "clean". Nothing of the volume was touched.
+type SubpathError struct {
+	Op  string
+	Err error
+}
+
+func (e *SubpathError) Error() string { return e.Op + " subpaths: " + e.Err.Error() }
+
+func (e *SubpathError) Unwrap() error { return e.Err }
+
+// TearDown tears down the volume vol of the pod podUID exactly as an
+// unmount operation does, but at once, without pending operations or an
+// actual state (nodevol teardown runs it on a volume named on the command
+// line). Everything that can refuse is asked first, changing nothing: the
+// subpath check, then the unmounter's own CheckTearDown when it has one.
+// Then the subpath bind mounts are cleaned (a failure, a *SubpathError,
+// stops here before anything of the volume is touched), then the
+// unmounter's TearDown runs. subpaths may be nil: no subpath step.
+func TearDown(ctx context.Context, subpaths SubpathCleaner, plugin volume.Plugin, podUID, vol string) error {
+	return tearDown(ctx, subpaths, plugin, podUID, vol, func(err error) error { return err })
+}
+
+// tearDown is TearDown; failed receives the unmounter's errors (a refusal
+// of CheckTearDown, a failed TearDown), after which the volume may be in
+// any state, and returns the error to return.
+func tearDown(ctx context.Context, subpaths SubpathCleaner, plugin volume.Plugin, podUID, vol string, failed func(error) error) error {
+	name := plugin.Name()
+	if subpaths != nil {
+		if err := subpaths.Check(ctx, podUID, name, vol); err != nil {
+			return &SubpathError{Op: "check", Err: err}
+		}
+	}
+	u, err := plugin.NewUnmounter(vol, podUID)
+	if err != nil {
+		return fmt.Errorf("new unmounter: %w", err)
+	}
+	if c, ok := u.(TearDownChecker); ok {
+		if err := c.CheckTearDown(ctx); err != nil {
+			return failed(err)
+		}
+	}
+	if subpaths != nil {
+		if err := subpaths.Clean(ctx, podUID, name, vol); err != nil {
+			return &SubpathError{Op: "clean", Err: err}
+		}
+	}
+	if err := u.TearDown(ctx); err != nil {
+		return failed(err)
+	}
+	return nil
 }
 
 func (x *Executor) run(ctx context.Context, op pendingops.OpName, v MountedVolume, fn func(context.Context) error, done func(error)) error {
