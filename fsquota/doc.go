@@ -15,9 +15,9 @@
 //     directory itself, or quotactl on the filesystem's block device on
 //     older kernels: the XFS interface (Q_XGETQUOTA/Q_XSETQLIM) on XFS,
 //     the generic one (Q_GETQUOTA/Q_SETQUOTA) on ext4.
-//   - Restart-safe: Manager.Assign adopts a directory that already
+//   - Restart-safe: [Manager.Assign] adopts a directory that already
 //     carries its ID, and gives back the recorded ID to a directory the
-//     files name but that lost (or never got) its tag; Manager.Clear needs
+//     files name but that lost (or never got) its tag; [Manager.Clear] needs
 //     only the path and releases the ID. The files are written before the
 //     directory is tagged and emptied in the reverse order, so a crash at
 //     any point leaves a state the next Assign or Clear completes — no
@@ -36,7 +36,7 @@
 //     understand are kept verbatim.
 //   - An ID a directory only inherited from its parent is never adopted or
 //     released as its own.
-//   - Monitoring-only by default (limits set to none); the Enforce option
+//   - Monitoring-only by default (limits set to none); the [Enforce] option
 //     sets the hard block limit to the requested size. XFS reports an
 //     exceeded project quota as ENOSPC, not EDQUOT, and enforces it for
 //     root too; ext4 reports EDQUOT and lets a process with
@@ -46,8 +46,8 @@
 //
 // Anything other than xfs or ext4, a kernel without quotactl, or a
 // filesystem mounted without project quota accounting (prjquota) yields an
-// *UnsupportedError that says which; it matches ErrUnsupported and
-// errors.ErrUnsupported, and callers such as emptydir then measure usage by
+// [*UnsupportedError] that says which; it matches [ErrUnsupported] and
+// [errors.ErrUnsupported], and callers such as emptydir then measure usage by
 // walking the tree. Support is cached per mount (by mount ID, never reused
 // with STATX_MNT_ID_UNIQUE on 6.8+); only positive answers are cached, and
 // a quota call that finds accounting off drops the entry. On other

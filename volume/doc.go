@@ -3,20 +3,22 @@
 //   - Names: plugin names are Kubernetes qualified names ([prefix/]name),
 //     escaped to directory names by replacing '/' with '~' and back,
 //     losslessly (a valid name has no '~'). Pod UIDs, volume names and
-//     container names are validated; a violation is an *InvalidNameError
-//     naming the field and the value (errors.Is ErrInvalidName).
-//   - Layout: the kubelet's on-disk layout under a root (default
+//     container names are validated; a violation is an [*InvalidNameError]
+//     naming the field and the value (errors.Is [ErrInvalidName]).
+//   - [Layout]: the kubelet's on-disk layout under a root (default
 //     /var/lib/kubelet). Every component is validated before it is joined,
 //     so no Layout method can return a path outside the root, and
-//     ParseVolumePath turns a volume directory back into (pod UID, plugin,
+//     [Layout.ParseVolumePath] turns a volume directory back into (pod UID, plugin,
 //     volume).
-//   - Types: Spec (with EmptyDirSource), Pod, unique names.
-//   - Plugins: small interfaces — Plugin, Mounter, Unmounter, the optional
-//     SpecConstructor for reconstruction after a restart, and Host for what
-//     plugins need from the node — and a Registry that validates names,
+//   - Types: [Spec] (with [EmptyDirSource]), [Pod], unique names, and
+//     the emptyDir [Medium] with its Kubernetes quantities.
+//   - Plugins: small interfaces — [Plugin], [Mounter], [Unmounter], the
+//     optional [SpecConstructor] for reconstruction after a restart and
+//     [LayoutProvider], and [Host] for what plugins need from the node —
+//     and a [Registry] that validates names,
 //     rejects duplicates and finds exactly one plugin for a spec.
-//   - Errors: *OperationError classifies failures as Final, Transient or
-//     Uncertain, wrapping the cause so errors.Is/As still reach it.
+//   - Errors: [*OperationError] classifies failures as [Final], [Transient]
+//     or [Uncertain], wrapping the cause so errors.Is/As still reach it.
 //
 // The package depends on nothing else in nodevol.
 package volume
