@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/emptydir"
+	"github.com/nodevol/nodevol/internal/cli"
 	"github.com/nodevol/nodevol/internal/plural"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/reconciler"
@@ -57,7 +58,7 @@ type isolation struct {
 	skip string
 }
 
-// demo is one run of "nodevol demo": a temporary kubelet root under tmp,
+// demo is one run of nodevol-demo: a temporary kubelet root under tmp,
 // a volume manager (reconciler.Manager) with the emptyDir plugin working
 // on it, and whatever was mounted there, so that cleanup can undo it.
 type demo struct {
@@ -76,7 +77,7 @@ type demo struct {
 	stop        func() error
 }
 
-// demoHelp is the help of "nodevol demo", after its usage line.
+// demoHelp is the help of nodevol-demo, after its usage line.
 const demoHelp = `Run the volume manager (reconciler.Manager) with the emptyDir plugin on a
 throwaway kubelet root in a temporary directory, with small retry backoffs
 (100ms doubling to 400ms) so that retries show within a second:
@@ -101,14 +102,8 @@ Exit status: 0 every promise held, 2 one was broken (or the sandbox could
 not be built or removed), 130 or 143 interrupted by SIGINT or SIGTERM and
 cleaned up.`
 
-func runDemo(fs *flagSet, args []string, stdout, stderr io.Writer) int {
-	extra, code := parseArgs(fs, args)
-	if code >= 0 {
-		return code
-	}
-	if len(extra) > 0 {
-		return usageError(fs, stderr, "demo takes no arguments")
-	}
+// runDemo runs the demo once its arguments (none) were found right.
+func runDemo(stdout, stderr io.Writer) int {
 	// SIGINT and SIGTERM are caught before anything is made, so that no
 	// moment is left at which one would leave the sandbox behind. The
 	// first stops the demo, which then cleans up as after a failure; later
@@ -118,7 +113,7 @@ func runDemo(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	iso, code, done := isolateDemo(append([]string{"demo"}, args...), sigs, stdout, stderr)
+	iso, code, done := isolateDemo(nil, sigs, stdout, stderr)
 	if done {
 		return code
 	}
@@ -345,7 +340,7 @@ func (d *demo) run(skip string) error {
 		return err
 	}
 	fmt.Fprintln(d.out, "  RemovePod(db); WaitForUnmount(db), WaitForPodRemoval(db): ok; db's pod directory is gone")
-	if err := d.step("nodevol scan --root $ROOT", exitOK, func(w io.Writer) int { return run([]string{"scan", "--root", d.root}, w, w) }); err != nil {
+	if err := d.step("nodevol scan --root $ROOT", exitOK, func(w io.Writer) int { return cli.Run([]string{"scan", "--root", d.root}, w, w) }); err != nil {
 		return err
 	}
 	if err := d.stop(); err != nil {
@@ -383,7 +378,7 @@ func (d *demo) tearDownWithNAS(m *reconciler.Manager, reg prometheus.Gatherer, w
 	}
 	fmt.Fprintf(d.out, "The pods write files into their volumes, and a sidecar of web mounts a \"NAS\" (a 1 MiB tmpfs)\n")
 	fmt.Fprintf(d.out, "holding important.txt at $VOL/nas, inside web's cache volume:\n  VOL=%s\n", d.vol)
-	if err := d.step("nodevol scan --root $ROOT", exitRefused, func(w io.Writer) int { return run([]string{"scan", "--root", d.root}, w, w) }); err != nil {
+	if err := d.step("nodevol scan --root $ROOT", exitRefused, func(w io.Writer) int { return cli.Run([]string{"scan", "--root", d.root}, w, w) }); err != nil {
 		return err
 	}
 	fmt.Fprintln(d.out)
@@ -412,7 +407,7 @@ func (d *demo) tearDownWithNAS(m *reconciler.Manager, reg prometheus.Gatherer, w
 	}
 	fmt.Fprintf(d.out, "    %s\n", d.short().Replace(reason))
 	for _, mnt := range crosses.Mounts {
-		fmt.Fprintf(d.out, "    %s\n", d.short().Replace(describeMount(mnt)))
+		fmt.Fprintf(d.out, "    %s\n", d.short().Replace(cli.DescribeMount(mnt)))
 	}
 	n, err := counterValue(reg, refusedMetric, "plugin", emptydir.PluginName)
 	if err != nil {
@@ -461,7 +456,7 @@ func (d *demo) tearDownWithSymlink(m *reconciler.Manager, web *volume.Pod) error
 	}
 	fmt.Fprintf(d.out, "The pods write files into their volumes; in web's cache volume ($VOL), nas is a symlink\n")
 	fmt.Fprintf(d.out, "to a \"NAS\" directory outside it, holding important.txt:\n  VOL=%s\n  NAS=%s\n", d.vol, d.nas)
-	if err := d.step("nodevol scan --root $ROOT", exitOK, func(w io.Writer) int { return run([]string{"scan", "--root", d.root}, w, w) }); err != nil {
+	if err := d.step("nodevol scan --root $ROOT", exitOK, func(w io.Writer) int { return cli.Run([]string{"scan", "--root", d.root}, w, w) }); err != nil {
 		return err
 	}
 	fmt.Fprintln(d.out)

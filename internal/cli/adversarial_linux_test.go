@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"os"
@@ -151,7 +151,7 @@ func TestCLIHostilePodDirectory(t *testing.T) {
 					case <-time.After(20 * time.Second):
 						t.Fatalf("nodevol %q did not return within 20s: it blocks", args)
 					}
-					if r.code == exitOK || !strings.Contains(r.stdout+r.stderr, culprit) || !strings.Contains(r.stdout+r.stderr, c.want) {
+					if r.code == ExitOK || !strings.Contains(r.stdout+r.stderr, culprit) || !strings.Contains(r.stdout+r.stderr, c.want) {
 						t.Errorf("nodevol %q: exit %d\nstdout %s\nstderr %s\nwant a failure naming %s (%s)", args, r.code, r.stdout, r.stderr, culprit, c.want)
 					}
 				}

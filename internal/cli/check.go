@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"encoding/json"
@@ -68,11 +68,11 @@ type checkResult struct {
 func (r *checkResult) code() int {
 	switch {
 	case r.err != nil:
-		return exitError
+		return ExitError
 	case !r.SafeToRemove:
-		return exitRefused
+		return ExitRefused
 	}
-	return exitOK
+	return ExitOK
 }
 
 func (r *checkResult) fail(err error) checkResult {
@@ -211,13 +211,13 @@ func runCheck(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	ns, err := nsFlags.gate("check")
 	if err != nil {
 		fmt.Fprintf(stderr, "nodevol check: %s\n", display(err.Error()))
-		return exitError
+		return ExitError
 	}
 	if !*asJSON {
 		ns.warn(stderr)
 	}
 	enc := newJSONEncoder(stdout)
-	code = exitOK
+	code = ExitOK
 	for i, p := range paths {
 		r := examine(p)
 		r.MountNamespace = ns.json()
@@ -225,7 +225,7 @@ func runCheck(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 		if *asJSON {
 			if err := enc.Encode(&r); err != nil {
 				fmt.Fprintf(stderr, "nodevol check: write report: %v\n", err)
-				return exitError
+				return ExitError
 			}
 			continue
 		}
@@ -297,7 +297,7 @@ func writeCheckHuman(w io.Writer, r *checkResult) {
 		} else {
 			line("nested mounts", fmt.Sprint(len(r.NestedMounts)))
 			for _, m := range r.NestedMounts {
-				fmt.Fprintf(w, "    %s\n", describeMount(m))
+				fmt.Fprintf(w, "    %s\n", DescribeMount(m))
 			}
 		}
 	}
@@ -329,9 +329,9 @@ func unsafeReason(r *checkResult) string {
 	return strings.Join(why, "; ") + "; nodevol rm would refuse and delete nothing"
 }
 
-// describeMount prints a mount as "mountPoint (fsType from source)", for
+// DescribeMount prints a mount as "mountPoint (fsType from source)", for
 // the human output (display escapes each part).
-func describeMount(m mountdetect.Mount) string {
+func DescribeMount(m mountdetect.Mount) string {
 	m.MountPoint, m.FSType, m.Source = display(m.MountPoint), display(m.FSType), display(m.Source)
 	switch {
 	case m.FSType != "" && m.Source != "":

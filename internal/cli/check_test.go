@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package cli
 
 import (
 	"fmt"
@@ -21,7 +21,7 @@ func TestCheckPlainDirectory(t *testing.T) {
 	before := mounttest.Snapshot(t, base)
 
 	r := nodevol(t, "check", vol)
-	r.wantCode(t, exitOK)
+	r.wantCode(t, ExitOK)
 	wantContains(t, "stdout", r.stdout,
 		vol+"\n",
 		"exists:        yes (directory)",
@@ -35,7 +35,7 @@ func TestCheckPlainDirectory(t *testing.T) {
 	}
 
 	r = nodevol(t, "check", "--json", vol)
-	r.wantCode(t, exitOK)
+	r.wantCode(t, ExitOK)
 	objs := jsonLines(t, r.stdout, checkKeys...)
 	if len(objs) != 1 {
 		t.Fatalf("got %d JSON lines, want 1", len(objs))
@@ -57,7 +57,7 @@ func TestCheckMissingFileSymlink(t *testing.T) {
 	missing := filepath.Join(base, "missing")
 
 	r := nodevol(t, "check", missing, filepath.Join(base, "f.txt"), filepath.Join(base, "link"), filepath.Join(base, "dangling"))
-	r.wantCode(t, exitOK)
+	r.wantCode(t, ExitOK)
 	wantContains(t, "stdout", r.stdout,
 		missing+"\n  exists:        no\n  verdict:       safe: nothing to remove\n",
 		"yes (file)",
@@ -69,7 +69,7 @@ func TestCheckMissingFileSymlink(t *testing.T) {
 	}
 
 	r = nodevol(t, "check", "--json", missing, filepath.Join(base, "link"))
-	r.wantCode(t, exitOK)
+	r.wantCode(t, ExitOK)
 	objs := jsonLines(t, r.stdout, checkKeys...)
 	if len(objs) != 2 {
 		t.Fatalf("got %d JSON lines, want 2", len(objs))
@@ -91,22 +91,22 @@ func TestCheckExitCodeIsWorstOverPaths(t *testing.T) {
 	notDir := filepath.Join(base, "f", "x") // ENOTDIR: cannot be examined
 
 	r := nodevol(t, "check", base, notDir)
-	r.wantCode(t, exitError)
+	r.wantCode(t, ExitError)
 	wantContains(t, "stdout", r.stdout, "verdict:       safe to remove", "error:", "not a directory", "UNSAFE: could not be examined")
 
 	r = nodevol(t, "check", "/")
-	r.wantCode(t, exitRefused)
+	r.wantCode(t, ExitRefused)
 	wantContains(t, "stdout", r.stdout, "UNSAFE: it is itself a mount point")
 
 	r = nodevol(t, "check", base, "/", notDir)
-	r.wantCode(t, exitError)
+	r.wantCode(t, ExitError)
 }
 
 func TestCheckErrorJSON(t *testing.T) {
 	base := realTempDir(t)
 	mounttest.Build(t, base, "file f data")
 	r := nodevol(t, "check", "--json", filepath.Join(base, "f", "x"))
-	r.wantCode(t, exitError)
+	r.wantCode(t, ExitError)
 	objs := jsonLines(t, r.stdout, withError(checkKeys)...)
 	if len(objs) != 1 || !strings.Contains(fmt.Sprint(objs[0]["error"]), "not a directory") {
 		t.Errorf("got %v; want one object whose error says \"not a directory\"", objs)
@@ -119,7 +119,7 @@ func TestCheckTmpfsMountRoot(t *testing.T) {
 	mounttest.Tmpfs(t, vol, "size=1m")
 
 	r := nodevol(t, "check", "--json", vol)
-	r.wantCode(t, exitRefused)
+	r.wantCode(t, ExitRefused)
 	objs := jsonLines(t, r.stdout, checkKeys...)
 	if len(objs) != 1 {
 		t.Fatalf("got %d JSON lines, want 1", len(objs))
@@ -130,7 +130,7 @@ func TestCheckTmpfsMountRoot(t *testing.T) {
 	}
 
 	r = nodevol(t, "check", vol)
-	r.wantCode(t, exitRefused)
+	r.wantCode(t, ExitRefused)
 	wantContains(t, "stdout", r.stdout, "mount point:   yes (sure)", "filesystem:    tmpfs", "medium:        Memory",
 		"UNSAFE: it is itself a mount point (tmpfs); unmount it first")
 }
@@ -147,7 +147,7 @@ func TestCheckNestedMounts(t *testing.T) {
 	mounttest.Bind(t, filepath.Join(base, "outside", "secret.txt"), bound)
 
 	r := nodevol(t, "check", vol)
-	r.wantCode(t, exitRefused)
+	r.wantCode(t, ExitRefused)
 	wantContains(t, "stdout", r.stdout,
 		"nested mounts: 2\n",
 		"    "+nas+" (tmpfs from tmpfs)\n",
@@ -156,7 +156,7 @@ func TestCheckNestedMounts(t *testing.T) {
 	)
 
 	r = nodevol(t, "check", "--json", vol)
-	r.wantCode(t, exitRefused)
+	r.wantCode(t, ExitRefused)
 	objs := jsonLines(t, r.stdout, checkKeys...)
 	if len(objs) != 1 {
 		t.Fatalf("got %d JSON lines, want 1", len(objs))
@@ -190,7 +190,7 @@ func TestCheckHugetlbfs(t *testing.T) {
 	mounttest.Mount(t, "nodev", vol, "hugetlbfs", 0, "pagesize=2M")
 
 	r := nodevol(t, "check", "--json", vol)
-	r.wantCode(t, exitRefused)
+	r.wantCode(t, ExitRefused)
 	objs := jsonLines(t, r.stdout, checkKeys...)
 	if len(objs) != 1 {
 		t.Fatalf("got %d JSON lines, want 1", len(objs))

@@ -1,30 +1,18 @@
-// Command nodevol checks and removes pod volume directories on a Kubernetes
-// node without ever deleting anything that lives on another mount.
+// Package cli is the nodevol command: its command table, argument
+// handling and every command but the demo, which is a program of its own
+// (cmd/nodevol-demo) so that the operator's binary does not link the
+// volume manager (reconciler) and Prometheus. cmd/nodevol is a thin main
+// around Run; the demo runs Run for the "nodevol scan" steps it shows.
 //
-//	nodevol check [--json] PATH...
-//	nodevol rm [--dry-run] [--json] [--workers N] PATH...
-//	nodevol teardown [--dry-run] [--json] VOLUME_DIR...
-//	nodevol scan [--json] [--root DIR]
-//	nodevol usage [--json] PATH...
-//	nodevol demo
-//	nodevol version [--json]
-//	nodevol help [COMMAND]
-//
-// Help asked for ("help", -h, --help) is printed to stdout with exit status
-// 0; a usage mistake (no command, an unknown command or flag, which names
-// the closest known one) to stderr with exit status 2.
-//
-// A path with a ".." element is refused by every command (refuseDotDot).
-//
-// Exit status: 0 ok, 1 refused or unsafe, 2 usage or operational error.
-package main
+// The commands are listed, and the exit statuses said, in cmd/nodevol's
+// package documentation (TestPackageDocLists keeps it equal to the table).
+package cli
 
 import (
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/nodevol/nodevol/mountdetect"
@@ -33,12 +21,15 @@ import (
 // Exit codes. When several paths are given the command exits with the most
 // severe code any of them produced.
 const (
-	exitOK      = 0 // everything was done (or is safe)
-	exitRefused = 1 // a path is unsafe, or its removal was refused
-	exitError   = 2 // bad usage, or a path could not be examined or removed
+	ExitOK      = 0 // everything was done (or is safe)
+	ExitRefused = 1 // a path is unsafe, or its removal was refused
+	ExitError   = 2 // bad usage, or a path could not be examined or removed
 )
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+// Run is the nodevol command run with args (os.Args[1:]): it writes its
+// report to stdout and its diagnostics to stderr, and returns the exit
+// code.
+func Run(args []string, stdout, stderr io.Writer) int { return run(args, stdout, stderr) }
 
 // command is one subcommand, as Go's cmd/go has them: everything the CLI
 // says about it (the package documentation, the usage, its help, its usage
@@ -52,11 +43,56 @@ type command struct {
 	// run declares the command's flags on fs, parses args with parseArgs
 	// and runs the command. Nil for help, which run dispatches itself.
 	run func(fs *flagSet, args []string, stdout, stderr io.Writer) int
+	// program is set for a Program: name is then a program's, run as it
+	// is (nodevol-demo), not a command of nodevol.
+	program bool
+}
+
+// fullName is "nodevol NAME", or a program's NAME.
+func (c *command) fullName() string {
+	if c.program {
+		return c.name
+	}
+	return "nodevol " + c.name
 }
 
 // usageLine is "nodevol NAME SYNOPSIS".
 func (c *command) usageLine() string {
-	return strings.TrimSpace("nodevol " + c.name + " " + c.synopsis)
+	return strings.TrimSpace(c.fullName() + " " + c.synopsis)
+}
+
+// helpCommand is how its help is asked for.
+func (c *command) helpCommand() string {
+	if c.program {
+		return c.name + " -h"
+	}
+	return "nodevol help " + c.name
+}
+
+// Program is a program of its own that takes no arguments (nodevol-demo),
+// whose help and usage mistakes are handled as the commands' are, so that
+// its usage text is not written a second time.
+type Program struct {
+	Name string // as it is run: "nodevol-demo"
+	Help string // its help, after its usage line
+	// Run runs it once its arguments were found right.
+	Run func(stdout, stderr io.Writer) int
+}
+
+// Main runs p with args (os.Args[1:]) and returns the exit code. Help asked
+// for (-h, --help) is printed to stdout, exit 0; a flag or an argument is a
+// usage mistake, said on stderr, exit 2.
+func (p Program) Main(args []string, stdout, stderr io.Writer) int {
+	c := &command{name: p.Name, help: p.Help, program: true}
+	fs := newFlagSet(c, stdout, stderr)
+	extra, code := parseArgs(fs, args)
+	if code >= 0 {
+		return code
+	}
+	if len(extra) > 0 {
+		return usageError(fs, stderr, "%s takes no arguments (got %q)", p.Name, extra[0])
+	}
+	return p.Run(stdout, stderr)
 }
 
 // commands are the subcommands, in the order the usage lists them.
@@ -80,11 +116,6 @@ remove, plus entries that do not parse and leftover pod directories.`},
 		{name: "usage", synopsis: "[--json] PATH...", help: usageHelp, run: runUsage,
 			short: `Bytes and inodes each directory uses, from its project quota when it
 has one, else from a walk that stays on its mount.`},
-		{name: "demo", help: demoHelp, run: runDemo,
-			short: `Run the volume manager on a temporary kubelet root: pods' emptyDir
-volumes set up and torn down, a teardown refused (and retried) while
-a NAS is mounted inside a volume (as root; without root, a symlink
-to data outside it), and a restart that reconstructs a volume.`},
 		{name: "version", synopsis: "[--json]", help: versionHelp, run: runVersion,
 			short: `nodevol's version and build, Go, the platform, the kernel release
 and whether this machine has each kernel feature nodevol uses.`},
@@ -103,7 +134,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cmds := commands()
 	if len(args) == 0 {
 		writeUsage(stderr, cmds)
-		return exitError
+		return ExitError
 	}
 	name, rest := args[0], args[1:]
 	switch name {
@@ -113,7 +144,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return run([]string{rest[0], "-h"}, stdout, stderr)
 		}
 		writeUsage(stdout, cmds)
-		return exitOK
+		return ExitOK
 	}
 	names := []string{"help"}
 	for _, c := range cmds {
@@ -124,9 +155,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 			names = append(names, c.name)
 		}
 	}
+	if name == "demo" {
+		fmt.Fprint(stderr, demoMoved)
+		return ExitError
+	}
 	fmt.Fprintf(stderr, "nodevol: unknown command %q%s\nRun \"nodevol help\" for usage.\n", display(name), didYouMean(name, names, `"`, `"`))
-	return exitError
+	return ExitError
 }
+
+// demoMoved is what "nodevol demo" says (exit status 2): the demo was a
+// command until it became a program of its own, and whoever still types
+// it is told where it went rather than that it never existed.
+const demoMoved = `nodevol: the demo is not part of nodevol: it is its own program, so that
+nodevol does not link the volume manager and Prometheus. In nodevol's
+source tree run:
+	go run ./cmd/nodevol-demo
+`
 
 // writeUsage prints the top-level usage: every command's usage line and
 // short description, between what is true of all of them.
@@ -179,7 +223,7 @@ type flagSet struct {
 // function declares them. The flag package prints nothing itself:
 // parseArgs and usageError do, in the CLI's terms.
 func newFlagSet(cmd *command, stdout, stderr io.Writer) *flagSet {
-	fs := flag.NewFlagSet("nodevol "+cmd.name, flag.ContinueOnError)
+	fs := flag.NewFlagSet(cmd.fullName(), flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	return &flagSet{FlagSet: fs, cmd: cmd, stdout: stdout, stderr: stderr}
@@ -207,7 +251,7 @@ func (fs *flagSet) writeHelp(w io.Writer) {
 // after "--" is a path.
 //
 // It returns the paths, and the exit code to return when it is not -1:
-// exitOK after -h (the help was printed to stdout), exitError after a bad
+// ExitOK after -h (the help was printed to stdout), ExitError after a bad
 // flag (said on stderr, with the closest flag when one is close).
 func parseArgs(fs *flagSet, args []string) (paths []string, code int) {
 	for {
@@ -215,7 +259,7 @@ func parseArgs(fs *flagSet, args []string) (paths []string, code int) {
 		switch {
 		case errors.Is(err, flag.ErrHelp):
 			fs.writeHelp(fs.stdout)
-			return nil, exitOK
+			return nil, ExitOK
 		case err != nil:
 			return nil, usageError(fs, fs.stderr, "%s", fs.flagError(err))
 		}
@@ -252,10 +296,10 @@ func (fs *flagSet) flagError(err error) string {
 }
 
 // usageError reports a usage mistake: what is wrong, the synopsis and
-// where the help is, on stderr. It returns exitError.
+// where the help is, on stderr. It returns ExitError.
 func usageError(fs *flagSet, stderr io.Writer, format string, a ...any) int {
-	fmt.Fprintf(stderr, "%s: %s\n%s\nRun \"nodevol help %s\" for details.\n", fs.Name(), fmt.Sprintf(format, a...), fs.usageLine(), fs.cmd.name)
-	return exitError
+	fmt.Fprintf(stderr, "%s: %s\n%s\nRun \"%s\" for details.\n", fs.Name(), fmt.Sprintf(format, a...), fs.usageLine(), fs.cmd.helpCommand())
+	return ExitError
 }
 
 // didYouMean is " (did you mean X?)" with the candidates closest to typed,

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -36,6 +36,10 @@ func namespaceWarning(cmd string) string {
 	}
 	return "nodevol " + cmd + ": warning: " + ns.String() + "; a mount made only in the host's mount namespace is not seen from here\n"
 }
+
+// hugePages2Mi is where the kernel shows its 2 MiB huge pages, when it has
+// them: a HugePages-2Mi emptyDir volume can be set up only then.
+const hugePages2Mi = "/sys/kernel/mm/hugepages/hugepages-2048kB"
 
 // result is what one invocation of the CLI produced.
 type result struct {
@@ -127,52 +131,52 @@ func TestRunUsage(t *testing.T) {
 		stdoutHas string // help asked for: on stdout, nothing on stderr
 		stderrHas string // a mistake: on stderr, nothing on stdout
 	}{
-		{args: nil, code: exitError, stderrHas: "Usage:\n  nodevol check"},
-		{args: []string{"help"}, code: exitOK, stdoutHas: "Usage:\n  nodevol check"},
-		{args: []string{"-h"}, code: exitOK, stdoutHas: "Usage:\n  nodevol check"},
-		{args: []string{"--help"}, code: exitOK, stdoutHas: "Usage:\n  nodevol check"},
-		{args: []string{"help", "help"}, code: exitOK, stdoutHas: "Usage:\n  nodevol check"},
-		{args: []string{"help", "rm"}, code: exitOK, stdoutHas: "Usage: nodevol rm [--dry-run] [--json] [--workers N] PATH...\n\nRemove each"},
-		{args: []string{"help", "nosuch"}, code: exitError, stderrHas: `nodevol: unknown command "nosuch"` + "\nRun \"nodevol help\" for usage.\n"},
-		{args: []string{"nosuch"}, code: exitError, stderrHas: `unknown command "nosuch"` + "\n"},
-		{args: []string{"chekc", "/"}, code: exitError, stderrHas: `nodevol: unknown command "chekc" (did you mean "check"?)` + "\n"},
-		{args: []string{"teardwon"}, code: exitError, stderrHas: `unknown command "teardwon" (did you mean "teardown"?)`},
-		{args: []string{"hlep"}, code: exitError, stderrHas: `unknown command "hlep" (did you mean "help"?)`},
-		{args: []string{"check"}, code: exitError, stderrHas: "nodevol check: no PATH given\nUsage: nodevol check [--json] PATH...\nRun \"nodevol help check\" for details.\n"},
-		{args: []string{"check", "-h"}, code: exitOK, stdoutHas: "Usage: nodevol check"},
-		{args: []string{"check", "--help"}, code: exitOK, stdoutHas: "Usage: nodevol check"},
-		{args: []string{"check", "--nosuch", "/"}, code: exitError, stderrHas: "nodevol check: unknown flag --nosuch\n"},
-		{args: []string{"check", "--jsno", "/"}, code: exitError, stderrHas: "nodevol check: unknown flag --jsno (did you mean --json?)\n"},
-		{args: []string{"rm"}, code: exitError, stderrHas: "no PATH given"},
-		{args: []string{"rm", "--dry-run"}, code: exitError, stderrHas: "no PATH given"},
-		{args: []string{"rm", "--dryrun", "x"}, code: exitError, stderrHas: "nodevol rm: unknown flag --dryrun (did you mean --dry-run?)\nUsage: nodevol rm [--dry-run]"},
-		{args: []string{"rm", "-dryrun=true", "x"}, code: exitError, stderrHas: "nodevol rm: unknown flag --dryrun (did you mean --dry-run?)\n"},
-		{args: []string{"rm", "--work", "2", "x"}, code: exitError, stderrHas: "nodevol rm: unknown flag --work (did you mean --workers?)\n"},
-		{args: []string{"rm", "--hepl"}, code: exitError, stderrHas: "nodevol rm: unknown flag --hepl (did you mean --help?)\n"},
-		{args: []string{"rm", "--workers", "0", "/nonexistent/x"}, code: exitError, stderrHas: "--workers must be at least 1"},
-		{args: []string{"rm", "--workers=-3", "/nonexistent/x"}, code: exitError, stderrHas: "--workers must be at least 1"},
-		{args: []string{"rm", "--workers", "many", "/nonexistent/x"}, code: exitError, stderrHas: `nodevol rm: invalid value "many" for flag --workers: parse error` + "\n"},
-		{args: []string{"rm", "--dry-run=maybe", "/nonexistent/x"}, code: exitError, stderrHas: `nodevol rm: invalid boolean value "maybe" for --dry-run: parse error` + "\n"},
-		{args: []string{"rm", "/nonexistent/x", "--nosuch"}, code: exitError, stderrHas: "nodevol rm: unknown flag --nosuch\n"},
-		{args: []string{"rm", "---x", "/nonexistent/x"}, code: exitError, stderrHas: "nodevol rm: bad flag syntax: ---x\n"},
-		{args: []string{"help", "teardown"}, code: exitOK, stdoutHas: "Usage: nodevol teardown"},
-		{args: []string{"help", "scan"}, code: exitOK, stdoutHas: "Usage: nodevol scan"},
-		{args: []string{"teardown"}, code: exitError, stderrHas: "no VOLUME_DIR given"},
-		{args: []string{"teardown", "--dry-run", "--json"}, code: exitError, stderrHas: "no VOLUME_DIR given"},
-		{args: []string{"teardown", "-h"}, code: exitOK, stdoutHas: "Usage: nodevol teardown [--dry-run] [--json] VOLUME_DIR...\n"},
-		{args: []string{"teardown", "/nonexistent/x", "--workers", "2"}, code: exitError, stderrHas: "nodevol teardown: unknown flag --workers\n"},
-		{args: []string{"scan", "/var/lib/kubelet"}, code: exitError, stderrHas: `scan takes no arguments (got "/var/lib/kubelet"); use --root DIR`},
-		{args: []string{"scan", "--root"}, code: exitError, stderrHas: "nodevol scan: flag needs an argument: --root\n"},
-		{args: []string{"scan", "--roots", "/x"}, code: exitError, stderrHas: "nodevol scan: unknown flag --roots (did you mean --root?)\n"},
-		{args: []string{"scan", "--root", ""}, code: exitError, stderrHas: "--root must not be empty"},
-		{args: []string{"scan", "--dry-run"}, code: exitError, stderrHas: "nodevol scan: unknown flag --dry-run\n"},
-		{args: []string{"scan", "-h"}, code: exitOK, stdoutHas: "Usage: nodevol scan [--json] [--root DIR]\n"},
-		{args: []string{"demo", "extra"}, code: exitError, stderrHas: "demo takes no arguments"},
-		{args: []string{"demo", "-h"}, code: exitOK, stdoutHas: "Usage: nodevol demo\n"},
-		{args: []string{"usage", "-h"}, code: exitOK, stdoutHas: "Usage: nodevol usage [--json] PATH...\n"},
-		{args: []string{"version", "-h"}, code: exitOK, stdoutHas: "Usage: nodevol version [--json]\n"},
-		{args: []string{"version", "now"}, code: exitError, stderrHas: `nodevol version: version takes no arguments (got "now")`},
-		{args: []string{"versoin"}, code: exitError, stderrHas: `unknown command "versoin" (did you mean "version"?)`},
+		{args: nil, code: ExitError, stderrHas: "Usage:\n  nodevol check"},
+		{args: []string{"help"}, code: ExitOK, stdoutHas: "Usage:\n  nodevol check"},
+		{args: []string{"-h"}, code: ExitOK, stdoutHas: "Usage:\n  nodevol check"},
+		{args: []string{"--help"}, code: ExitOK, stdoutHas: "Usage:\n  nodevol check"},
+		{args: []string{"help", "help"}, code: ExitOK, stdoutHas: "Usage:\n  nodevol check"},
+		{args: []string{"help", "rm"}, code: ExitOK, stdoutHas: "Usage: nodevol rm [--dry-run] [--json] [--workers N] PATH...\n\nRemove each"},
+		{args: []string{"help", "nosuch"}, code: ExitError, stderrHas: `nodevol: unknown command "nosuch"` + "\nRun \"nodevol help\" for usage.\n"},
+		{args: []string{"nosuch"}, code: ExitError, stderrHas: `unknown command "nosuch"` + "\n"},
+		{args: []string{"chekc", "/"}, code: ExitError, stderrHas: `nodevol: unknown command "chekc" (did you mean "check"?)` + "\n"},
+		{args: []string{"teardwon"}, code: ExitError, stderrHas: `unknown command "teardwon" (did you mean "teardown"?)`},
+		{args: []string{"hlep"}, code: ExitError, stderrHas: `unknown command "hlep" (did you mean "help"?)`},
+		{args: []string{"check"}, code: ExitError, stderrHas: "nodevol check: no PATH given\nUsage: nodevol check [--json] PATH...\nRun \"nodevol help check\" for details.\n"},
+		{args: []string{"check", "-h"}, code: ExitOK, stdoutHas: "Usage: nodevol check"},
+		{args: []string{"check", "--help"}, code: ExitOK, stdoutHas: "Usage: nodevol check"},
+		{args: []string{"check", "--nosuch", "/"}, code: ExitError, stderrHas: "nodevol check: unknown flag --nosuch\n"},
+		{args: []string{"check", "--jsno", "/"}, code: ExitError, stderrHas: "nodevol check: unknown flag --jsno (did you mean --json?)\n"},
+		{args: []string{"rm"}, code: ExitError, stderrHas: "no PATH given"},
+		{args: []string{"rm", "--dry-run"}, code: ExitError, stderrHas: "no PATH given"},
+		{args: []string{"rm", "--dryrun", "x"}, code: ExitError, stderrHas: "nodevol rm: unknown flag --dryrun (did you mean --dry-run?)\nUsage: nodevol rm [--dry-run]"},
+		{args: []string{"rm", "-dryrun=true", "x"}, code: ExitError, stderrHas: "nodevol rm: unknown flag --dryrun (did you mean --dry-run?)\n"},
+		{args: []string{"rm", "--work", "2", "x"}, code: ExitError, stderrHas: "nodevol rm: unknown flag --work (did you mean --workers?)\n"},
+		{args: []string{"rm", "--hepl"}, code: ExitError, stderrHas: "nodevol rm: unknown flag --hepl (did you mean --help?)\n"},
+		{args: []string{"rm", "--workers", "0", "/nonexistent/x"}, code: ExitError, stderrHas: "--workers must be at least 1"},
+		{args: []string{"rm", "--workers=-3", "/nonexistent/x"}, code: ExitError, stderrHas: "--workers must be at least 1"},
+		{args: []string{"rm", "--workers", "many", "/nonexistent/x"}, code: ExitError, stderrHas: `nodevol rm: invalid value "many" for flag --workers: parse error` + "\n"},
+		{args: []string{"rm", "--dry-run=maybe", "/nonexistent/x"}, code: ExitError, stderrHas: `nodevol rm: invalid boolean value "maybe" for --dry-run: parse error` + "\n"},
+		{args: []string{"rm", "/nonexistent/x", "--nosuch"}, code: ExitError, stderrHas: "nodevol rm: unknown flag --nosuch\n"},
+		{args: []string{"rm", "---x", "/nonexistent/x"}, code: ExitError, stderrHas: "nodevol rm: bad flag syntax: ---x\n"},
+		{args: []string{"help", "teardown"}, code: ExitOK, stdoutHas: "Usage: nodevol teardown"},
+		{args: []string{"help", "scan"}, code: ExitOK, stdoutHas: "Usage: nodevol scan"},
+		{args: []string{"teardown"}, code: ExitError, stderrHas: "no VOLUME_DIR given"},
+		{args: []string{"teardown", "--dry-run", "--json"}, code: ExitError, stderrHas: "no VOLUME_DIR given"},
+		{args: []string{"teardown", "-h"}, code: ExitOK, stdoutHas: "Usage: nodevol teardown [--dry-run] [--json] VOLUME_DIR...\n"},
+		{args: []string{"teardown", "/nonexistent/x", "--workers", "2"}, code: ExitError, stderrHas: "nodevol teardown: unknown flag --workers\n"},
+		{args: []string{"scan", "/var/lib/kubelet"}, code: ExitError, stderrHas: `scan takes no arguments (got "/var/lib/kubelet"); use --root DIR`},
+		{args: []string{"scan", "--root"}, code: ExitError, stderrHas: "nodevol scan: flag needs an argument: --root\n"},
+		{args: []string{"scan", "--roots", "/x"}, code: ExitError, stderrHas: "nodevol scan: unknown flag --roots (did you mean --root?)\n"},
+		{args: []string{"scan", "--root", ""}, code: ExitError, stderrHas: "--root must not be empty"},
+		{args: []string{"scan", "--dry-run"}, code: ExitError, stderrHas: "nodevol scan: unknown flag --dry-run\n"},
+		{args: []string{"scan", "-h"}, code: ExitOK, stdoutHas: "Usage: nodevol scan [--json] [--root DIR]\n"},
+		{args: []string{"demo"}, code: ExitError, stderrHas: "nodevol: the demo is not part of nodevol: it is its own program"},
+		{args: []string{"demo", "-h"}, code: ExitError, stderrHas: "\tgo run ./cmd/nodevol-demo\n"},
+		{args: []string{"usage", "-h"}, code: ExitOK, stdoutHas: "Usage: nodevol usage [--json] PATH...\n"},
+		{args: []string{"version", "-h"}, code: ExitOK, stdoutHas: "Usage: nodevol version [--json]\n"},
+		{args: []string{"version", "now"}, code: ExitError, stderrHas: `nodevol version: version takes no arguments (got "now")`},
+		{args: []string{"versoin"}, code: ExitError, stderrHas: `unknown command "versoin" (did you mean "version"?)`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			r := nodevol(t, tc.args...)
@@ -277,12 +281,12 @@ func TestSynopsesAgree(t *testing.T) {
 	var usage bytes.Buffer
 	cmds := commands()
 	writeUsage(&usage, cmds)
-	src, err := os.ReadFile("main.go")
+	src, err := os.ReadFile("../../cmd/nodevol/main.go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := docSynopses(cmds); !strings.Contains(string(src), "//\n"+want+"//\n") {
-		t.Errorf("the package documentation in main.go does not list the commands as the table does; want\n%s", want)
+		t.Errorf("the package documentation in cmd/nodevol/main.go does not list the commands as the table does; want\n%s", want)
 	}
 	for _, c := range cmds {
 		if c.run == nil {
@@ -299,7 +303,7 @@ func TestSynopsesAgree(t *testing.T) {
 			t.Errorf("the usage does not list %q:\n%s", synopsis, usage.String())
 		}
 		if !strings.Contains(string(src), "\n//\t"+synopsis+"\n") {
-			t.Errorf("the package documentation in main.go does not list %q", synopsis)
+			t.Errorf("the package documentation in cmd/nodevol/main.go does not list %q", synopsis)
 		}
 	}
 }
@@ -327,18 +331,5 @@ func TestParseArgs(t *testing.T) {
 		if code != -1 || !slices.Equal(paths, tc.paths) || *dry != tc.dry {
 			t.Errorf("parseArgs(%q) = %q, %d, dry-run=%v; want %q, -1, dry-run=%v", tc.args, paths, code, *dry, tc.paths, tc.dry)
 		}
-	}
-}
-
-func TestIndentWriter(t *testing.T) {
-	var b bytes.Buffer
-	w := &indentWriter{w: &b, prefix: "  ", short: strings.NewReplacer("/long/path", "$VOL")}
-	for _, s := range []string{"one\ntw", "o\n", "", "/long/path/x\n\nlast"} {
-		if n, err := io.WriteString(w, s); n != len(s) || err != nil {
-			t.Fatalf("Write(%q) = %d, %v", s, n, err)
-		}
-	}
-	if want := "  one\n  two\n  $VOL/x\n  \n  last"; b.String() != want {
-		t.Errorf("indented %q, want %q", b.String(), want)
 	}
 }

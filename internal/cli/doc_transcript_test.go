@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package cli
 
 import (
 	"bytes"
@@ -42,7 +42,7 @@ const (
 // it with what the CLI really prints, so the docs cannot drift from the
 // code. With -update it rewrites the blocks from the real output instead:
 //
-//	go test ./cmd/nodevol -run TestDocTranscripts -update
+//	go test ./internal/cli -run TestDocTranscripts -update
 //
 // Each block follows a marker line naming the scenario it runs in, built
 // afresh for the block:
@@ -50,14 +50,14 @@ const (
 //	<!-- transcript: node -->            the scratch node of docNode
 //	<!-- transcript: node foreign -->    the same, nodevol run as it is (below)
 //	<!-- transcript: subpaths -->        docSubpaths
-//	<!-- transcript: demo -->            nodevol demo
+//	<!-- transcript: demo -->            nodevol-demo
 //	<!-- transcript: version -->         nodevol version
 //	<!-- transcript: unchecked: WHY -->  not run, for the reason given
 //
 // A block without a marker fails the test. In a block, a line beginning
 // "$ " or "# " is a command and the lines up to the next are its output
 // (stdout and stderr as one stream, in the order written), except that
-// everything after "nodevol demo" is the demo's output (it prints "$ "
+// everything after "nodevol-demo" is the demo's output (it prints "$ "
 // lines of its own). Commands: "nodevol ARGS" runs the binary, with $V,
 // $P and $ROOT replaced by the scenario's paths; "echo $?" prints the
 // previous command's exit status; "umount PATH..." unmounts.
@@ -72,7 +72,7 @@ const (
 // that vary from run to run.
 func TestDocTranscripts(t *testing.T) {
 	mounttest.RequireMounts(t)
-	if _, err := os.Stat(demoHugePages); err != nil {
+	if _, err := os.Stat(hugePages2Mi); err != nil {
 		t.Skipf("skipping: the docs show a HugePages-2Mi volume, and this machine has no 2 MiB huge pages: %v", err)
 	}
 	for _, f := range kernelFeatures() {
@@ -80,7 +80,7 @@ func TestDocTranscripts(t *testing.T) {
 			t.Skipf("skipping: the docs show a kernel with every feature nodevol uses, and this one lacks %s", f.About)
 		}
 	}
-	bin := buildBinary(t)
+	bins := docBinaries{nodevol: buildBinary(t), demo: buildProgram(t, demoPkg)}
 	for _, file := range transcriptDocs {
 		src, err := os.ReadFile(file)
 		if err != nil {
@@ -101,9 +101,9 @@ func TestDocTranscripts(t *testing.T) {
 				if b.unchecked != "" {
 					t.Skipf("skipping: marked unchecked: %s", b.unchecked)
 				}
-				got = runTranscript(t, bin, b)
+				got = runTranscript(t, bins, b)
 				if got != b.body && !*updateDocs {
-					t.Errorf("%s:%d: the console block differs from the CLI's real output (go test ./cmd/nodevol -run TestDocTranscripts -update rewrites it)\n--- docs\n%s--- real\n%s%s",
+					t.Errorf("%s:%d: the console block differs from the CLI's real output (go test ./internal/cli -run TestDocTranscripts -update rewrites it)\n--- docs\n%s--- real\n%s%s",
 						file, b.line, b.body, got, firstDifference(b.body, got))
 				}
 			})
@@ -263,7 +263,10 @@ func docSubpaths(t *testing.T) *docScene {
 
 // runTranscript runs a block's commands in a fresh scenario and returns
 // the block as they really print it.
-func runTranscript(t *testing.T, bin binary, b consoleBlock) string {
+// docBinaries are the commands the docs run.
+type docBinaries struct{ nodevol, demo binary }
+
+func runTranscript(t *testing.T, bins docBinaries, b consoleBlock) string {
 	var scene *docScene
 	switch b.scenario {
 	case "node":
@@ -291,10 +294,14 @@ func runTranscript(t *testing.T, bin binary, b consoleBlock) string {
 			status = 0
 		case args[0] == "nodevol":
 			var r string
-			r, status = runDocCommand(t, bin, scene, b.foreign, args[1:])
+			r, status = runDocCommand(t, bins.nodevol, scene, b.foreign, args[1:])
+			out.WriteString(r)
+		case args[0] == "nodevol-demo":
+			var r string
+			r, status = runDocCommand(t, bins.demo, scene, b.foreign, args[1:])
 			out.WriteString(r)
 		default:
-			t.Fatalf("%q: a command the transcript test cannot run (%snodevol ..., $ echo $?, $ umount PATH...)", cmd, prompt)
+			t.Fatalf("%q: a command the transcript test cannot run (%snodevol ..., $ nodevol-demo, $ echo $?, $ umount PATH...)", cmd, prompt)
 		}
 	}
 	return out.String()
@@ -307,7 +314,7 @@ func transcriptCommands(body string) []string {
 		line = strings.TrimSuffix(line, "\n")
 		if strings.HasPrefix(line, "$ ") || strings.HasPrefix(line, "# ") {
 			cmds = append(cmds, line)
-			if strings.HasPrefix(line[2:], "nodevol demo") {
+			if strings.HasPrefix(line[2:], "nodevol-demo") {
 				break
 			}
 		}
@@ -315,14 +322,18 @@ func transcriptCommands(body string) []string {
 	return cmds
 }
 
-// runDocCommand runs nodevol with args in the scenario, as the docs show
-// it: its output normalized (docNormalize) and its exit status.
+// runDocCommand runs bin (nodevol or nodevol-demo) with args in the
+// scenario, as the docs show it: its output normalized (docNormalize) and
+// its exit status.
 func runDocCommand(t *testing.T, bin binary, scene *docScene, foreign bool, args []string) (string, int) {
 	t.Helper()
 	for i, a := range args {
 		args[i] = scene.expand(a)
 	}
-	sub := args[0]
+	sub := "demo" // nodevol-demo, which takes no arguments
+	if len(args) > 0 {
+		sub = args[0]
+	}
 	if !foreign && (sub == "rm" || sub == "teardown") {
 		args = append([]string{sub, allowForeign}, args[1:]...)
 	}
@@ -339,10 +350,10 @@ func runDocCommand(t *testing.T, bin binary, scene *docScene, foreign bool, args
 	case errors.As(err, &exit) && exit.Exited():
 		code = exit.ExitCode()
 	default:
-		t.Fatalf("nodevol %q: %v\n%s", args, err, buf.String())
+		t.Fatalf("%s %q: %v\n%s", filepath.Base(bin.path), args, err, buf.String())
 	}
 	out := buf.String()
-	t.Logf("nodevol %q: exit %d\n%s", args, code, out)
+	t.Logf("%s %q: exit %d\n%s", filepath.Base(bin.path), args, code, out)
 	if !foreign {
 		out = dropNamespace(t, sub, out)
 	}

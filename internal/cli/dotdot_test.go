@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package cli
 
 import (
 	"fmt"
@@ -59,7 +59,7 @@ func testDotDot(t *testing.T, run func(t *testing.T, args ...string) result) {
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			r := run(t, tc.args...)
-			r.wantCode(t, exitError)
+			r.wantCode(t, ExitError)
 			out := tc.out(r)
 			wantContains(t, "output", out, why)
 			if n := strings.Count(out, why); n != tc.paths {
@@ -80,7 +80,7 @@ func testDotDot(t *testing.T, run func(t *testing.T, args ...string) result) {
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			r := run(t, args...)
-			r.wantCode(t, exitError)
+			r.wantCode(t, ExitError)
 			if n := strings.Count(r.stdout, "\n"); n != 1 {
 				t.Fatalf("got %d JSON lines, want 1:\n%s", n, r.stdout)
 			}
@@ -116,9 +116,9 @@ func TestCheckTrailingSlashIsWhatRmRemoves(t *testing.T) {
 	link := filepath.Join(base, "link") + "/"
 
 	r := nodevol(t, "check", link)
-	r.wantCode(t, exitOK)
+	r.wantCode(t, ExitOK)
 	wantContains(t, "stdout", r.stdout, link+"\n  exists:        yes (symlink to "+outside+";")
 	r = nodevol(t, "rm", allowForeign, "--dry-run", link)
-	r.wantCode(t, exitOK)
+	r.wantCode(t, ExitOK)
 	wantContains(t, "stdout", r.stdout, "would remove the symlink "+link)
 }

@@ -1,33 +1,34 @@
 //go:build linux
 
-package main
+package cli
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/nodevol/nodevol/internal/mounttest"
 )
 
-// binary is the nodevol command built from this package.
+// binary is a command built from this module: nodevol (cmd/nodevol, a
+// main around this package) or nodevol-demo (cmd/nodevol-demo).
 type binary struct{ path string }
 
-// buildBinary builds the command once for TestCLI's subtests. The go
+// nodevolPkg and demoPkg are the directories of the commands, relative to
+// this package.
+const (
+	nodevolPkg = "../../cmd/nodevol"
+	demoPkg    = "../../cmd/nodevol-demo"
+)
+
+// buildBinary builds nodevol once for TestCLI's subtests. The go
 // command is found on PATH, where "go test" puts its own GOROOT/bin first.
 // The directory is readable by everyone so that the binary can also run as
 // an unprivileged user.
@@ -38,6 +39,13 @@ type binary struct{ path string }
 // behaviour does not depend on the stamp ("nodevol version" then says
 // "unknown", as for any build without it).
 func buildBinary(t *testing.T) binary {
+	t.Helper()
+	return buildProgram(t, nodevolPkg)
+}
+
+// buildProgram builds the command in the directory pkg, as buildBinary
+// does nodevol.
+func buildProgram(t *testing.T, pkg string) binary {
 	t.Helper()
 	goCmd, err := exec.LookPath("go")
 	if err != nil {
@@ -51,10 +59,10 @@ func buildBinary(t *testing.T) binary {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "nodevol")
-	out, err := exec.Command(goCmd, "build", "-buildvcs=false", "-o", bin, ".").CombinedOutput()
+	bin := filepath.Join(dir, filepath.Base(pkg))
+	out, err := exec.Command(goCmd, "build", "-buildvcs=false", "-o", bin, pkg).CombinedOutput()
 	if err != nil {
-		t.Fatalf("go build -buildvcs=false -o %s .: %v\n%s", bin, err, out)
+		t.Fatalf("go build -buildvcs=false -o %s %s: %v\n%s", bin, pkg, err, out)
 	}
 	return binary{path: bin}
 }
@@ -104,21 +112,21 @@ func TestCLI(t *testing.T) {
 
 	t.Run("usage", func(t *testing.T) {
 		r := bin.run(t, nil)
-		r.wantCode(t, exitError)
-		wantContains(t, "stderr", r.stderr, "Usage:", "nodevol check", "nodevol rm", "nodevol teardown", "nodevol scan", "nodevol demo")
+		r.wantCode(t, ExitError)
+		wantContains(t, "stderr", r.stderr, "Usage:", "nodevol check", "nodevol rm", "nodevol teardown", "nodevol scan", "nodevol usage", "nodevol version")
 		if r.stdout != "" {
 			t.Errorf("nodevol without a command: stdout %q, want nothing", r.stdout)
 		}
 		// Help asked for goes to stdout, so that "nodevol help | less" works.
 		for _, args := range [][]string{{"help"}, {"--help"}, {"help", "rm"}, {"rm", "-h"}} {
 			r = bin.run(t, nil, args...)
-			r.wantCode(t, exitOK)
+			r.wantCode(t, ExitOK)
 			if !strings.Contains(r.stdout, "Usage:") || r.stderr != "" {
 				t.Errorf("nodevol %q: stdout %q, stderr %q; want the usage on stdout only", args, r.stdout, r.stderr)
 			}
 		}
 		r = bin.run(t, nil, "rm", "--dryrun", "x")
-		r.wantCode(t, exitError)
+		r.wantCode(t, ExitError)
 		if !strings.HasPrefix(r.stderr, "nodevol rm: unknown flag --dryrun (did you mean --dry-run?)\n") || r.stdout != "" {
 			t.Errorf("nodevol rm --dryrun x: stdout %q, stderr %q; want the typo and the flag meant on stderr", r.stdout, r.stderr)
 		}
@@ -128,10 +136,10 @@ func TestCLI(t *testing.T) {
 	// revision rather than guess one.
 	t.Run("version", func(t *testing.T) {
 		r := bin.run(t, nil, "version")
-		r.wantCode(t, exitOK)
+		r.wantCode(t, ExitOK)
 		wantContains(t, "stdout", r.stdout, "nodevol (devel)\n", "  revision: unknown (", "  modified: unknown\n")
 		r = bin.run(t, nil, "version", "--json")
-		r.wantCode(t, exitOK)
+		r.wantCode(t, ExitOK)
 		wantContains(t, "stdout", r.stdout, `"version":"(devel)","revision":null,"time":null,"modified":null,`)
 	})
 
@@ -142,11 +150,11 @@ func TestCLI(t *testing.T) {
 		missing := filepath.Join(base, "missing")
 
 		r := bin.run(t, nil, "check", vol, missing)
-		r.wantCode(t, exitOK)
+		r.wantCode(t, ExitOK)
 		wantContains(t, "stdout", r.stdout, vol+"\n  exists:        yes (directory)\n", "safe to remove", missing+"\n  exists:        no\n")
 
 		r = bin.run(t, nil, "check", "--json", vol, missing)
-		r.wantCode(t, exitOK)
+		r.wantCode(t, ExitOK)
 		if objs := jsonLines(t, r.stdout, checkKeys...); len(objs) != 2 {
 			t.Errorf("got %d JSON lines, want 2", len(objs))
 		}
@@ -158,7 +166,7 @@ func TestCLI(t *testing.T) {
 		nas := filepath.Join(vol, "nas")
 		mounttest.Tmpfs(t, nas, "size=1m")
 		r := bin.run(t, nil, "check", vol)
-		r.wantCode(t, exitRefused)
+		r.wantCode(t, ExitRefused)
 		wantContains(t, "stdout", r.stdout, "    "+nas+" (tmpfs from tmpfs)\n", "UNSAFE: 1 mount beneath it")
 	})
 
@@ -173,13 +181,13 @@ func TestCLI(t *testing.T) {
 		before := mounttest.Snapshot(t, base)
 
 		r := bin.run(t, nil, "rm", allowForeign, "--workers", "4", vol)
-		r.wantCode(t, exitRefused)
+		r.wantCode(t, ExitRefused)
 		wantContains(t, "stderr", r.stderr, "refused "+vol+": 1 mount beneath it; nothing was deleted:\n  "+nas+" (tmpfs from tmpfs)\n")
 		mounttest.Intact(t, base, before)
 
 		mounttest.Unmount(t, nas)
 		r = bin.run(t, nil, "rm", allowForeign, "--json", vol)
-		r.wantCode(t, exitOK)
+		r.wantCode(t, ExitOK)
 		wantContains(t, "stdout", r.stdout, `{"path":"`+vol+`","removed":true,"dryRun":false,"refused":false,"nestedMounts":[],"mountNamespace":{"state":"`)
 		mustNotExist(t, vol)
 	})
@@ -190,14 +198,14 @@ func TestCLI(t *testing.T) {
 		mounttest.Build(t, vol, "file a b")
 		before := mounttest.Snapshot(t, base)
 		r := bin.run(t, nil, "rm", allowForeign, vol, "--dry-run")
-		r.wantCode(t, exitOK)
+		r.wantCode(t, ExitOK)
 		wantContains(t, "stdout", r.stdout, "would remove "+vol+"\n")
 		mounttest.Intact(t, base, before)
 	})
 
 	t.Run("rm bad paths", func(t *testing.T) {
 		r := bin.run(t, nil, "rm", allowForeign, "relative/path", "/", "")
-		r.wantCode(t, exitError)
+		r.wantCode(t, ExitError)
 		wantContains(t, "stderr", r.stderr,
 			`invalid path "relative/path": not absolute; nothing was touched`,
 			`invalid path "/": refusing to remove the root directory; nothing was touched`,
@@ -235,7 +243,7 @@ func TestCLI(t *testing.T) {
 		}
 
 		r := bin.run(t, asNobody, "rm", allowForeign, "--json", vol)
-		r.wantCode(t, exitError)
+		r.wantCode(t, ExitError)
 		objs := jsonLines(t, r.stdout, withError(rmKeys)...)
 		if len(objs) != 1 {
 			t.Fatalf("got %d JSON lines, want 1", len(objs))
@@ -246,7 +254,7 @@ func TestCLI(t *testing.T) {
 		}
 
 		r = bin.run(t, asNobody, "rm", allowForeign, vol)
-		r.wantCode(t, exitError)
+		r.wantCode(t, ExitError)
 		wantErrorLines(t, r.stderr, errs)
 		for i := range locked {
 			dir := filepath.Join(vol, fmt.Sprintf("locked%d", i))
@@ -272,7 +280,7 @@ func TestCLI(t *testing.T) {
 			}
 		}
 		r = bin.exec(t, asNobody, "rm", allowForeign, vol) // 103 lines: quoted by a failure
-		r.wantCode(t, exitError)
+		r.wantCode(t, ExitError)
 		lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
 		if len(lines) != 101 || strings.Count(r.stderr, ": permission denied\n") != 100 || lines[100] != "nodevol rm: ... and 3 more errors" {
 			t.Errorf("stderr has %d lines, the last %q; want the 100 failures RemoveAll lists, then its count of the 3 more:\n%s", len(lines), lines[len(lines)-1], r.stderr)
@@ -286,151 +294,6 @@ func TestCLI(t *testing.T) {
 	t.Run("teardown", func(t *testing.T) { testTeardownCLI(t, bin) })
 	t.Run("scan", func(t *testing.T) { testScanCLI(t, bin) })
 
-	t.Run("demo", func(t *testing.T) {
-		tmp := t.TempDir() // the demo's sandbox goes here; it must be empty afterwards
-		start := time.Now()
-		r := bin.run(t, func(c *exec.Cmd) { c.Env = append(os.Environ(), "TMPDIR="+tmp) }, "demo")
-		took := time.Since(start)
-		t.Logf("demo took %v", took)
-		if took > 10*time.Second {
-			t.Errorf("demo took %v; it should take a second or two", took)
-		}
-		r.wantCode(t, exitOK)
-		if os.Geteuid() == 0 {
-			wantDemoWithNAS(t, r)
-		} else {
-			wantDemoWithSymlink(t, r)
-		}
-		wantEmptyDir(t, tmp)
-	})
-
-	// Interrupted while a NAS is mounted in its private mount namespace,
-	// the demo (re-executed in that namespace, the signal passed on by its
-	// parent) still cleans up, and exits as a shell reports the signal.
-	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
-		t.Run("demo interrupted by "+unix.SignalName(sig), func(t *testing.T) {
-			mounttest.RequireRoot(t, "the demo mounts a NAS, in a private mount namespace, only as root")
-			testDemoInterrupted(t, bin, sig)
-		})
-	}
-
-	t.Run("demo without root", func(t *testing.T) {
-		if os.Geteuid() != 0 {
-			t.Skip("skipping: already covered by the demo subtest (not root)")
-		}
-		mounttest.RequireRoot(t, "to drop privileges to nobody")
-		tmp, err := os.MkdirTemp("", "nodevol-demo-test-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(tmp) }) // nothing is mounted under it
-		if err := os.Chmod(tmp, 0o777); err != nil {
-			t.Fatal(err)
-		}
-		r := bin.run(t, func(c *exec.Cmd) {
-			c.Env = []string{"PATH=/usr/bin:/bin", "HOME=/", "TMPDIR=" + tmp}
-			c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-		}, "demo")
-		r.wantCode(t, exitOK)
-		wantDemoWithSymlink(t, r)
-		wantEmptyDir(t, tmp)
-	})
-}
-
-func wantDemoWithNAS(t *testing.T, r result) {
-	t.Helper()
-	wantContains(t, "demo output", r.stdout,
-		"(in a private mount namespace: no mount made here can reach the host)\n",
-		"  AddPod(web): cache Default, scratch Memory (sizeLimit 64Mi, pod limit 256Mi)",
-		"    web  cache    mounted\n",
-		"    web  scratch  mounted  tmpfs rw,size=65536k", // sizeLimit 64Mi beats the pod limit and allocatable
-		"    db   data     mounted\n",
-		"$ nodevol scan --root $ROOT\n",
-		"    Unsafe to remove:\n      $VOL\n        1 mount beneath the volume",
-		"        $VOL/nas (tmpfs from tmpfs)\n",
-		" volumes, 1 unsafe, 0 problems, 0 leftovers\n    (exit status 1)\n",
-		"  RemovePod(web); WaitForUnmount(web) gives up after its 1s timeout (context deadline exceeded);\n"+
-			"  errors.As finds the *mountdetect.CrossesMountError of the last refusal:\n"+
-			"    1 mount beneath the volume; unmount it first (their data is not the volume's)\n"+
-			"    $VOL/nas (tmpfs from tmpfs)\n",
-		"  MountedVolumes(web): cache uncertain; the others were unmounted and removed\n",
-		`The NAS is intact: $VOL/nas/important.txt still reads "`+demoNASData+`"`,
-		"web's own files in $VOL and its ready marker are still there too",
-		"$ umount $VOL/nas\n  WaitForUnmount(web), WaitForPodRemoval(web): ok after ",
-		", at the next retry; web's volumes and pod directory are gone\n",
-		"OK: the NAS was never touched",
-	)
-	// The first try and at least one retry were refused within the second.
-	m := regexp.MustCompile(`\n  nodevol_teardown_refused_total\{plugin="kubernetes.io/empty-dir"\} = (\d+): the first try and (\d+) retr`).FindStringSubmatch(r.stdout)
-	if m == nil {
-		t.Errorf("demo output has no refused-teardown count:\n%s", r.stdout)
-	} else if n, _ := strconv.Atoi(m[1]); n < 2 || m[2] != strconv.Itoa(n-1) {
-		t.Errorf("refused %s times with %s retries; want at least 2 refusals (the backoff is 100ms, the wait 1s), retries one fewer", m[1], m[2])
-	}
-	wantRow(t, r.stdout, demoPodUID, "kubernetes.io/empty-dir", "cache", "Default", "no", "1", "UNSAFE")
-	wantRow(t, r.stdout, demoPodUID, "kubernetes.io/empty-dir", "scratch", "Memory", "yes (tmpfs)", "0", "safe (teardown unmounts it)")
-	wantRow(t, r.stdout, demoDBUID, "kubernetes.io/empty-dir", "data", "Default", "no", "0", "safe")
-	if _, err := os.Stat(demoHugePages); err == nil {
-		wantContains(t, "demo output", r.stdout, ", huge HugePages-2Mi\n", "    web  huge     mounted  hugetlbfs rw,pagesize=2M\n")
-		wantRow(t, r.stdout, demoPodUID, "kubernetes.io/empty-dir", "huge", "HugePages-2Mi", "yes (hugetlbfs)", "0", "safe (teardown unmounts it)")
-	}
-	wantDemoRestart(t, r)
-}
-
-func wantDemoWithSymlink(t *testing.T, r result) {
-	t.Helper()
-	wantContains(t, "demo output", r.stdout,
-		"not root: Default volumes only, and no NAS mount; run as root to see a refused teardown.\n",
-		"  AddPod(web): cache Default\n  AddPod(db):  data Default\n",
-		"    web  cache  mounted\n    db   data   mounted\n",
-		"$ROOT: 2 volumes, 0 unsafe, 0 problems, 0 leftovers\n    (exit status 0)\n",
-		`The NAS is intact: $NAS/important.txt still reads "`+demoNASData+`"`,
-		"OK: the teardown removed the link and never followed it",
-	)
-	if !regexp.MustCompile(`\n  RemovePod\(web\); WaitForUnmount\(web\), WaitForPodRemoval\(web\): ok after \d+ms; web's volume \(link included\) and pod directory are gone\n`).MatchString(r.stdout) {
-		t.Errorf("demo output does not say web was torn down:\n%s", r.stdout)
-	}
-	wantRow(t, r.stdout, demoPodUID, "kubernetes.io/empty-dir", "cache", "Default", "no", "0", "safe")
-	wantRow(t, r.stdout, demoDBUID, "kubernetes.io/empty-dir", "data", "Default", "no", "0", "safe")
-	wantDemoRestart(t, r)
-}
-
-// wantDemoRestart checks what both demos share: both pods mounted, the
-// restart, reconstruction, verification and the final, empty scan.
-func wantDemoRestart(t *testing.T, r result) {
-	t.Helper()
-	if !regexp.MustCompile(`\n  MarkSourcesReady\(\); WaitForMount\(web\), WaitForMount\(db\): ok after \d+ms\n`).MatchString(r.stdout) {
-		t.Errorf("demo output does not say both pods were mounted:\n%s", r.stdout)
-	}
-	wantContains(t, "demo output", r.stdout,
-		"Restart: Manager 1 stops",
-		"Manager 2 starts on the same $ROOT and reconstructs what it finds there:\n"+
-			"  MountedVolumes(db): data uncertain (found on disk at start-up; state unknown until verified)\n"+
-			"  Problems(): none\n",
-		"  AddPod(db); MarkSourcesReady(); WaitForMount(db): ok, SetUp verified it: data mounted\n"+
-			`  db's data.db still reads "`+demoDBData+`"`+"\n"+
-			"  RemovePod(db); WaitForUnmount(db), WaitForPodRemoval(db): ok; db's pod directory is gone\n"+
-			"$ nodevol scan --root $ROOT\n",
-	)
-	// The demo runs in a private mount namespace as root (and the tests run
-	// it in theirs), where scan warns that it is not the host's.
-	if !regexp.MustCompile(`\n\$ nodevol scan --root \$ROOT\n(    nodevol scan: warning: not the host's mount namespace [^\n]*\n)?    \$ROOT: 0 volumes, 0 unsafe, 0 problems, 0 leftovers\n    \(exit status 0\)\n`).MatchString(r.stdout) {
-		t.Errorf("demo output does not end with an empty scan:\n%s", r.stdout)
-	}
-	if strings.Contains(r.stdout, "PROMISE BROKEN") || r.stderr != "" {
-		t.Errorf("demo stderr = %q, want nothing", r.stderr)
-	}
-}
-
-func wantEmptyDir(t *testing.T, dir string) {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		t.Errorf("the demo left %s behind in %s", e.Name(), dir)
-	}
 }
 
 // A binary built with VCS stamping reports the revision it was built from
@@ -445,7 +308,7 @@ func TestVersionStamped(t *testing.T) {
 		t.Fatalf("no go command on PATH: %v", err)
 	}
 	bin := filepath.Join(t.TempDir(), "nodevol")
-	if out, err := exec.Command(goCmd, "build", "-buildvcs=true", "-o", bin, ".").CombinedOutput(); err != nil {
+	if out, err := exec.Command(goCmd, "build", "-buildvcs=true", "-o", bin, nodevolPkg).CombinedOutput(); err != nil {
 		if strings.Contains(string(out), "error obtaining VCS status") {
 			t.Skipf("skipping: the go command cannot read this checkout's VCS state (another user's checkout?):\n%s", out)
 		}
@@ -485,89 +348,23 @@ func TestVersionStamped(t *testing.T) {
 	}
 }
 
-func testDemoInterrupted(t *testing.T, bin binary, sig syscall.Signal) {
-	tmp := t.TempDir()
-	cmd := exec.Command(bin.path, "demo")
-	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
+// nodevol stays lean: the volume manager (reconciler) and Prometheus are
+// the demo's (cmd/nodevol-demo), and linking them would more than double
+// the operator's binary (issue 12). reconciler/pendingops is not the
+// Manager: the executor that nodevol teardown runs needs it.
+func TestNodevolDoesNotLinkTheDemo(t *testing.T) {
+	goCmd, err := exec.LookPath("go")
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("no go command on PATH: %v", err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	out, err := exec.Command(goCmd, "list", "-deps", nodevolPkg).Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", nodevolPkg, err)
 	}
-	watchdog := time.AfterFunc(time.Minute, func() { cmd.Process.Kill() }) // only if it hangs
-	defer watchdog.Stop()
-
-	// This line comes right before the demo waits a second for a teardown
-	// that the NAS mount makes it refuse: the demo is then in the middle
-	// of its work, its volumes set up and the NAS mounted.
-	const marker = "web is deleted. The kubelet would now os.RemoveAll($VOL)"
-	var out strings.Builder
-	lines := bufio.NewScanner(stdout)
-	for !strings.Contains(out.String(), marker) {
-		if !lines.Scan() {
-			cmd.Wait()
-			t.Fatalf("the demo ended before %q:\n%s\nstderr:\n%s", marker, out.String(), stderr.String())
-		}
-		out.WriteString(lines.Text() + "\n")
-	}
-	if n := childMountsUnder(t, cmd.Process.Pid, tmp); n == 0 {
-		t.Errorf("the re-executed demo has no mount under %s; the test would prove nothing", tmp)
-	}
-
-	start := time.Now()
-	if err := cmd.Process.Signal(sig); err != nil {
-		t.Fatal(err)
-	}
-	rest, _ := io.ReadAll(stdout)
-	out.Write(rest)
-	err = cmd.Wait()
-	took := time.Since(start)
-	t.Logf("exit %v after %v\nstdout:\n%s\nstderr:\n%s", err, took, out.String(), stderr.String())
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != 128+int(sig) {
-		t.Errorf("the demo ended with %v; want exit status %d (128+%s)", err, 128+int(sig), unix.SignalName(sig))
-	}
-	if took > 5*time.Second {
-		t.Errorf("the demo took %v to stop; it should stop at once", took)
-	}
-	if want := "nodevol demo: interrupted by " + unix.SignalName(sig) + "; the sandbox "; !strings.HasPrefix(stderr.String(), want) ||
-		!strings.HasSuffix(stderr.String(), " was cleaned up\n") || strings.Count(stderr.String(), "\n") != 1 {
-		t.Errorf("stderr %q; want only %q... \"was cleaned up\" (the re-executed demo cleaned up itself)", stderr.String(), want)
-	}
-	wantEmptyDir(t, tmp)
-	if mounts, err := mountPointsUnder(tmp); err != nil || len(mounts) > 0 {
-		t.Errorf("mounts left under %s: %q (%v)", tmp, mounts, err)
-	}
-}
-
-// childMountsUnder counts the mounts under dir that the children of pid
-// (the re-executed demo) see in their mount namespace.
-func childMountsUnder(t *testing.T, pid int, dir string) int {
-	t.Helper()
-	// The child was forked by whichever thread of the Go program ran the
-	// fork: look in every thread's list.
-	children, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	if err != nil || len(children) == 0 {
-		t.Logf("cannot list the children of %d (%v): not counting their mounts", pid, err)
-		return -1
-	}
-	n := 0
-	for _, c := range children {
-		b, err := os.ReadFile(c)
-		if err != nil {
-			continue
-		}
-		for child := range strings.FieldsSeq(string(b)) {
-			infos, err := os.ReadFile("/proc/" + child + "/mountinfo")
-			if err != nil {
-				t.Fatal(err)
-			}
-			n += strings.Count(string(infos), " "+dir+"/")
+	for dep := range strings.Lines(string(out)) {
+		dep = strings.TrimSpace(dep)
+		if strings.Contains(dep, "prometheus") || dep == "github.com/nodevol/nodevol/reconciler" {
+			t.Errorf("nodevol links %s; only nodevol-demo may", dep)
 		}
 	}
-	return n
 }

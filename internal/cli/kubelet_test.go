@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package cli
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/moby/sys/mountinfo"
 
 	"github.com/nodevol/nodevol/emptydir"
 	"github.com/nodevol/nodevol/volume"
@@ -130,4 +132,21 @@ func byVolume(vols []map[string]any) map[string]map[string]any {
 		m[v["volume"].(string)] = v
 	}
 	return m
+}
+
+// mountPointsUnder lists the mount points beneath dir, deepest first, so
+// they can be unmounted in that order (as nodevol-demo's cleanup does).
+func mountPointsUnder(dir string) ([]string, error) {
+	infos, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		return nil, err
+	}
+	var points []string
+	for _, m := range infos {
+		if m.Mountpoint != dir {
+			points = append(points, m.Mountpoint)
+		}
+	}
+	slices.SortFunc(points, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
+	return points, nil
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -36,7 +36,7 @@ func requireForeignNamespace(t *testing.T) mountdetect.MountNamespace {
 // in ns.
 func wantNamespaceRefusal(t *testing.T, r result, cmd string, ns mountdetect.MountNamespace, dryRun bool) {
 	t.Helper()
-	r.wantCode(t, exitError)
+	r.wantCode(t, ExitError)
 	head := "nodevol " + cmd + ": refused: " + ns.String() + "; nothing was changed\n"
 	if dryRun {
 		head = "nodevol " + cmd + ": would refuse: " + ns.String() + "; nothing would be changed\n"
@@ -66,7 +66,7 @@ func TestRmRefusedInForeignNamespace(t *testing.T) {
 	mounttest.Intact(t, base, before)
 
 	r := nodevol(t, "rm", "--json", vol, "relative")
-	r.wantCode(t, exitError)
+	r.wantCode(t, ExitError)
 	objs := jsonLines(t, r.stdout, withError(rmKeys)...)
 	if len(objs) != 2 {
 		t.Fatalf("got %d JSON lines, want one per path", len(objs))
@@ -84,7 +84,7 @@ func TestRmRefusedInForeignNamespace(t *testing.T) {
 	mounttest.Intact(t, base, before)
 
 	r = nodevol(t, "rm", allowForeign, "--json", vol)
-	r.wantCode(t, exitOK)
+	r.wantCode(t, ExitOK)
 	objs = jsonLines(t, r.stdout, rmKeys...)
 	if len(objs) != 1 || objs[0]["removed"] != true || objs[0]["mountNamespace"].(map[string]any)["state"] != "foreign" {
 		t.Errorf("rm %s --json = %v; want removed, mountNamespace foreign", allowForeign, objs)
@@ -104,7 +104,7 @@ func TestTeardownRefusedInForeignNamespace(t *testing.T) {
 	wantNamespaceRefusal(t, nodevol(t, "teardown", vol), "teardown", ns, false)
 	wantNamespaceRefusal(t, nodevol(t, "teardown", "--dry-run", vol), "teardown", ns, true)
 	r := nodevol(t, "teardown", "--json", vol)
-	r.wantCode(t, exitError)
+	r.wantCode(t, ExitError)
 	objs := jsonLines(t, r.stdout, withError(teardownKeys)...)
 	if len(objs) != 1 || objs[0]["done"] != false || objs[0]["mountNamespace"].(map[string]any)["state"] != "foreign" {
 		t.Errorf("teardown --json in a foreign namespace = %v; want not done, mountNamespace foreign", objs)
@@ -112,7 +112,7 @@ func TestTeardownRefusedInForeignNamespace(t *testing.T) {
 	mounttest.Intact(t, k.root, before)
 
 	r = nodevol(t, "teardown", allowForeign, vol)
-	r.wantCode(t, exitOK)
+	r.wantCode(t, ExitOK)
 	mustNotExist(t, vol)
 }
 
@@ -128,7 +128,7 @@ func TestCheckScanWarnInForeignNamespace(t *testing.T) {
 	}
 
 	r := nodevol(t, "check", vol)
-	r.wantCode(t, exitOK)
+	r.wantCode(t, ExitOK)
 	if r.stderr != warning("check") {
 		t.Errorf("check: stderr %q; want %q", r.stderr, warning("check"))
 	}
@@ -140,7 +140,7 @@ func TestCheckScanWarnInForeignNamespace(t *testing.T) {
 	}
 
 	r = nodevol(t, "scan", "--root", k.root)
-	r.wantCode(t, exitOK)
+	r.wantCode(t, ExitOK)
 	if r.stderr != warning("scan") {
 		t.Errorf("scan: stderr %q; want %q", r.stderr, warning("scan"))
 	}
@@ -167,7 +167,7 @@ func TestHostProc(t *testing.T) {
 	mounttest.Build(t, vol, "file a b")
 
 	r := nodevol(t, "rm", "--host-proc", proc, vol)
-	r.wantCode(t, exitOK)
+	r.wantCode(t, ExitOK)
 	if r.stdout != "removed "+vol+"\n" || r.stderr != "" {
 		t.Errorf("rm with this process as PID 1: stdout %q, stderr %q; want removed, nothing on stderr", r.stdout, r.stderr)
 	}
@@ -181,7 +181,7 @@ func TestHostProc(t *testing.T) {
 		{"teardown", "--dry-run", "--host-proc", base, vol},
 	} {
 		r := nodevol(t, args...)
-		r.wantCode(t, exitError)
+		r.wantCode(t, ExitError)
 		if want := "nodevol " + args[0] + ": --host-proc " + base + ": cannot compare with its PID 1: "; !strings.HasPrefix(r.stderr, want) {
 			t.Errorf("stderr %q; want it to start with %q", r.stderr, want)
 		}
@@ -190,7 +190,7 @@ func TestHostProc(t *testing.T) {
 		}
 	}
 	r = nodevol(t, "check", "--host-proc", base+"/proc/..", vol)
-	r.wantCode(t, exitError)
+	r.wantCode(t, ExitError)
 	wantContains(t, "stderr", r.stderr, `--host-proc: invalid path "`+base+`/proc/..": has a ".." element`)
 	if _, err := os.Stat(vol); err != nil {
 		t.Errorf("a refused rm removed %s: %v", vol, err)
@@ -270,7 +270,7 @@ func TestRmInForeignNamespaceSparesHostNAS(t *testing.T) {
 
 	// From here the volume looks safe: the NAS is not in this mount table.
 	r := nodevol(t, "check", "--host-proc", proc, vol)
-	r.wantCode(t, exitOK)
+	r.wantCode(t, ExitOK)
 	wantContains(t, "stderr", r.stderr, "nodevol check: warning: not the host's mount namespace (this process: ")
 
 	host := mountdetect.CheckMountNamespace(mountdetect.HostProc(proc))
@@ -282,7 +282,7 @@ func TestRmInForeignNamespaceSparesHostNAS(t *testing.T) {
 	mounttest.Intact(t, hostNAS, nasBefore)
 
 	r = nodevol(t, "rm", "--host-proc", proc, allowForeign, vol)
-	r.wantCode(t, exitOK)
+	r.wantCode(t, ExitOK)
 	mustNotExist(t, vol)
 	if _, err := os.Lstat(hostNAS); err == nil {
 		t.Errorf("%s is still there: the kernel was expected to detach the NAS on the host when rm removed its mount point here", hostNAS)
@@ -354,12 +354,12 @@ func TestRmInHostNamespace(t *testing.T) {
 	vol := filepath.Join(realTempDir(t), "vol")
 	mounttest.Build(t, vol, "file a b")
 	r := inHost("check", vol)
-	r.wantCode(t, exitOK)
+	r.wantCode(t, ExitOK)
 	if r.stderr != "" {
 		t.Errorf("check in the host's namespace: stderr %q; want nothing", r.stderr)
 	}
 	r = inHost("rm", "--json", vol)
-	r.wantCode(t, exitOK)
+	r.wantCode(t, ExitOK)
 	objs := jsonLines(t, r.stdout, rmKeys...)
 	if len(objs) != 1 || objs[0]["removed"] != true || objs[0]["mountNamespace"].(map[string]any)["state"] != "host" {
 		t.Errorf("rm --json in the host's namespace = %v; want removed, mountNamespace host", objs)

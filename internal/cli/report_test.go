@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -52,8 +52,8 @@ func TestWriteRmHumanDuringWalk(t *testing.T) {
 	if stderr.String() != want || stdout.Len() != 0 {
 		t.Errorf("stdout %q, stderr:\n%s\nwant stderr:\n%s", stdout.String(), stderr.String(), want)
 	}
-	if r.code() != exitError {
-		t.Errorf("code() = %d; want %d: an error beats a refusal", r.code(), exitError)
+	if r.code() != ExitError {
+		t.Errorf("code() = %d; want %d: an error beats a refusal", r.code(), ExitError)
 	}
 	if strings.Contains(stderr.String(), "nothing was deleted") {
 		t.Error("a refusal during the walk must not claim that nothing was deleted")

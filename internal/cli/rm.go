@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"errors"
@@ -36,11 +36,11 @@ type rmResult struct {
 func (r *rmResult) code() int {
 	switch {
 	case r.err != nil:
-		return exitError
+		return ExitError
 	case r.Refused:
-		return exitRefused
+		return ExitRefused
 	}
-	return exitOK
+	return ExitOK
 }
 
 func (r *rmResult) setErr(err error) {
@@ -187,18 +187,18 @@ func runRm(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	ns, err := nsFlags.gate("rm")
 	if err != nil {
 		fmt.Fprintf(stderr, "nodevol rm: %s\n", display(err.Error()))
-		return exitError
+		return ExitError
 	}
 	refused := ns.refusal()
 	if refused != nil && !*asJSON {
 		writeNamespaceRefusal(stderr, "rm", refused, *dryRun)
-		return exitError
+		return ExitError
 	}
 	if !*asJSON {
 		ns.warn(stderr)
 	}
 	enc := newJSONEncoder(stdout)
-	code = exitOK
+	code = ExitOK
 	for _, p := range paths {
 		var r rmResult
 		switch {
@@ -215,7 +215,7 @@ func runRm(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 		if *asJSON {
 			if err := enc.Encode(&r); err != nil {
 				fmt.Fprintf(stderr, "nodevol rm: write report: %v\n", err)
-				return exitError
+				return ExitError
 			}
 			continue
 		}
@@ -245,7 +245,7 @@ func writeRmHuman(stdout, stderr io.Writer, r *rmResult) {
 			fmt.Fprintf(stderr, "refused %s: %s; nothing was deleted:\n", path, mountCount(r))
 		}
 		for _, m := range r.NestedMounts {
-			fmt.Fprintf(stderr, "  %s\n", describeMount(m))
+			fmt.Fprintf(stderr, "  %s\n", DescribeMount(m))
 		}
 		if !r.duringWalk {
 			fmt.Fprintf(stderr, "unmount %s first (%s data is not the volume's to delete), then run nodevol rm again\n",

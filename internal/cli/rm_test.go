@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package cli
 
 import (
 	"errors"
@@ -55,7 +55,7 @@ func TestRmRemovesAndNeverFollowsSymlinks(t *testing.T) {
 			}
 
 			r := nodevol(t, "rm", allowForeign, "--workers", workers, vol)
-			r.wantCode(t, exitOK)
+			r.wantCode(t, ExitOK)
 			if r.stdout != "removed "+vol+"\n" || r.stderr != "" {
 				t.Errorf("stdout %q, stderr %q; want %q and nothing", r.stdout, r.stderr, "removed "+vol+"\n")
 			}
@@ -74,7 +74,7 @@ func TestRmMissingAndSymlinkPath(t *testing.T) {
 	missing := filepath.Join(base, "missing", "deeper")
 
 	r := nodevol(t, "rm", allowForeign, missing, link)
-	r.wantCode(t, exitOK)
+	r.wantCode(t, ExitOK)
 	wantContains(t, "stdout", r.stdout,
 		"nothing to remove: "+missing+" does not exist\n",
 		"removed the symlink "+link+" (its target was not touched)\n")
@@ -99,7 +99,7 @@ func TestRmRefusesNestedMounts(t *testing.T) {
 			before := mounttest.Snapshot(t, base) // the volume, the NAS and the bound file
 
 			r := nodevol(t, "rm", allowForeign, "--workers", workers, vol)
-			r.wantCode(t, exitRefused)
+			r.wantCode(t, ExitRefused)
 			wantContains(t, "stderr", r.stderr,
 				"refused "+vol+": 2 mounts beneath it; nothing was deleted:\n",
 				"  "+nas+" (tmpfs from tmpfs)\n",
@@ -112,7 +112,7 @@ func TestRmRefusesNestedMounts(t *testing.T) {
 			mounttest.Intact(t, base, before)
 
 			r = nodevol(t, "rm", allowForeign, "--json", "--workers", workers, vol)
-			r.wantCode(t, exitRefused)
+			r.wantCode(t, ExitRefused)
 			objs := jsonLines(t, r.stdout, rmKeys...)
 			if len(objs) != 1 {
 				t.Fatalf("got %d JSON lines, want 1", len(objs))
@@ -128,7 +128,7 @@ func TestRmRefusesNestedMounts(t *testing.T) {
 			mounttest.Unmount(t, nas)
 			mounttest.Unmount(t, bound)
 			r = nodevol(t, "rm", allowForeign, "--workers", workers, vol)
-			r.wantCode(t, exitOK)
+			r.wantCode(t, ExitOK)
 			mustNotExist(t, vol)
 			if b, err := os.ReadFile(outsideFile); err != nil || string(b) != "not the pod's" {
 				t.Errorf("the bind mount's source %s = %q, %v; want it untouched", outsideFile, b, err)
@@ -145,7 +145,7 @@ func TestRmRefusesMountPoint(t *testing.T) {
 
 	for _, args := range [][]string{{"rm", allowForeign, vol, vol + "/"}, {"rm", allowForeign, "--dry-run", vol, vol + "/"}} {
 		r := nodevol(t, args...)
-		r.wantCode(t, exitRefused)
+		r.wantCode(t, ExitRefused)
 		wantContains(t, "stderr", r.stderr, vol+": it is itself a mount point", "  "+vol+" (tmpfs")
 		mounttest.Intact(t, vol, snap)
 	}
@@ -159,7 +159,7 @@ func TestRmDryRunDeletesNothing(t *testing.T) {
 	before := mounttest.Snapshot(t, base)
 
 	r := nodevol(t, "rm", allowForeign, "--dry-run", vol, link, missing)
-	r.wantCode(t, exitOK)
+	r.wantCode(t, ExitOK)
 	wantContains(t, "stdout", r.stdout,
 		"would remove "+vol+"\n",
 		"would remove the symlink "+link+" (its target would not be touched)\n",
@@ -167,11 +167,11 @@ func TestRmDryRunDeletesNothing(t *testing.T) {
 
 	// A flag after the paths still makes it a dry run.
 	r = nodevol(t, "rm", allowForeign, vol, "--dry-run")
-	r.wantCode(t, exitOK)
+	r.wantCode(t, ExitOK)
 	wantContains(t, "stdout", r.stdout, "would remove "+vol+"\n")
 
 	r = nodevol(t, "rm", allowForeign, "--dry-run", "--json", vol, missing)
-	r.wantCode(t, exitOK)
+	r.wantCode(t, ExitOK)
 	objs := jsonLines(t, r.stdout, rmKeys...)
 	if len(objs) != 2 {
 		t.Fatalf("got %d JSON lines, want 2", len(objs))
@@ -196,11 +196,11 @@ func TestRmDryRunWouldRefuse(t *testing.T) {
 	before := mounttest.Snapshot(t, base)
 
 	r := nodevol(t, "rm", allowForeign, "--dry-run", vol)
-	r.wantCode(t, exitRefused)
+	r.wantCode(t, ExitRefused)
 	wantContains(t, "stderr", r.stderr, "would refuse "+vol+": 1 mount beneath it; nothing would be deleted:\n", "  "+nas+" (tmpfs from tmpfs)\n")
 
 	r = nodevol(t, "rm", allowForeign, "--dry-run", "--json", vol)
-	r.wantCode(t, exitRefused)
+	r.wantCode(t, ExitRefused)
 	objs := jsonLines(t, r.stdout, rmKeys...)
 	if len(objs) != 1 {
 		t.Fatalf("got %d JSON lines, want 1", len(objs))
@@ -233,7 +233,7 @@ func TestRmRejectsBadPaths(t *testing.T) {
 		for _, mode := range [][]string{{"rm", allowForeign}, {"rm", allowForeign, "--dry-run"}, {"rm", allowForeign, "--workers", "4"}} {
 			t.Run(tc.name+"/"+strings.Join(mode, " "), func(t *testing.T) {
 				r := nodevol(t, append(mode, "--", tc.path)...)
-				r.wantCode(t, exitError)
+				r.wantCode(t, ExitError)
 				wantContains(t, "stderr", r.stderr, fmt.Sprintf("nodevol rm: invalid path %q: %s; nothing was touched", tc.path, tc.reason))
 				if r.stdout != "" {
 					t.Errorf("stdout %q, want nothing", r.stdout)
@@ -241,7 +241,7 @@ func TestRmRejectsBadPaths(t *testing.T) {
 				mounttest.Intact(t, base, before)
 
 				r = nodevol(t, append(mode, "--json", "--", tc.path)...)
-				r.wantCode(t, exitError)
+				r.wantCode(t, ExitError)
 				objs := jsonLines(t, r.stdout, withError(rmKeys)...)
 				if len(objs) != 1 || objs[0]["removed"] != false || objs[0]["refused"] != false || !strings.Contains(fmt.Sprint(objs[0]["error"]), tc.reason) {
 					t.Errorf("rm --json %q = %v; want one object with error %q", tc.path, objs, tc.reason)
@@ -259,7 +259,7 @@ func TestRmMixedPaths(t *testing.T) {
 	vol := filepath.Join(base, "vol")
 	mounttest.Build(t, vol, "file a.txt data")
 	r := nodevol(t, "rm", allowForeign, "--json", "relative", vol)
-	r.wantCode(t, exitError)
+	r.wantCode(t, ExitError)
 	if n := strings.Count(r.stdout, "\n"); n != 2 {
 		t.Errorf("got %d JSON lines, want 2:\n%s", n, r.stdout)
 	}
@@ -281,9 +281,9 @@ func TestRmReportsEveryError(t *testing.T) {
 		t.Cleanup(func() { mounttest.SetImmutable(t, p, false) })
 	}
 	// The first run removes what it can; the next two meet the same tree.
-	nodevol(t, "rm", allowForeign, vol).wantCode(t, exitError)
+	nodevol(t, "rm", allowForeign, vol).wantCode(t, ExitError)
 	r := nodevol(t, "rm", allowForeign, "--json", vol)
-	r.wantCode(t, exitError)
+	r.wantCode(t, ExitError)
 	objs := jsonLines(t, r.stdout, withError(rmKeys)...)
 	if len(objs) != 1 {
 		t.Fatalf("got %d JSON lines, want 1", len(objs))
@@ -304,7 +304,7 @@ func TestRmReportsEveryError(t *testing.T) {
 		t.Fatalf("errors = %q, want the three immutable files", objs[0]["errors"])
 	}
 	r = nodevol(t, "rm", allowForeign, vol)
-	r.wantCode(t, exitError)
+	r.wantCode(t, ExitError)
 	wantErrorLines(t, r.stderr, errs)
 	for i := range 3 {
 		if _, err := os.Lstat(filepath.Join(vol, fmt.Sprintf("d%d", i), "locked")); err != nil {

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"errors"
@@ -84,20 +84,20 @@ func (s *scanReport) unsafe() (n int) {
 // could not be examined or read, 1 when a volume is unsafe or an entry
 // does not parse, else 0. Leftover pod directories are not a failure.
 func (s *scanReport) code() int {
-	code := exitOK
+	code := ExitOK
 	for i := range s.volumes {
 		switch {
 		case s.volumes[i].err != nil:
-			code = max(code, exitError)
+			code = max(code, ExitError)
 		case !s.volumes[i].SafeToRemove:
-			code = max(code, exitRefused)
+			code = max(code, ExitRefused)
 		}
 	}
 	for _, p := range s.problems {
-		code = max(code, exitRefused)
+		code = max(code, ExitRefused)
 		var pe *fs.PathError
 		if errors.As(p.err, &pe) && !errors.Is(p.err, fs.ErrNotExist) {
-			code = exitError // an entry that could not be read, not a bad name
+			code = ExitError // an entry that could not be read, not a bad name
 		}
 	}
 	return code
@@ -258,7 +258,7 @@ func (v *scanVolume) addSubpaths(c *subpath.Cleaner, tab *mountdetect.MountTable
 		v.SafeToRemove = false
 		v.Reason += fmt.Sprintf("; %s in its subPath tree %s not the volume's own subPath binds, so nodevol teardown would refuse:", plural.Count(n, "mount"), plural.Of(n, "is", "are"))
 		for _, m := range refused.Mounts {
-			v.Reason += " " + describeMount(m)
+			v.Reason += " " + DescribeMount(m)
 		}
 		if len(refused.Errs) > 0 {
 			v.fail(errors.Join(refused.Errs...))
@@ -331,17 +331,17 @@ func runScan(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	}
 	if err := refuseDotDot(*root); err != nil {
 		fmt.Fprintf(stderr, "nodevol scan: --root: %s\n", display(err.Error()))
-		return exitError
+		return ExitError
 	}
 	dir, err := filepath.Abs(*root)
 	if err != nil {
 		fmt.Fprintf(stderr, "nodevol scan: %s\n", display(err.Error()))
-		return exitError
+		return ExitError
 	}
 	ns, err := nsFlags.gate("scan")
 	if err != nil {
 		fmt.Fprintf(stderr, "nodevol scan: %s\n", display(err.Error()))
-		return exitError
+		return ExitError
 	}
 	if !*asJSON {
 		ns.warn(stderr)
@@ -349,7 +349,7 @@ func runScan(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	s, err := scanRoot(dir)
 	if err != nil {
 		writeErrors(stderr, "nodevol scan: ", err, "")
-		return exitError
+		return ExitError
 	}
 	for i := range s.volumes {
 		s.volumes[i].MountNamespace = ns.json()
@@ -357,7 +357,7 @@ func runScan(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	if *asJSON {
 		if err := writeScanJSON(stdout, s); err != nil {
 			fmt.Fprintf(stderr, "nodevol scan: write report: %v\n", err)
-			return exitError
+			return ExitError
 		}
 	} else {
 		writeScanHuman(stdout, s)
@@ -422,7 +422,7 @@ func writeScanHuman(w io.Writer, s *scanReport) {
 				fmt.Fprintf(w, "    %s\n", display(v.Reason))
 			}
 			for _, m := range v.NestedMounts {
-				fmt.Fprintf(w, "    %s\n", describeMount(m))
+				fmt.Fprintf(w, "    %s\n", DescribeMount(m))
 			}
 		}
 	}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package cli
 
 import (
 	"fmt"
@@ -44,7 +44,7 @@ func BenchmarkScan(b *testing.B) {
 		b.Run(fmt.Sprintf("volumes=10000/mounts=+%d", extra), func(b *testing.B) {
 			root := scanFixture(b, 2000, 5, extra)
 			for b.Loop() {
-				if code := run([]string{"scan", "--json", "--root", root}, io.Discard, io.Discard); code != exitOK {
+				if code := run([]string{"scan", "--json", "--root", root}, io.Discard, io.Discard); code != ExitOK {
 					b.Fatalf("scan exit %d", code)
 				}
 			}
@@ -67,7 +67,7 @@ func TestScanReadsTheMountTableOnce(t *testing.T) {
 		t.Helper()
 		cmd := exec.Command(strace, append([]string{"-f", "-qq", "-e", "trace=open,openat,openat2", "-o", "/dev/stdout", bin.path}, args...)...)
 		out, err := cmd.Output()
-		if ee, ok := err.(*exec.ExitError); err != nil && (!ok || ee.ExitCode() != exitOK) {
+		if ee, ok := err.(*exec.ExitError); err != nil && (!ok || ee.ExitCode() != ExitOK) {
 			t.Fatalf("strace nodevol %v: %v", args, err)
 		}
 		for line := range strings.Lines(string(out)) {

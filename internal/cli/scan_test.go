@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package cli
 
 import (
 	"errors"
@@ -46,7 +46,7 @@ func testScanCLI(t *testing.T, bin binary) {
 		before := mounttest.Snapshot(t, base)
 
 		r := bin.run(t, nil, "scan", "--root", k.root)
-		r.wantCode(t, exitRefused) // problems make it at least 1
+		r.wantCode(t, ExitRefused) // problems make it at least 1
 		wantContains(t, "stdout", r.stdout,
 			"\nProblems (",
 			"  "+badPlugin+"\n    invalid plugin directory",
@@ -66,7 +66,7 @@ func testScanCLI(t *testing.T, bin binary) {
 		}
 
 		r = bin.run(t, nil, "scan", "--json", "--root", k.root)
-		r.wantCode(t, exitRefused)
+		r.wantCode(t, ExitRefused)
 		vols, problems, leftovers := scanLines(t, r.stdout)
 		if len(vols) != 3 || len(problems) != 3 || len(leftovers) != 2 {
 			t.Fatalf("got %d volumes, %d problems, %d leftovers; want 3, 3, 2", len(vols), len(problems), len(leftovers))
@@ -101,7 +101,7 @@ func testScanCLI(t *testing.T, bin binary) {
 		k := newKubelet(t, realTempDir(t))
 		k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
 		r := bin.run(t, nil, "scan", "--root", k.root)
-		r.wantCode(t, exitOK)
+		r.wantCode(t, ExitOK)
 		wantContains(t, "stdout", r.stdout, "  safe\n", k.root+": 1 volume, 0 unsafe, 0 problems, 0 leftovers\n")
 	})
 
@@ -137,7 +137,7 @@ func testScanCLI(t *testing.T, bin binary) {
 			}
 		}
 		r := bin.run(t, asNobody, "scan", "--root", k.root)
-		r.wantCode(t, exitError)
+		r.wantCode(t, ExitError)
 		wantContains(t, "stdout", r.stdout, "  "+volumes+"\n    openat "+volumes+": permission denied\n", ", 1 problem, 0 leftovers\n")
 	})
 
@@ -150,7 +150,7 @@ func testScanCLI(t *testing.T, bin binary) {
 			t.Fatal(err)
 		}
 		r := bin.run(t, nil, "scan", "--json", "--root", link)
-		r.wantCode(t, exitOK)
+		r.wantCode(t, ExitOK)
 		vols, _, _ := scanLines(t, r.stdout)
 		viaLink := filepath.Join(link, strings.TrimPrefix(cache, k.root))
 		if len(vols) != 1 || vols[0]["path"] != viaLink || vols[0]["safeToRemove"] != true {
@@ -161,10 +161,10 @@ func testScanCLI(t *testing.T, bin binary) {
 	t.Run("missing root or pods directory", func(t *testing.T) {
 		base := realTempDir(t)
 		r := bin.run(t, nil, "scan", "--root", filepath.Join(base, "nosuch"))
-		r.wantCode(t, exitError)
+		r.wantCode(t, ExitError)
 		wantContains(t, "stderr", r.stderr, "nodevol scan: kubelet root "+filepath.Join(base, "nosuch")+" does not exist\n")
 		r = bin.run(t, nil, "scan", "--root", base)
-		r.wantCode(t, exitError)
+		r.wantCode(t, ExitError)
 		wantContains(t, "stderr", r.stderr, "has no pods directory")
 		if r.stdout != "" {
 			t.Errorf("stdout %q, want nothing", r.stdout)
@@ -194,7 +194,7 @@ func testScanCLI(t *testing.T, bin binary) {
 		before := mounttest.Snapshot(t, cache)
 
 		r := bin.run(t, nil, "scan", "--root", k.root)
-		r.wantCode(t, exitOK) // subpath mounts do not make a volume unsafe
+		r.wantCode(t, ExitOK) // subpath mounts do not make a volume unsafe
 		wantRow(t, r.stdout, testUID, "kubernetes.io/empty-dir", "cache", "Default", "no", "0", "safe")
 		wantRow(t, r.stdout, testUID, "kubernetes.io/empty-dir", "other", "Default", "no", "0", "safe")
 		wantContains(t, "stdout", r.stdout,
@@ -210,7 +210,7 @@ func testScanCLI(t *testing.T, bin binary) {
 		}
 
 		r = bin.run(t, nil, "scan", "--json", "--root", k.root)
-		r.wantCode(t, exitOK)
+		r.wantCode(t, ExitOK)
 		vols, _, _ := scanLines(t, r.stdout)
 		v := byVolume(vols)
 		want := []any{
@@ -261,7 +261,7 @@ func testScanCLI(t *testing.T, bin binary) {
 		before := mounttest.Snapshot(t, filepath.Join(k.root, "pods", testUID))
 
 		r := bin.run(t, nil, "scan", "--root", link)
-		r.wantCode(t, exitRefused)
+		r.wantCode(t, ExitRefused)
 		wantRow(t, r.stdout, testUID, "kubernetes.io/empty-dir", "cache", "Default", "no", "1", "UNSAFE")
 		wantRow(t, r.stdout, testUID, "kubernetes.io/empty-dir", "scratch", "Memory", "yes (tmpfs)", "0", "safe (teardown unmounts it)")
 		wantRow(t, r.stdout, testUID2, "kubernetes.io/csi", "pvc-1", "Memory", "yes (tmpfs)", "0", "UNSAFE")
@@ -275,7 +275,7 @@ func testScanCLI(t *testing.T, bin binary) {
 		)
 
 		r = bin.run(t, nil, "scan", "--json", "--root", link)
-		r.wantCode(t, exitRefused)
+		r.wantCode(t, ExitRefused)
 		vols, _, _ := scanLines(t, r.stdout)
 		v := byVolume(vols)
 		nested, _ := v["cache"]["nestedMounts"].([]any)
@@ -325,14 +325,14 @@ func TestScanExitCodes(t *testing.T) {
 		s    scanReport
 		want int
 	}{
-		{"empty", scanReport{}, exitOK},
-		{"leftovers only", scanReport{leftovers: []scanLeftover{{"/r/pods/x"}}}, exitOK},
-		{"safe", scanReport{volumes: []scanVolume{{SafeToRemove: true}}}, exitOK},
-		{"unsafe", scanReport{volumes: []scanVolume{{SafeToRemove: true}, {}}}, exitRefused},
-		{"bad name", scanReport{problems: []scanProblem{{err: &volume.InvalidNameError{}}}}, exitRefused},
-		{"vanished", scanReport{problems: []scanProblem{{err: &fs.PathError{Err: fs.ErrNotExist}}}}, exitRefused},
-		{"unreadable", scanReport{problems: []scanProblem{{err: errors.Join(errors.New("x"), unreadable)}}}, exitError},
-		{"not examined", scanReport{volumes: []scanVolume{{err: unreadable}}}, exitError},
+		{"empty", scanReport{}, ExitOK},
+		{"leftovers only", scanReport{leftovers: []scanLeftover{{"/r/pods/x"}}}, ExitOK},
+		{"safe", scanReport{volumes: []scanVolume{{SafeToRemove: true}}}, ExitOK},
+		{"unsafe", scanReport{volumes: []scanVolume{{SafeToRemove: true}, {}}}, ExitRefused},
+		{"bad name", scanReport{problems: []scanProblem{{err: &volume.InvalidNameError{}}}}, ExitRefused},
+		{"vanished", scanReport{problems: []scanProblem{{err: &fs.PathError{Err: fs.ErrNotExist}}}}, ExitRefused},
+		{"unreadable", scanReport{problems: []scanProblem{{err: errors.Join(errors.New("x"), unreadable)}}}, ExitError},
+		{"not examined", scanReport{volumes: []scanVolume{{err: unreadable}}}, ExitError},
 	} {
 		if got := tc.s.code(); got != tc.want {
 			t.Errorf("%s: code() = %d, want %d", tc.name, got, tc.want)

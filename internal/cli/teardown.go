@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -12,9 +12,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/emptydir"
+	"github.com/nodevol/nodevol/internal/executor"
 	"github.com/nodevol/nodevol/internal/plural"
 	"github.com/nodevol/nodevol/mountdetect"
-	"github.com/nodevol/nodevol/internal/executor"
 	"github.com/nodevol/nodevol/subpath"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -56,11 +56,11 @@ type teardownResult struct {
 func (r *teardownResult) code() int {
 	switch {
 	case r.err != nil:
-		return exitError
+		return ExitError
 	case r.Refused:
-		return exitRefused
+		return ExitRefused
 	}
-	return exitOK
+	return ExitOK
 }
 
 func (r *teardownResult) setErr(err error) {
@@ -283,19 +283,19 @@ func runTeardown(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	ns, err := nsFlags.gate("teardown")
 	if err != nil {
 		fmt.Fprintf(stderr, "nodevol teardown: %s\n", display(err.Error()))
-		return exitError
+		return ExitError
 	}
 	refused := ns.refusal()
 	if refused != nil && !*asJSON {
 		writeNamespaceRefusal(stderr, "teardown", refused, *dryRun)
-		return exitError
+		return ExitError
 	}
 	if !*asJSON {
 		ns.warn(stderr)
 	}
 	ctx := quietContext()
 	enc := newJSONEncoder(stdout)
-	code = exitOK
+	code = ExitOK
 	for _, p := range paths {
 		var r teardownResult
 		switch {
@@ -312,7 +312,7 @@ func runTeardown(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 		if *asJSON {
 			if err := enc.Encode(&r); err != nil {
 				fmt.Fprintf(stderr, "nodevol teardown: write report: %v\n", err)
-				return exitError
+				return ExitError
 			}
 			continue
 		}
@@ -337,7 +337,7 @@ func writeTeardownHuman(stdout, stderr io.Writer, r *teardownResult) {
 			fmt.Fprintf(stderr, "refused %s: %s; nothing was changed (the ready marker and metadata are kept):\n", path, reason)
 		}
 		for _, m := range r.Mounts {
-			fmt.Fprintf(stderr, "  %s\n", describeMount(m))
+			fmt.Fprintf(stderr, "  %s\n", DescribeMount(m))
 		}
 		if !r.duringWalk && !strings.Contains(r.Reason, "unmount") {
 			fmt.Fprintf(stderr, "unmount %s first, then run nodevol teardown again\n", plural.Of(len(r.Mounts), "it", "them"))

@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package cli
 
 import (
 	"os"
@@ -31,7 +31,7 @@ func testTeardownCLI(t *testing.T, bin binary) {
 		}
 
 		r := bin.run(t, nil, "teardown", allowForeign, vol)
-		r.wantCode(t, exitOK)
+		r.wantCode(t, ExitOK)
 		if !strings.HasPrefix(r.stdout, "removed "+vol+" (a Default-medium volume on ") || r.stderr != "" {
 			t.Errorf("stdout %q, stderr %q; want %q... and nothing", r.stdout, r.stderr, "removed "+vol)
 		}
@@ -41,12 +41,12 @@ func testTeardownCLI(t *testing.T, bin binary) {
 
 		// Idempotent: nothing there is success, and says so.
 		r = bin.run(t, nil, "teardown", allowForeign, vol)
-		r.wantCode(t, exitOK)
+		r.wantCode(t, ExitOK)
 		if want := "nothing to tear down: " + vol + " does not exist\n"; r.stdout != want {
 			t.Errorf("second teardown: stdout %q, want %q", r.stdout, want)
 		}
 		r = bin.run(t, nil, "teardown", allowForeign, "--json", vol)
-		r.wantCode(t, exitOK)
+		r.wantCode(t, ExitOK)
 		objs := jsonLines(t, r.stdout, teardownKeys...)
 		if len(objs) != 1 {
 			t.Fatalf("got %d JSON lines, want 1", len(objs))
@@ -66,10 +66,10 @@ func testTeardownCLI(t *testing.T, bin binary) {
 		vol := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
 		mounttest.Build(t, vol, "file index.db scratch")
 		r := bin.run(t, nil, "teardown", allowForeign, "--dry-run", vol+"/")
-		r.wantCode(t, exitOK)
+		r.wantCode(t, ExitOK)
 		wantContains(t, "stdout", r.stdout, "would remove "+vol+"/ (a Default-medium volume on ")
 		r = bin.run(t, nil, "teardown", allowForeign, "--json", vol+"//")
-		r.wantCode(t, exitOK)
+		r.wantCode(t, ExitOK)
 		if objs := jsonLines(t, r.stdout, teardownKeys...); len(objs) != 1 || objs[0]["path"] != vol+"//" || objs[0]["action"] != "remove" || objs[0]["done"] != true {
 			t.Errorf("teardown --json %s// = %v; want it removed, reported as given", vol, objs)
 		}
@@ -97,10 +97,10 @@ func testTeardownCLI(t *testing.T, bin binary) {
 			t.Fatal(err)
 		}
 		r := bin.run(t, nil, "teardown", allowForeign, "--dry-run", vol)
-		r.wantCode(t, exitOK)
+		r.wantCode(t, ExitOK)
 		wantContains(t, "stdout", r.stdout, "nothing to tear down: "+vol+" does not exist; its leftover metadata would be removed\n")
 		r = bin.run(t, nil, "teardown", allowForeign, vol)
-		r.wantCode(t, exitOK)
+		r.wantCode(t, ExitOK)
 		wantContains(t, "stdout", r.stdout, "does not exist; its leftover metadata was removed\n")
 		mustNotExist(t, filepath.Dir(k.ready(t, testUID, "cache")))
 	})
@@ -113,10 +113,10 @@ func testTeardownCLI(t *testing.T, bin binary) {
 		before := mounttest.Snapshot(t, base)
 
 		r := bin.run(t, nil, "teardown", allowForeign, vol, "--dry-run") // a flag after the path is still a flag
-		r.wantCode(t, exitOK)
+		r.wantCode(t, ExitOK)
 		wantContains(t, "stdout", r.stdout, "would remove "+vol+" (a Default-medium volume on ")
 		r = bin.run(t, nil, "teardown", allowForeign, "--dry-run", "--json", vol)
-		r.wantCode(t, exitOK)
+		r.wantCode(t, ExitOK)
 		objs := jsonLines(t, r.stdout, teardownKeys...)
 		if len(objs) != 1 || objs[0]["action"] != "remove" || objs[0]["medium"] != "Default" ||
 			objs[0]["dryRun"] != true || objs[0]["done"] != false || objs[0]["refused"] != false {
@@ -145,14 +145,14 @@ func testTeardownCLI(t *testing.T, bin binary) {
 			{"", `invalid path "": empty path`},
 		} {
 			r := bin.run(t, nil, "teardown", allowForeign, tc.path)
-			r.wantCode(t, exitError)
+			r.wantCode(t, ExitError)
 			wantContains(t, "stderr", r.stderr, "nodevol teardown: ", tc.stderr)
 			if r.stdout != "" {
 				t.Errorf("teardown %q: stdout %q, want nothing", tc.path, r.stdout)
 			}
 		}
 		r := bin.run(t, nil, "teardown", allowForeign, "--json", csi)
-		r.wantCode(t, exitError)
+		r.wantCode(t, ExitError)
 		objs := jsonLines(t, r.stdout, withError(teardownKeys)...)
 		if len(objs) != 1 || objs[0]["podUID"] != testUID || objs[0]["volume"] != "pvc-1" || objs[0]["done"] != false {
 			t.Errorf("teardown --json of a csi volume = %v; want its pod UID and volume, not done, an error", objs)
@@ -172,7 +172,7 @@ func testTeardownCLI(t *testing.T, bin binary) {
 		before := mounttest.Snapshot(t, base) // volume, NAS, ready marker, metadata
 
 		r := bin.run(t, nil, "teardown", allowForeign, vol)
-		r.wantCode(t, exitRefused)
+		r.wantCode(t, ExitRefused)
 		wantContains(t, "stderr", r.stderr,
 			"refused "+vol+": 1 mount beneath the volume",
 			"nothing was changed (the ready marker and metadata are kept):\n  "+nas+" (tmpfs from tmpfs)\n")
@@ -185,7 +185,7 @@ func testTeardownCLI(t *testing.T, bin binary) {
 		}
 
 		r = bin.run(t, nil, "teardown", allowForeign, "--json", vol)
-		r.wantCode(t, exitRefused)
+		r.wantCode(t, ExitRefused)
 		objs := jsonLines(t, r.stdout, teardownKeys...)
 		if len(objs) != 1 {
 			t.Fatalf("got %d JSON lines, want 1", len(objs))
@@ -197,18 +197,18 @@ func testTeardownCLI(t *testing.T, bin binary) {
 			t.Errorf("teardown --json = %v; want refused with the NAS listed", o)
 		}
 		r = bin.run(t, nil, "teardown", allowForeign, "--dry-run", vol)
-		r.wantCode(t, exitRefused)
+		r.wantCode(t, ExitRefused)
 		wantContains(t, "stderr", r.stderr, "would refuse "+vol+": ", "nothing would change:\n  "+nas+" (tmpfs from tmpfs)\n")
 		mounttest.Intact(t, base, before)
 
 		// A refusal and an error: the error's exit code wins.
 		r = bin.run(t, nil, "teardown", allowForeign, vol, "relative")
-		r.wantCode(t, exitError)
+		r.wantCode(t, ExitError)
 		mounttest.Intact(t, base, before)
 
 		mounttest.Unmount(t, nas)
 		r = bin.run(t, nil, "teardown", allowForeign, vol)
-		r.wantCode(t, exitOK)
+		r.wantCode(t, ExitOK)
 		mustNotExist(t, vol)
 		mustNotExist(t, k.ready(t, testUID, "cache"))
 	})
@@ -219,7 +219,7 @@ func testTeardownCLI(t *testing.T, bin binary) {
 		k := newKubelet(t, base)
 		vols := []string{k.setUp(t, testUID, "scratch", volume.EmptyDirSource{Medium: volume.StorageMediumMemory, SizeLimit: 16 << 20})}
 		want := []string{"unmounted and removed " + vols[0] + " (Memory medium: tmpfs)\n"}
-		if _, err := os.Stat(demoHugePages); err == nil {
+		if _, err := os.Stat(hugePages2Mi); err == nil {
 			vols = append(vols, k.setUp(t, testUID, "huge", volume.EmptyDirSource{Medium: "HugePages-2Mi"}))
 			want = append(want, "unmounted and removed "+vols[1]+" (HugePages medium: hugetlbfs, pagesize 2Mi)\n")
 		}
@@ -229,11 +229,11 @@ func testTeardownCLI(t *testing.T, bin binary) {
 			}
 		}
 		r := bin.run(t, nil, append([]string{"teardown", allowForeign, "--dry-run"}, vols...)...)
-		r.wantCode(t, exitOK)
+		r.wantCode(t, ExitOK)
 		wantContains(t, "stdout", r.stdout, "would unmount and remove "+vols[0]+" (Memory medium: tmpfs)\n")
 
 		r = bin.run(t, nil, append([]string{"teardown", allowForeign}, vols...)...)
-		r.wantCode(t, exitOK)
+		r.wantCode(t, ExitOK)
 		wantContains(t, "stdout", r.stdout, want...)
 		for _, v := range vols {
 			mustNotExist(t, v)
@@ -249,7 +249,7 @@ func testTeardownCLI(t *testing.T, bin binary) {
 		k := newKubelet(t, realTempDir(t))
 		vol := k.setUp(t, testUID, "scratch", volume.EmptyDirSource{Medium: volume.StorageMediumMemory})
 		r := bin.run(t, nil, "teardown", allowForeign, "--json", vol)
-		r.wantCode(t, exitOK)
+		r.wantCode(t, ExitOK)
 		objs := jsonLines(t, r.stdout, teardownKeys...)
 		if len(objs) != 1 || objs[0]["medium"] != "Memory" || objs[0]["action"] != emptydir.ActionUnmountAndRemove.String() || objs[0]["done"] != true {
 			t.Errorf("teardown --json = %v; want medium Memory, action unmount-and-remove, done", objs)
@@ -269,7 +269,7 @@ func TestTeardownCleansSubpathsFirst(t *testing.T) {
 	sp, _ := k.layout.SubpathDir("uid-1", "cache", "app", 0)
 	mounttest.Bind(t, filepath.Join(vol, "sub"), sp)
 	r := nodevol(t, "teardown", allowForeign, vol)
-	r.wantCode(t, exitOK)
+	r.wantCode(t, ExitOK)
 	if _, err := os.Lstat(sp); !os.IsNotExist(err) {
 		t.Errorf("subpath mount %s not cleaned: %v", sp, err)
 	}
@@ -292,7 +292,7 @@ func TestRefusedTeardownKeepsSubpaths(t *testing.T) {
 	mounttest.Bind(t, filepath.Join(vol, "sub"), sp)
 
 	r := nodevol(t, "teardown", allowForeign, "--dry-run", vol)
-	r.wantCode(t, exitOK)
+	r.wantCode(t, ExitOK)
 	wantContains(t, "stdout", r.stdout, "would unmount 1 subPath bind mount of its containers first\n", "would remove "+vol)
 	r = nodevol(t, "teardown", allowForeign, "--dry-run", "--json", vol)
 	objs := jsonLines(t, r.stdout, teardownKeys...)
@@ -306,7 +306,7 @@ func TestRefusedTeardownKeepsSubpaths(t *testing.T) {
 	before := mounttest.Snapshot(t, base)
 	for _, args := range [][]string{{"teardown", allowForeign, "--dry-run", vol}, {"teardown", allowForeign, vol}} {
 		r := nodevol(t, args...)
-		r.wantCode(t, exitRefused)
+		r.wantCode(t, ExitRefused)
 		wantContains(t, "stderr", r.stderr, nas)
 	}
 	if !mounttest.IsMountRoot(t, sp) {
@@ -322,7 +322,7 @@ func TestRefusedTeardownKeepsSubpaths(t *testing.T) {
 	fwant := mounttest.Sentinels(t, foreign)
 	before = mounttest.Snapshot(t, base)
 	r = nodevol(t, "teardown", allowForeign, vol)
-	r.wantCode(t, exitRefused)
+	r.wantCode(t, ExitRefused)
 	wantContains(t, "stderr", r.stderr, foreign, "not one of the volume's own subPath binds")
 	mounttest.Intact(t, foreign, fwant)
 	mounttest.Intact(t, base, before)

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"fmt"
@@ -72,16 +72,16 @@ func runUsage(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	}
 	q := fsquota.New() // reads usage only: the bookkeeping files are not written
 	enc := newJSONEncoder(stdout)
-	code = exitOK
+	code = ExitOK
 	for _, p := range paths {
 		r := measure(q, p)
 		if r.err != nil {
-			code = exitError
+			code = ExitError
 		}
 		if *asJSON {
 			if err := enc.Encode(&r); err != nil {
 				fmt.Fprintf(stderr, "nodevol usage: write report: %v\n", err)
-				return exitError
+				return ExitError
 			}
 			continue
 		}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package cli
 
 import (
 	"os"
@@ -32,22 +32,22 @@ func TestUsageWalk(t *testing.T) {
 		want += st.Blocks * 512
 	}
 	r := nodevol(t, "usage", "--json", vol)
-	r.wantCode(t, exitOK)
+	r.wantCode(t, ExitOK)
 	objs := jsonLines(t, r.stdout, usageKeys...)
 	if len(objs) != 1 || objs[0]["source"] != "walk" || objs[0]["inodes"] != float64(4) || objs[0]["bytes"] != float64(want) || objs[0]["projectID"] != float64(0) {
 		t.Errorf("usage = %v; want a walk of 4 inodes (the hard link once), %d bytes, project 0", objs, want)
 	}
 	r = nodevol(t, "usage", vol)
-	r.wantCode(t, exitOK)
+	r.wantCode(t, ExitOK)
 	wantContains(t, "stdout", r.stdout, "4 inodes", "source:     walk", "project ID: 0")
 
 	r = nodevol(t, "usage", "--json", filepath.Join(base, "missing"), vol)
-	r.wantCode(t, exitError)
+	r.wantCode(t, ExitError)
 	lines := strings.SplitAfter(strings.TrimSpace(r.stdout), "\n")
 	if len(lines) != 2 || len(jsonLines(t, lines[0], withError(usageKeys)...)) != 1 || len(jsonLines(t, lines[1], usageKeys...)) != 1 {
 		t.Errorf("want a line per path, the missing one with an error: %s", r.stdout)
 	}
-	nodevol(t, "usage").wantCode(t, exitError)
+	nodevol(t, "usage").wantCode(t, ExitError)
 }
 
 // TestUsageProjectWithoutQuotas: on XFS a directory can carry a project ID
@@ -64,7 +64,7 @@ func TestUsageProjectWithoutQuotas(t *testing.T) {
 	mounttest.Tmpfs(t, nas, "")
 	mounttest.Build(t, nas, "file big "+strings.Repeat("n", 50000))
 	r := nodevol(t, "usage", vol)
-	r.wantCode(t, exitOK)
+	r.wantCode(t, ExitOK)
 	wantContains(t, "stdout", r.stdout, "project ID: 1048577", "source:     walk (", "not counted: "+nas)
 	r = nodevol(t, "usage", "--json", vol)
 	objs := jsonLines(t, r.stdout, usageKeys...)

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"errors"
@@ -195,10 +195,10 @@ func runVersion(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	if *asJSON {
 		if err := newJSONEncoder(stdout).Encode(&v); err != nil {
 			fmt.Fprintf(stderr, "nodevol version: write report: %v\n", err)
-			return exitError
+			return ExitError
 		}
-		return exitOK
+		return ExitOK
 	}
 	writeVersionHuman(stdout, &v)
-	return exitOK
+	return ExitOK
 }

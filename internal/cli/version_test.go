@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"encoding/json"
@@ -72,7 +72,7 @@ func TestNewVersionInfo(t *testing.T) {
 // The features reported are the ones the packages that use them probed.
 func TestRunVersion(t *testing.T) {
 	r := nodevol(t, "version")
-	r.wantCode(t, exitOK)
+	r.wantCode(t, ExitOK)
 	if r.stderr != "" {
 		t.Errorf("stderr = %q, want nothing", r.stderr)
 	}
@@ -83,7 +83,7 @@ func TestRunVersion(t *testing.T) {
 	wantContains(t, "stdout", r.stdout, "  kernel:   "+rel+"\n", "kernel features nodevol uses, probed on this machine:\n")
 
 	r = nodevol(t, "version", "--json")
-	r.wantCode(t, exitOK)
+	r.wantCode(t, ExitOK)
 	objs := jsonLines(t, r.stdout, versionKeys...)
 	if len(objs) != 1 {
 		t.Fatalf("got %d JSON lines, want 1", len(objs))
