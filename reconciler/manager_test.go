@@ -19,9 +19,9 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/nodevol/nodevol/emptydir"
+	"github.com/nodevol/nodevol/internal/executor"
 	"github.com/nodevol/nodevol/internal/mounttest"
 	"github.com/nodevol/nodevol/mountdetect"
-	"github.com/nodevol/nodevol/internal/executor"
 	"github.com/nodevol/nodevol/volume"
 )
 

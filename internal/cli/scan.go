@@ -1,0 +1,515 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/nodevol/nodevol/emptydir"
+	"github.com/nodevol/nodevol/internal/plural"
+	"github.com/nodevol/nodevol/mountdetect"
+	"github.com/nodevol/nodevol/subpath"
+	"github.com/nodevol/nodevol/volume"
+)
+
+// scanVolume is what "nodevol scan" reports about one volume directory.
+// The exported fields are the --json output, one object per volume per
+// line; their names are part of the CLI's contract.
+//
+// Medium is what is on disk; it is empty when the volume could not be
+// examined (SafeToRemove is then false and Reason starts with "could not
+// be examined").
+type scanVolume struct {
+	PodUID       string              `json:"podUID"`
+	Plugin       string              `json:"plugin"`
+	Volume       string              `json:"volume"`
+	Path         string              `json:"path"`
+	Medium       string              `json:"medium"`
+	MountPoint   bool                `json:"mountPoint"`
+	NestedMounts []mountdetect.Mount `json:"nestedMounts"` // never nil: [] in JSON
+	// Subpaths are the containers' subPath entries of the volume, at
+	// <root>/pods/<uid>/volume-subpaths/<volume>/<container>/<index>. A
+	// mounted one does not make the volume unsafe: the volume manager
+	// unmounts them (subpath.Clean) before it tears the volume down.
+	Subpaths     []subpath.Entry `json:"subpaths"` // never nil: [] in JSON
+	SafeToRemove bool            `json:"safeToRemove"`
+	Reason       string          `json:"reason"`
+	// MountNamespace says whether the answers are the host's (mntns.go).
+	MountNamespace mountNamespaceJSON `json:"mountNamespace"`
+
+	exists       bool
+	sure         bool   // the kernel is sure about MountPoint
+	fsType       string // of the volume directory
+	hugePageSize int64
+	unmounts     bool  // an emptyDir tmpfs/hugetlbfs: safe because teardown unmounts it
+	err          error // could not be examined
+}
+
+// scanProblem and scanLeftover are the other --json lines of "scan",
+// told apart from volumes (and from each other) by their first key.
+type scanProblem struct {
+	Problem string `json:"problem"`
+	Error   string `json:"error"`
+
+	err error
+}
+
+type scanLeftover struct {
+	Leftover string `json:"leftover"`
+}
+
+// scanReport is one scan of a kubelet root.
+type scanReport struct {
+	root      string
+	volumes   []scanVolume
+	problems  []scanProblem
+	leftovers []scanLeftover
+}
+
+func (s *scanReport) unsafe() (n int) {
+	for i := range s.volumes {
+		if !s.volumes[i].SafeToRemove {
+			n++
+		}
+	}
+	return n
+}
+
+// code is the exit code the scan calls for: 2 when a volume or an entry
+// could not be examined or read, 1 when a volume is unsafe or an entry
+// does not parse, else 0. Leftover pod directories are not a failure.
+func (s *scanReport) code() int {
+	code := ExitOK
+	for i := range s.volumes {
+		switch {
+		case s.volumes[i].err != nil:
+			code = max(code, ExitError)
+		case !s.volumes[i].SafeToRemove:
+			code = max(code, ExitRefused)
+		}
+	}
+	for _, p := range s.problems {
+		code = max(code, ExitRefused)
+		var pe *fs.PathError
+		if errors.As(p.err, &pe) && !errors.Is(p.err, fs.ErrNotExist) {
+			code = ExitError // an entry that could not be read, not a bad name
+		}
+	}
+	return code
+}
+
+// scanRoot lists every volume directory under root and examines each one,
+// answering every mount question from one read of the mount table.
+func scanRoot(root string) (*scanReport, error) {
+	layout, err := volume.NewLayout(root)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(root); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("kubelet root %s does not exist", root)
+		}
+		return nil, fmt.Errorf("kubelet root: %w", err)
+	}
+	found, err := layout.ScanVolumes()
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s has no pods directory (%s does not exist): is it a kubelet root?", root, layout.PodsDir())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list volumes: %w", err)
+	}
+	s := &scanReport{root: root}
+	for _, p := range found.Problems {
+		s.problems = append(s.problems, scanProblem{Problem: p.Path, Error: p.Err.Error(), err: p.Err})
+	}
+	for _, l := range found.Leftovers {
+		s.leftovers = append(s.leftovers, scanLeftover{Leftover: l})
+	}
+	if len(found.Volumes) == 0 {
+		return s, nil
+	}
+	tab, err := mountdetect.ReadMountTable()
+	if err != nil {
+		return nil, err
+	}
+	subpaths := subpath.New(layout)
+	// Most pods have no volume-subpaths directory: one lstat per pod says
+	// so, instead of a walk from the root per volume. It only skips work:
+	// whatever is there is examined by descriptors.
+	hasSubpaths := map[string]bool{}
+	for _, vd := range found.Volumes {
+		v := examineVolume(layout, tab, vd)
+		has, ok := hasSubpaths[vd.PodUID]
+		if !ok {
+			dir, err := layout.PodVolumeSubpathsDir(vd.PodUID)
+			_, lerr := os.Lstat(dir)
+			has = err != nil || !errors.Is(lerr, fs.ErrNotExist)
+			hasSubpaths[vd.PodUID] = has
+		}
+		if v.err == nil && has {
+			v.addSubpaths(subpaths, tab)
+		}
+		s.volumes = append(s.volumes, v)
+	}
+	return s, nil
+}
+
+// examineVolume decides whether a volume directory could be removed
+// without touching another mount. An emptyDir gets the answer its own
+// teardown would give (a tmpfs or hugetlbfs emptyDir is safe: teardown
+// unmounts it); any other plugin's volume is safe only when nothing is
+// mounted on it or beneath it, because unmounting it is that plugin's job.
+func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.VolumeDir) scanVolume {
+	v := scanVolume{PodUID: vd.PodUID, Plugin: vd.Plugin, Volume: vd.Volume, Path: vd.Path, NestedMounts: []mountdetect.Mount{}, Subpaths: []subpath.Entry{}}
+	fail := func(err error) scanVolume {
+		v.fail(err)
+		return v
+	}
+	if vd.Plugin == emptydir.PluginName {
+		plan, err := emptydir.New(volume.NewHost(layout, nil, 0)).PlanTearDown(vd.PodUID, vd.Volume, tab)
+		if err != nil {
+			return fail(err)
+		}
+		v.exists = plan.Exists
+		v.Medium = emptydir.MediumOf(plan.Info).String()
+		v.MountPoint, v.sure = plan.Info.MountPoint, plan.Info.MountPointSure || !plan.Exists
+		v.fsType, v.hugePageSize = plan.Info.FSType, plan.Info.HugePageSize
+		for _, m := range plan.Mounts {
+			if m.MountPoint != vd.Path { // PlanTearDown lists the directory itself too
+				v.NestedMounts = append(v.NestedMounts, m)
+			}
+		}
+		v.SafeToRemove = plan.Action != emptydir.ActionRefuse
+		v.unmounts = plan.Action == emptydir.ActionUnmountAndRemove
+		v.Reason = plan.Reason
+		switch plan.Action {
+		case emptydir.ActionNone:
+			v.Reason = "gone since it was listed"
+		case emptydir.ActionUnmountAndRemove:
+			v.Reason += "; nodevol teardown unmounts it, then removes it"
+		case emptydir.ActionRemove:
+			v.Reason += "; nodevol teardown removes it"
+		case emptydir.ActionRefuse:
+			v.Reason += "; nodevol teardown would refuse"
+		}
+		return v
+	}
+	c := examineIn(tab, vd.Path)
+	if c.err != nil {
+		return fail(c.err)
+	}
+	v.exists = c.Exists
+	v.Medium = c.Medium.String()
+	v.MountPoint, v.sure = c.MountPoint, c.MountPointSure || !c.Exists
+	v.fsType, v.hugePageSize = c.FSType, c.pageSize
+	v.NestedMounts = append(v.NestedMounts, c.NestedMounts...)
+	v.SafeToRemove = c.SafeToRemove
+	var why []string
+	switch {
+	case !c.Exists:
+		why = append(why, "gone since it was listed")
+	case c.MountPoint:
+		why = append(why, fmt.Sprintf("a %s volume is still mounted (%s); its plugin must unmount it first", vd.Plugin, c.FSType))
+	case !c.MountPointSure:
+		why = append(why, "the kernel cannot say for sure whether it is a mount point")
+	}
+	if n := len(c.NestedMounts); n > 0 {
+		why = append(why, plural.Count(n, "mount")+" beneath it; unmount "+plural.Of(n, "it", "them")+" first")
+	}
+	if c.Exists && c.SafeToRemove {
+		why = append(why, fmt.Sprintf("a %s volume directory with nothing mounted on or beneath it; nodevol rm can remove it", vd.Plugin))
+	}
+	v.Reason = strings.Join(why, "; ")
+	return v
+}
+
+// fail marks the volume as one that could not be examined.
+func (v *scanVolume) fail(err error) {
+	v.err = err
+	v.Medium, v.MountPoint, v.SafeToRemove = "", false, false
+	v.NestedMounts = v.NestedMounts[:0]
+	v.Subpaths = v.Subpaths[:0]
+	v.Reason = "could not be examined: " + err.Error()
+}
+
+// addSubpaths lists the volume's subpath entries, sorted by container and
+// index, and says in the reason what the mounted ones mean. The volume's
+// own subPath binds do not change the verdict: the volume manager and
+// nodevol teardown unmount them before the teardown, and they are not
+// beneath the volume directory, so neither "nodevol teardown" nor
+// "nodevol rm" of the volume would enter them. Any other mount in the
+// subpath tree makes the volume unsafe: the teardown would refuse.
+func (v *scanVolume) addSubpaths(c *subpath.Cleaner, tab *mountdetect.MountTable) {
+	entries, refusal, err := c.Examine(v.PodUID, v.Plugin, v.Volume, tab)
+	if err != nil {
+		v.fail(fmt.Errorf("examine subpaths: %w", err))
+		return
+	}
+	v.Subpaths = append(v.Subpaths, entries...) // sorted
+	var refused *subpath.RefusedError
+	switch {
+	case errors.As(refusal, &refused) && len(refused.Mounts) > 0:
+		n := len(refused.Mounts)
+		v.SafeToRemove = false
+		v.Reason += fmt.Sprintf("; %s in its subPath tree %s not the volume's own subPath binds, so nodevol teardown would refuse:", plural.Count(n, "mount"), plural.Of(n, "is", "are"))
+		for _, m := range refused.Mounts {
+			v.Reason += " " + DescribeMount(m)
+		}
+		if len(refused.Errs) > 0 {
+			v.fail(errors.Join(refused.Errs...))
+		}
+		return
+	case refusal != nil:
+		v.fail(fmt.Errorf("examine subpaths: %w", refusal))
+		return
+	}
+	mounted := countMounted(entries)
+	if mounted > 0 {
+		v.Reason += fmt.Sprintf("; %s of its containers %s active: the volume manager and nodevol teardown unmount %s before the teardown, so %s not make the volume unsafe",
+			plural.Count(mounted, "subPath bind mount"), plural.Of(mounted, "is", "are"), plural.Of(mounted, "it", "them"), plural.Of(mounted, "it does", "they do"))
+	}
+}
+
+// scanHelp is the help of "nodevol scan", after its usage line.
+const scanHelp = `List every pod volume directory under the kubelet root
+(<root>/pods/<uid>/volumes/<plugin>/<volume>, all plugins) and say, for
+each, its medium, whether it is a mount point, the mounts nested beneath it
+and whether it is safe to remove. The mount table is read once.
+
+  kubernetes.io/empty-dir  safe unless "nodevol teardown" would refuse; a
+                           Memory or HugePages emptyDir is safe (teardown
+                           unmounts it)
+  any other plugin         safe only when it is not a mount point and has
+                           no mount beneath it: unmounting a CSI, NFS or
+                           secret volume is its own plugin's job
+
+Entries that do not parse (bad pod UIDs or names, files where directories
+belong) are listed as problems, and pod directories without any volume
+directory as leftovers. Nothing is changed.
+
+Containers' subPath entries of each volume
+(<root>/pods/<uid>/volume-subpaths/<volume>/<container>/<index>) are listed
+under it, mounted or not. They do not make a volume unsafe: the volume
+manager unmounts them before it tears the volume down.
+
+--json prints one object per line: for each volume
+  {"podUID","plugin","volume","path","medium","mountPoint","nestedMounts",
+   "subpaths","safeToRemove","reason","mountNamespace"}
+with "subpaths" a list of {"container","index","path","mountPoint"} and
+"mountNamespace" {"state","reason"}, then {"problem":PATH,"error":TEXT} per
+problem and {"leftover":PATH} per leftover pod directory.
+
+The answers are about this process's mount namespace. When that is not the
+host's (a container's), or it cannot be told, a warning on stderr says so
+(with --json, each volume's "mountNamespace": "state" is "host", "foreign"
+or "unknown"): a mount made only in the host's namespace is not seen from
+here. --host-proc DIR names the host's /proc mounted into a container, to
+compare with its PID 1.
+
+Exit status: 0 every volume is safe and every entry parses (leftovers are
+fine), 1 some volume is unsafe or some entry does not parse, 2 the root or
+some entry could not be read or examined, or bad usage.`
+
+func runScan(fs *flagSet, args []string, stdout, stderr io.Writer) int {
+	asJSON := fs.Bool("json", false, "print one JSON object per volume, problem and leftover per line")
+	root := fs.String("root", volume.DefaultRoot, "the kubelet root directory")
+	nsFlags := addNamespaceFlags(fs.FlagSet, false)
+	extra, code := parseArgs(fs, args)
+	if code >= 0 {
+		return code
+	}
+	if len(extra) > 0 {
+		return usageError(fs, stderr, "scan takes no arguments (got %q); use --root DIR", extra[0])
+	}
+	if *root == "" {
+		return usageError(fs, stderr, "--root must not be empty")
+	}
+	if err := refuseDotDot(*root); err != nil {
+		fmt.Fprintf(stderr, "nodevol scan: --root: %s\n", display(err.Error()))
+		return ExitError
+	}
+	dir, err := filepath.Abs(*root)
+	if err != nil {
+		fmt.Fprintf(stderr, "nodevol scan: %s\n", display(err.Error()))
+		return ExitError
+	}
+	ns, err := nsFlags.gate("scan")
+	if err != nil {
+		fmt.Fprintf(stderr, "nodevol scan: %s\n", display(err.Error()))
+		return ExitError
+	}
+	if !*asJSON {
+		ns.warn(stderr)
+	}
+	s, err := scanRoot(dir)
+	if err != nil {
+		writeErrors(stderr, "nodevol scan: ", err, "")
+		return ExitError
+	}
+	for i := range s.volumes {
+		s.volumes[i].MountNamespace = ns.json()
+	}
+	if *asJSON {
+		if err := writeScanJSON(stdout, s); err != nil {
+			fmt.Fprintf(stderr, "nodevol scan: write report: %v\n", err)
+			return ExitError
+		}
+	} else {
+		writeScanHuman(stdout, s)
+	}
+	return s.code()
+}
+
+func writeScanJSON(w io.Writer, s *scanReport) error {
+	enc := newJSONEncoder(w)
+	for i := range s.volumes {
+		if err := enc.Encode(&s.volumes[i]); err != nil {
+			return err
+		}
+	}
+	for i := range s.problems {
+		if err := enc.Encode(&s.problems[i]); err != nil {
+			return err
+		}
+	}
+	for i := range s.leftovers {
+		if err := enc.Encode(&s.leftovers[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeScanHuman prints one table row per volume, then the details of the
+// unsafe ones, the problems, the leftovers and a one-line summary. Every
+// name, path and message is escaped by display: a volume named
+// "x\nfake-row" must not add a row to the table.
+func writeScanHuman(w io.Writer, s *scanReport) {
+	if len(s.volumes) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "POD UID\tPLUGIN\tVOLUME\tMEDIUM\tMOUNT POINT\tNESTED\tVERDICT")
+		for i := range s.volumes {
+			v := &s.volumes[i]
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", display(v.PodUID), display(v.Plugin), display(v.Volume),
+				display(v.mediumColumn()), display(v.mountColumn()), len(v.NestedMounts), v.verdict())
+		}
+		tw.Flush()
+	}
+	printed := len(s.volumes) > 0
+	section := func(title string) {
+		if printed {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintln(w, title)
+		printed = true
+	}
+	if n := s.unsafe(); n > 0 {
+		section("Unsafe to remove:")
+		for i := range s.volumes {
+			v := &s.volumes[i]
+			if v.SafeToRemove {
+				continue
+			}
+			fmt.Fprintf(w, "  %s\n", display(v.Path))
+			if v.err != nil {
+				writeErrors(w, "    could not be examined: ", v.err, "")
+			} else {
+				fmt.Fprintf(w, "    %s\n", display(v.Reason))
+			}
+			for _, m := range v.NestedMounts {
+				fmt.Fprintf(w, "    %s\n", DescribeMount(m))
+			}
+		}
+	}
+	if s.hasSubpaths() {
+		section("Subpaths (containers' subPath bind mounts; the volume manager unmounts them before tearing a volume down):")
+		for i := range s.volumes {
+			v := &s.volumes[i]
+			if len(v.Subpaths) == 0 {
+				continue
+			}
+			fmt.Fprintf(w, "  %s\n", display(v.Path))
+			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+			for _, e := range v.Subpaths {
+				state := "not mounted"
+				if e.MountPoint {
+					state = "mounted"
+				}
+				fmt.Fprintf(tw, "    %s/%s\t%s\t%s\n", display(e.Container), display(e.Index), state, display(e.Path))
+			}
+			tw.Flush()
+		}
+	}
+	if len(s.problems) > 0 {
+		section("Problems (entries that do not parse or could not be read; left alone):")
+		for _, p := range s.problems {
+			fmt.Fprintf(w, "  %s\n", display(p.Problem))
+			if p.err != nil {
+				writeErrors(w, "    ", p.err, "")
+			} else {
+				fmt.Fprintf(w, "    %s\n", display(p.Error))
+			}
+		}
+	}
+	if len(s.leftovers) > 0 {
+		section("Leftovers (pod directories without any volume directory):")
+		for _, l := range s.leftovers {
+			fmt.Fprintf(w, "  %s\n", display(l.Leftover))
+		}
+	}
+	if printed {
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "%s: %s, %d unsafe, %s, %s\n", display(s.root),
+		plural.Count(len(s.volumes), "volume"), s.unsafe(), plural.Count(len(s.problems), "problem"), plural.Count(len(s.leftovers), "leftover"))
+}
+
+func (s *scanReport) hasSubpaths() bool {
+	for i := range s.volumes {
+		if len(s.volumes[i].Subpaths) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (v *scanVolume) mediumColumn() string {
+	switch {
+	case v.err != nil || !v.exists:
+		return "-"
+	case v.hugePageSize > 0:
+		return v.Medium + "-" + volume.FormatQuantity(v.hugePageSize)
+	}
+	return v.Medium
+}
+
+func (v *scanVolume) mountColumn() string {
+	switch {
+	case v.err != nil || !v.exists:
+		return "-"
+	case !v.sure:
+		return "unsure"
+	case v.MountPoint:
+		return "yes (" + v.fsType + ")"
+	}
+	return "no"
+}
+
+func (v *scanVolume) verdict() string {
+	switch {
+	case v.err != nil:
+		return "ERROR"
+	case !v.SafeToRemove:
+		return "UNSAFE"
+	case !v.exists:
+		return "gone"
+	case v.unmounts:
+		return "safe (teardown unmounts it)"
+	}
+	return "safe"
+}

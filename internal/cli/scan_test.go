@@ -1,0 +1,341 @@
+//go:build linux
+
+package cli
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/volume"
+)
+
+// testScanCLI runs "nodevol scan" end to end; TestCLI calls it with the
+// binary it built.
+func testScanCLI(t *testing.T, bin binary) {
+	t.Run("pods, plugins, problems and leftovers", func(t *testing.T) {
+		base := realTempDir(t)
+		k := newKubelet(t, base)
+		cache := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
+		mounttest.Build(t, cache, "file index.db x")
+		csi := k.dir(t, testUID2, "kubernetes.io/csi", "pvc-0a1b.data") // PV names may have dots
+		secret := k.dir(t, testUID2, "kubernetes.io/secret", "token")
+		mounttest.Build(t, csi, "file data x")
+		mounttest.Build(t, secret, "file token x")
+		pods := filepath.Join(k.root, "pods")
+		badPlugin := filepath.Join(pods, testUID2, "volumes", "bad~plugin~x")
+		longUID := filepath.Join(pods, strings.Repeat("u", volume.MaxPodUIDLen+1))
+		notDir := filepath.Join(pods, "not-a-pod")
+		leftover := filepath.Join(pods, "0dd0dd00-0000-4000-8000-000000000000")
+		emptyVolumes := filepath.Join(pods, "0dd0dd00-0000-4000-8000-000000000001")
+		mounttest.Build(t, pods,
+			"dir "+filepath.Base(longUID)+"/volumes",
+			"dir "+strings.TrimPrefix(badPlugin, pods+"/")+"/v",
+			"file not-a-pod x",
+			"dir "+filepath.Base(leftover)+"/plugins",
+			"dir "+filepath.Base(emptyVolumes)+"/volumes",
+		)
+		before := mounttest.Snapshot(t, base)
+
+		r := bin.run(t, nil, "scan", "--root", k.root)
+		r.wantCode(t, ExitRefused) // problems make it at least 1
+		wantContains(t, "stdout", r.stdout,
+			"\nProblems (",
+			"  "+badPlugin+"\n    invalid plugin directory",
+			"  "+longUID+"\n    ",
+			"  "+notDir+"\n    not a directory",
+			"\nLeftovers (pod directories without any volume directory):\n",
+			"  "+leftover+"\n",
+			"  "+emptyVolumes+"\n",
+			"\n"+k.root+": 3 volumes, 0 unsafe, 3 problems, 2 leftovers\n",
+		)
+		wantRow(t, r.stdout, "POD UID", "PLUGIN", "VOLUME", "MEDIUM", "MOUNT POINT", "NESTED", "VERDICT")
+		wantRow(t, r.stdout, testUID, "kubernetes.io/empty-dir", "cache", "Default", "no", "0", "safe")
+		wantRow(t, r.stdout, testUID2, "kubernetes.io/csi", "pvc-0a1b.data", "Default", "no", "0", "safe")
+		wantRow(t, r.stdout, testUID2, "kubernetes.io/secret", "token", "Default", "no", "0", "safe")
+		if strings.Contains(r.stdout, "UNSAFE") || r.stderr != namespaceWarning("scan") {
+			t.Errorf("no volume is unsafe and nothing failed; stderr %q, want %q", r.stderr, namespaceWarning("scan"))
+		}
+
+		r = bin.run(t, nil, "scan", "--json", "--root", k.root)
+		r.wantCode(t, ExitRefused)
+		vols, problems, leftovers := scanLines(t, r.stdout)
+		if len(vols) != 3 || len(problems) != 3 || len(leftovers) != 2 {
+			t.Fatalf("got %d volumes, %d problems, %d leftovers; want 3, 3, 2", len(vols), len(problems), len(leftovers))
+		}
+		v := byVolume(vols)
+		for name, want := range map[string]map[string]any{
+			"cache":         {"podUID": testUID, "plugin": "kubernetes.io/empty-dir", "path": cache, "medium": "Default", "mountPoint": false, "safeToRemove": true},
+			"pvc-0a1b.data": {"podUID": testUID2, "plugin": "kubernetes.io/csi", "path": csi, "medium": "Default", "mountPoint": false, "safeToRemove": true},
+			"token":         {"podUID": testUID2, "plugin": "kubernetes.io/secret", "path": secret, "safeToRemove": true},
+		} {
+			for key, w := range want {
+				if v[name][key] != w {
+					t.Errorf("volume %s: %s = %v, want %v", name, key, v[name][key], w)
+				}
+			}
+		}
+		if leftovers[0]["leftover"] != leftover || leftovers[1]["leftover"] != emptyVolumes {
+			t.Errorf("leftovers %v, want %s and %s", leftovers, leftover, emptyVolumes)
+		}
+		var problemPaths []string
+		for _, p := range problems {
+			problemPaths = append(problemPaths, p["problem"].(string))
+			if p["error"] == "" {
+				t.Errorf("problem %v has no error", p)
+			}
+		}
+		wantContains(t, "problems", strings.Join(problemPaths, "\n"), badPlugin, longUID, notDir)
+		mounttest.Intact(t, base, before) // scan changes nothing
+	})
+
+	t.Run("all safe", func(t *testing.T) {
+		k := newKubelet(t, realTempDir(t))
+		k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
+		r := bin.run(t, nil, "scan", "--root", k.root)
+		r.wantCode(t, ExitOK)
+		wantContains(t, "stdout", r.stdout, "  safe\n", k.root+": 1 volume, 0 unsafe, 0 problems, 0 leftovers\n")
+	})
+
+	t.Run("unreadable entry is an error", func(t *testing.T) {
+		base := realTempDir(t)
+		k := newKubelet(t, base)
+		k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
+		volumes := filepath.Join(k.root, "pods", testUID2, "volumes")
+		mounttest.Build(t, volumes, "dir kubernetes.io~csi/pvc-1")
+		// Readable by nobody (root reads anything, so the scan runs as
+		// nobody when the test runs as root), except the second pod's
+		// volumes directory.
+		for d := base; d != "/"; d = filepath.Dir(d) {
+			if strings.HasPrefix(d, os.TempDir()+"/") {
+				os.Chmod(d, 0o755)
+			}
+		}
+		// SetUp makes the kubelet's directories 0750, as the kubelet does.
+		filepath.WalkDir(k.root, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				os.Chmod(p, 0o755)
+			}
+			return nil
+		})
+		if err := os.Chmod(volumes, 0); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Chmod(volumes, 0o755) })
+		var asNobody func(*exec.Cmd)
+		if os.Geteuid() == 0 {
+			asNobody = func(c *exec.Cmd) {
+				c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+			}
+		}
+		r := bin.run(t, asNobody, "scan", "--root", k.root)
+		r.wantCode(t, ExitError)
+		wantContains(t, "stdout", r.stdout, "  "+volumes+"\n    openat "+volumes+": permission denied\n", ", 1 problem, 0 leftovers\n")
+	})
+
+	t.Run("symlinked root", func(t *testing.T) {
+		base := realTempDir(t)
+		k := newKubelet(t, filepath.Join(base, "data"))
+		cache := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
+		link := filepath.Join(base, "var-lib-kubelet")
+		if err := os.Symlink(k.root, link); err != nil {
+			t.Fatal(err)
+		}
+		r := bin.run(t, nil, "scan", "--json", "--root", link)
+		r.wantCode(t, ExitOK)
+		vols, _, _ := scanLines(t, r.stdout)
+		viaLink := filepath.Join(link, strings.TrimPrefix(cache, k.root))
+		if len(vols) != 1 || vols[0]["path"] != viaLink || vols[0]["safeToRemove"] != true {
+			t.Errorf("scan through %s = %v; want %s, safe", link, vols, viaLink)
+		}
+	})
+
+	t.Run("missing root or pods directory", func(t *testing.T) {
+		base := realTempDir(t)
+		r := bin.run(t, nil, "scan", "--root", filepath.Join(base, "nosuch"))
+		r.wantCode(t, ExitError)
+		wantContains(t, "stderr", r.stderr, "nodevol scan: kubelet root "+filepath.Join(base, "nosuch")+" does not exist\n")
+		r = bin.run(t, nil, "scan", "--root", base)
+		r.wantCode(t, ExitError)
+		wantContains(t, "stderr", r.stderr, "has no pods directory")
+		if r.stdout != "" {
+			t.Errorf("stdout %q, want nothing", r.stdout)
+		}
+	})
+
+	t.Run("subpaths", func(t *testing.T) {
+		mounttest.RequireMounts(t)
+		base := realTempDir(t)
+		k := newKubelet(t, base)
+		cache := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
+		mounttest.Build(t, cache, "file conf/app.yaml a: b", "dir data/logs", "file hostname web-0")
+		subpaths, err := k.layout.VolumeSubpathsDir(testUID, "cache")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// As the kubelet does for subPath: data/logs and hostname, in
+		// containers app (volumeMounts 0 and 10) and sidecar (1); the
+		// third entry is left over from an earlier container start.
+		logs := filepath.Join(subpaths, "app", "0")
+		host := filepath.Join(subpaths, "app", "10")
+		stale := filepath.Join(subpaths, "sidecar", "1")
+		mounttest.Bind(t, filepath.Join(cache, "data/logs"), logs)
+		mounttest.Bind(t, filepath.Join(cache, "hostname"), host)
+		mounttest.Build(t, filepath.Dir(stale), "dir 1")
+		other := k.setUp(t, testUID, "other", volume.EmptyDirSource{})
+		before := mounttest.Snapshot(t, cache)
+
+		r := bin.run(t, nil, "scan", "--root", k.root)
+		r.wantCode(t, ExitOK) // subpath mounts do not make a volume unsafe
+		wantRow(t, r.stdout, testUID, "kubernetes.io/empty-dir", "cache", "Default", "no", "0", "safe")
+		wantRow(t, r.stdout, testUID, "kubernetes.io/empty-dir", "other", "Default", "no", "0", "safe")
+		wantContains(t, "stdout", r.stdout,
+			"\nSubpaths (containers' subPath bind mounts; the volume manager unmounts them before tearing a volume down):\n"+
+				"  "+cache+"\n"+
+				"    app/0      mounted      "+logs+"\n"+
+				"    app/10     mounted      "+host+"\n"+
+				"    sidecar/1  not mounted  "+stale+"\n\n",
+			k.root+": 2 volumes, 0 unsafe, 0 problems, 0 leftovers\n",
+		)
+		if strings.Contains(r.stdout, "  "+other+"\n") {
+			t.Errorf("volume other has no subpaths but is listed under Subpaths:\n%s", r.stdout)
+		}
+
+		r = bin.run(t, nil, "scan", "--json", "--root", k.root)
+		r.wantCode(t, ExitOK)
+		vols, _, _ := scanLines(t, r.stdout)
+		v := byVolume(vols)
+		want := []any{
+			map[string]any{"container": "app", "index": "0", "path": logs, "mountPoint": true, "own": true},
+			map[string]any{"container": "app", "index": "10", "path": host, "mountPoint": true, "own": true},
+			map[string]any{"container": "sidecar", "index": "1", "path": stale, "mountPoint": false, "own": false},
+		}
+		if got := v["cache"]["subpaths"]; !reflect.DeepEqual(got, want) {
+			t.Errorf("cache subpaths = %v; want %v", got, want)
+		}
+		if got, _ := v["other"]["subpaths"].([]any); got == nil || len(got) != 0 {
+			t.Errorf("other subpaths = %#v; want []", v["other"]["subpaths"])
+		}
+		if v["cache"]["safeToRemove"] != true {
+			t.Errorf("cache safeToRemove = %v; want true", v["cache"]["safeToRemove"])
+		}
+		wantContains(t, "cache reason", v["cache"]["reason"].(string),
+			"; 2 subPath bind mounts of its containers are active: the volume manager and nodevol teardown unmount them before the teardown, so they do not make the volume unsafe")
+		mounttest.Intact(t, cache, before) // scan changes nothing
+	})
+
+	t.Run("mounts make volumes unsafe", func(t *testing.T) {
+		mounttest.RequireMounts(t)
+		base := realTempDir(t)
+		k := newKubelet(t, filepath.Join(base, "data"))
+		cache := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
+		nas := filepath.Join(cache, "nas")
+		mounttest.Tmpfs(t, nas, "size=1m")
+		scratch := k.setUp(t, testUID, "scratch", volume.EmptyDirSource{Medium: volume.StorageMediumMemory})
+		csi := k.dir(t, testUID2, "kubernetes.io/csi", "pvc-1")
+		mounttest.Tmpfs(t, csi, "size=1m")
+		// Not a mount point itself, but something is mounted beneath it.
+		nfs := k.dir(t, testUID2, "kubernetes.io/nfs", "share")
+		nfsInner := filepath.Join(nfs, "export")
+		mounttest.Tmpfs(t, nfsInner, "size=1m")
+		// Something no emptyDir medium mounts, on the volume directory
+		// itself (an NFS share would be the same).
+		foreign := k.dir(t, testUID2, "kubernetes.io/empty-dir", "foreign")
+		share := filepath.Join(base, "share")
+		mounttest.Build(t, share, "file data x")
+		mounttest.Bind(t, share, foreign)
+		// Scanned through a symlink, as on nodes where /var/lib/kubelet
+		// is one: the kernel names mounts by their resolved paths.
+		link := filepath.Join(base, "var-lib-kubelet")
+		if err := os.Symlink(k.root, link); err != nil {
+			t.Fatal(err)
+		}
+		before := mounttest.Snapshot(t, filepath.Join(k.root, "pods", testUID))
+
+		r := bin.run(t, nil, "scan", "--root", link)
+		r.wantCode(t, ExitRefused)
+		wantRow(t, r.stdout, testUID, "kubernetes.io/empty-dir", "cache", "Default", "no", "1", "UNSAFE")
+		wantRow(t, r.stdout, testUID, "kubernetes.io/empty-dir", "scratch", "Memory", "yes (tmpfs)", "0", "safe (teardown unmounts it)")
+		wantRow(t, r.stdout, testUID2, "kubernetes.io/csi", "pvc-1", "Memory", "yes (tmpfs)", "0", "UNSAFE")
+		wantRow(t, r.stdout, testUID2, "kubernetes.io/nfs", "share", "Default", "no", "1", "UNSAFE")
+		wantContains(t, "stdout", r.stdout,
+			"a kubernetes.io/csi volume is still mounted (tmpfs); its plugin must unmount it first",
+			"    "+nas+" (tmpfs from tmpfs)\n",
+			"is mounted on the volume directory itself",
+			"  "+filepath.Join(link, strings.TrimPrefix(nfs, k.root))+"\n    1 mount beneath it; unmount it first\n    "+nfsInner+" (tmpfs from tmpfs)\n",
+			link+": 5 volumes, 4 unsafe, 0 problems, 0 leftovers\n",
+		)
+
+		r = bin.run(t, nil, "scan", "--json", "--root", link)
+		r.wantCode(t, ExitRefused)
+		vols, _, _ := scanLines(t, r.stdout)
+		v := byVolume(vols)
+		nested, _ := v["cache"]["nestedMounts"].([]any)
+		if v["cache"]["safeToRemove"] != false || len(nested) != 1 || nested[0].(map[string]any)["mountPoint"] != nas {
+			t.Errorf("cache = %v; want unsafe with %s nested", v["cache"], nas)
+		}
+		if v["scratch"]["safeToRemove"] != true || v["scratch"]["mountPoint"] != true || v["scratch"]["medium"] != "Memory" {
+			t.Errorf("scratch = %v; want a safe Memory mount point", v["scratch"])
+		}
+		if v["pvc-1"]["safeToRemove"] != false || v["pvc-1"]["mountPoint"] != true {
+			t.Errorf("pvc-1 = %v; want an unsafe mount point", v["pvc-1"])
+		}
+		nested, _ = v["share"]["nestedMounts"].([]any)
+		if v["share"]["safeToRemove"] != false || v["share"]["mountPoint"] != false || len(nested) != 1 || nested[0].(map[string]any)["mountPoint"] != nfsInner {
+			t.Errorf("share = %v; want unsafe, not a mount point, %s nested", v["share"], nfsInner)
+		}
+		if v["foreign"]["safeToRemove"] != false || v["foreign"]["mountPoint"] != true {
+			t.Errorf("foreign = %v; want an unsafe mount point", v["foreign"])
+		}
+		mounttest.Intact(t, filepath.Join(k.root, "pods", testUID), before)
+		if _, err := os.Stat(scratch); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// wantRow fails unless the scan table has a row with exactly these
+// columns (columns are separated by two spaces or more).
+func wantRow(t *testing.T, out string, cols ...string) {
+	t.Helper()
+	want := strings.Join(cols, "|")
+	for line := range strings.Lines(out) {
+		if strings.Join(columnSep.Split(strings.TrimSpace(line), -1), "|") == want {
+			return
+		}
+	}
+	t.Errorf("no table row %q in:\n%s", want, out)
+}
+
+var columnSep = regexp.MustCompile(`\s{2,}`)
+
+// A problem that is an unreadable entry (not a bad name) is an error.
+func TestScanExitCodes(t *testing.T) {
+	unreadable := &fs.PathError{Op: "open", Path: "/r/pods/x/volumes", Err: fs.ErrPermission}
+	for _, tc := range []struct {
+		name string
+		s    scanReport
+		want int
+	}{
+		{"empty", scanReport{}, ExitOK},
+		{"leftovers only", scanReport{leftovers: []scanLeftover{{"/r/pods/x"}}}, ExitOK},
+		{"safe", scanReport{volumes: []scanVolume{{SafeToRemove: true}}}, ExitOK},
+		{"unsafe", scanReport{volumes: []scanVolume{{SafeToRemove: true}, {}}}, ExitRefused},
+		{"bad name", scanReport{problems: []scanProblem{{err: &volume.InvalidNameError{}}}}, ExitRefused},
+		{"vanished", scanReport{problems: []scanProblem{{err: &fs.PathError{Err: fs.ErrNotExist}}}}, ExitRefused},
+		{"unreadable", scanReport{problems: []scanProblem{{err: errors.Join(errors.New("x"), unreadable)}}}, ExitError},
+		{"not examined", scanReport{volumes: []scanVolume{{err: unreadable}}}, ExitError},
+	} {
+		if got := tc.s.code(); got != tc.want {
+			t.Errorf("%s: code() = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
