@@ -6,6 +6,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/internal/fsat"
 )
 
 // DetectFile is Detect for a file already open as fd (any open mode,
@@ -48,7 +50,7 @@ func (t *MountTable) MountsAtFile(fd int, path string) (at, beneath []Mount, err
 // nil table: the kernel's, read now.
 func (t *MountTable) BindWithin(fd int, path string, dirFd int, dirPath string) (bool, error) {
 	var sx unix.Statx_t
-	err := ignoringEINTR(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &sx) })
+	err := fsat.Retry(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &sx) })
 	if err != nil {
 		return false, &os.PathError{Op: "statx", Path: path, Err: err}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
+	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/internal/testhook"
 )
 
@@ -59,7 +60,7 @@ func (w *walk) foundMount(dirfd int, name, path string) {
 	// that stopped answering would block the walk.
 	m := Mount{MountPoint: path}
 	var sx unix.Statx_t
-	err := ignoringEINTR(func() error {
+	err := fsat.Retry(func() error {
 		return unix.Statx(dirfd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID, &sx)
 	})
 	if err == nil && sx.Mask&unix.STATX_MNT_ID != 0 {
@@ -116,7 +117,7 @@ func unlinkatPtr(dirfd int, name *byte, flags int) error {
 }
 
 func unlinkat(dirfd int, name string, flags int) error {
-	return ignoringEINTR(func() error { return unix.Unlinkat(dirfd, name, flags) })
+	return fsat.Retry(func() error { return unix.Unlinkat(dirfd, name, flags) })
 }
 
 func removeAll(path string, c *config) error {
@@ -127,7 +128,7 @@ func removeAll(path string, c *config) error {
 	if err := c.walkSafe(path); err != nil {
 		return err
 	}
-	pfd, err := openat(unix.AT_FDCWD, dir, unix.O_RDONLY|unix.O_DIRECTORY)
+	pfd, err := fsat.Openat(unix.AT_FDCWD, dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		if err == unix.ENOENT {
 			return nil
@@ -169,7 +170,7 @@ func (c *config) walkSafe(path string) error {
 // path the caller gave, for CrossesMountError.Path.
 func removeAt(pfd int, base, shown, path string, c *config) error {
 	var st unix.Stat_t
-	if err := ignoringEINTR(func() error { return unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
+	if err := fsat.Retry(func() error { return unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
 		if err == unix.ENOENT {
 			return nil
 		}
@@ -203,7 +204,7 @@ func removeAt(pfd int, base, shown, path string, c *config) error {
 		return nil
 	}
 
-	fd, err := openat(pfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
+	fd, err := fsat.Openat(pfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		switch err {
 		case unix.ENOENT:
@@ -227,7 +228,7 @@ func removeAt(pfd int, base, shown, path string, c *config) error {
 	selfMounted := false
 	if mask := c.strategy.statxMask(); mask != 0 {
 		var sx unix.Statx_t
-		if err := ignoringEINTR(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, mask, &sx) }); err != nil {
+		if err := fsat.Retry(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, mask, &sx) }); err != nil {
 			return &os.PathError{Op: "statx", Path: shown, Err: err}
 		}
 		if sx.Mask&uint32(mask) == 0 {

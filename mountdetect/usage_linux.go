@@ -6,6 +6,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/internal/fsat"
 )
 
 type inodeKey struct {
@@ -39,7 +41,7 @@ func (a *usage) skip(path string) { a.u.Skipped = append(a.u.Skipped, Mount{Moun
 // entered counts a directory the walk opened.
 func (a *usage) entered(w *walk, n *dirNode) bool {
 	var sx unix.Statx_t
-	if err := ignoringEINTR(func() error { return unix.Statx(n.fd, "", unix.AT_EMPTY_PATH, a.mask, &sx) }); err != nil {
+	if err := fsat.Retry(func() error { return unix.Statx(n.fd, "", unix.AT_EMPTY_PATH, a.mask, &sx) }); err != nil {
 		w.abort(&os.PathError{Op: "statx", Path: n.path(), Err: err})
 		return false
 	}
@@ -52,7 +54,7 @@ func (a *usage) files(w *walk, n *dirNode, _ []byte, files []dirent, subdir func
 	var sx unix.Statx_t
 	for _, d := range files {
 		name := string(d.name)
-		err := ignoringEINTR(func() error {
+		err := fsat.Retry(func() error {
 			// AT_STATX_DONT_SYNC: no effect on a local filesystem, and a
 			// FUSE mounted on a file here is not asked.
 			return unix.Statx(n.fd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, a.mask, &sx)
@@ -98,7 +100,7 @@ func diskUsage(path string, c *config) (Usage, error) {
 	if !s.walkSafe() {
 		return Usage{}, fmt.Errorf("disk usage of %s: %w: the kernel offers neither statx mount IDs nor openat2", path, ErrUnsupported)
 	}
-	fd, err := openat(unix.AT_FDCWD, path, unix.O_RDONLY|unix.O_DIRECTORY)
+	fd, err := fsat.Openat(unix.AT_FDCWD, path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return Usage{}, &os.PathError{Op: "open", Path: path, Err: err}
 	}
@@ -107,7 +109,7 @@ func diskUsage(path string, c *config) (Usage, error) {
 		seen: map[inodeKey]bool{},
 	}
 	var sx unix.Statx_t
-	if err := ignoringEINTR(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, a.mask, &sx) }); err != nil {
+	if err := fsat.Retry(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, a.mask, &sx) }); err != nil {
 		unix.Close(fd)
 		return Usage{}, &os.PathError{Op: "statx", Path: path, Err: err}
 	}

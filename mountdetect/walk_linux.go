@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/internal/testhook"
 )
 
@@ -160,7 +161,7 @@ type action interface {
 // root of another mount; nothing is opened then.
 func (w *walk) openDir(parent *dirNode, name string) (fd int, crossed bool, err error) {
 	if w.s == strategyOpenat2 {
-		err = ignoringEINTR(func() (err error) {
+		err = fsat.Retry(func() (err error) {
 			fd, err = unix.Openat2(parent.fd, name, &unix.OpenHow{
 				Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
 				Resolve: unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
@@ -179,17 +180,17 @@ func (w *walk) openDir(parent *dirNode, name string) (fd int, crossed bool, err 
 	// walk). AT_STATX_DONT_SYNC and only the mount ID asked: nothing is
 	// asked of it. The check after the open catches a mount that appears
 	// in between.
-	err = ignoringEINTR(func() error {
+	err = fsat.Retry(func() error {
 		return unix.Statx(parent.fd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, mask, &sx)
 	})
 	if err == nil && sx.Mask&uint32(mask) != 0 && (sx.Mnt_id != w.rootMnt || sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0) {
 		return -1, true, nil
 	}
-	fd, err = openat(parent.fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
+	fd, err = fsat.Openat(parent.fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return -1, false, err
 	}
-	err = ignoringEINTR(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, mask, &sx) })
+	err = fsat.Retry(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, mask, &sx) })
 	if err == nil && sx.Mask&uint32(mask) == 0 {
 		err = fmt.Errorf("kernel returned no mount ID: %w", ErrUnsupported)
 	}
@@ -252,7 +253,7 @@ var scratchPool = sync.Pool{New: func() any { return &scratch{buf: make([]byte, 
 // subdir. It returns false at the end of the directory.
 func (w *walk) list(n *dirNode, sc *scratch, subdir func(name []byte)) bool {
 	var nread int
-	err := ignoringEINTR(func() (err error) {
+	err := fsat.Retry(func() (err error) {
 		nread, err = unix.Getdents(n.fd, sc.buf)
 		return err
 	})
