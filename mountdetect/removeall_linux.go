@@ -186,22 +186,7 @@ func removeAt(pfd int, base, shown, path string, c *config) error {
 		// The link itself is removed; its target is not touched.
 		return removeEntry(pfd, base, shown)
 	default:
-		mounted, sure, err := childIsMountRoot(pfd, base, shown, &st, c.strategy)
-		if err != nil {
-			return err
-		}
-		if mounted || !sure {
-			w.foundMount(pfd, base, shown)
-			return &CrossesMountError{Path: path, Mounts: w.crossed}
-		}
-		if err := removeEntry(pfd, base, shown); err != nil {
-			if errors.Is(err, unix.EBUSY) {
-				w.foundMount(pfd, base, shown)
-				return &CrossesMountError{Path: path, Mounts: w.crossed}
-			}
-			return err
-		}
-		return nil
+		return w.removeFile(pfd, base, shown, path, &st)
 	}
 
 	fd, err := fsat.Openat(pfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
@@ -223,10 +208,48 @@ func removeAt(pfd int, base, shown, path string, c *config) error {
 		}
 	}()
 
-	// Refuse before touching: the directory itself must not be a mount
-	// root, and nothing may be mounted beneath it.
+	if err := w.refuseMounts(pfd, base, fd, shown, path, &st); err != nil {
+		return err
+	}
+
+	closeRoot = false // the walk owns fd now
+	if c.workers > 1 {
+		w.parallel(root, c.workers)
+	} else {
+		sc := scratchPool.Get().(*scratch)
+		w.serial(root, sc)
+		scratchPool.Put(sc)
+	}
+	return w.result(path)
+}
+
+// removeFile removes the start entry base of pfd, a non-directory whose
+// fstatat is st, unless it is a mount point.
+func (w *walk) removeFile(pfd int, base, shown, path string, st *unix.Stat_t) error {
+	mounted, sure, err := childIsMountRoot(pfd, base, shown, st, w.s)
+	if err != nil {
+		return err
+	}
+	if mounted || !sure {
+		w.foundMount(pfd, base, shown)
+		return &CrossesMountError{Path: path, Mounts: w.crossed}
+	}
+	if err := removeEntry(pfd, base, shown); err != nil {
+		if errors.Is(err, unix.EBUSY) {
+			w.foundMount(pfd, base, shown)
+			return &CrossesMountError{Path: path, Mounts: w.crossed}
+		}
+		return err
+	}
+	return nil
+}
+
+// refuseMounts refuses before touching: the start directory (the entry
+// base of pfd, open as fd, its fstatat st) must not be a mount root, and
+// nothing may be mounted beneath it. It sets w.rootMnt.
+func (w *walk) refuseMounts(pfd int, base string, fd int, shown, path string, st *unix.Stat_t) error {
 	selfMounted := false
-	if mask := c.strategy.statxMask(); mask != 0 {
+	if mask := w.s.statxMask(); mask != 0 {
 		var sx unix.Statx_t
 		if err := fsat.Retry(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, mask, &sx) }); err != nil {
 			return &os.PathError{Op: "statx", Path: shown, Err: err}
@@ -237,7 +260,7 @@ func removeAt(pfd int, base, shown, path string, c *config) error {
 		w.rootMnt = sx.Mnt_id
 		selfMounted = sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
 	} else {
-		mounted, _, err := childIsMountRoot(pfd, base, shown, &st, c.strategy)
+		mounted, _, err := childIsMountRoot(pfd, base, shown, st, w.s)
 		if err != nil {
 			return err
 		}
@@ -258,16 +281,7 @@ func removeAt(pfd int, base, shown, path string, c *config) error {
 	if len(at) > 0 || len(beneath) > 0 {
 		return &CrossesMountError{Path: path, Mounts: append(at, beneath...)}
 	}
-
-	closeRoot = false // the walk owns fd now
-	if c.workers > 1 {
-		w.parallel(root, c.workers)
-	} else {
-		sc := scratchPool.Get().(*scratch)
-		w.serial(root, sc)
-		scratchPool.Put(sc)
-	}
-	return w.result(path)
+	return nil
 }
 
 // removeEntry unlinks a non-directory entry, treating a vanished entry as
