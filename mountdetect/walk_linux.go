@@ -240,7 +240,7 @@ func (w *walk) enter(parent *dirNode, name string) *dirNode {
 // scratch is one goroutine's reusable memory for listing directories.
 type scratch struct {
 	buf   []byte   // getdents64 records
-	files []dirent // the batch's non-directories, to unlink in inode order
+	files []dirent // the batch's non-directories, for the action in inode order
 }
 
 // scratchPool keeps listing buffers between calls: a teardown of a small
