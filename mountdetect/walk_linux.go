@@ -1,12 +1,10 @@
 package mountdetect
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -135,9 +133,9 @@ type action interface {
 	// start directory. false: the walk does not descend into it (the
 	// action recorded why); n's fd is closed.
 	entered(w *walk, n *dirNode) bool
-	// files acts on one batch of n's non-directory entries, in inode order
-	// (names alias buf, NUL-terminated there). An entry that turns out to
-	// be a directory is handed to subdir.
+	// files acts on one batch of n's non-directory entries, in the order
+	// it chooses (files may be reordered; names alias buf, NUL-terminated
+	// there). An entry that turns out to be a directory is handed to subdir.
 	files(w *walk, n *dirNode, buf []byte, files []dirent, subdir func(name []byte))
 	// mount records the mount met at the entry name of n, not entered.
 	mount(w *walk, n *dirNode, name string)
@@ -240,7 +238,7 @@ func (w *walk) enter(parent *dirNode, name string) *dirNode {
 // scratch is one goroutine's reusable memory for listing directories.
 type scratch struct {
 	buf   []byte   // getdents64 records
-	files []dirent // the batch's non-directories, for the action in inode order
+	files []dirent // the batch's non-directories, for the action
 }
 
 // scratchPool keeps listing buffers between calls: a teardown of a small
@@ -248,9 +246,8 @@ type scratch struct {
 var scratchPool = sync.Pool{New: func() any { return &scratch{buf: make([]byte, direntBufSize)} }}
 
 // list reads one batch of n's entries: non-directories go to the action at
-// once, in inode order (as GNU rm does for large directories: on ext4 and
-// XFS it keeps inode-table updates local), subdirectories are passed to
-// subdir. It returns false at the end of the directory.
+// once, subdirectories are passed to subdir. It returns false at the end of
+// the directory.
 func (w *walk) list(n *dirNode, sc *scratch, subdir func(name []byte)) bool {
 	var nread int
 	err := fsat.Retry(func() (err error) {
@@ -286,7 +283,6 @@ func (w *walk) list(n *dirNode, sc *scratch, subdir func(name []byte)) bool {
 			files = append(files, d)
 		}
 	}
-	slices.SortFunc(files, func(a, b dirent) int { return cmp.Compare(a.ino, b.ino) })
 	w.act.files(w, n, buf, files, subdir)
 	sc.files = files[:0]
 	return true
