@@ -72,10 +72,8 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		return p, e, nil
 	}
 	p.Exists = true
-	if tab == nil {
-		if tab, err = mountdetect.ReadMountTable(); err != nil {
-			return p, e, err
-		}
+	if tab, err = tab.OrRead(); err != nil {
+		return p, e, err
 	}
 	at, beneath, err := tab.MountsAtFile(e.fd, v.dir)
 	if err != nil {

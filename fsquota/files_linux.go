@@ -78,7 +78,7 @@ func lockDir(dir string) (*os.File, error) {
 		return nil, err
 	}
 	f := os.NewFile(uintptr(fd), dir)
-	if err := ignoringEINTR(func() error { return unix.Flock(fd, unix.LOCK_EX) }); err != nil {
+	if err := fsat.Retry(func() error { return unix.Flock(fd, unix.LOCK_EX) }); err != nil {
 		f.Close()
 		return nil, &os.PathError{Op: "flock", Path: dir, Err: err}
 	}

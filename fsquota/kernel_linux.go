@@ -11,6 +11,8 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/internal/fsat"
 )
 
 // Statfs magic numbers of the filesystems with project quotas.
@@ -23,14 +25,6 @@ var (
 	reqFsgetxattr = uintptr(fsIocFsgetxattr(runtime.GOARCH))
 	reqFssetxattr = uintptr(fsIocFssetxattr(runtime.GOARCH))
 )
-
-func ignoringEINTR(fn func() error) error {
-	for {
-		if err := fn(); err != unix.EINTR {
-			return err
-		}
-	}
-}
 
 // getFsxattr reads struct fsxattr of an open file.
 func getFsxattr(fd int) (fsxattr, error) {
@@ -76,7 +70,7 @@ func setFdProjectID(fd int, isDir bool, id uint32) error {
 
 func openNoFollow(path string, flags int) (int, error) {
 	var fd int
-	err := ignoringEINTR(func() (err error) {
+	err := fsat.Retry(func() (err error) {
 		fd, err = unix.Open(path, flags|unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 		return err
 	})
@@ -200,7 +194,7 @@ func (k *kernelQuota) xfsIface(r *fsRef) bool { return r.magic == magicXFS && !k
 // quotactl runs one quotactl command for r's filesystem.
 func (k *kernelQuota) quotactl(r *fsRef, cmd uint32, id uint32, addr unsafe.Pointer) error {
 	if !k.noFD.Load() {
-		err := ignoringEINTR(func() error {
+		err := fsat.Retry(func() error {
 			_, _, e := unix.Syscall6(unix.SYS_QUOTACTL_FD, uintptr(r.fd), uintptr(cmd), uintptr(id), uintptr(addr), 0, 0)
 			if e != 0 {
 				return e
@@ -224,7 +218,7 @@ func (k *kernelQuota) quotactl(r *fsRef, cmd uint32, id uint32, addr unsafe.Poin
 	if err != nil {
 		return err
 	}
-	return ignoringEINTR(func() error {
+	return fsat.Retry(func() error {
 		_, _, e := unix.Syscall6(unix.SYS_QUOTACTL, uintptr(cmd), uintptr(unsafe.Pointer(special)), uintptr(id), uintptr(addr), 0, 0)
 		if e != 0 {
 			return e

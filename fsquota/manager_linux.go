@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/internal/testhook"
 	"github.com/nodevol/nodevol/mountdetect"
 )
@@ -56,13 +57,13 @@ func (m *Manager) open(path string) (*fsRef, error) {
 	}
 	r := &fsRef{fd: fd, path: path, isDir: true}
 	var sfs unix.Statfs_t
-	if err := ignoringEINTR(func() error { return unix.Fstatfs(fd, &sfs) }); err != nil {
+	if err := fsat.Retry(func() error { return unix.Fstatfs(fd, &sfs) }); err != nil {
 		unix.Close(fd)
 		return nil, &os.PathError{Op: "fstatfs", Path: path, Err: err}
 	}
 	r.magic = uint32(sfs.Type)
 	var sx unix.Statx_t
-	err = ignoringEINTR(func() error {
+	err = fsat.Retry(func() error {
 		return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID_UNIQUE|unix.STATX_MNT_ID, &sx)
 	})
 	if err != nil {

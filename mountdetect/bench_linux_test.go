@@ -132,3 +132,31 @@ func BenchmarkMountCheck(b *testing.B) {
 		unix.Close(pfd)
 	}
 }
+
+// BenchmarkDiskUsage measures DiskUsage over the RemoveAll benchmark's
+// trees (built once; the walk only reads), after a first walk has warmed
+// the caches.
+func BenchmarkDiskUsage(b *testing.B) {
+	shapes := []struct {
+		name string
+		dirs int
+	}{{"flat", 0}, {"100dirs", 100}}
+	for fsName, base := range benchFilesystems(b) {
+		for _, shape := range shapes {
+			root := filepath.Join(base, "usage-"+shape.name)
+			makeTree(b, root, shape.dirs, benchFiles)
+			b.Run(fmt.Sprintf("fs=%s/shape=%s", fsName, shape.name), func(b *testing.B) {
+				for b.Loop() {
+					u, err := DiskUsage(root)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if want := int64(benchFiles + shape.dirs + 1); u.Inodes != want {
+						b.Fatalf("DiskUsage(%q).Inodes = %d; want %d", root, u.Inodes, want)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchFiles), "ns/file")
+			})
+		}
+	}
+}

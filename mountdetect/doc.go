@@ -71,6 +71,7 @@
 // shallower directories through ".." (verified by device and inode) on the
 // way back up, so trees far deeper than PATH_MAX need bounded memory and
 // fds. Workers(n) removes with n goroutines and the same guarantees.
+// DiskUsage is the same serial walk, counting instead of removing.
 //
 // # Kernel versions
 //

@@ -6,6 +6,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/internal/fsat"
 )
 
 // DetectFile is Detect for a file already open as fd (any open mode,
@@ -18,12 +20,16 @@ func (t *MountTable) DetectFile(fd int, path string) (FSInfo, error) { return de
 // the directory open as fd (more than one when mounts are stacked on it;
 // the last one is the top) and those beneath it, sorted by mount point.
 // The directory is found in the table by the kernel's name for fd
-// (/proc/self/fd), not by a path that could have changed. beneath also
+// (/proc/self/fd), not by a path that could have changed (a nil table:
+// the kernel's, read now). beneath also
 // holds mounts made through another bind mount of the directory's
 // filesystem onto the directory or an entry beneath it: the table lists
 // them under that other path (their MountPoint lies outside the
 // directory), but the kernel refuses to remove the entry they sit on.
 func (t *MountTable) MountsAtFile(fd int, path string) (at, beneath []Mount, err error) {
+	if t, err = t.OrRead(); err != nil {
+		return nil, nil, err
+	}
 	real, err := fdPath(fd, path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("resolve %s: %w", path, err)
@@ -40,10 +46,11 @@ func (t *MountTable) MountsAtFile(fd int, path string) (at, beneath []Mount, err
 // something inside it looks like — the kubelet's subPath mounts of a
 // volume — and what no other filesystem, nor a bind of another directory
 // of the same filesystem, looks like. fd must be the root of its mount;
-// a mount missing from the table (made after it was read) is an error.
+// a mount missing from the table (made after it was read) is an error. A
+// nil table: the kernel's, read now.
 func (t *MountTable) BindWithin(fd int, path string, dirFd int, dirPath string) (bool, error) {
 	var sx unix.Statx_t
-	err := ignoringEINTR(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &sx) })
+	err := fsat.Retry(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &sx) })
 	if err != nil {
 		return false, &os.PathError{Op: "statx", Path: path, Err: err}
 	}
@@ -52,6 +59,9 @@ func (t *MountTable) BindWithin(fd int, path string, dirFd int, dirPath string) 
 	}
 	if sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT == 0 {
 		return false, &os.PathError{Op: "statx", Path: path, Err: errors.New("not the root of a mount")}
+	}
+	if t, err = t.OrRead(); err != nil {
+		return false, err
 	}
 	i, ok := t.byID[int(sx.Mnt_id)]
 	if !ok {

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/internal/fsat"
 )
 
 const (
@@ -80,7 +82,7 @@ func readOwnMountNamespace(proc string) (MountNamespaceID, error) {
 // relative to it.
 func pid1MountNamespace(proc string) (MountNamespaceID, error) {
 	dir := proc + "/1"
-	fd, err := openat(unix.AT_FDCWD, dir, unix.O_PATH|unix.O_DIRECTORY)
+	fd, err := fsat.Openat(unix.AT_FDCWD, dir, unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return MountNamespaceID{}, pid1Error(&os.PathError{Op: "open", Path: dir, Err: err}, isProcFS(proc))
 	}
@@ -113,7 +115,7 @@ func pid1Error(err error, inProcFS bool) error {
 // isProcFS reports whether dir is the root of a proc filesystem.
 func isProcFS(dir string) bool {
 	var st unix.Statfs_t
-	err := ignoringEINTR(func() error { return unix.Statfs(dir, &st) })
+	err := fsat.Retry(func() error { return unix.Statfs(dir, &st) })
 	return err == nil && uint32(st.Type) == unix.PROC_SUPER_MAGIC
 }
 
@@ -124,13 +126,13 @@ func isProcFS(dir string) bool {
 func readNamespace(dirfd int, name, path string, nstype int) (MountNamespaceID, error) {
 	// O_NONBLOCK: whatever a directory that is not a proc filesystem holds
 	// under that name (a FIFO), opening it must not hang.
-	fd, err := openat(dirfd, name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
+	fd, err := fsat.Openat(dirfd, name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	if err != nil {
 		return MountNamespaceID{}, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
 	var sfs unix.Statfs_t
-	if err := ignoringEINTR(func() error { return unix.Fstatfs(fd, &sfs) }); err != nil {
+	if err := fsat.Retry(func() error { return unix.Fstatfs(fd, &sfs) }); err != nil {
 		return MountNamespaceID{}, &os.PathError{Op: "fstatfs", Path: path, Err: err}
 	}
 	if uint32(sfs.Type) != unix.NSFS_MAGIC {
@@ -144,7 +146,7 @@ func readNamespace(dirfd int, name, path string, nstype int) (MountNamespaceID, 
 		return MountNamespaceID{}, &os.PathError{Op: "open", Path: path, Err: fmt.Errorf("%w: namespace type %#x, want %#x", ErrNotNamespace, got, nstype)}
 	}
 	var st unix.Stat_t
-	if err := ignoringEINTR(func() error { return unix.Fstat(fd, &st) }); err != nil {
+	if err := fsat.Retry(func() error { return unix.Fstat(fd, &st) }); err != nil {
 		return MountNamespaceID{}, &os.PathError{Op: "fstat", Path: path, Err: err}
 	}
 	return MountNamespaceID{Dev: uint64(st.Dev), Ino: st.Ino}, nil

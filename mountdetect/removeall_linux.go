@@ -8,117 +8,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
+	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/internal/testhook"
 )
-
-const (
-	// defaultMaxOpen bounds the directory fds one serial walk keeps open.
-	// Deeper directories are reached again through ".." (verified by device
-	// and inode) instead of keeping an fd per level, so trees far deeper
-	// than PATH_MAX need neither unbounded fds nor path strings.
-	defaultMaxOpen = 128
-	// maxPasses bounds how often one directory is listed again after its
-	// rmdir found it not empty (entries skipped by a reshuffled directory,
-	// Go issue 20841, or created concurrently).
-	maxPasses = 64
-	// direntBufSize is the getdents64 buffer: tens of thousands of entries
-	// a call, so that sorting a batch by inode approaches a full sort.
-	direntBufSize = 1 << 20
-)
-
-// Test seams: called with a directory's path just before the walk opens it
-// and just after, so tests can mount or swap things at exactly those
-// moments. Always nil outside tests.
-var testHookBeforeEnter, testHookAfterEnter func(path string)
-
-// dirNode is one directory being removed: a frame of the serial walk or a
-// node of the parallel one.
-type dirNode struct {
-	parent *dirNode // nil for the pseudo-node holding the start path's parent
-	name   string
-	// shown is set on the start directory and the pseudo-node above it:
-	// the path errors name the start directory by (the caller's, never a
-	// /proc/self/fd name).
-	shown string
-	fd    int // -1 when closed (evicted by a deep serial walk, or not yet opened)
-	depth int
-	// dev and ino identify the directory when its fd has been evicted, so
-	// that reopening it through ".." can prove it is the same directory.
-	dev, ino uint64
-
-	// Serial walk state: subdirectories found in the current batch.
-	subdirs []string
-	next    int
-	eof     bool
-
-	progress atomic.Bool // this pass removed something
-	kept     atomic.Bool // something was deliberately left here (a mount, an error)
-	passes   int
-
-	// keptNames are the entries deliberately left here (see keep). A
-	// directory reopened through ".." is listed again from offset 0 (a new
-	// fd has no position), where those entries reappear: list skips them,
-	// or a kept subtree deeper than maxOpen would be walked, and its
-	// ancestor evicted and reopened, forever. reopened is only ever set on
-	// a node owned by one serial walk, so list reads keptNames unlocked.
-	keptMu    sync.Mutex
-	keptNames map[string]struct{}
-	reopened  bool
-
-	// Parallel walk: outstanding tasks (its own listing plus children).
-	pending atomic.Int64
-}
-
-// path is the directory's full path, for error messages only: the start
-// directory's shown name followed by the names below it.
-func (n *dirNode) path() string {
-	var names []string
-	x := n
-	for ; x.shown == ""; x = x.parent {
-		names = append(names, x.name)
-	}
-	if len(names) == 0 {
-		return x.shown
-	}
-	var b strings.Builder
-	b.WriteString(strings.TrimRight(x.shown, "/"))
-	for i := len(names) - 1; i >= 0; i-- {
-		b.WriteByte('/')
-		b.WriteString(names[i])
-	}
-	return b.String()
-}
-
-// child is the path of n's entry name. The pseudo-node holding the start
-// directory's parent has one child, the start entry, shown as the caller
-// named it.
-func (n *dirNode) child(name string) string {
-	if n.parent == nil {
-		return n.shown
-	}
-	return n.path() + "/" + name
-}
-
-// walk is the state shared by every goroutine of one RemoveAll.
-type walk struct {
-	s       strategy
-	rootMnt uint64
-	maxOpen int
-	hook    testhook.Hook // called after each removal; nil outside tests
-
-	mu      sync.Mutex
-	crossed []Mount
-	errs    []error // the failures with the smallest paths (see fail)
-	dropped int     // failures beyond maxErrors, no longer held
-	aborted atomic.Bool
-}
 
 // maxErrors bounds the failures one RemoveAll reports one by one; the rest
 // are counted. A tree of a million files that all fail must not hold a
@@ -164,7 +61,7 @@ func (w *walk) foundMount(dirfd int, name, path string) {
 	// that stopped answering would block the walk.
 	m := Mount{MountPoint: path}
 	var sx unix.Statx_t
-	err := ignoringEINTR(func() error {
+	err := fsat.Retry(func() error {
 		return unix.Statx(dirfd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID, &sx)
 	})
 	if err == nil && sx.Mask&unix.STATX_MNT_ID != 0 {
@@ -221,7 +118,7 @@ func unlinkatPtr(dirfd int, name *byte, flags int) error {
 }
 
 func unlinkat(dirfd int, name string, flags int) error {
-	return ignoringEINTR(func() error { return unix.Unlinkat(dirfd, name, flags) })
+	return fsat.Retry(func() error { return unix.Unlinkat(dirfd, name, flags) })
 }
 
 func removeAll(path string, c *config) error {
@@ -232,7 +129,7 @@ func removeAll(path string, c *config) error {
 	if err := c.walkSafe(path); err != nil {
 		return err
 	}
-	pfd, err := openat(unix.AT_FDCWD, dir, unix.O_RDONLY|unix.O_DIRECTORY)
+	pfd, err := fsat.Openat(unix.AT_FDCWD, dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		if err == unix.ENOENT {
 			return nil
@@ -274,13 +171,13 @@ func (c *config) walkSafe(path string) error {
 // path the caller gave, for CrossesMountError.Path.
 func removeAt(pfd int, base, shown, path string, c *config) error {
 	var st unix.Stat_t
-	if err := ignoringEINTR(func() error { return unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
+	if err := fsat.Retry(func() error { return unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
 		if err == unix.ENOENT {
 			return nil
 		}
 		return &os.PathError{Op: "fstatat", Path: shown, Err: err}
 	}
-	w := &walk{s: c.strategy, maxOpen: c.maxOpen, hook: c.hook}
+	w := &walk{act: remove{}, s: c.strategy, maxOpen: c.maxOpen, hook: c.hook}
 	if w.maxOpen <= 0 {
 		w.maxOpen = defaultMaxOpen
 	}
@@ -290,25 +187,10 @@ func removeAt(pfd int, base, shown, path string, c *config) error {
 		// The link itself is removed; its target is not touched.
 		return removeEntry(pfd, base, shown)
 	default:
-		mounted, sure, err := childIsMountRoot(pfd, base, shown, &st, c.strategy)
-		if err != nil {
-			return err
-		}
-		if mounted || !sure {
-			w.foundMount(pfd, base, shown)
-			return &CrossesMountError{Path: path, Mounts: w.crossed}
-		}
-		if err := removeEntry(pfd, base, shown); err != nil {
-			if errors.Is(err, unix.EBUSY) {
-				w.foundMount(pfd, base, shown)
-				return &CrossesMountError{Path: path, Mounts: w.crossed}
-			}
-			return err
-		}
-		return nil
+		return w.removeFile(pfd, base, shown, path, &st)
 	}
 
-	fd, err := openat(pfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
+	fd, err := fsat.Openat(pfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		switch err {
 		case unix.ENOENT:
@@ -327,12 +209,50 @@ func removeAt(pfd int, base, shown, path string, c *config) error {
 		}
 	}()
 
-	// Refuse before touching: the directory itself must not be a mount
-	// root, and nothing may be mounted beneath it.
+	if err := w.refuseMounts(pfd, base, fd, shown, path, &st); err != nil {
+		return err
+	}
+
+	closeRoot = false // the walk owns fd now
+	if c.workers > 1 {
+		w.parallel(root, c.workers)
+	} else {
+		sc := scratchPool.Get().(*scratch)
+		w.serial(root, sc)
+		scratchPool.Put(sc)
+	}
+	return w.result(path)
+}
+
+// removeFile removes the start entry base of pfd, a non-directory whose
+// fstatat is st, unless it is a mount point.
+func (w *walk) removeFile(pfd int, base, shown, path string, st *unix.Stat_t) error {
+	mounted, sure, err := childIsMountRoot(pfd, base, shown, st, w.s)
+	if err != nil {
+		return err
+	}
+	if mounted || !sure {
+		w.foundMount(pfd, base, shown)
+		return &CrossesMountError{Path: path, Mounts: w.crossed}
+	}
+	if err := removeEntry(pfd, base, shown); err != nil {
+		if errors.Is(err, unix.EBUSY) {
+			w.foundMount(pfd, base, shown)
+			return &CrossesMountError{Path: path, Mounts: w.crossed}
+		}
+		return err
+	}
+	return nil
+}
+
+// refuseMounts refuses before touching: the start directory (the entry
+// base of pfd, open as fd, its fstatat st) must not be a mount root, and
+// nothing may be mounted beneath it. It sets w.rootMnt.
+func (w *walk) refuseMounts(pfd int, base string, fd int, shown, path string, st *unix.Stat_t) error {
 	selfMounted := false
-	if mask := c.strategy.statxMask(); mask != 0 {
+	if mask := w.s.statxMask(); mask != 0 {
 		var sx unix.Statx_t
-		if err := ignoringEINTR(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, mask, &sx) }); err != nil {
+		if err := fsat.Retry(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, mask, &sx) }); err != nil {
 			return &os.PathError{Op: "statx", Path: shown, Err: err}
 		}
 		if sx.Mask&uint32(mask) == 0 {
@@ -341,7 +261,7 @@ func removeAt(pfd int, base, shown, path string, c *config) error {
 		w.rootMnt = sx.Mnt_id
 		selfMounted = sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
 	} else {
-		mounted, _, err := childIsMountRoot(pfd, base, shown, &st, c.strategy)
+		mounted, _, err := childIsMountRoot(pfd, base, shown, st, w.s)
 		if err != nil {
 			return err
 		}
@@ -362,16 +282,7 @@ func removeAt(pfd int, base, shown, path string, c *config) error {
 	if len(at) > 0 || len(beneath) > 0 {
 		return &CrossesMountError{Path: path, Mounts: append(at, beneath...)}
 	}
-
-	closeRoot = false // the walk owns fd now
-	if c.workers > 1 {
-		w.parallel(root, c.workers)
-	} else {
-		sc := scratchPool.Get().(*scratch)
-		w.serial(root, sc)
-		scratchPool.Put(sc)
-	}
-	return w.result(path)
+	return nil
 }
 
 // removeEntry unlinks a non-directory entry, treating a vanished entry as
@@ -382,90 +293,6 @@ func removeEntry(dirfd int, name, path string) error {
 		return nil
 	}
 	return &os.PathError{Op: "unlinkat", Path: path, Err: err}
-}
-
-// openDir opens the subdirectory name of parent without following
-// symlinks and without crossing a mount. crossed is true when name is the
-// root of another mount; nothing is opened then.
-func (w *walk) openDir(parent *dirNode, name string) (fd int, crossed bool, err error) {
-	if w.s == strategyOpenat2 {
-		err = ignoringEINTR(func() (err error) {
-			fd, err = unix.Openat2(parent.fd, name, &unix.OpenHow{
-				Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-				Resolve: unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-			})
-			return err
-		})
-		if err == unix.EXDEV {
-			return -1, true, nil
-		}
-		return fd, false, err
-	}
-	mask := w.s.statxMask()
-	var sx unix.Statx_t
-	// Look before opening: opening a mount point reaches the mounted
-	// filesystem (a FUSE daemon that stopped answering would block the
-	// walk). AT_STATX_DONT_SYNC and only the mount ID asked: nothing is
-	// asked of it. The check after the open catches a mount that appears
-	// in between.
-	err = ignoringEINTR(func() error {
-		return unix.Statx(parent.fd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, mask, &sx)
-	})
-	if err == nil && sx.Mask&uint32(mask) != 0 && (sx.Mnt_id != w.rootMnt || sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0) {
-		return -1, true, nil
-	}
-	fd, err = openat(parent.fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
-	if err != nil {
-		return -1, false, err
-	}
-	err = ignoringEINTR(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, mask, &sx) })
-	if err == nil && sx.Mask&uint32(mask) == 0 {
-		err = fmt.Errorf("kernel returned no mount ID: %w", ErrUnsupported)
-	}
-	if err != nil {
-		unix.Close(fd)
-		return -1, false, err
-	}
-	if sx.Mnt_id != w.rootMnt || sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0 {
-		unix.Close(fd)
-		return -1, true, nil
-	}
-	return fd, false, nil
-}
-
-// enter opens subdirectory name of parent and returns its node, or nil
-// when there is nothing to descend into (gone, a mount, replaced by a
-// non-directory which has then been unlinked, or an error recorded).
-func (w *walk) enter(parent *dirNode, name string) *dirNode {
-	if testHookBeforeEnter != nil {
-		testHookBeforeEnter(parent.child(name))
-	}
-	fd, crossed, err := w.openDir(parent, name)
-	if err == nil && !crossed && testHookAfterEnter != nil {
-		testHookAfterEnter(parent.child(name))
-	}
-	switch {
-	case crossed:
-		w.foundMount(parent.fd, name, parent.child(name))
-		parent.keep(name)
-		return nil
-	case err == nil:
-		return &dirNode{parent: parent, name: name, fd: fd, depth: parent.depth + 1}
-	case err == unix.ENOENT:
-		return nil
-	case err == unix.ENOTDIR || err == unix.ELOOP:
-		// It is no longer a directory (a symlink or file was swapped in):
-		// unlink the entry itself. unlinkat never follows a symlink.
-		if err := unlinkat(parent.fd, name, 0); err != nil && err != unix.ENOENT {
-			w.entryFailed(parent, name, "unlinkat", err)
-			return nil
-		}
-		parent.markProgress()
-		return nil
-	}
-	w.fail(&os.PathError{Op: "openat", Path: parent.child(name), Err: err})
-	parent.keep(name)
-	return nil
 }
 
 func (n *dirNode) markKept()     { n.kept.Store(true) }
@@ -494,57 +321,17 @@ func (w *walk) entryFailed(n *dirNode, name, op string, err error) {
 	w.fail(&os.PathError{Op: op, Path: n.child(name), Err: err})
 }
 
-// scratch is one goroutine's reusable memory for listing directories.
-type scratch struct {
-	buf   []byte   // getdents64 records
-	files []dirent // the batch's non-directories, to unlink in inode order
-}
+// remove is RemoveAll's action: every entry on the walk's mount is
+// unlinked, every directory removed once emptied; what cannot be removed
+// is reported and kept, and the walk goes on.
+type remove struct{}
 
-// scratchPool keeps listing buffers between calls: a teardown of a small
-// volume should not allocate a megabyte each time.
-var scratchPool = sync.Pool{New: func() any { return &scratch{buf: make([]byte, direntBufSize)} }}
+func (remove) entered(*walk, *dirNode) bool { return true }
 
-// list reads one batch of n's entries: non-directories are unlinked at
-// once, in inode order (as GNU rm does for large directories: on ext4 and
-// XFS it keeps inode-table updates local), subdirectories are passed to
-// subdir. It returns false at the end of the directory.
-func (w *walk) list(n *dirNode, sc *scratch, subdir func(name []byte)) bool {
-	var nread int
-	err := ignoringEINTR(func() (err error) {
-		nread, err = unix.Getdents(n.fd, sc.buf)
-		return err
-	})
-	if err != nil {
-		w.fail(&os.PathError{Op: "getdents64", Path: n.path(), Err: err})
-		n.markKept()
-		return false
-	}
-	if nread == 0 {
-		return false
-	}
-	buf := sc.buf[:nread]
-	files := sc.files[:0]
-	var skip map[string]struct{}
-	if n.reopened {
-		skip = n.keptNames // already met and reported in this walk
-	}
-	for off := 0; off < nread; {
-		d, next, err := nextDirent(buf, off)
-		if err != nil {
-			w.fail(&os.PathError{Op: "getdents64", Path: n.path(), Err: err})
-			n.markKept()
-			return false
-		}
-		off = next
-		switch {
-		case isDotOrDotDot(d.name):
-		case skip != nil && isKept(skip, d.name):
-		case d.typ == unix.DT_DIR:
-			subdir(d.name)
-		default:
-			files = append(files, d)
-		}
-	}
+// files unlinks a batch of n's non-directories in inode order (as GNU rm
+// does for large directories: on ext4 and XFS it keeps inode-table updates
+// local).
+func (remove) files(w *walk, n *dirNode, buf []byte, files []dirent, subdir func(name []byte)) {
 	slices.SortFunc(files, func(a, b dirent) int { return cmp.Compare(a.ino, b.ino) })
 	removed := false
 	for _, d := range files {
@@ -563,16 +350,42 @@ func (w *walk) list(n *dirNode, sc *scratch, subdir func(name []byte)) bool {
 			w.entryFailed(n, string(d.name), "unlinkat", err)
 		}
 	}
-	sc.files = files[:0]
 	if removed {
 		n.markProgress()
 	}
-	return true
 }
 
-func isKept(names map[string]struct{}, name []byte) bool {
-	_, ok := names[string(name)]
-	return ok
+func (remove) mount(w *walk, n *dirNode, name string) {
+	w.foundMount(n.fd, name, n.child(name))
+	n.keep(name)
+}
+
+// replaced: the entry is no longer a directory (a symlink or file was
+// swapped in): unlink the entry itself. unlinkat never follows a symlink.
+func (remove) replaced(w *walk, n *dirNode, name string) {
+	if err := unlinkat(n.fd, name, 0); err != nil && err != unix.ENOENT {
+		w.entryFailed(n, name, "unlinkat", err)
+		return
+	}
+	n.markProgress()
+}
+
+func (remove) failed(w *walk, n *dirNode, name string, err error) {
+	w.fail(err)
+	if name == "" {
+		n.markKept()
+	} else {
+		n.keep(name)
+	}
+}
+
+func (remove) done(w *walk, n *dirNode) bool { return w.finish(n) }
+
+// reopened: the new fd lists n from its start, where what was already
+// removed is gone and what was kept reappears: list skips that.
+func (remove) reopened(_ *walk, n *dirNode) error {
+	n.reopened = true
+	return nil
 }
 
 // finish tries to remove the emptied directory n from its parent. It
@@ -615,104 +428,3 @@ func (w *walk) finish(n *dirNode) (again bool) {
 	w.entryFailed(p, n.name, "unlinkat", err)
 	return false
 }
-
-// serial removes the tree under root depth-first with an explicit stack.
-// At most w.maxOpen directory fds are open; the fds of shallower frames
-// are closed and reopened through ".." on the way back up.
-func (w *walk) serial(root *dirNode, sc *scratch) {
-	stack := []*dirNode{root}
-	defer func() {
-		for _, f := range stack {
-			if f.fd >= 0 {
-				unix.Close(f.fd)
-			}
-		}
-	}()
-	base := root.depth
-	for len(stack) > 0 {
-		if w.aborted.Load() {
-			return
-		}
-		f := stack[len(stack)-1]
-		if f.next < len(f.subdirs) {
-			name := f.subdirs[f.next]
-			f.next++
-			if c := w.enter(f, name); c != nil {
-				stack = append(stack, c)
-				if len(stack) > w.maxOpen {
-					w.evict(stack[len(stack)-w.maxOpen-1])
-				}
-			}
-			continue
-		}
-		if !f.eof {
-			f.subdirs, f.next = f.subdirs[:0], 0
-			if !w.list(f, sc, func(name []byte) { f.subdirs = append(f.subdirs, string(name)) }) {
-				f.eof = true
-			}
-			continue
-		}
-		// f is listed and its subdirectories are gone: remove f.
-		if f.depth > base && f.parent.fd < 0 {
-			if err := w.reopenParent(f); err != nil {
-				w.abort(err)
-				return
-			}
-		}
-		if w.finish(f) {
-			continue
-		}
-		unix.Close(f.fd)
-		f.fd = -1
-		stack = stack[:len(stack)-1]
-	}
-}
-
-// evict closes a frame's fd, remembering its identity for reopenParent.
-func (w *walk) evict(f *dirNode) {
-	if f.fd < 0 || f.parent == nil || f.parent.parent == nil {
-		return // never the start directory
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(f.fd, &st); err != nil {
-		return // keep it open rather than lose the ability to verify it
-	}
-	f.dev, f.ino = uint64(st.Dev), uint64(st.Ino)
-	unix.Close(f.fd)
-	f.fd = -1
-}
-
-// reopenParent reopens the evicted parent of f through f's "..", and
-// proves it is the same directory by device and inode: if the tree was
-// moved meanwhile, the walk stops instead of removing from somewhere else.
-//
-// Like any lookup, ".." steps onto whatever is mounted on the parent now,
-// so it is opened with the same mount check as a descent (EXDEV, or another
-// mount ID): a mount that appeared on an evicted directory is reported and
-// never entered. The covered directory is then out of reach; the walk stops.
-func (w *walk) reopenParent(f *dirNode) error {
-	p := f.parent
-	fd, crossed, err := w.openDir(f, "..")
-	if crossed {
-		w.foundMount(f.fd, "..", p.path())
-		return &os.PathError{Op: "openat", Path: p.path(), Err: errors.New("a mount appeared on this directory during removal; stopping")}
-	}
-	if err != nil {
-		return &os.PathError{Op: "openat", Path: p.path(), Err: err}
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
-		return &os.PathError{Op: "fstat", Path: p.path(), Err: err}
-	}
-	if uint64(st.Dev) != p.dev || uint64(st.Ino) != p.ino {
-		unix.Close(fd)
-		return &os.PathError{Op: "openat", Path: p.path(), Err: errors.New("directory was moved during removal; stopping")}
-	}
-	p.fd = fd
-	p.reopened = true
-	return nil
-}
-
-// String is used in test failure messages.
-func (n *dirNode) String() string { return strings.TrimPrefix(n.path(), "/") }

@@ -119,7 +119,7 @@ func (w *walk) process(q *taskQueue, t task, sc *scratch) {
 // own parent released in turn.
 func (w *walk) release(q *taskQueue, n *dirNode) {
 	for n.pending.Add(-1) == 0 {
-		if !w.aborted.Load() && w.finish(n) {
+		if !w.aborted.Load() && w.act.done(w, n) {
 			n.pending.Store(1)
 			q.push(task{relist: n})
 			return

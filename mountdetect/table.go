@@ -6,6 +6,11 @@ package mountdetect
 // milliseconds on a node with thousands of mounts). Its answers are as old
 // as the read; RemoveAll never uses a table, it reads the kernel's at the
 // time it runs.
+//
+// A nil *MountTable is the kernel's table at the time of each question: its
+// methods read the table anew (or, like Detect, need none). Code that may be
+// handed a table or nil and asks several questions calls OrRead once, so
+// that they are all answered from one read.
 type MountTable struct {
 	mountTableData
 }
@@ -13,9 +18,25 @@ type MountTable struct {
 // ReadMountTable reads the mount table once.
 func ReadMountTable() (*MountTable, error) { return readMountTable() }
 
+// OrRead returns t, or when t is nil the kernel's table read now: the one
+// place that decides between a table read once for many questions (nodevol
+// scan) and the live table.
+func (t *MountTable) OrRead() (*MountTable, error) {
+	if t != nil {
+		return t, nil
+	}
+	return readMountTable()
+}
+
 // NestedMounts is NestedMounts answered from the table (mounts made
-// through another bind mount of path's filesystem included).
-func (t *MountTable) NestedMounts(path string) ([]Mount, error) { return t.nestedMounts(path) }
+// through another bind mount of path's filesystem included); on a nil
+// table, the package's NestedMounts.
+func (t *MountTable) NestedMounts(path string) ([]Mount, error) {
+	if t == nil {
+		return nestedMounts(path)
+	}
+	return t.nestedMounts(path)
+}
 
 // Detect is Detect with the hugetlbfs page size taken from the table.
 func (t *MountTable) Detect(path string) (FSInfo, error) { return detect(path, t) }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/internal/fsat"
 )
 
 type tableEntry struct {
@@ -161,7 +163,7 @@ func (t *MountTable) mountsAt(fd int, real string) (at, beneath []Mount) {
 // filesystem, found through its mount's table entry.
 func (t *MountTable) positionOf(fd int, real string) (pos string, dev uint64, ok bool) {
 	var sx unix.Statx_t
-	err := ignoringEINTR(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &sx) })
+	err := fsat.Retry(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &sx) })
 	if err != nil || sx.Mask&unix.STATX_MNT_ID == 0 {
 		return "", 0, false
 	}
@@ -175,7 +177,7 @@ func (t *MountTable) positionOf(fd int, real string) (pos string, dev uint64, ok
 }
 
 func (t *MountTable) nestedMounts(path string) ([]Mount, error) {
-	fd, err := openat(unix.AT_FDCWD, path, unix.O_PATH|unix.O_DIRECTORY)
+	fd, err := fsat.Openat(unix.AT_FDCWD, path, unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
@@ -192,7 +194,7 @@ func (t *MountTable) nestedMounts(path string) ([]Mount, error) {
 // the mount (found by the mount ID statx reports) that fd is on.
 func (t *MountTable) hugePageSizeOf(fd int, path string) (int64, error) {
 	var sx unix.Statx_t
-	err := ignoringEINTR(func() error {
+	err := fsat.Retry(func() error {
 		return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &sx)
 	})
 	if err != nil || sx.Mask&unix.STATX_MNT_ID == 0 {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/nodevol/nodevol/internal/mounttest"
+	"golang.org/x/sys/unix"
 )
 
 func TestMountTable(t *testing.T) {
@@ -41,5 +42,45 @@ func TestMountTable(t *testing.T) {
 	info, err := tab.Detect(hp)
 	if err != nil || info.Magic != MagicHugetlbfs || !info.MountPoint || info.HugePageSize != 2<<20 {
 		t.Errorf("table.Detect(hugetlbfs) = %+v, %v", info, err)
+	}
+}
+
+// TestNilMountTable: a nil table is the kernel's table at the time of each
+// question, and OrRead turns it into one read.
+func TestNilMountTable(t *testing.T) {
+	mounttest.RequireMounts(t)
+	vol := filepath.Join(t.TempDir(), "vol")
+	mounttest.Build(t, vol, "dir sub")
+	mounttest.Tmpfs(t, filepath.Join(vol, "a"), "")
+
+	var none *MountTable
+	got, err := none.NestedMounts(vol)
+	if err != nil || !slices.Equal(mountPoints(got), []string{filepath.Join(vol, "a")}) {
+		t.Errorf("(*MountTable)(nil).NestedMounts(%q) = %q, %v; want [%s/a]", vol, mountPoints(got), err, vol)
+	}
+	fd, err := unix.Open(vol, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	at, beneath, err := none.MountsAtFile(fd, vol)
+	if err != nil || len(at) != 0 || !slices.Equal(mountPoints(beneath), []string{filepath.Join(vol, "a")}) {
+		t.Errorf("(*MountTable)(nil).MountsAtFile(%q) = %q, %q, %v; want [], [%s/a]", vol, mountPoints(at), mountPoints(beneath), err, vol)
+	}
+
+	tab, err := none.OrRead()
+	if err != nil || tab == nil {
+		t.Fatalf("(*MountTable)(nil).OrRead() = %v, %v; want a table", tab, err)
+	}
+	// A mount made after the read is not in that table, but is live.
+	mounttest.Tmpfs(t, filepath.Join(vol, "sub"), "")
+	if same, err := tab.OrRead(); same != tab || err != nil {
+		t.Errorf("tab.OrRead() = %p, %v; want tab (%p)", same, err, tab)
+	}
+	if got, _ := tab.NestedMounts(vol); len(got) != 1 {
+		t.Errorf("table read before the second mount: NestedMounts(%q) = %q; want only %s/a", vol, mountPoints(got), vol)
+	}
+	if got, _ := none.NestedMounts(vol); len(got) != 2 {
+		t.Errorf("(*MountTable)(nil).NestedMounts(%q) after a second mount = %q; want both", vol, mountPoints(got))
 	}
 }

@@ -13,11 +13,11 @@ type Usage struct {
 	Skipped []Mount `json:"skipped,omitempty"`
 }
 
-// DiskUsage walks the tree at path the way RemoveAll does — fd-relative,
-// never following symlinks, never entering another mount — and adds up
-// what it finds. Hard-linked files are counted once. Files that vanish
-// during the walk are not counted; other errors stop the walk. It keeps one
-// directory fd open per level of depth (RemoveAll bounds its fds; this
-// read-only walk does not), so a tree deeper than the fd limit fails with
-// EMFILE.
-func DiskUsage(path string) (Usage, error) { return diskUsage(path, autoStrategy()) }
+// DiskUsage walks the tree at path with RemoveAll's walk — fd-relative,
+// never following symlinks, never entering another mount, at most 128
+// directory fds open however deep the tree — and adds up what it finds.
+// Hard-linked files are counted once. Files that vanish during the walk are
+// not counted; other errors stop the walk.
+func DiskUsage(path string) (Usage, error) {
+	return diskUsage(path, &config{strategy: autoStrategy()})
+}

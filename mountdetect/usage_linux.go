@@ -2,9 +2,12 @@ package mountdetect
 
 import (
 	"fmt"
+	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/internal/fsat"
 )
 
 type inodeKey struct {
@@ -12,131 +15,119 @@ type inodeKey struct {
 	ino          uint64
 }
 
-// usageFrame is one directory of the walk. It holds its own name and its
-// parent, not its whole path: a chain of deep directories with long names
-// costs memory linear in the names, and a path is built only for a
-// message.
-type usageFrame struct {
-	fd     int
-	parent *usageFrame
-	name   string // the path given, for the root
-	subs   []string
-	next   int
+// usage is DiskUsage's action: every directory and non-directory on the
+// walk's mount is counted (a hard-linked inode once), mounts are skipped
+// and listed, and the first error stops the walk.
+type usage struct {
+	u    Usage
+	mask int // what statx is asked: the counted fields and the mount ID
+	seen map[inodeKey]bool
 }
 
-func (f *usageFrame) path() string {
-	if f.parent == nil {
-		return f.name
+func (a *usage) count(sx *unix.Statx_t) {
+	if sx.Nlink > 1 && sx.Mode&unix.S_IFMT != unix.S_IFDIR {
+		k := inodeKey{sx.Dev_major, sx.Dev_minor, sx.Ino}
+		if a.seen[k] {
+			return
+		}
+		a.seen[k] = true
 	}
-	return f.parent.path() + "/" + f.name
+	a.u.Inodes++
+	a.u.Bytes += int64(sx.Blocks) * 512
 }
 
-func diskUsage(path string, s strategy) (Usage, error) {
-	var u Usage
-	if !s.walkSafe() {
-		return u, fmt.Errorf("disk usage of %s: %w: the kernel offers neither statx mount IDs nor openat2", path, ErrUnsupported)
-	}
-	fd, err := openat(unix.AT_FDCWD, path, unix.O_RDONLY|unix.O_DIRECTORY)
-	if err != nil {
-		return u, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	mask := unix.STATX_TYPE | unix.STATX_INO | unix.STATX_NLINK | unix.STATX_BLOCKS | s.statxMask()
+func (a *usage) skip(path string) { a.u.Skipped = append(a.u.Skipped, Mount{MountPoint: path}) }
+
+// entered counts a directory the walk opened.
+func (a *usage) entered(w *walk, n *dirNode) bool {
 	var sx unix.Statx_t
-	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, mask, &sx); err != nil {
-		unix.Close(fd)
-		return u, &os.PathError{Op: "statx", Path: path, Err: err}
+	if err := fsat.Retry(func() error { return unix.Statx(n.fd, "", unix.AT_EMPTY_PATH, a.mask, &sx) }); err != nil {
+		w.abort(&os.PathError{Op: "statx", Path: n.path(), Err: err})
+		return false
 	}
-	rootMnt := sx.Mnt_id
-	seen := map[inodeKey]bool{}
-	count := func(sx *unix.Statx_t) {
-		if sx.Nlink > 1 && sx.Mode&unix.S_IFMT != unix.S_IFDIR {
-			k := inodeKey{sx.Dev_major, sx.Dev_minor, sx.Ino}
-			if seen[k] {
-				return
-			}
-			seen[k] = true
-		}
-		u.Inodes++
-		u.Bytes += int64(sx.Blocks) * 512
-	}
-	count(&sx)
+	a.count(&sx)
+	return true
+}
 
-	w := &walk{s: s, rootMnt: rootMnt}
-	sc := scratchPool.Get().(*scratch)
-	defer scratchPool.Put(sc)
-	stack := []*usageFrame{{fd: fd, name: path}}
-	defer func() {
-		for _, f := range stack {
-			unix.Close(f.fd)
-		}
-	}()
-	for len(stack) > 0 {
-		f := stack[len(stack)-1]
-		if f.next < len(f.subs) {
-			name := f.subs[f.next]
-			f.next++
-			cfd, crossed, err := w.openDir(&dirNode{fd: f.fd}, name)
-			switch {
-			case crossed:
-				u.Skipped = append(u.Skipped, Mount{MountPoint: f.path() + "/" + name})
-				continue
-			case err == unix.ENOENT || err == unix.ENOTDIR || err == unix.ELOOP:
-				continue // gone or replaced during the walk
-			case err != nil:
-				return u, &os.PathError{Op: "openat", Path: f.path() + "/" + name, Err: err}
-			}
-			if err := unix.Statx(cfd, "", unix.AT_EMPTY_PATH, mask, &sx); err != nil {
-				unix.Close(cfd)
-				return u, &os.PathError{Op: "statx", Path: f.path() + "/" + name, Err: err}
-			}
-			count(&sx)
-			stack = append(stack, &usageFrame{fd: cfd, parent: f, name: name})
-			continue
-		}
-		var n int
-		err := ignoringEINTR(func() (err error) { n, err = unix.Getdents(f.fd, sc.buf); return err })
-		if err != nil {
-			return u, &os.PathError{Op: "getdents64", Path: f.path(), Err: err}
-		}
-		if n == 0 {
-			unix.Close(f.fd)
-			stack = stack[:len(stack)-1]
-			continue
-		}
-		f.subs, f.next = f.subs[:0], 0
-		for off := 0; off < n; {
-			d, next, err := nextDirent(sc.buf[:n], off)
-			if err != nil {
-				return u, &os.PathError{Op: "getdents64", Path: f.path(), Err: err}
-			}
-			off = next
-			switch {
-			case isDotOrDotDot(d.name):
-			case d.typ == unix.DT_DIR:
-				f.subs = append(f.subs, string(d.name))
-			default:
-				name := string(d.name)
-				err := ignoringEINTR(func() error {
-					// AT_STATX_DONT_SYNC: no effect on a local filesystem,
-					// and a FUSE mounted on a file here is not asked.
-					return unix.Statx(f.fd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, mask, &sx)
-				})
-				switch {
-				case err == unix.ENOENT:
-				case err != nil:
-					return u, &os.PathError{Op: "statx", Path: f.path() + "/" + string(d.name), Err: err}
-				case sx.Mode&unix.S_IFMT == unix.S_IFDIR:
-					f.subs = append(f.subs, string(d.name)) // DT_UNKNOWN directory
-				case sx.Mnt_id != rootMnt && s.statxMask() != 0:
-					u.Skipped = append(u.Skipped, Mount{MountPoint: f.path() + "/" + string(d.name)}) // a bind-mounted file
-				case sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0:
-					u.Skipped = append(u.Skipped, Mount{MountPoint: f.path() + "/" + string(d.name)})
-				default:
-					count(&sx)
-				}
-			}
+// files counts a batch of n's non-directories, looked at by name.
+func (a *usage) files(w *walk, n *dirNode, _ []byte, files []dirent, subdir func(name []byte)) {
+	var sx unix.Statx_t
+	for _, d := range files {
+		name := string(d.name)
+		err := fsat.Retry(func() error {
+			// AT_STATX_DONT_SYNC: no effect on a local filesystem, and a
+			// FUSE mounted on a file here is not asked.
+			return unix.Statx(n.fd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, a.mask, &sx)
+		})
+		switch {
+		case err == unix.ENOENT:
+		case err != nil:
+			w.abort(&os.PathError{Op: "statx", Path: n.child(name), Err: err})
+			return
+		case sx.Mode&unix.S_IFMT == unix.S_IFDIR:
+			subdir(d.name) // DT_UNKNOWN directory
+		case sx.Mnt_id != w.rootMnt && w.s.statxMask() != 0:
+			a.skip(n.child(name)) // a bind-mounted file
+		case sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0:
+			a.skip(n.child(name))
+		default:
+			a.count(&sx)
 		}
 	}
-	sortMounts(u.Skipped)
-	return u, nil
+}
+
+func (a *usage) mount(_ *walk, n *dirNode, name string) { a.skip(n.child(name)) }
+
+// replaced: gone or replaced during the walk; not counted.
+func (*usage) replaced(*walk, *dirNode, string) {}
+
+func (*usage) failed(w *walk, _ *dirNode, _ string, err error) { w.abort(err) }
+
+func (*usage) done(*walk, *dirNode) bool { return false }
+
+// reopened resumes n's listing where the evicted fd had reached: what was
+// listed before is not counted twice. (Directory offsets are cookies that
+// stay valid across opens of the directory, as NFS export needs.)
+func (*usage) reopened(_ *walk, n *dirNode) error {
+	if _, err := unix.Seek(n.fd, n.off, io.SeekStart); err != nil {
+		return &os.PathError{Op: "lseek", Path: n.path(), Err: err}
+	}
+	return nil
+}
+
+func diskUsage(path string, c *config) (Usage, error) {
+	s := c.strategy
+	if !s.walkSafe() {
+		return Usage{}, fmt.Errorf("disk usage of %s: %w: the kernel offers neither statx mount IDs nor openat2", path, ErrUnsupported)
+	}
+	fd, err := fsat.Openat(unix.AT_FDCWD, path, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return Usage{}, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	a := &usage{
+		mask: unix.STATX_TYPE | unix.STATX_INO | unix.STATX_NLINK | unix.STATX_BLOCKS | s.statxMask(),
+		seen: map[inodeKey]bool{},
+	}
+	var sx unix.Statx_t
+	if err := fsat.Retry(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, a.mask, &sx) }); err != nil {
+		unix.Close(fd)
+		return Usage{}, &os.PathError{Op: "statx", Path: path, Err: err}
+	}
+	a.count(&sx)
+
+	w := &walk{act: a, s: s, rootMnt: sx.Mnt_id, maxOpen: c.maxOpen}
+	if w.maxOpen <= 0 {
+		w.maxOpen = defaultMaxOpen
+	}
+	// The pseudo-node above the start directory is never used: the start
+	// directory is never evicted, nor removed from it.
+	root := &dirNode{parent: &dirNode{fd: -1, shown: path}, name: path, fd: fd, depth: 1, shown: path}
+	sc := scratchPool.Get().(*scratch)
+	w.serial(root, sc) // closes every fd it holds
+	scratchPool.Put(sc)
+	if len(w.errs) > 0 {
+		return a.u, w.errs[0]
+	}
+	sortMounts(a.u.Skipped)
+	return a.u, nil
 }

@@ -1,6 +1,7 @@
 package mountdetect
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -40,7 +41,7 @@ func TestDiskUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range walkStrategies(t) {
-		u, err := diskUsage(vol, s)
+		u, err := diskUsage(vol, &config{strategy: s})
 		if err != nil {
 			t.Fatalf("%s: %v", s, err)
 		}
@@ -60,7 +61,7 @@ func TestDiskUsage(t *testing.T) {
 		mounttest.Build(t, base, "file src "+strings.Repeat("s", 100000))
 		mounttest.Bind(t, filepath.Join(base, "src"), filepath.Join(vol, "d/bound"))
 		for _, s := range walkStrategies(t) {
-			u, err := diskUsage(vol, s)
+			u, err := diskUsage(vol, &config{strategy: s})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -75,4 +76,59 @@ func TestDiskUsage(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestDiskUsageBoundsFds: DiskUsage is RemoveAll's walk, so a tree deeper
+// than its fd window is walked with at most maxOpen directory fds open,
+// evicted directories are reopened through "..", and their listing resumes
+// where it stopped: nothing is counted twice or missed.
+func TestDiskUsageBoundsFds(t *testing.T) {
+	vol := filepath.Join(t.TempDir(), "vol")
+	const depth, maxOpen = 40, 4
+	spec := []string{"dir top"}
+	dir := ""
+	for i := range depth {
+		dir = filepath.Join(dir, fmt.Sprintf("d%02d", i))
+		// Files before and after the subdirectory in listing order, and
+		// a sibling directory, so that a level is listed on both sides of
+		// its descent.
+		spec = append(spec, "file "+dir+"/a x", "file "+dir+"/z "+strings.Repeat("z", 5000), "dir "+dir+"/sib")
+	}
+	mounttest.Build(t, vol, spec...)
+	if err := os.Link(filepath.Join(vol, "d00/z"), filepath.Join(vol, dir, "hard")); err != nil {
+		t.Fatal(err)
+	}
+	want, err := diskUsage(vol, &config{strategy: autoStrategy(), maxOpen: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// vol, top, and per level: the directory, a, z, sib (hard is d00/z).
+	if wantInodes := int64(2 + 4*depth); want.Inodes != wantInodes {
+		t.Fatalf("DiskUsage(%q) without eviction: Inodes = %d; want %d", vol, want.Inodes, wantInodes)
+	}
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	base, most := fds(), 0
+	testHookAfterEnter = func(string) { most = max(most, fds()-base) }
+	t.Cleanup(func() { testHookAfterEnter = nil })
+	for _, s := range walkStrategies(t) {
+		most = 0
+		got, err := diskUsage(vol, &config{strategy: s, maxOpen: maxOpen})
+		if err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+		if got.Bytes != want.Bytes || got.Inodes != want.Inodes || len(got.Skipped) != 0 {
+			t.Errorf("%s: DiskUsage(%q) with maxOpen=%d = %+v; want %+v", s, vol, maxOpen, got, want)
+		}
+		// The walk's window, plus the fd just opened (not yet pushed) and
+		// the one ReadDir used to count.
+		if most > maxOpen+2 {
+			t.Errorf("%s: DiskUsage(%q) with maxOpen=%d had %d fds open", s, vol, maxOpen, most)
+		}
+	}
 }

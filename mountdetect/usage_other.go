@@ -2,4 +2,4 @@
 
 package mountdetect
 
-func diskUsage(string, strategy) (Usage, error) { return Usage{}, ErrUnsupported }
+func diskUsage(string, *config) (Usage, error) { return Usage{}, ErrUnsupported }

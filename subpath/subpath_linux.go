@@ -267,11 +267,9 @@ func (t *tree) examineIn(tab *mountdetect.MountTable, collect bool) (*report, er
 		r.foreign = append(r.foreign, mountdetect.Mount{MountPoint: t.dir})
 		return r, nil
 	}
-	if tab == nil {
-		var err error
-		if tab, err = mountdetect.ReadMountTable(); err != nil {
-			return nil, err
-		}
+	tab, err := tab.OrRead()
+	if err != nil {
+		return nil, err
 	}
 	if testHookAfterMountTable != nil {
 		testHookAfterMountTable()
