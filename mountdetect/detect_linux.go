@@ -12,6 +12,8 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/internal/fsat"
 )
 
 // strategy is how mount boundaries are detected. Tests force each one so
@@ -73,7 +75,7 @@ func autoStrategy() strategy { return kernelStrategy() }
 func probeKernel() KernelFeatures {
 	statx := func(mask int) bool {
 		var sx unix.Statx_t
-		err := ignoringEINTR(func() error { return unix.Statx(unix.AT_FDCWD, "/", unix.AT_SYMLINK_NOFOLLOW, mask, &sx) })
+		err := fsat.Retry(func() error { return unix.Statx(unix.AT_FDCWD, "/", unix.AT_SYMLINK_NOFOLLOW, mask, &sx) })
 		return err == nil && sx.Mask&uint32(mask) != 0 && sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0
 	}
 	f := KernelFeatures{
@@ -84,7 +86,7 @@ func probeKernel() KernelFeatures {
 		StatxMountID:       statx(unix.STATX_MNT_ID),
 	}
 	var fd int
-	err := ignoringEINTR(func() (err error) {
+	err := fsat.Retry(func() (err error) {
 		fd, err = unix.Openat2(unix.AT_FDCWD, "/", &unix.OpenHow{
 			Flags:   unix.O_PATH | unix.O_CLOEXEC,
 			Resolve: unix.RESOLVE_NO_XDEV,
@@ -133,24 +135,6 @@ func supportedStrategies() []strategy {
 	return append(out, strategyStdev)
 }
 
-func ignoringEINTR(fn func() error) error {
-	for {
-		err := fn()
-		if err != unix.EINTR {
-			return err
-		}
-	}
-}
-
-func openat(dirfd int, name string, flags int) (int, error) {
-	var fd int
-	err := ignoringEINTR(func() (err error) {
-		fd, err = unix.Openat(dirfd, name, flags|unix.O_CLOEXEC, 0)
-		return err
-	})
-	return fd, err
-}
-
 // fdPath is the kernel's name for what fd refers to, with symlinks
 // resolved. It is how a directory that was opened through a symlinked
 // parent is found in the mount table.
@@ -179,7 +163,7 @@ func fdPath(fd int, fallback string) (string, error) {
 // detect implements Detect; with a non-nil table the hugetlbfs page size
 // comes from it instead of a fresh read of the mount table.
 func detect(path string, tab *MountTable) (FSInfo, error) {
-	fd, err := openat(unix.AT_FDCWD, path, unix.O_PATH)
+	fd, err := fsat.Openat(unix.AT_FDCWD, path, unix.O_PATH, 0)
 	if err != nil {
 		return FSInfo{Path: path}, &os.PathError{Op: "open", Path: path, Err: err}
 	}
@@ -192,7 +176,7 @@ func detectFd(fd int, path string, tab *MountTable) (FSInfo, error) {
 	info := FSInfo{Path: path}
 	var err error
 	var st unix.Statfs_t
-	if err := ignoringEINTR(func() error { return unix.Fstatfs(fd, &st) }); err != nil {
+	if err := fsat.Retry(func() error { return unix.Fstatfs(fd, &st) }); err != nil {
 		return info, &os.PathError{Op: "fstatfs", Path: path, Err: err}
 	}
 	info.Magic = uint32(st.Type)
@@ -222,7 +206,7 @@ func detectFd(fd int, path string, tab *MountTable) (FSInfo, error) {
 // fdIsMountRoot answers IsMountPoint for an open file.
 func fdIsMountRoot(fd int, path string) (mounted, sure bool, err error) {
 	var sx unix.Statx_t
-	err = ignoringEINTR(func() error {
+	err = fsat.Retry(func() error {
 		return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &sx)
 	})
 	if err == nil && sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 {
@@ -241,7 +225,7 @@ func fdIsMountRoot(fd int, path string) (mounted, sure bool, err error) {
 // It returns 0 when the mount has no such option.
 func hugePageSizeOf(fd int, path string) (int64, error) {
 	var sx unix.Statx_t
-	err := ignoringEINTR(func() error {
+	err := fsat.Retry(func() error {
 		return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &sx)
 	})
 	var filter mountinfo.FilterFunc
@@ -313,14 +297,14 @@ func isMountPoint(path string, s strategy) (mounted, sure bool, err error) {
 	if dir == "" {
 		dir = "."
 	}
-	pfd, err := openat(unix.AT_FDCWD, dir, unix.O_PATH|unix.O_DIRECTORY)
+	pfd, err := fsat.Openat(unix.AT_FDCWD, dir, unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return false, false, &os.PathError{Op: "open", Path: dir, Err: err}
 	}
 	defer unix.Close(pfd)
 
 	var st unix.Stat_t
-	if err := ignoringEINTR(func() error { return unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
+	if err := fsat.Retry(func() error { return unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
 		return false, false, &os.PathError{Op: "fstatat", Path: path, Err: err}
 	}
 	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
@@ -337,7 +321,7 @@ func isMountPoint(path string, s strategy) (mounted, sure bool, err error) {
 // named by the kernel (a clean path without symlinks, so this recursion
 // ends at once).
 func isMountPointResolved(path string, s strategy) (mounted, sure bool, err error) {
-	fd, err := openat(unix.AT_FDCWD, path, unix.O_PATH)
+	fd, err := fsat.Openat(unix.AT_FDCWD, path, unix.O_PATH, 0)
 	if err != nil {
 		return false, false, &os.PathError{Op: "open", Path: path, Err: err}
 	}
@@ -355,7 +339,7 @@ func childIsMountRoot(pfd int, name, path string, st *unix.Stat_t, s strategy) (
 	switch s {
 	case strategyStatxUnique, strategyStatxMntID:
 		var sx unix.Statx_t
-		err := ignoringEINTR(func() error {
+		err := fsat.Retry(func() error {
 			return unix.Statx(pfd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT, s.statxMask(), &sx)
 		})
 		if err != nil {
@@ -405,7 +389,7 @@ func childIsMountRoot(pfd int, name, path string, st *unix.Stat_t, s strategy) (
 }
 
 func nestedMounts(path string) ([]Mount, error) {
-	fd, err := openat(unix.AT_FDCWD, path, unix.O_PATH|unix.O_DIRECTORY)
+	fd, err := fsat.Openat(unix.AT_FDCWD, path, unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/internal/mounttest"
 	"github.com/nodevol/nodevol/internal/testhook"
 )
@@ -46,7 +47,7 @@ func TestRemoveAllTestHook(t *testing.T) {
 			var err error
 			if at {
 				var pfd int
-				pfd, err = openat(unix.AT_FDCWD, base, unix.O_RDONLY|unix.O_DIRECTORY)
+				pfd, err = fsat.Openat(unix.AT_FDCWD, base, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -111,10 +111,7 @@ func examine(path string) checkResult {
 // from the kernel's table now when tab is nil ("scan" reads the table
 // once for every volume).
 func examineIn(tab *mountdetect.MountTable, path string) checkResult {
-	detect, nestedMounts := mountdetect.Detect, mountdetect.NestedMounts
-	if tab != nil {
-		detect, nestedMounts = tab.Detect, tab.NestedMounts
-	}
+	detect, nestedMounts := tab.Detect, tab.NestedMounts // a nil table asks the kernel
 	r := checkResult{Path: path, NestedMounts: []mountdetect.Mount{}}
 	if path == "" {
 		return r.fail(errors.New("empty path"))
