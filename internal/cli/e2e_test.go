@@ -357,7 +357,7 @@ func TestNodevolDoesNotLinkTheDemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no go command on PATH: %v", err)
 	}
-	out, err := exec.Command(goCmd, "list", "-deps", nodevolPkg).Output()
+	out, err := exec.Command(goCmd, "list", "-buildvcs=false", "-deps", nodevolPkg).Output()
 	if err != nil {
 		t.Fatalf("go list -deps %s: %v", nodevolPkg, err)
 	}
