@@ -20,60 +20,27 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodevol/nodevol/internal/clitest"
 	"github.com/nodevol/nodevol/internal/mounttest"
 )
 
 // binary is nodevol-demo, built from this package.
 type binary struct{ path string }
 
-// buildBinary builds nodevol-demo once for TestDemoBinary's subtests, as
-// internal/cli's tests build nodevol: in a directory readable by everyone
-// (so that it can run as an unprivileged user), with -buildvcs=false (git
-// refuses a checkout owned by another user; nothing here depends on the
-// stamp).
+// buildBinary builds nodevol-demo once for TestDemoBinary's subtests
+// (clitest.Build).
 func buildBinary(t *testing.T) binary {
 	t.Helper()
-	goCmd, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("cannot build nodevol-demo: no go command on PATH: %v", err)
-	}
-	dir, err := os.MkdirTemp("", "nodevol-bin-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) }) // holds only the binary
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "nodevol-demo")
-	out, err := exec.Command(goCmd, "build", "-buildvcs=false", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build -buildvcs=false -o %s .: %v\n%s", bin, err, out)
-	}
-	return binary{path: bin}
+	return binary{path: clitest.Build(t, ".")}
 }
 
-// run runs the binary and returns its exit code and output, which it
-// logs. cmdFn may adjust the command (environment, credentials) before it
-// starts.
+// run runs the binary (clitest.Exec) and returns its exit code and
+// output, which it logs. cmdFn may adjust the command (environment,
+// credentials) before it starts.
 func (b binary) run(t *testing.T, cmdFn func(*exec.Cmd), args ...string) result {
 	t.Helper()
-	cmd := exec.Command(b.path, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if cmdFn != nil {
-		cmdFn(cmd)
-	}
-	err := cmd.Run()
-	r := result{stdout: stdout.String(), stderr: stderr.String()}
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &exit) && exit.Exited():
-		r.code = exit.ExitCode()
-	default:
-		t.Fatalf("%s %q: %v\nstderr:\n%s", b.path, args, err, r.stderr)
-	}
+	var r result
+	r.code, r.stdout, r.stderr = clitest.Exec(t, b.path, cmdFn, args...)
 	t.Logf("nodevol-demo %q: exit %d\nstdout:\n%s\nstderr:\n%s", args, r.code, r.stdout, r.stderr)
 	return r
 }
@@ -136,19 +103,11 @@ func TestDemoBinary(t *testing.T) {
 }
 
 // wantRow fails unless the scan table has a row with exactly these
-// columns (columns are separated by two spaces or more).
+// columns (clitest.WantRow).
 func wantRow(t *testing.T, out string, cols ...string) {
 	t.Helper()
-	want := strings.Join(cols, "|")
-	for line := range strings.Lines(out) {
-		if strings.Join(columnSep.Split(strings.TrimSpace(line), -1), "|") == want {
-			return
-		}
-	}
-	t.Errorf("no table row %q in:\n%s", want, out)
+	clitest.WantRow(t, out, cols...)
 }
-
-var columnSep = regexp.MustCompile(`\s{2,}`)
 
 func wantDemoWithNAS(t *testing.T, r result) {
 	t.Helper()

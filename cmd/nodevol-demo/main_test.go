@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodevol/nodevol/internal/clitest"
 	"github.com/nodevol/nodevol/internal/mounttest"
 )
 
@@ -26,11 +27,7 @@ func (r result) wantCode(t *testing.T, want int) {
 
 func wantContains(t *testing.T, what, got string, wants ...string) {
 	t.Helper()
-	for _, w := range wants {
-		if !strings.Contains(got, w) {
-			t.Errorf("%s does not contain %q:\n%s", what, w, got)
-		}
-	}
+	clitest.WantContains(t, what, got, wants...)
 }
 
 // Its arguments are handled as nodevol's commands handle theirs: help

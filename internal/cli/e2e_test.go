@@ -3,9 +3,7 @@
 package cli
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/nodevol/nodevol/internal/clitest"
 	"github.com/nodevol/nodevol/internal/mounttest"
 )
 
@@ -28,43 +27,17 @@ const (
 	demoPkg    = "../../cmd/nodevol-demo"
 )
 
-// buildBinary builds nodevol once for TestCLI's subtests. The go
-// command is found on PATH, where "go test" puts its own GOROOT/bin first.
-// The directory is readable by everyone so that the binary can also run as
-// an unprivileged user.
-//
-// -buildvcs=false: stamping the VCS state runs git, which refuses a
-// checkout owned by another user ("error obtaining VCS status"), so the
-// tests would fail for anyone but the checkout's owner; the binary's
-// behaviour does not depend on the stamp ("nodevol version" then says
-// "unknown", as for any build without it).
+// buildBinary builds nodevol once for TestCLI's subtests
+// (clitest.Build).
 func buildBinary(t *testing.T) binary {
 	t.Helper()
 	return buildProgram(t, nodevolPkg)
 }
 
-// buildProgram builds the command in the directory pkg, as buildBinary
-// does nodevol.
+// buildProgram builds the command in the directory pkg (clitest.Build).
 func buildProgram(t *testing.T, pkg string) binary {
 	t.Helper()
-	goCmd, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("cannot build nodevol: no go command on PATH: %v", err)
-	}
-	dir, err := os.MkdirTemp("", "nodevol-bin-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) }) // holds only the binary
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, filepath.Base(pkg))
-	out, err := exec.Command(goCmd, "build", "-buildvcs=false", "-o", bin, pkg).CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build -buildvcs=false -o %s %s: %v\n%s", bin, pkg, err, out)
-	}
-	return binary{path: bin}
+	return binary{path: clitest.Build(t, pkg)}
 }
 
 // run runs the binary and returns its exit code and output, which it
@@ -86,22 +59,8 @@ func (b binary) runQuiet(t *testing.T, args ...string) result {
 
 func (b binary) exec(t *testing.T, cmdFn func(*exec.Cmd), args ...string) result {
 	t.Helper()
-	cmd := exec.Command(b.path, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if cmdFn != nil {
-		cmdFn(cmd)
-	}
-	err := cmd.Run()
-	r := result{stdout: stdout.String(), stderr: stderr.String()}
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &exit) && exit.Exited():
-		r.code = exit.ExitCode()
-	default:
-		t.Fatalf("%s %q: %v\nstderr:\n%s", b.path, args, err, r.stderr)
-	}
+	var r result
+	r.code, r.stdout, r.stderr = clitest.Exec(t, b.path, cmdFn, args...)
 	return r
 }
 

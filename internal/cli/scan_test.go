@@ -9,11 +9,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/nodevol/nodevol/internal/clitest"
 	"github.com/nodevol/nodevol/internal/mounttest"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -303,19 +303,11 @@ func testScanCLI(t *testing.T, bin binary) {
 }
 
 // wantRow fails unless the scan table has a row with exactly these
-// columns (columns are separated by two spaces or more).
+// columns (clitest.WantRow).
 func wantRow(t *testing.T, out string, cols ...string) {
 	t.Helper()
-	want := strings.Join(cols, "|")
-	for line := range strings.Lines(out) {
-		if strings.Join(columnSep.Split(strings.TrimSpace(line), -1), "|") == want {
-			return
-		}
-	}
-	t.Errorf("no table row %q in:\n%s", want, out)
+	clitest.WantRow(t, out, cols...)
 }
-
-var columnSep = regexp.MustCompile(`\s{2,}`)
 
 // A problem that is an unreadable entry (not a bad name) is an error.
 func TestScanExitCodes(t *testing.T) {
