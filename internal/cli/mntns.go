@@ -163,3 +163,57 @@ func writeNamespaceRefusal(stderr io.Writer, cmd string, err *foreignNamespaceEr
 	fmt.Fprintf(stderr, "nodevol %s: %s: %s; %s\n", cmd, refused, display(err.NS.String()), nothing)
 	fmt.Fprintf(stderr, "  %s\n  %s\n", whyNamespace, err.hint())
 }
+
+// pathReport is one path's result of a command that changes the node (rm,
+// teardown): a pointer to its result struct.
+type pathReport[R any] interface {
+	*R
+	code() int
+	setErr(error)
+	setNamespace(mountNamespaceJSON)
+}
+
+// eachPath is the run loop rm and teardown share once their flags are
+// parsed: it asks which mount namespace this is, refuses (every path, or
+// one block in words) when a change must not be made from here, and
+// otherwise runs act on each path in order, reporting each result as one
+// JSON line or in words (human) as it comes. blank is a result for path
+// with nothing examined yet. The exit code is the worst result's.
+func eachPath[R any, P pathReport[R]](cmd string, nsFlags *namespaceFlags, paths []string, dryRun, asJSON bool,
+	stdout, stderr io.Writer, blank, act func(path string) R, human func(stdout, stderr io.Writer, r P)) int {
+	ns, err := nsFlags.gate(cmd)
+	if err != nil {
+		fmt.Fprintf(stderr, "nodevol %s: %s\n", cmd, display(err.Error()))
+		return ExitError
+	}
+	refused := ns.refusal()
+	if refused != nil && !asJSON {
+		writeNamespaceRefusal(stderr, cmd, refused, dryRun)
+		return ExitError
+	}
+	if !asJSON {
+		ns.warn(stderr)
+	}
+	enc := newJSONEncoder(stdout)
+	code := ExitOK
+	for _, path := range paths {
+		var r R
+		if refused != nil {
+			r = blank(path)
+			P(&r).setErr(refused)
+		} else {
+			r = act(path)
+		}
+		P(&r).setNamespace(ns.json())
+		code = max(code, P(&r).code())
+		if asJSON {
+			if err := enc.Encode(&r); err != nil {
+				fmt.Fprintf(stderr, "nodevol %s: write report: %v\n", cmd, err)
+				return ExitError
+			}
+			continue
+		}
+		human(stdout, stderr, &r)
+	}
+	return code
+}

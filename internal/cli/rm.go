@@ -43,6 +43,8 @@ func (r *rmResult) code() int {
 	return ExitOK
 }
 
+func (r *rmResult) setNamespace(ns mountNamespaceJSON) { r.MountNamespace = ns }
+
 func (r *rmResult) setErr(err error) {
 	r.err = err
 	r.record(err)
@@ -184,44 +186,16 @@ func runRm(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	if len(paths) == 0 {
 		return usageError(fs, stderr, "no PATH given")
 	}
-	ns, err := nsFlags.gate("rm")
-	if err != nil {
-		fmt.Fprintf(stderr, "nodevol rm: %s\n", display(err.Error()))
-		return ExitError
+	blank := func(path string) rmResult {
+		return rmResult{Path: path, DryRun: *dryRun, NestedMounts: []mountdetect.Mount{}}
 	}
-	refused := ns.refusal()
-	if refused != nil && !*asJSON {
-		writeNamespaceRefusal(stderr, "rm", refused, *dryRun)
-		return ExitError
-	}
-	if !*asJSON {
-		ns.warn(stderr)
-	}
-	enc := newJSONEncoder(stdout)
-	code = ExitOK
-	for _, p := range paths {
-		var r rmResult
-		switch {
-		case refused != nil:
-			r = rmResult{Path: p, DryRun: *dryRun, NestedMounts: []mountdetect.Mount{}}
-			r.setErr(refused)
-		case *dryRun:
-			r = planRemoval(p)
-		default:
-			r = removePath(p, *workers)
+	act := func(path string) rmResult {
+		if *dryRun {
+			return planRemoval(path)
 		}
-		r.MountNamespace = ns.json()
-		code = max(code, r.code())
-		if *asJSON {
-			if err := enc.Encode(&r); err != nil {
-				fmt.Fprintf(stderr, "nodevol rm: write report: %v\n", err)
-				return ExitError
-			}
-			continue
-		}
-		writeRmHuman(stdout, stderr, &r)
+		return removePath(path, *workers)
 	}
-	return code
+	return eachPath("rm", nsFlags, paths, *dryRun, *asJSON, stdout, stderr, blank, act, writeRmHuman)
 }
 
 // writeRmHuman reports one path: what was removed on stdout, refusals and

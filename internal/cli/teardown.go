@@ -63,6 +63,8 @@ func (r *teardownResult) code() int {
 	return ExitOK
 }
 
+func (r *teardownResult) setNamespace(ns mountNamespaceJSON) { r.MountNamespace = ns }
+
 func (r *teardownResult) setErr(err error) {
 	r.err = err
 	r.record(err)
@@ -280,45 +282,17 @@ func runTeardown(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	if len(paths) == 0 {
 		return usageError(fs, stderr, "no VOLUME_DIR given")
 	}
-	ns, err := nsFlags.gate("teardown")
-	if err != nil {
-		fmt.Fprintf(stderr, "nodevol teardown: %s\n", display(err.Error()))
-		return ExitError
-	}
-	refused := ns.refusal()
-	if refused != nil && !*asJSON {
-		writeNamespaceRefusal(stderr, "teardown", refused, *dryRun)
-		return ExitError
-	}
-	if !*asJSON {
-		ns.warn(stderr)
+	blank := func(path string) teardownResult {
+		return teardownResult{Path: path, DryRun: *dryRun, Mounts: []mountdetect.Mount{}, Subpaths: []subpath.Entry{}}
 	}
 	ctx := quietContext()
-	enc := newJSONEncoder(stdout)
-	code = ExitOK
-	for _, p := range paths {
-		var r teardownResult
-		switch {
-		case refused != nil:
-			r = teardownResult{Path: p, DryRun: *dryRun, Mounts: []mountdetect.Mount{}, Subpaths: []subpath.Entry{}}
-			r.setErr(refused)
-		case *dryRun:
-			r = planTeardown(ctx, p)
-		default:
-			r = tearDownVolume(ctx, p)
+	act := func(path string) teardownResult {
+		if *dryRun {
+			return planTeardown(ctx, path)
 		}
-		r.MountNamespace = ns.json()
-		code = max(code, r.code())
-		if *asJSON {
-			if err := enc.Encode(&r); err != nil {
-				fmt.Fprintf(stderr, "nodevol teardown: write report: %v\n", err)
-				return ExitError
-			}
-			continue
-		}
-		writeTeardownHuman(stdout, stderr, &r)
+		return tearDownVolume(ctx, path)
 	}
-	return code
+	return eachPath("teardown", nsFlags, paths, *dryRun, *asJSON, stdout, stderr, blank, act, writeTeardownHuman)
 }
 
 // writeTeardownHuman reports one volume: what was (or would be) done on
