@@ -54,7 +54,7 @@
 //     leaves a project in the bookkeeping files that no record names;
 //   - Memory: a tmpfs whose size= is the smallest positive of the node's
 //     allocatable memory, the pod's memory limit and the volume's
-//     sizeLimit, with noswap when tmpfs takes it (Linux 6.4, see TmpfsNoswap);
+//     sizeLimit, with noswap when tmpfs takes it (Linux 6.4, see [TmpfsNoswap]);
 //   - HugePages / HugePages-<size>: a hugetlbfs with pagesize= from the
 //     pod's hugepage requests (plain HugePages needs exactly one size).
 //
@@ -68,7 +68,7 @@
 // device and type — is recorded in nodevol.json, and only then is the
 // mount attached onto the open volume directory (move_mount): there is no
 // moment at which the volume's mount is visible without a record. With a
-// custom volume.SystemMounter the mount is made by path (/proc/self/fd/N,
+// custom [volume.SystemMounter] the mount is made by path (/proc/self/fd/N,
 // the open directory, so the mounter must mount in this process: the
 // name means nothing to a mount(8) it runs, as k8s.io/mount-utils' real
 // mounter does) with the same kind of source; its source, type and the
@@ -99,14 +99,16 @@
 //
 // # TearDown
 //
-// PlanTearDown says the same without acting; CheckTearDown on the
+// TearDown (the Unmounter's, or [Plugin.TearDownVolume], which returns
+// the plan it followed) does what follows; [Plugin.PlanTearDown] says the
+// same without acting, and CheckTearDown ([volume.TearDownChecker]) on the
 // Unmounter returns the refusal alone, so that a volume manager can check
 // everything (subpaths included) before it changes anything.
 //   - nothing there: success (leftover metadata is removed);
 //   - any mount beneath the volume directory: refused, nothing changes —
 //     ready marker and metadata stay, so a retry or a restart sees the same
-//     state — and the error (a *RefusedError wrapping a
-//     *mountdetect.CrossesMountError, errors.Is mountdetect.ErrCrossesMount)
+//     state — and the error (a [*RefusedError] wrapping a
+//     [*mountdetect.CrossesMountError], errors.Is [mountdetect.ErrCrossesMount])
 //     lists every mount;
 //   - something mounted on the volume directory itself is unmounted only
 //     when it is a single mount that matches SetUp's record (unique mount
@@ -125,7 +127,7 @@
 //   - Default: the quota (if one was assigned, or SetUp stopped while
 //     assigning one) is cleared by path — an error is returned, not
 //     logged — then the tree is removed with
-//     mountdetect.RemoveAllAt, which stops at mounts that appear meanwhile;
+//     [mountdetect.RemoveAllAt], which stops at mounts that appear meanwhile;
 //     the metadata goes last.
 //
 // A volume set up by a stock kubelet (or an older nodevol, or through a
@@ -135,7 +137,7 @@
 // not a share mounted there. The refusal says how to proceed: if the mount
 // is the volume's own, unmount it (umount DIR), then tear down again.
 //
-// Errors are *volume.OperationError values classified Transient (retry
+// Errors are [*volume.OperationError] values classified Transient (retry
 // after backoff: a refused or failed TearDown), Uncertain (a SetUp that
 // failed once it had touched the disk, or an unmount that failed or went
 // wrong: the volume may be partly there, and a volume manager must tear it
@@ -193,5 +195,5 @@
 //     mountdetect's documentation for the walk's own limits (a directory
 //     moved out of the volume while the walk is in it).
 //   - Linux only; on other systems every operation returns an error
-//     matching errors.ErrUnsupported.
+//     matching [errors.ErrUnsupported].
 package emptydir

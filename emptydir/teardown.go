@@ -157,6 +157,10 @@ func (u *unmounter) TearDown(ctx context.Context) error {
 	return err
 }
 
+// The emptyDir unmounter says whether its teardown would be refused
+// before the volume manager changes anything (its subpaths).
+var _ volume.TearDownChecker = (*unmounter)(nil)
+
 // CheckTearDown returns the error TearDown would refuse with, without
 // changing anything (nil when TearDown would go ahead). The volume manager
 // runs it, and the subpath check, before it changes anything.

@@ -3,7 +3,7 @@
 //
 // # The guarantee
 //
-// RemoveAll(path) deletes path and everything beneath it that lives on the
+// [RemoveAll](path) deletes path and everything beneath it that lives on the
 // same mount as path, and nothing else:
 //
 //   - One mount. It never unlinks anything on another mount. Mount
@@ -20,7 +20,7 @@
 //     is not followed (one moved while the walk is inside it: see below).
 //   - Refuse before touching. If the mount table shows any mount beneath
 //     path, or path is itself a mount point, nothing is deleted and a
-//     *CrossesMountError lists every mount. Mounts are matched by where
+//     [*CrossesMountError] lists every mount. Mounts are matched by where
 //     their mount point lies in path's filesystem, not only by the text of
 //     their mount point: a mount made through a second bind mount of a
 //     parent directory (listed under that other path) still sits on an
@@ -30,7 +30,7 @@
 //     directory (an fd is immune to later mounts), whose rmdir then fails
 //     with EBUSY. Either way the error lists the mount, with DuringWalk set.
 //
-// RemoveAllAt(dirfd, name, path) is the same removal for the entry name of a
+// [RemoveAllAt](dirfd, name, path) is the same removal for the entry name of a
 // directory the caller already holds open: nothing above the entry is
 // resolved by name, so a caller that reached the parent by descriptor
 // (opening each component with O_NOFOLLOW) keeps that guarantee through
@@ -38,7 +38,7 @@
 // and the mounts reported use it, never a /proc/self/fd name.
 //
 // This is what the kubelet's emptyDir teardown lacks: it ends in
-// os.RemoveAll, which descends into a NAS or NFS share mounted inside the
+// [os.RemoveAll], which descends into a NAS or NFS share mounted inside the
 // volume and empties it before failing with EBUSY on the mount point.
 //
 // # Which mount namespace
@@ -48,11 +48,11 @@
 // private namespace — reads another table: a NAS mounted in the host's
 // namespace only is not in it, so a directory holding that NAS on the host
 // is, here, a directory like any other, and RemoveAll removes it (the
-// kernel then detaches the host's mount). CheckMountNamespace says whether
-// this process runs in the host's mount namespace (MountNamespaceHost),
-// another one (MountNamespaceForeign), or that it cannot be told
-// (MountNamespaceUnknown, with the reason): it compares its own namespace
-// with that of PID 1, when PID 1 of the proc filesystem (HostProc: a
+// kernel then detaches the host's mount). [CheckMountNamespace] says whether
+// this process runs in the host's mount namespace ([MountNamespaceHost]),
+// another one ([MountNamespaceForeign]), or that it cannot be told
+// ([MountNamespaceUnknown], with the reason): it compares its own namespace
+// with that of PID 1, when PID 1 of the proc filesystem ([HostProc]: a
 // container's own /proc shows the container's init as PID 1) is the init
 // of the initial PID namespace, and otherwise recognises the initial mount
 // namespace by the fixed inode Linux 6.18 gives it. Code about to remove
@@ -70,18 +70,18 @@
 // explicit stack and keeps at most 128 directory fds open, reopening
 // shallower directories through ".." (verified by device and inode) on the
 // way back up, so trees far deeper than PATH_MAX need bounded memory and
-// fds. Workers(n) removes with n goroutines and the same guarantees.
-// DiskUsage is the same serial walk, counting instead of removing.
+// fds. [Workers](n) removes with n goroutines and the same guarantees.
+// [DiskUsage] is the same serial walk, counting instead of removing.
 //
 // # Kernel versions
 //
 //   - statx STATX_MNT_ID_UNIQUE: Linux 6.8; STATX_MNT_ID and
 //     STATX_ATTR_MOUNT_ROOT: Linux 5.8.
 //   - openat2 with RESOLVE_NO_XDEV: Linux 5.6.
-//   - Older kernels: IsMountPoint falls back to /proc/self/mountinfo and
+//   - Older kernels: [IsMountPoint] falls back to /proc/self/mountinfo and
 //     finally to comparing st_dev, which cannot see same-filesystem bind
 //     mounts and therefore answers "not mounted, not sure". RemoveAll
-//     refuses to run at all (ErrUnsupported) rather than offer a weaker
+//     refuses to run at all ([ErrUnsupported]) rather than offer a weaker
 //     guarantee.
 //   - CheckMountNamespace: the initial PID namespace's fixed inode
 //     (PID_NS_INIT_INO) since Linux 3.8, NS_GET_NSTYPE since 4.11; the

@@ -13,8 +13,8 @@
 //   - Types: [Spec] (with [EmptyDirSource]), [Pod], unique names, and
 //     the emptyDir [Medium] with its Kubernetes quantities.
 //   - Plugins: small interfaces — [Plugin], [Mounter], [Unmounter], the
-//     optional [SpecConstructor] for reconstruction after a restart and
-//     [LayoutProvider], and [Host] for what plugins need from the node —
+//     optional [SpecConstructor] for reconstruction after a restart,
+//     [LayoutProvider] and [TearDownChecker], and [Host] for what plugins need from the node —
 //     and a [Registry] that validates names,
 //     rejects duplicates and finds exactly one plugin for a spec.
 //   - Errors: [*OperationError] classifies failures as [Final], [Transient]

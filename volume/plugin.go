@@ -59,6 +59,15 @@ type Unmounter interface {
 	Path() string
 }
 
+// TearDownChecker is implemented by an Unmounter that can say, changing
+// nothing, whether its TearDown would refuse (the emptyDir plugin's does).
+// The volume manager asks it first, before cleaning the volume's subPath
+// bind mounts, so that a teardown that would be refused leaves everything
+// in place; an Unmounter without it is torn down after its subpaths.
+type TearDownChecker interface {
+	CheckTearDown(ctx context.Context) error
+}
+
 // SystemMounter mounts and unmounts filesystems. k8s.io/mount-utils' Interface
 // (and its FakeMounter) satisfies it.
 type SystemMounter interface {

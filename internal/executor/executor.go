@@ -64,14 +64,6 @@ type SubpathCleaner interface {
 	Clean(ctx context.Context, podUID, plugin, volume string) error
 }
 
-// TearDownChecker is implemented by an Unmounter that can say, changing
-// nothing, whether its TearDown would refuse (the emptyDir plugin's does).
-// UnmountVolume asks it before cleaning the subpaths, so that a refused
-// teardown leaves them in place.
-type TearDownChecker interface {
-	CheckTearDown(ctx context.Context) error
-}
-
 // Hooks observe operations (for metrics). Either may be nil.
 type Hooks struct {
 	Start  func(op pendingops.OpName, plugin string)
@@ -197,7 +189,7 @@ func tearDown(ctx context.Context, subpaths SubpathCleaner, plugin volume.Plugin
 	if err != nil {
 		return fmt.Errorf("new unmounter: %w", err)
 	}
-	if c, ok := u.(TearDownChecker); ok {
+	if c, ok := u.(volume.TearDownChecker); ok {
 		if err := c.CheckTearDown(ctx); err != nil {
 			return failed(err)
 		}
