@@ -38,8 +38,8 @@ type DirUsage struct {
 	Skipped []mountdetect.Mount
 	// NoQuota says, after a walk, why the quota was not used: an error
 	// that matches ErrNoProject (the directory carries no project ID, or
-	// the kernel knows no such project) or errors.ErrUnsupported (as
-	// ErrNotSupported does: no project quotas here).
+	// the kernel knows no such project) or ErrUnsupported (no project
+	// quotas here).
 	NoQuota error
 }
 
