@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2/ktesting"
 	mount "k8s.io/mount-utils"
 
@@ -360,6 +361,14 @@ func TestUsageByWalk(t *testing.T) {
 	if err != nil || u.Source != SourceWalk || u.Inodes != 4 || u.Bytes < 8192 {
 		t.Errorf("Usage = %+v, %v; want a walk with 4 inodes and at least 8 KiB", u, err)
 	}
+	// The filesystem's numbers are the temporary directory's.
+	var st unix.Statfs_t
+	if err := unix.Statfs(m.Path(), &st); err != nil {
+		t.Fatal(err)
+	}
+	if u.FS.CapacityBytes != int64(st.Blocks)*int64(st.Bsize) || u.FS.Inodes != int64(st.Files) || u.FS.AvailableBytes <= 0 || u.FS.InodesFree <= 0 {
+		t.Errorf("Usage.FS = %+v; want the capacity of the volume's filesystem (%d blocks of %d, %d inodes)", u.FS, st.Blocks, st.Bsize, st.Files)
+	}
 	if _, err := e.plugin.Usage("../x", "cache"); !errors.Is(err, volume.ErrInvalidName) {
 		t.Errorf("Usage(bad uid) = %v", err)
 	}
@@ -372,8 +381,8 @@ func (usageQuotas) Usage(string) (int64, int64, error) { return 12345, 6, nil }
 func TestUsageByQuota(t *testing.T) {
 	e := newEnv(t, t.TempDir(), nil, WithQuotas(&usageQuotas{}))
 	e.setUp(t, e.pod(emptyDirSpec("cache", "")), "cache")
-	if u, err := e.plugin.Usage(testUID, "cache"); err != nil || u != (Usage{Bytes: 12345, Inodes: 6, Source: SourceQuota}) {
-		t.Errorf("Usage = %+v, %v", u, err)
+	if u, err := e.plugin.Usage(testUID, "cache"); err != nil || u.Bytes != 12345 || u.Inodes != 6 || u.Source != SourceQuota || u.FS.CapacityBytes <= 0 {
+		t.Errorf("Usage = %+v, %v; want the quota's 12345 bytes and 6 inodes, and the filesystem's capacity", u, err)
 	}
 }
 

@@ -229,4 +229,7 @@ func TestUsageOfMemoryVolume(t *testing.T) {
 	if err != nil || u.Source != SourceStatfs || u.Bytes < 100000 || u.Inodes < 2 {
 		t.Errorf("Usage = %+v, %v; want statfs with at least 100000 bytes", u, err)
 	}
+	if u.FS.CapacityBytes != 4<<20 || u.FS.AvailableBytes != u.FS.CapacityBytes-u.Bytes {
+		t.Errorf("Usage.FS = %+v; want the 4 MiB tmpfs, %d bytes of it used", u.FS, u.Bytes)
+	}
 }

@@ -15,11 +15,27 @@ type Usage struct {
 	Bytes  int64       `json:"bytes"`
 	Inodes int64       `json:"inodes"`
 	Source UsageSource `json:"source"`
+	// FS is the filesystem the volume lives on.
+	FS FSStats `json:"fs"`
+}
+
+// FSStats is what statfs says of the filesystem a volume lives on: the
+// volume's own tmpfs or hugetlbfs, or for a Default volume the pod
+// directory's filesystem (a Default volume is on the pod directory's
+// mount). It is asked through a descriptor of the volume's directory (or
+// of the directory holding it), never by path, and a filesystem that is
+// not proven the volume's own is never asked.
+type FSStats struct {
+	CapacityBytes  int64 `json:"capacityBytes"`
+	AvailableBytes int64 `json:"availableBytes"` // to unprivileged users
+	Inodes         int64 `json:"inodes"`
+	InodesFree     int64 `json:"inodesFree"`
 }
 
 // Usage reports the use of a pod's emptyDir volume: from its project quota
 // when one was assigned and the quota manager can read it, from the
 // filesystem itself for tmpfs and hugetlbfs volumes, otherwise from a walk
-// of the volume that stays on its mount and counts hard links once. The
-// volume and its metadata are reached by descriptors from the kubelet root.
+// of the volume that stays on its mount and counts hard links once; with
+// the capacity of the filesystem it lives on (FS). The volume and its
+// metadata are reached by descriptors from the kubelet root.
 func (p *Plugin) Usage(podUID, vol string) (Usage, error) { return p.usage(podUID, vol) }

@@ -30,8 +30,10 @@ func (p *Plugin) usage(podUID, vol string) (Usage, error) {
 	}
 	if p.quotas != nil && meta != nil && meta.QuotaProjectID != 0 {
 		bytes, inodes, err := p.quotas.Usage(dir)
-		if err == nil {
-			return Usage{Bytes: bytes, Inodes: inodes, Source: SourceQuota}, nil
+		if err == nil && v.vols != nil {
+			// The volume is on the pod directory's mount, as its parent is.
+			fs, _, err := statfs(v.vols.Fd(), v.vols.Path())
+			return Usage{Bytes: bytes, Inodes: inodes, Source: SourceQuota, FS: fs}, err
 		}
 		// Unsupported, or the directory lost its project ID: walk instead.
 		if !errors.Is(err, errors.ErrUnsupported) && !errors.Is(err, fsquota.ErrNoProject) {
@@ -64,18 +66,37 @@ func (p *Plugin) usage(podUID, vol string) (Usage, error) {
 		if !ours {
 			return Usage{}, fmt.Errorf("usage of %s: %w: something is mounted on the volume directory that SetUp did not make (or cannot prove it made); it is not measured", dir, ErrForeignMount)
 		}
-		var st unix.Statfs_t
-		if err := unix.Fstatfs(e.fd, &st); err != nil {
-			return Usage{}, &os.PathError{Op: "fstatfs", Path: dir, Err: err}
+		fs, st, err := statfs(e.fd, dir)
+		if err != nil {
+			return Usage{}, err
 		}
-		return Usage{Bytes: int64(st.Blocks-st.Bfree) * int64(st.Bsize), Inodes: int64(st.Files - st.Ffree), Source: SourceStatfs}, nil
+		return Usage{Bytes: int64(st.Blocks-st.Bfree) * int64(st.Bsize), Inodes: int64(st.Files - st.Ffree), Source: SourceStatfs, FS: fs}, nil
 	}
 	// The walk starts at the open directory, named by its descriptor.
 	u, err := mountdetect.DiskUsage("/proc/self/fd/" + strconv.Itoa(e.fd))
 	if err != nil {
 		return Usage{}, fmt.Errorf("usage of %s: %w", dir, err)
 	}
-	return Usage{Bytes: u.Bytes, Inodes: u.Inodes, Source: SourceWalk}, nil
+	fs, _, err := statfs(e.fd, dir)
+	if err != nil {
+		return Usage{}, err
+	}
+	return Usage{Bytes: u.Bytes, Inodes: u.Inodes, Source: SourceWalk, FS: fs}, nil
+}
+
+// statfs asks statfs about the filesystem of the open directory fd.
+func statfs(fd int, path string) (FSStats, unix.Statfs_t, error) {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(fd, &st); err != nil {
+		return FSStats{}, st, &os.PathError{Op: "fstatfs", Path: path, Err: err}
+	}
+	bs := int64(st.Bsize)
+	return FSStats{
+		CapacityBytes:  int64(st.Blocks) * bs,
+		AvailableBytes: int64(st.Bavail) * bs,
+		Inodes:         int64(st.Files),
+		InodesFree:     int64(st.Ffree),
+	}, st, nil
 }
 
 // constructMedium is what ConstructSpec needs: the recorded medium, or
