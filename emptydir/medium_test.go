@@ -61,3 +61,37 @@ func TestMetadataMedium(t *testing.T) {
 		}
 	}
 }
+
+func TestMountSizes(t *testing.T) {
+	const mi, gi = int64(1) << 20, int64(1) << 30
+	pod := &volume.Pod{MemoryLimit: 10 * gi, HugePages: map[int64]int64{2 * mi: 100 * mi}}
+	for _, tc := range []struct {
+		src            volume.EmptyDirSource
+		pod            *volume.Pod
+		alloc          int64
+		tmpfs, page    int64
+		wantErrContain string
+	}{
+		{src: volume.EmptyDirSource{Medium: "Memory", SizeLimit: gi}, pod: pod, alloc: 16 * gi, tmpfs: gi},
+		{src: volume.EmptyDirSource{Medium: "Memory"}, pod: pod, alloc: 16 * gi, tmpfs: 10 * gi},
+		{src: volume.EmptyDirSource{Medium: "Memory"}, pod: &volume.Pod{}, alloc: 16 * gi, tmpfs: 16 * gi},
+		{src: volume.EmptyDirSource{Medium: "Memory", SizeLimit: 20 * gi}, pod: pod, alloc: 16 * gi, tmpfs: 10 * gi},
+		{src: volume.EmptyDirSource{Medium: "Memory"}, pod: nil, tmpfs: 0},
+		{src: volume.EmptyDirSource{Medium: "HugePages"}, pod: pod, page: 2 * mi},
+		{src: volume.EmptyDirSource{Medium: "HugePages-2Mi"}, pod: pod, page: 2 * mi},
+		{src: volume.EmptyDirSource{Medium: "HugePages-1Gi"}, pod: pod, wantErrContain: "requests no huge pages of size 1Gi"},
+		{src: volume.EmptyDirSource{}, pod: pod},
+		{src: volume.EmptyDirSource{Medium: "Floppy"}, pod: pod, wantErrContain: `unknown emptyDir medium "Floppy"`},
+	} {
+		tmpfs, page, err := MountSizes(tc.src, tc.pod, tc.alloc)
+		if tc.wantErrContain != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErrContain) {
+				t.Errorf("MountSizes(%+v) error = %v; want one containing %q", tc.src, err, tc.wantErrContain)
+			}
+			continue
+		}
+		if err != nil || tmpfs != tc.tmpfs || page != tc.page {
+			t.Errorf("MountSizes(%+v, alloc %d) = %d, %d, %v; want %d, %d", tc.src, tc.alloc, tmpfs, page, err, tc.tmpfs, tc.page)
+		}
+	}
+}
