@@ -359,6 +359,39 @@ func (o *Operations) Len() int {
 	return n
 }
 
+// Entry describes one entry as Entries reports it.
+type Entry struct {
+	Key       Key
+	Op        OpName // the operation that last ran (or runs) on Key
+	Pending   bool   // running now
+	LastError error  // the last failure; nil when it has not failed
+	// RetryAfter is when Op may run again on Key; zero when it has not
+	// failed.
+	RetryAfter time.Time
+}
+
+// Entries returns a snapshot of the entries, pending and failed, in list
+// order: the order in which equal matches are chosen (see the package
+// doc). Operations with an empty volume are not listed (they leave no
+// entry). It is for adapters that must expose their state, such as the
+// kubelet module's shim for upstream's tests, and for debugging: it costs
+// O(n), and nothing should be decided on a snapshot that may be stale by
+// the time it is read.
+func (o *Operations) Entries() []Entry {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.dropExpired(o.clock.Now())
+	out := make([]Entry, 0, len(o.order))
+	for _, e := range o.order {
+		ent := Entry{Key: e.key, Op: e.name, Pending: e.pending, LastError: e.lastErr}
+		if e.lastErr != nil {
+			ent.RetryAfter = e.lastTime.Add(e.backoff)
+		}
+		out = append(out, ent)
+	}
+	return out
+}
+
 func (o *Operations) insert(e *entry) {
 	if e.key.Volume == "" {
 		return

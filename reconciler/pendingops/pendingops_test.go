@@ -435,3 +435,29 @@ func TestEqualMatchesAfterRemoval(t *testing.T) {
 		}
 	}
 }
+
+func TestEntries(t *testing.T) {
+	h := newHarness(t)
+	w := h.mustStart(Key{Volume: "w"}, "a")
+	h.mustStart(Key{Volume: "v", Pod: "p1"}, "a").finish(errBoom)
+	h.mustStart(Key{Volume: "v", Pod: "p2"}, "b").finish(errBoom)
+	h.mustStart(Key{Pod: "p3"}, "c") // empty volume: no entry
+	got := h.ops.Entries()
+	want := []Entry{
+		{Key: Key{Volume: "w"}, Op: "a", Pending: true},
+		{Key: Key{Volume: "v", Pod: "p1"}, Op: "a", LastError: errBoom, RetryAfter: h.clock.Now().Add(DefaultInitialBackoff)},
+		{Key: Key{Volume: "v", Pod: "p2"}, Op: "b", LastError: errBoom, RetryAfter: h.clock.Now().Add(DefaultInitialBackoff)},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("Entries() = %v\nwant %v", got, want)
+	}
+	w.finish(nil) // the last entry takes the gap
+	got = h.ops.Entries()
+	if len(got) != 2 || got[0].Key.Pod != "p2" || got[1].Key.Pod != "p1" {
+		t.Fatalf("after removal Entries() = %v; want p2 then p1", got)
+	}
+	h.clock.Step(DefaultInitialBackoff + DefaultForgetAfter + time.Second)
+	if got := h.ops.Entries(); len(got) != 0 {
+		t.Fatalf("after ForgetAfter Entries() = %v; want none", got)
+	}
+}
