@@ -441,7 +441,8 @@ func TestEntries(t *testing.T) {
 	w := h.mustStart(Key{Volume: "w"}, "a")
 	h.mustStart(Key{Volume: "v", Pod: "p1"}, "a").finish(errBoom)
 	h.mustStart(Key{Volume: "v", Pod: "p2"}, "b").finish(errBoom)
-	h.mustStart(Key{Pod: "p3"}, "c") // empty volume: no entry
+	noVolume := h.mustStart(Key{Pod: "p3"}, "c") // empty volume: no entry
+	defer noVolume.finish(nil)
 	got := h.ops.Entries()
 	want := []Entry{
 		{Key: Key{Volume: "w"}, Op: "a", Pending: true},
