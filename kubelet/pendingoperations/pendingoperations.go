@@ -3,6 +3,7 @@ package pendingoperations
 import (
 	"context"
 	"errors"
+	"runtime/debug"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -46,12 +47,13 @@ func (o *Operations) Run(volumeName v1.UniqueVolumeName, podName volumetypes.Uni
 	generatedOperations volumetypes.GeneratedOperations) error {
 	k := key(volumeName, podName, nodeName)
 	var escaped any // a panic from CompleteFunc or EventRecorderFunc
+	var stack []byte
 	run := func(context.Context) (detailedErr error) {
 		defer func() {
 			if r := recover(); r != nil {
 				// Upstream's goroutine sees no error then (its results
 				// are never set) and removes the entry before crashing.
-				escaped, detailedErr = r, nil
+				escaped, stack, detailedErr = r, debug.Stack(), nil
 			}
 		}()
 		_, detailedErr = generatedOperations.Run()
@@ -59,6 +61,8 @@ func (o *Operations) Run(volumeName v1.UniqueVolumeName, podName volumetypes.Uni
 	}
 	done := func(err error) {
 		if escaped != nil {
+			// HandleCrash logs the stack it runs on; this is where it began.
+			klog.Errorf("operation %q for %s panicked: %v\n%s", generatedOperations.OperationName, k, escaped, stack)
 			crash(escaped)
 			return
 		}
