@@ -24,8 +24,9 @@
 //   - The operation is run by [volumetypes.GeneratedOperations.Run], upstream's
 //     own method, so OperationFunc, EventRecorderFunc (with EventErr) and
 //     CompleteFunc (with DetailedErr) are called exactly as upstream calls
-//     them, and a panic in OperationFunc becomes DetailedErr. DetailedErr
-//     alone decides failure. A panic that escapes (from CompleteFunc or
+//     them. A panic in OperationFunc becomes the detailed error that
+//     method returns (CompleteFunc, which reads the OperationContext, sees
+//     nil, as upstream's does). The detailed error alone decides failure. A panic that escapes (from CompleteFunc or
 //     EventRecorderFunc) is handled as upstream handles it: the entry is
 //     removed as if the operation had succeeded, then the panic goes to
 //     [utilruntime.HandleCrash], which crashes the process unless
