@@ -12,7 +12,15 @@
 //     a volume-wide operation (pod "") excludes every per-pod operation on
 //     the volume, and the reverse;
 //   - a pending match wins; among finished (failed) matches an exact key
-//     beats a wildcard one.
+//     beats a wildcard one;
+//   - among equal matches (say failed {v,p1} and {v,p2} for a volume-wide
+//     key {v}) the first in list order wins, the list kept as the kubelet
+//     keeps its own: a new entry goes last, and a removed entry's place is
+//     taken by the last one. So the choice is deterministic, and it is the
+//     kubelet's whenever both hold the same entries (they differ once
+//     pendingops has forgotten an entry the kubelet keeps, or around
+//     operations with an empty volume, which the kubelet lists and
+//     pendingops does not).
 //
 // Run returns an *AlreadyExistsError when a matching operation is pending,
 // and a *BackoffError when the matching entry last failed with the same
@@ -85,6 +93,7 @@ type entry struct {
 	backoff  time.Duration // 0: never failed
 	dropAt   time.Time     // when a failed entry may be dropped
 	heapIdx  int           // index in the expiry heap, -1 when not there
+	pos      int           // index in Operations.order, -1 when not there
 }
 
 // volumeOps holds one volume's entries by (pod, node).
@@ -103,9 +112,14 @@ type Operations struct {
 
 	mu      sync.Mutex
 	volumes map[string]*volumeOps
-	npend   int
-	idle    chan struct{} // closed while nothing is pending
-	expiry  expiryHeap
+	// order lists every indexed entry as the kubelet lists its operations:
+	// a new entry is appended, and a removed one's place is taken by the
+	// last entry. Among equal matches find picks the first in this order,
+	// which is the one the kubelet's linear scan finds first.
+	order  []*entry
+	npend  int
+	idle   chan struct{} // closed while nothing is pending
+	expiry expiryHeap
 }
 
 // New returns an empty set.
@@ -129,8 +143,10 @@ func New(opts Options) *Operations {
 
 // find returns the entry that blocks or carries the backoff for key, as
 // the kubelet's isOperationExists decides: a pending match wins; among
-// non-pending matches, the exact key beats a wildcard one. The lookup
-// touches only key.Volume's entries: exact and wildcard candidates are map
+// non-pending matches, the exact key beats a wildcard one; otherwise the
+// first match in list order (see order) wins, so equal matches always give
+// the same answer, and the kubelet's. The lookup touches only key.Volume's
+// entries: with a specific pod and node every candidate is one of four map
 // lookups, and only a query with an empty pod or node ranges over that
 // volume's entries (never over other volumes').
 func (o *Operations) find(key Key) *entry {
@@ -141,48 +157,44 @@ func (o *Operations) find(key Key) *entry {
 	if v == nil {
 		return nil
 	}
-	matches := func(e *entry) bool {
-		return (e.key.Pod == "" || key.Pod == "" || e.key.Pod == key.Pod) &&
-			(e.key.Node == "" || key.Node == "" || e.key.Node == key.Node)
-	}
-	var candidate *entry
-	consider := func(e *entry) *entry {
-		if e == nil || !matches(e) {
-			return nil
+	exactKey := podNode{key.Pod, key.Node}
+	var pending, exact, first *entry
+	consider := func(e *entry) {
+		if e == nil || !((e.key.Pod == "" || key.Pod == "" || e.key.Pod == key.Pod) &&
+			(e.key.Node == "" || key.Node == "" || e.key.Node == key.Node)) {
+			return
 		}
-		if e.pending {
-			return e
+		switch {
+		case e.pending:
+			if pending == nil || e.pos < pending.pos {
+				pending = e
+			}
+		case e.key.Pod == key.Pod && e.key.Node == key.Node:
+			exact = e
+		case first == nil || e.pos < first.pos:
+			first = e
 		}
-		if candidate == nil || (e.key.Pod == key.Pod && e.key.Node == key.Node) {
-			candidate = e
-		}
-		return nil
 	}
 	if key.Pod != "" && key.Node != "" {
 		// Every possible match is one of four keys.
-		for _, pn := range [...]podNode{{key.Pod, key.Node}, {key.Pod, ""}, {"", key.Node}, {"", ""}} {
-			if e := consider(v.ops[pn]); e != nil {
-				return e
-			}
+		for _, pn := range [...]podNode{exactKey, {key.Pod, ""}, {"", key.Node}, {"", ""}} {
+			consider(v.ops[pn])
 		}
-		return candidate
-	}
-	if v.npending > 0 {
+	} else {
+		if e := v.ops[exactKey]; e != nil && v.npending == 0 {
+			return e // nothing pending: the exact entry wins outright
+		}
 		for _, e := range v.ops {
-			if e.pending && matches(e) {
-				return e
-			}
+			consider(e)
 		}
 	}
-	if e := v.ops[podNode{key.Pod, key.Node}]; e != nil {
-		return e // exact, not pending
+	switch {
+	case pending != nil:
+		return pending
+	case exact != nil:
+		return exact
 	}
-	for _, e := range v.ops {
-		if matches(e) {
-			return e
-		}
-	}
-	return nil
+	return first
 }
 
 // Run starts fn in its own goroutine as operation name on key, unless a
@@ -197,7 +209,7 @@ func (o *Operations) Run(ctx context.Context, key Key, name OpName, fn func(cont
 	e := o.find(key)
 	switch {
 	case e == nil:
-		e = &entry{key: key, name: name, heapIdx: -1}
+		e = &entry{key: key, name: name, heapIdx: -1, pos: -1}
 		o.insert(e)
 	case e.pending:
 		// Built before the unlock: e's key and name change under o.mu.
@@ -347,6 +359,39 @@ func (o *Operations) Len() int {
 	return n
 }
 
+// Entry describes one entry as Entries reports it.
+type Entry struct {
+	Key       Key
+	Op        OpName // the operation that last ran (or runs) on Key
+	Pending   bool   // running now
+	LastError error  // the last failure; nil when it has not failed
+	// RetryAfter is when Op may run again on Key; zero when it has not
+	// failed.
+	RetryAfter time.Time
+}
+
+// Entries returns a snapshot of the entries, pending and failed, in list
+// order: the order in which equal matches are chosen (see the package
+// doc). Operations with an empty volume are not listed (they leave no
+// entry). It is for adapters that must expose their state, such as the
+// kubelet module's shim for upstream's tests, and for debugging: it costs
+// O(n), and nothing should be decided on a snapshot that may be stale by
+// the time it is read.
+func (o *Operations) Entries() []Entry {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.dropExpired(o.clock.Now())
+	out := make([]Entry, 0, len(o.order))
+	for _, e := range o.order {
+		ent := Entry{Key: e.key, Op: e.name, Pending: e.pending, LastError: e.lastErr}
+		if e.lastErr != nil {
+			ent.RetryAfter = e.lastTime.Add(e.backoff)
+		}
+		out = append(out, ent)
+	}
+	return out
+}
+
 func (o *Operations) insert(e *entry) {
 	if e.key.Volume == "" {
 		return
@@ -357,6 +402,8 @@ func (o *Operations) insert(e *entry) {
 		o.volumes[e.key.Volume] = v
 	}
 	v.ops[podNode{e.key.Pod, e.key.Node}] = e
+	e.pos = len(o.order)
+	o.order = append(o.order, e)
 }
 
 func (o *Operations) rekey(e *entry, key Key) {
@@ -375,6 +422,13 @@ func (o *Operations) remove(e *entry) {
 	delete(v.ops, podNode{e.key.Pod, e.key.Node})
 	if len(v.ops) == 0 {
 		delete(o.volumes, e.key.Volume)
+	}
+	if e.pos >= 0 {
+		last := o.order[len(o.order)-1]
+		o.order[e.pos], last.pos = last, e.pos
+		o.order[len(o.order)-1] = nil
+		o.order = o.order[:len(o.order)-1]
+		e.pos = -1
 	}
 }
 

@@ -397,3 +397,68 @@ func TestStressOneOperationPerKey(t *testing.T) {
 // opUnmountDevice is an operation name of the kubelet's that nodevol's
 // reconciler does not use.
 const opUnmountDevice OpName = "unmount_device"
+
+// TestEqualMatchesChooseAsTheKubelet: after failed {v,p1,a} and {v,p2,b},
+// a volume-wide Run(v, "", a) matches both; the kubelet scans its list and
+// takes the first, {v,p1,a}, so the answer is a backoff — every time, not
+// whatever map order gives (it differed in about one run in eight).
+func TestEqualMatchesChooseAsTheKubelet(t *testing.T) {
+	for i := range 5000 {
+		h := newHarness(t)
+		h.mustStart(Key{Volume: "v", Pod: "p1"}, "a").finish(errBoom)
+		h.mustStart(Key{Volume: "v", Pod: "p2"}, "b").finish(errBoom)
+		_, err := h.start(volWide, "a")
+		if !errors.Is(err, ErrBackoff) {
+			t.Fatalf("run %d: Run(v, \"\", a) = %v; want the backoff of {v,p1,a}, the first matching entry", i, err)
+		}
+	}
+}
+
+// TestEqualMatchesAfterRemoval: the kubelet removes an entry by moving its
+// list's last entry into the gap, so after {w} succeeds, {v,p2,b} (last)
+// comes before {v,p1,a}, and Run(v, "", a) finds {v,p2,b}: a different
+// operation, which resets the backoff and runs.
+func TestEqualMatchesAfterRemoval(t *testing.T) {
+	for i := range 2000 {
+		h := newHarness(t)
+		w := h.mustStart(Key{Volume: "w"}, "a")
+		h.mustStart(Key{Volume: "v", Pod: "p1"}, "a").finish(errBoom)
+		h.mustStart(Key{Volume: "v", Pod: "p2"}, "b").finish(errBoom)
+		w.finish(nil)
+		g, err := h.start(volWide, "a")
+		if err != nil {
+			t.Fatalf("run %d: Run(v, \"\", a) = %v; want started on {v,p2,b}, first in the kubelet's list", i, err)
+		}
+		g.finish(nil)
+		if !h.ops.IsSafeToRetry(Key{Volume: "v", Pod: "p2"}, "b") || h.ops.IsSafeToRetry(Key{Volume: "v", Pod: "p1"}, "a") {
+			t.Fatalf("run %d: the run did not take over {v,p2,b}", i)
+		}
+	}
+}
+
+func TestEntries(t *testing.T) {
+	h := newHarness(t)
+	w := h.mustStart(Key{Volume: "w"}, "a")
+	h.mustStart(Key{Volume: "v", Pod: "p1"}, "a").finish(errBoom)
+	h.mustStart(Key{Volume: "v", Pod: "p2"}, "b").finish(errBoom)
+	noVolume := h.mustStart(Key{Pod: "p3"}, "c") // empty volume: no entry
+	defer noVolume.finish(nil)
+	got := h.ops.Entries()
+	want := []Entry{
+		{Key: Key{Volume: "w"}, Op: "a", Pending: true},
+		{Key: Key{Volume: "v", Pod: "p1"}, Op: "a", LastError: errBoom, RetryAfter: h.clock.Now().Add(DefaultInitialBackoff)},
+		{Key: Key{Volume: "v", Pod: "p2"}, Op: "b", LastError: errBoom, RetryAfter: h.clock.Now().Add(DefaultInitialBackoff)},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("Entries() = %v\nwant %v", got, want)
+	}
+	w.finish(nil) // the last entry takes the gap
+	got = h.ops.Entries()
+	if len(got) != 2 || got[0].Key.Pod != "p2" || got[1].Key.Pod != "p1" {
+		t.Fatalf("after removal Entries() = %v; want p2 then p1", got)
+	}
+	h.clock.Step(DefaultInitialBackoff + DefaultForgetAfter + time.Second)
+	if got := h.ops.Entries(); len(got) != 0 {
+		t.Fatalf("after ForgetAfter Entries() = %v; want none", got)
+	}
+}
