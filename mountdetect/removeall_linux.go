@@ -393,6 +393,12 @@ func (remove) reopened(_ *walk, n *dirNode) error {
 // pass missed) instead of being closed.
 func (w *walk) finish(n *dirNode) (again bool) {
 	p := n.parent
+	if n.gone.Load() {
+		// Removed by someone else: nothing to remove. Its name in p, if
+		// taken again, is not n; p is listed again and meets it as it is.
+		p.markProgress()
+		return false
+	}
 	err := unlinkat(p.fd, n.name, unix.AT_REMOVEDIR)
 	kept, progress := n.kept.Load(), n.progress.Load()
 	switch err {

@@ -60,6 +60,10 @@ type dirNode struct {
 
 	progress atomic.Bool // this pass removed something
 	kept     atomic.Bool // something was deliberately left here (a mount, an error)
+	// gone: listing found the directory removed (by someone else) since
+	// it was opened: it is empty and no longer has a name; whatever its
+	// name in the parent shows now is not it.
+	gone atomic.Bool
 	passes   int
 
 	// keptNames are the entries deliberately left here (see keep). A
@@ -254,6 +258,14 @@ func (w *walk) list(n *dirNode, sc *scratch, subdir func(name []byte)) bool {
 		nread, err = unix.Getdents(n.fd, sc.buf)
 		return err
 	})
+	if err == unix.ENOENT {
+		// Only a removed directory fails so (the kernel refuses to list
+		// a dead directory): it was emptied and removed since the walk
+		// opened it, as a concurrent RemoveAll does. It is gone, which is
+		// what was asked; its end.
+		n.gone.Store(true)
+		return false
+	}
 	if err != nil {
 		w.act.failed(w, n, "", &os.PathError{Op: "getdents64", Path: n.path(), Err: err})
 		return false
