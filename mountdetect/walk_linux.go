@@ -60,11 +60,11 @@ type dirNode struct {
 
 	progress atomic.Bool // this pass removed something
 	kept     atomic.Bool // something was deliberately left here (a mount, an error)
+	passes   int
 	// gone: listing found the directory removed (by someone else) since
 	// it was opened: it is empty and no longer has a name; whatever its
 	// name in the parent shows now is not it.
 	gone atomic.Bool
-	passes   int
 
 	// keptNames are the entries deliberately left here (see keep). A
 	// directory reopened through ".." is listed again from offset 0 (a new
