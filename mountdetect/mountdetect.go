@@ -221,7 +221,15 @@ func NestedMounts(path string) ([]Mount, error) { return nestedMounts(path) }
 //
 // A directory moved out of the tree while the walk is inside it is emptied
 // at its new place (the walk holds it by descriptor): the entries it held
-// at that moment are removed there; the directory itself stays.
+// at that moment are removed there; the directory itself stays. What
+// someone else removes meanwhile (another RemoveAll of the same tree, say)
+// is gone, not a failure.
+//
+// A directory the caller may not list (mode 000 or 0300, without root) is
+// removed if it is empty, as os.RemoveAll does: it is looked at without
+// being opened for reading (O_PATH), with the same mount checks, and
+// removed with rmdir, which refuses a mount point. One that is not empty
+// is kept and reported as an *os.PathError with EACCES.
 //
 // Every failure is reported. A single one is returned as itself (an
 // *os.PathError naming the syscall and the path, or a *CrossesMountError);

@@ -198,6 +198,8 @@ func removeAt(pfd int, base, shown, path string, c *config) error {
 		case unix.ENOTDIR, unix.ELOOP:
 			// Replaced by a file or symlink since the fstatat: remove that.
 			return removeEntry(pfd, base, shown)
+		case unix.EACCES:
+			return w.removeDenied(pfd, base, shown, path, &st)
 		}
 		return &os.PathError{Op: "openat", Path: shown, Err: err}
 	}
@@ -222,6 +224,49 @@ func removeAt(pfd int, base, shown, path string, c *config) error {
 		scratchPool.Put(sc)
 	}
 	return w.result(path)
+}
+
+// removeDenied removes the start directory (the entry base of pfd, its
+// fstatat st) that the caller may not list, as os.RemoveAll does, when it
+// is empty: opened O_PATH (no permission needed on it), it must pass the
+// same refusal as a listable start directory (not a mount root, nothing
+// mounted beneath), and rmdir removes it only if empty (and refuses a
+// mount point with EBUSY). Not empty: the *os.PathError of the open, EACCES.
+func (w *walk) removeDenied(pfd int, base, shown, path string, st *unix.Stat_t) error {
+	denied := &os.PathError{Op: "openat", Path: shown, Err: unix.EACCES}
+	fd, err := fsat.Openat(pfd, base, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	switch err {
+	case nil:
+	case unix.ENOENT:
+		return nil
+	case unix.ENOTDIR, unix.ELOOP:
+		return removeEntry(pfd, base, shown)
+	default:
+		return &os.PathError{Op: "openat", Path: shown, Err: err}
+	}
+	err = w.refuseMounts(pfd, base, fd, shown, path, st)
+	unix.Close(fd)
+	if err != nil {
+		return err
+	}
+	switch err := unlinkat(pfd, base, unix.AT_REMOVEDIR); err {
+	case nil:
+		if w.hook != nil {
+			w.hook(testhook.RemoveAllRemoved, shown)
+		}
+		return nil
+	case unix.ENOENT:
+		return nil
+	case unix.ENOTEMPTY, unix.EEXIST:
+		return denied
+	case unix.EBUSY:
+		w.foundMount(pfd, base, shown)
+		return &CrossesMountError{Path: path, Mounts: w.crossed}
+	case unix.ENOTDIR:
+		return removeEntry(pfd, base, shown)
+	default:
+		return &os.PathError{Op: "unlinkat", Path: shown, Err: err}
+	}
 }
 
 // removeFile removes the start entry base of pfd, a non-directory whose
@@ -370,6 +415,45 @@ func (remove) replaced(w *walk, n *dirNode, name string) {
 	n.markProgress()
 }
 
+// denied: a subdirectory the caller may not list (mode 000 or 0300, say)
+// can still be removed when it is empty, as os.RemoveAll does: it is
+// opened O_PATH (which needs no permission on it) with the same mount
+// checks as a descent, and removed with rmdir, which removes nothing but
+// an empty directory and refuses a mount point (EBUSY). Not empty: err,
+// the EACCES that kept the walk out.
+func (remove) denied(w *walk, n *dirNode, name string, err error) {
+	fd, crossed, oerr := w.openDirMode(n, name, unix.O_PATH)
+	switch {
+	case crossed:
+		w.act.mount(w, n, name)
+		return
+	case oerr == unix.ENOENT:
+		return
+	case oerr == unix.ENOTDIR || oerr == unix.ELOOP:
+		w.act.replaced(w, n, name)
+		return
+	case oerr != nil:
+		w.act.failed(w, n, name, &os.PathError{Op: "openat", Path: n.child(name), Err: oerr})
+		return
+	}
+	unix.Close(fd)
+	switch rerr := unlinkat(n.fd, name, unix.AT_REMOVEDIR); rerr {
+	case nil:
+		n.markProgress()
+		if w.hook != nil {
+			w.hook(testhook.RemoveAllRemoved, n.child(name))
+		}
+	case unix.ENOENT:
+		n.markProgress()
+	case unix.ENOTEMPTY, unix.EEXIST:
+		w.act.failed(w, n, name, err)
+	case unix.ENOTDIR:
+		w.act.replaced(w, n, name)
+	default:
+		w.entryFailed(n, name, "unlinkat", rerr)
+	}
+}
+
 func (remove) failed(w *walk, n *dirNode, name string, err error) {
 	w.fail(err)
 	if name == "" {
@@ -393,6 +477,12 @@ func (remove) reopened(_ *walk, n *dirNode) error {
 // pass missed) instead of being closed.
 func (w *walk) finish(n *dirNode) (again bool) {
 	p := n.parent
+	if n.gone.Load() {
+		// Removed by someone else: nothing to remove. Its name in p, if
+		// taken again, is not n; p is listed again and meets it as it is.
+		p.markProgress()
+		return false
+	}
 	err := unlinkat(p.fd, n.name, unix.AT_REMOVEDIR)
 	kept, progress := n.kept.Load(), n.progress.Load()
 	switch err {

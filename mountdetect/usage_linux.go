@@ -83,6 +83,9 @@ func (*usage) replaced(*walk, *dirNode, string) {}
 
 func (*usage) failed(w *walk, _ *dirNode, _ string, err error) { w.abort(err) }
 
+// denied: a directory that cannot be read cannot be counted.
+func (*usage) denied(w *walk, _ *dirNode, _ string, err error) { w.abort(err) }
+
 func (*usage) done(*walk, *dirNode) bool { return false }
 
 // reopened resumes n's listing where the evicted fd had reached: what was

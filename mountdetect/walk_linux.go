@@ -61,6 +61,10 @@ type dirNode struct {
 	progress atomic.Bool // this pass removed something
 	kept     atomic.Bool // something was deliberately left here (a mount, an error)
 	passes   int
+	// gone: listing found the directory removed (by someone else) since
+	// it was opened: it is empty and no longer has a name; whatever its
+	// name in the parent shows now is not it.
+	gone atomic.Bool
 
 	// keptNames are the entries deliberately left here (see keep). A
 	// directory reopened through ".." is listed again from offset 0 (a new
@@ -145,6 +149,10 @@ type action interface {
 	// failed records err about the entry name of n (n itself when name is
 	// empty), which the walk does not go into.
 	failed(w *walk, n *dirNode, name string, err error)
+	// denied is called when the subdirectory name of n, on the walk's
+	// mount when looked at, cannot be opened for listing (EACCES, err):
+	// the walk does not go into it.
+	denied(w *walk, n *dirNode, name string, err error)
 	// done is called when n is listed to its end and every subdirectory
 	// is done, while n and its parent are open. true lists n again from
 	// the start (done has rewound it).
@@ -158,10 +166,17 @@ type action interface {
 // symlinks and without crossing a mount. crossed is true when name is the
 // root of another mount; nothing is opened then.
 func (w *walk) openDir(parent *dirNode, name string) (fd int, crossed bool, err error) {
+	return w.openDirMode(parent, name, unix.O_RDONLY)
+}
+
+// openDirMode is openDir with the open mode: O_RDONLY to list the
+// directory, O_PATH only to look at it (which needs no permission on the
+// directory itself). The mount checks are the same.
+func (w *walk) openDirMode(parent *dirNode, name string, mode int) (fd int, crossed bool, err error) {
 	if w.s == strategyOpenat2 {
 		err = fsat.Retry(func() (err error) {
 			fd, err = unix.Openat2(parent.fd, name, &unix.OpenHow{
-				Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+				Flags:   uint64(mode) | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
 				Resolve: unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 			})
 			return err
@@ -184,7 +199,7 @@ func (w *walk) openDir(parent *dirNode, name string) (fd int, crossed bool, err 
 	if err == nil && sx.Mask&uint32(mask) != 0 && (sx.Mnt_id != w.rootMnt || sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0) {
 		return -1, true, nil
 	}
-	fd, err = fsat.Openat(parent.fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	fd, err = fsat.Openat(parent.fd, name, mode|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return -1, false, err
 	}
@@ -230,6 +245,9 @@ func (w *walk) enter(parent *dirNode, name string) *dirNode {
 	case err == unix.ENOTDIR || err == unix.ELOOP:
 		w.act.replaced(w, parent, name)
 		return nil
+	case err == unix.EACCES:
+		w.act.denied(w, parent, name, &os.PathError{Op: "openat", Path: parent.child(name), Err: err})
+		return nil
 	}
 	w.act.failed(w, parent, name, &os.PathError{Op: "openat", Path: parent.child(name), Err: err})
 	return nil
@@ -254,6 +272,14 @@ func (w *walk) list(n *dirNode, sc *scratch, subdir func(name []byte)) bool {
 		nread, err = unix.Getdents(n.fd, sc.buf)
 		return err
 	})
+	if err == unix.ENOENT {
+		// Only a removed directory fails so (the kernel refuses to list
+		// a dead directory): it was emptied and removed since the walk
+		// opened it, as a concurrent RemoveAll does. It is gone, which is
+		// what was asked; its end.
+		n.gone.Store(true)
+		return false
+	}
 	if err != nil {
 		w.act.failed(w, n, "", &os.PathError{Op: "getdents64", Path: n.path(), Err: err})
 		return false

@@ -2,7 +2,7 @@
 // against nodevol, unmodified, and reports per suite how many tests passed,
 // failed, skipped themselves or are not applicable.
 //
-//	go run ./hack/upstream [-suite NAME] [-list] [-run REGEXP] [-- go test flags]
+//	go run ./hack/upstream [-suite NAME] [-list] [-run REGEXP] [-uid UID] [-- go test flags]
 //
 // (from the kubelet/ directory). Each suite is a package directory
 // upstream/<name>/ whose UPSTREAM file says which upstream files it runs,
@@ -15,6 +15,17 @@
 //	flags -race -count=20                 (extra go test flags)
 //	notapplicable TestName reason ...     (not run: why it cannot apply)
 //	differs TestName `error text` reason  (fails only with lines containing the text: a deliberate difference)
+//	unprivileged 65534                    (as root, also run the suite as this uid and gid)
+//
+// Some upstream tests only mean something without root's permission bypass
+// (they skip themselves as root). With -uid, or an unprivileged line when
+// the driver runs as root, the suite's test binary is built (go test -c,
+// same overlay) and run as that uid and gid with no supplementary groups
+// and no capabilities (setpriv), its output read through go tool test2json;
+// that run is its own row of the table, "NAME (uid UID)". Build flags of
+// flags lines and of the go test flags (-race, -tags, ...) go to the build,
+// test flags (-count=20, ...) to the binary as -test.count=20; a flag's
+// value must then be given with "=".
 //
 // Kubernetes files come from the module cache (go mod download, so from the
 // Go module proxy); Go's from GOROOT, whose version must be the pinned one.
@@ -49,6 +60,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -56,8 +68,9 @@ func main() {
 	suiteFlag := flag.String("suite", "", "run only this suite (a directory name under upstream/)")
 	list := flag.Bool("list", false, "print the suites and their upstream files, run nothing")
 	runFlag := flag.String("run", "", "passed to go test -run (a subset of the suite's tests)")
+	uidFlag := flag.Int("uid", -1, "run the suites' test binaries as this uid and gid (needs root), instead of as the current user")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./hack/upstream [-suite NAME] [-list] [-run REGEXP] [-- go test flags]\n")
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./hack/upstream [-suite NAME] [-list] [-run REGEXP] [-uid UID] [-- go test flags]\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -81,16 +94,22 @@ func main() {
 	var results []*result
 	failed := false
 	for _, s := range suites {
-		r, err := s.run(root, *runFlag, flag.Args())
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "upstream: %s: %v\n", s.name, err)
-			failed = true
-			if r == nil {
-				continue
-			}
+		uids := []int{*uidFlag}
+		if *uidFlag < 0 && os.Geteuid() == 0 {
+			uids = append(uids, s.unprivileged...)
 		}
-		results = append(results, r)
-		failed = failed || !r.ok()
+		for _, uid := range uids {
+			r, err := s.run(root, *runFlag, flag.Args(), uid)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "upstream: %s: %v\n", s.name, err)
+				failed = true
+				if r == nil {
+					continue
+				}
+			}
+			results = append(results, r)
+			failed = failed || !r.ok()
+		}
 	}
 	writeTable(os.Stdout, results)
 	if failed {
@@ -134,6 +153,7 @@ type suite struct {
 	flags         []string
 	notApplicable []expectation
 	differs       []expectation
+	unprivileged  []int // uids to also run as, when running as root
 }
 
 func loadSuites(dir, only string) ([]*suite, error) {
@@ -214,8 +234,14 @@ func parseSuite(name, dir, file string) (*suite, error) {
 			s.notApplicable = append(s.notApplicable, expectation{test: w[1], reason: strings.Join(w[2:], " ")})
 		case w[0] == "differs" && len(w) >= 4:
 			s.differs = append(s.differs, expectation{test: w[1], text: w[2], reason: strings.Join(w[3:], " ")})
+		case w[0] == "unprivileged" && len(w) == 2:
+			uid, err := strconv.Atoi(w[1])
+			if err != nil || uid <= 0 {
+				return nil, bad("want a non-root uid")
+			}
+			s.unprivileged = append(s.unprivileged, uid)
 		default:
-			return nil, bad("not a source, extract, rewrite, flags, notapplicable or differs line")
+			return nil, bad("not a source, extract, rewrite, flags, notapplicable, differs or unprivileged line")
 		}
 	}
 	if len(s.sources) == 0 {
@@ -377,15 +403,25 @@ type result struct {
 
 func (r *result) ok() bool { return len(r.failed) == 0 && len(r.problems) == 0 }
 
-func (s *suite) run(root, runRE string, extra []string) (*result, error) {
+// run runs the suite: with go test, or, for uid >= 0, as a test binary
+// run as that uid.
+func (s *suite) run(root, runRE string, extra []string, uid int) (*result, error) {
 	tmp, err := os.MkdirTemp("", "nodevol-upstream-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
+	name := s.name
+	if uid >= 0 {
+		name = fmt.Sprintf("%s (uid %d)", s.name, uid)
+		// The binary in it must be reachable by uid.
+		if err := os.Chmod(tmp, 0o755); err != nil {
+			return nil, err
+		}
+	}
 	overlay := map[string]string{}
 	var files []string
-	r := &result{suite: s.name, flags: s.flags, skipped: map[string]string{}, notApplicable: s.notApplicable, differs: s.differs}
+	r := &result{suite: name, flags: s.flags, skipped: map[string]string{}, notApplicable: s.notApplicable, differs: s.differs}
 	for _, src := range s.sources {
 		p, err := src.materialize(tmp)
 		if err != nil {
@@ -416,28 +452,34 @@ func (s *suite) run(root, runRE string, extra []string) (*result, error) {
 	if err := os.WriteFile(ovFile, ov, 0o644); err != nil {
 		return nil, err
 	}
-	args := []string{"test", "-json", "-overlay", ovFile}
-	args = append(args, s.flags...)
+	testArgs := slices.Clone(s.flags)
 	if len(s.notApplicable) > 0 {
 		var names []string
 		for _, e := range s.notApplicable {
 			names = append(names, regexp.QuoteMeta(e.test))
 		}
-		args = append(args, "-skip", "^("+strings.Join(names, "|")+")$")
+		testArgs = append(testArgs, "-skip=^("+strings.Join(names, "|")+")$")
 	}
 	if runRE != "" {
-		args = append(args, "-run", runRE)
+		testArgs = append(testArgs, "-run="+runRE)
 	}
-	args = append(args, extra...)
-	args = append(args, "./upstream/"+s.name)
-	cmd := exec.Command("go", args...)
-	cmd.Dir = root
+	testArgs = append(testArgs, extra...)
+	pkg := "./upstream/" + s.name
+	var cmd *exec.Cmd
+	if uid < 0 {
+		cmd = exec.Command("go", append(append([]string{"test", "-json", "-overlay", ovFile}, testArgs...), pkg)...)
+		cmd.Dir = root
+	} else {
+		if cmd, err = s.unprivilegedCmd(root, tmp, ovFile, pkg, testArgs, uid); err != nil {
+			return nil, err
+		}
+	}
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(os.Stderr, "== %s: go %s\n", s.name, strings.Join(args, " "))
+	fmt.Fprintf(os.Stderr, "== %s: %s\n", name, strings.Join(cmd.Args, " "))
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -463,6 +505,44 @@ func (s *suite) run(root, runRE string, extra []string) (*result, error) {
 		return r, fmt.Errorf("go test: %w", werr)
 	}
 	return r, nil
+}
+
+// buildFlags are the go test flags that go to the build of a test binary
+// (go help build); every other flag is the binary's own.
+var buildFlags = []string{"race", "msan", "asan", "cover", "covermode", "coverpkg", "tags", "gcflags", "ldflags", "asmflags", "trimpath", "mod", "a"}
+
+// unprivilegedCmd builds the suite's test binary into tmp and returns the
+// command that runs it as uid (and gid uid, no supplementary groups, no
+// capabilities) in the package directory, as go test would, its output
+// turned into go test -json's by test2json.
+func (s *suite) unprivilegedCmd(root, tmp, ovFile, pkg string, args []string, uid int) (*exec.Cmd, error) {
+	bin := filepath.Join(tmp, s.name+".test")
+	build := []string{"test", "-c", "-o", bin, "-overlay", ovFile}
+	run := []string{"-test.v=test2json"}
+	for _, a := range args {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		switch {
+		case !strings.HasPrefix(a, "-"):
+			return nil, fmt.Errorf("go test argument %q: as uid %d, give flag values with = (-count=20)", a, uid)
+		case slices.Contains(buildFlags, name):
+			build = append(build, a)
+		default:
+			run = append(run, "-test."+strings.TrimLeft(a, "-"))
+		}
+	}
+	cmd := exec.Command("go", append(build, pkg)...)
+	cmd.Dir = root
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	fmt.Fprintf(os.Stderr, "== %s: go %s\n", s.name, strings.Join(cmd.Args[1:], " "))
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("build the test binary: %w", err)
+	}
+	id := strconv.Itoa(uid)
+	testArgs := append([]string{"tool", "test2json", "-t", "-p", pkg,
+		"setpriv", "--reuid=" + id, "--regid=" + id, "--clear-groups", "--inh-caps=-all", bin}, run...)
+	cmd = exec.Command("go", testArgs...)
+	cmd.Dir = s.dir
+	return cmd, nil
 }
 
 // classify sorts one test's runs (several with -count) into the result.
