@@ -262,7 +262,11 @@ func (src *source) locate() (string, error) {
 		if v := runtime.Version(); v != version {
 			return "", fmt.Errorf("source %s %s: pinned to %s, but this is %s", src.module, src.path, version, v)
 		}
-		return filepath.Join(runtime.GOROOT(), filepath.FromSlash(src.path)), nil
+		goroot, err := exec.Command("go", "env", "GOROOT").Output()
+		if err != nil {
+			return "", fmt.Errorf("go env GOROOT: %w", err)
+		}
+		return filepath.Join(strings.TrimSpace(string(goroot)), filepath.FromSlash(src.path)), nil
 	}
 	out, err := exec.Command("go", "mod", "download", "-json", src.module).Output()
 	if err != nil {
