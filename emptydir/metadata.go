@@ -23,9 +23,13 @@ const (
 // disk says what is there now, and a mount is unmounted only when the two
 // agree.
 type Metadata struct {
-	Medium    volume.Medium `json:"medium"`
-	SizeLimit int64         `json:"sizeLimit,omitempty"` // the spec's sizeLimit
-	SizeBytes int64         `json:"sizeBytes,omitempty"` // the tmpfs size= SetUp chose
+	Medium volume.Medium `json:"medium"`
+	// SizeLimit is the spec's sizeLimit; after a resize (Plugin.ResizeVolume),
+	// the size the volume was resized to.
+	SizeLimit int64 `json:"sizeLimit,omitempty"`
+	// SizeBytes is the tmpfs size= SetUp chose, or the one the last
+	// resize set.
+	SizeBytes int64 `json:"sizeBytes,omitempty"`
 	// Mode is the spec's Mode (nil: the default mode), for
 	// reconstruction.
 	Mode           *uint32 `json:"mode,omitempty"`

@@ -59,6 +59,11 @@ func (m *mounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
 			return m.setUpErr(volume.Uncertain, err)
 		}
 		if ok {
+			if plan.medium == volume.MediumMemory && meta.SizeBytes != plan.size {
+				// Resized in place (Plugin.ResizeVolume): the mount, and
+				// its size, stay as they are.
+				logger.V(2).Info("Volume in place with a size other than the spec's; keeping it", "size", meta.SizeBytes, "specSize", plan.size)
+			}
 			return nil
 		}
 		logger.V(1).Info("Ready marker present but the volume is not in place; setting it up again", "medium", plan.medium)
