@@ -108,13 +108,17 @@ func reconfigureSize(fd int, path string, sizeBytes int64) error {
 		return nil
 	}
 	log := contextLog(fsfd)
-	if err == unix.EINVAL && strings.Contains(log, tooSmallForUse) {
+	if err == unix.EINVAL {
+		// The kernel's message says why; a kernel that words it
+		// otherwise is recognised by the use itself.
 		used := int64(-1)
 		var st unix.Statfs_t
 		if fsat.Retry(func() error { return unix.Fstatfs(fd, &st) }) == nil {
 			used = int64(st.Blocks-st.Bfree) * int64(st.Bsize)
 		}
-		return &ShrinkBelowUseError{Path: path, UsedBytes: used, RequestedBytes: sizeBytes, Err: &os.SyscallError{Syscall: "fsconfig reconfigure", Err: err}}
+		if strings.Contains(log, tooSmallForUse) || used > sizeBytes {
+			return &ShrinkBelowUseError{Path: path, UsedBytes: used, RequestedBytes: sizeBytes, Err: &os.SyscallError{Syscall: "fsconfig reconfigure", Err: withLogText(log, err)}}
+		}
 	}
 	return &os.PathError{Op: "fsconfig reconfigure size=" + size, Path: path, Err: withLogText(log, err)}
 }

@@ -128,7 +128,9 @@ func (m *mounter) openDir(v *podVolume, mode uint32, what string) (entry, error)
 }
 
 func (m *mounter) setUpDir(logger klog.Logger, v *podVolume, plan setupPlan, args volume.MounterArgs) error {
-	e, err := m.openDir(v, plan.mode&0o777, "a Default-medium volume")
+	// Created owner-only: the plan's mode is set by setMode below, so no
+	// instant shows the directory more open than the spec asks.
+	e, err := m.openDir(v, 0o700, "a Default-medium volume")
 	defer e.close()
 	if err != nil {
 		return err
