@@ -32,9 +32,11 @@ type Metadata struct {
 	SizeBytes int64 `json:"sizeBytes,omitempty"`
 	// Mode is the spec's Mode (nil: the default mode), for
 	// reconstruction.
-	Mode           *uint32 `json:"mode,omitempty"`
-	HugePageSize   int64   `json:"hugePageSize,omitempty"`
-	QuotaProjectID uint32  `json:"quotaProjectID,omitempty"`
+	Mode *uint32 `json:"mode,omitempty"`
+	// StickyBit is the spec's StickyBit, for reconstruction.
+	StickyBit      bool   `json:"stickyBit,omitempty"`
+	HugePageSize   int64  `json:"hugePageSize,omitempty"`
+	QuotaProjectID uint32 `json:"quotaProjectID,omitempty"`
 	// QuotaPending says SetUp is asking the quota manager for a project
 	// for the volume directory and has not recorded the answer. It is
 	// written before Assign, so that a crash after Assign recorded the

@@ -60,6 +60,8 @@ func TestEmptyDirVolumeMode(t *testing.T) {
 			spec, err := e.plugin.ConstructSpec("v", dir)
 			if err != nil || (tc.mode == nil) != (spec.EmptyDir.Mode == nil) || (tc.mode != nil && *spec.EmptyDir.Mode != *tc.mode) {
 				t.Errorf("ConstructSpec = %+v, %v; want mode %v", spec.EmptyDir, err, tc.mode)
+			} else if spec.EmptyDir.StickyBit != tc.sticky || spec.EmptyDir.EffectiveMode() != tc.want {
+				t.Errorf("ConstructSpec = %+v; want StickyBit %v, mode %#o", spec.EmptyDir, tc.sticky, tc.want)
 			}
 			// Repeated SetUp keeps it.
 			e.setUp(t, pod, "v")

@@ -125,11 +125,11 @@ func (p *Plugin) ConstructSpec(vol, volumePath string) (*volume.Spec, error) {
 	if vp.Plugin != PluginName || vp.Volume != vol {
 		return nil, fmt.Errorf("%s: %s is not the emptyDir volume %q", PluginName, volumePath, vol)
 	}
-	medium, pageSize, sizeLimit, mode, err := p.constructMedium(vp.PodUID, vol)
+	medium, pageSize, sizeLimit, mode, sticky, err := p.constructMedium(vp.PodUID, vol)
 	if err != nil {
 		return nil, err
 	}
-	src := &volume.EmptyDirSource{Medium: medium.StorageMedium(pageSize), SizeLimit: sizeLimit, Mode: mode}
+	src := &volume.EmptyDirSource{Medium: medium.StorageMedium(pageSize), SizeLimit: sizeLimit, Mode: mode, StickyBit: sticky}
 	if mode != nil && *mode&^volume.MaxEmptyDirMode != 0 {
 		src.Mode = nil // a forged record: the default mode, never a setuid bit
 	}

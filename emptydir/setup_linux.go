@@ -142,12 +142,12 @@ func (m *mounter) setUpDir(logger klog.Logger, v *podVolume, plan setupPlan, arg
 		return err
 	}
 	v.hook.At(testhook.SetUpDirCreated, m.dir)
-	meta := &Metadata{Medium: volume.MediumDefault, SizeLimit: m.source.SizeLimit, Mode: m.source.Mode}
+	meta := &Metadata{Medium: volume.MediumDefault, SizeLimit: m.source.SizeLimit, Mode: m.source.Mode, StickyBit: m.source.StickyBit}
 	if m.plugin.quotas != nil {
 		// Recorded before Assign: from the moment the bookkeeping files
 		// may name the directory until its ID is recorded, the record
 		// says a project may exist, and TearDown clears it by path.
-		if err := v.writeMeta(&Metadata{Medium: meta.Medium, SizeLimit: meta.SizeLimit, Mode: meta.Mode, QuotaPending: true}); err != nil {
+		if err := v.writeMeta(&Metadata{Medium: meta.Medium, SizeLimit: meta.SizeLimit, Mode: meta.Mode, StickyBit: meta.StickyBit, QuotaPending: true}); err != nil {
 			return fmt.Errorf("record metadata: %w", err)
 		}
 		v.hook.At(testhook.SetUpQuotaIntent, m.dir)
@@ -207,7 +207,7 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 	// found on the directory later is this one (see provenBy).
 	source, fstype := newSource(m.pod.UID, m.name), "tmpfs"
 	var opts []string
-	meta := &Metadata{Medium: plan.medium, SizeLimit: m.source.SizeLimit, Mode: m.source.Mode}
+	meta := &Metadata{Medium: plan.medium, SizeLimit: m.source.SizeLimit, Mode: m.source.Mode, StickyBit: m.source.StickyBit}
 	if plan.medium == volume.MediumHugePages {
 		fstype = "hugetlbfs"
 		opts = append(opts, "pagesize="+strconv.FormatInt(plan.pageSize, 10))
