@@ -134,7 +134,10 @@
 // retries after SetUp, as the kubelet defers the resize). After a resize
 // nodevol.json records the new size as SizeBytes and SizeLimit (written
 // atomically), so that reconstruction gives a spec of the size the volume
-// has.
+// has. The record follows the resize (the kernel's reconfigure is the only
+// step that changes the volume): a crash in between leaves the old size in
+// the record, which proves nothing (a mount is proven by its source and
+// IDs, never its size), and the next resize sets it again.
 //
 // # TearDown
 //
