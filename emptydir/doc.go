@@ -47,8 +47,10 @@
 //
 // # SetUp
 //
-//   - Default: a directory with mode 0777 (01777 with StickyBit), whatever
-//     the umask; refused when something is mounted on it. With a quota
+//   - Default: a directory with the spec's mode ([volume.EmptyDirSource]
+//     Mode, 0 to 01777; nil: 0777; StickyBit adds the sticky bit, so nil
+//     with StickyBit is 01777), whatever the umask; refused when something
+//     is mounted on it. With a quota
 //     manager, nodevol.json says a project is being assigned before
 //     Assign is called, and the project ID once it returns: no instant
 //     leaves a project in the bookkeeping files that no record names;
@@ -94,8 +96,48 @@
 // that this does not prove is never adopted by SetUp, unmounted, measured
 // or asked anything.
 //
+// The mode of a Memory or HugePages volume is set on the mount's root,
+// the directory the pod sees (fchmod through the proven mount's
+// descriptor); the directory beneath the mount stays 0750. Upstream
+// chmods the directory before it mounts tmpfs over it, so there the mode
+// never reaches the pod, which sees tmpfs's own 01777. A mode outside 0
+// to 01777 (a setuid or setgid bit, say) is a Final error before anything
+// is touched; FSGroup adds setgid, as before. The spec's Mode is recorded
+// in nodevol.json, and reconstruction ([Plugin.ConstructSpec]) gives it
+// back.
+//
 // SetUp is idempotent, and repairs a ready volume whose directory or mount
-// vanished.
+// vanished. A ready volume in place is left as it is — its mode, and the
+// size of a tmpfs resized since ([Plugin.ResizeVolume]); only a SetUp that
+// has to mount again computes the size from the spec it is given.
+//
+// # Resize
+//
+// [Plugin.ResizeVolume] resizes a Memory volume's tmpfs in place (the
+// kubelet's ResizeEphemeralVolume), with the same care as TearDown: the
+// volume directory is opened by descriptors from the kubelet root, the
+// single mount on it must be proven the one SetUp recorded (record,
+// source, mount IDs), and that mount is reconfigured through the open
+// descriptor — fspick (FSPICK_EMPTY_PATH, FSPICK_NO_AUTOMOUNT,
+// FSPICK_SYMLINK_NOFOLLOW), fsconfig size=, FSCONFIG_CMD_RECONFIGURE —
+// never by path. A mount stacked on the volume or a symlink swapped in
+// after the proof is never what is resized; a mount that is not proven
+// the volume's own is refused ([ErrForeignMount]) and asked nothing.
+//
+// tmpfs refuses a size below its current use (fsconfig fails with EINVAL,
+// "Too small a size for current use"; a size equal to the use is
+// accepted, sizes round up to whole pages): ResizeVolume returns a
+// [*ShrinkBelowUseError] saying what the volume uses, and nothing changes.
+// A Default or HugePages volume, or a size <= 0 (adding or removing a size
+// limit), is a Final error ([ErrResizeUnsupported]); a volume not set up
+// or not mounted a Transient one ([ErrResizeDeferred]: the volume manager
+// retries after SetUp, as the kubelet defers the resize). After a resize
+// nodevol.json records the new size as SizeBytes and SizeLimit (written
+// atomically), so that reconstruction gives a spec of the size the volume
+// has. The record follows the resize (the kernel's reconfigure is the only
+// step that changes the volume): a crash in between leaves the old size in
+// the record, which proves nothing (a mount is proven by its source and
+// IDs, never its size), and the next resize sets it again.
 //
 // # TearDown
 //

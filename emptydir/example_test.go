@@ -39,3 +39,46 @@ func Example() {
 	fmt.Println("removed:", errors.Is(err, os.ErrNotExist))
 	// Output: removed: true
 }
+
+// A volume directory with a mode of its own (the EmptyDirVolumeMode
+// feature): 0750, whatever the umask.
+func Example_mode() {
+	root, _ := os.MkdirTemp("", "kubelet")
+	defer os.RemoveAll(root)
+	layout, _ := volume.NewLayout(root)
+	plugin := emptydir.New(volume.NewHost(layout, nil, 0))
+
+	mode := uint32(0o750)
+	pod := &volume.Pod{UID: "8a3f0c52", Volumes: []volume.Spec{{Name: "private", EmptyDir: &volume.EmptyDirSource{Mode: &mode}}}}
+	m, _ := plugin.NewMounter(&pod.Volumes[0], pod)
+	if err := m.SetUp(context.Background(), volume.MounterArgs{}); err != nil {
+		fmt.Println(err)
+	}
+	fi, _ := os.Stat(m.Path())
+	fmt.Println(fi.Mode())
+	// Output: drwxr-x---
+}
+
+// Resizing a Memory volume in place, and what its errors mean to a
+// volume manager.
+func ExamplePlugin_ResizeVolume() {
+	layout, _ := volume.NewLayout("/var/lib/kubelet")
+	plugin := emptydir.New(volume.NewHost(layout, nil, 8<<30))
+
+	err := plugin.ResizeVolume(context.Background(), "8a3f0c52", "cache", 256<<20)
+	var shrink *emptydir.ShrinkBelowUseError
+	switch {
+	case err == nil:
+		fmt.Println("resized")
+	case errors.As(err, &shrink):
+		fmt.Printf("the volume uses %d bytes; not shrinking it to %d\n", shrink.UsedBytes, shrink.RequestedBytes)
+	case errors.Is(err, emptydir.ErrResizeDeferred):
+		fmt.Println("not set up yet: retry after SetUp")
+	case errors.Is(err, emptydir.ErrResizeUnsupported):
+		fmt.Println("not a Memory volume, or no size: never retried")
+	case errors.Is(err, emptydir.ErrForeignMount):
+		fmt.Println("something else is mounted there: refused, nothing changed")
+	default:
+		fmt.Println(volume.KindOf(err), err)
+	}
+}

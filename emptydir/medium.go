@@ -15,17 +15,24 @@ type setupPlan struct {
 	medium   volume.Medium
 	size     int64 // tmpfs size= in bytes; 0: no size option
 	pageSize int64 // hugetlbfs pagesize= in bytes
-	sticky   bool
+	// mode is the volume directory's mode (the mount root's for Memory
+	// and HugePages): the source's Mode or 0777, plus StickyBit's bit.
+	mode uint32
 }
 
 // planSetUp checks the spec against the pod and computes sizes:
 //
 //   - Memory: tmpfs size is the smallest positive of the node's allocatable
 //     memory, the pod's memory limit and the volume's sizeLimit;
+//   - the mode is the source's Mode (0 to 01777) or 0777, with the sticky
+//     bit when StickyBit is set;
 //   - HugePages: the page size is the only hugepage size the pod requests;
 //     HugePages-<size>: that size, which the pod must request.
 func planSetUp(src *volume.EmptyDirSource, pod *volume.Pod, allocatable int64) (setupPlan, error) {
-	p := setupPlan{sticky: src.StickyBit}
+	if src.Mode != nil && *src.Mode&^volume.MaxEmptyDirMode != 0 {
+		return setupPlan{}, fmt.Errorf("emptyDir mode %#o is not a permission mode with an optional sticky bit (0 to 01777)", *src.Mode)
+	}
+	p := setupPlan{mode: src.EffectiveMode()}
 	switch m := src.Medium; {
 	case m == volume.StorageMediumDefault:
 		p.medium = volume.MediumDefault

@@ -23,11 +23,20 @@ const (
 // disk says what is there now, and a mount is unmounted only when the two
 // agree.
 type Metadata struct {
-	Medium         volume.Medium `json:"medium"`
-	SizeLimit      int64         `json:"sizeLimit,omitempty"` // the spec's sizeLimit
-	SizeBytes      int64         `json:"sizeBytes,omitempty"` // the tmpfs size= SetUp chose
-	HugePageSize   int64         `json:"hugePageSize,omitempty"`
-	QuotaProjectID uint32        `json:"quotaProjectID,omitempty"`
+	Medium volume.Medium `json:"medium"`
+	// SizeLimit is the spec's sizeLimit; after a resize (Plugin.ResizeVolume),
+	// the size the volume was resized to.
+	SizeLimit int64 `json:"sizeLimit,omitempty"`
+	// SizeBytes is the tmpfs size= SetUp chose, or the one the last
+	// resize set.
+	SizeBytes int64 `json:"sizeBytes,omitempty"`
+	// Mode is the spec's Mode (nil: the default mode), for
+	// reconstruction.
+	Mode *uint32 `json:"mode,omitempty"`
+	// StickyBit is the spec's StickyBit, for reconstruction.
+	StickyBit      bool   `json:"stickyBit,omitempty"`
+	HugePageSize   int64  `json:"hugePageSize,omitempty"`
+	QuotaProjectID uint32 `json:"quotaProjectID,omitempty"`
 	// QuotaPending says SetUp is asking the quota manager for a project
 	// for the volume directory and has not recorded the answer. It is
 	// written before Assign, so that a crash after Assign recorded the

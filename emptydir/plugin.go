@@ -125,9 +125,13 @@ func (p *Plugin) ConstructSpec(vol, volumePath string) (*volume.Spec, error) {
 	if vp.Plugin != PluginName || vp.Volume != vol {
 		return nil, fmt.Errorf("%s: %s is not the emptyDir volume %q", PluginName, volumePath, vol)
 	}
-	medium, pageSize, sizeLimit, err := p.constructMedium(vp.PodUID, vol)
+	medium, pageSize, sizeLimit, mode, sticky, err := p.constructMedium(vp.PodUID, vol)
 	if err != nil {
 		return nil, err
 	}
-	return &volume.Spec{Name: vol, EmptyDir: &volume.EmptyDirSource{Medium: medium.StorageMedium(pageSize), SizeLimit: sizeLimit}}, nil
+	src := &volume.EmptyDirSource{Medium: medium.StorageMedium(pageSize), SizeLimit: sizeLimit, Mode: mode, StickyBit: sticky}
+	if mode != nil && *mode&^volume.MaxEmptyDirMode != 0 {
+		src.Mode = nil // a forged record: the default mode, never a setuid bit
+	}
+	return &volume.Spec{Name: vol, EmptyDir: src}, nil
 }

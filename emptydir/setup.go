@@ -4,8 +4,6 @@ import (
 	"github.com/nodevol/nodevol/volume"
 )
 
-const volumeDirMode = 0o777
-
 type mounter struct {
 	plugin *Plugin
 	source volume.EmptyDirSource

@@ -59,6 +59,11 @@ func (m *mounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
 			return m.setUpErr(volume.Uncertain, err)
 		}
 		if ok {
+			if plan.medium == volume.MediumMemory && meta.SizeBytes != plan.size {
+				// Resized in place (Plugin.ResizeVolume): the mount, and
+				// its size, stay as they are.
+				logger.V(2).Info("Volume in place with a size other than the spec's; keeping it", "size", meta.SizeBytes, "specSize", plan.size)
+			}
 			return nil
 		}
 		logger.V(1).Info("Ready marker present but the volume is not in place; setting it up again", "medium", plan.medium)
@@ -123,7 +128,9 @@ func (m *mounter) openDir(v *podVolume, mode uint32, what string) (entry, error)
 }
 
 func (m *mounter) setUpDir(logger klog.Logger, v *podVolume, plan setupPlan, args volume.MounterArgs) error {
-	e, err := m.openDir(v, volumeDirMode, "a Default-medium volume")
+	// Created owner-only: the plan's mode is set by setMode below, so no
+	// instant shows the directory more open than the spec asks.
+	e, err := m.openDir(v, 0o700, "a Default-medium volume")
 	defer e.close()
 	if err != nil {
 		return err
@@ -135,12 +142,12 @@ func (m *mounter) setUpDir(logger klog.Logger, v *podVolume, plan setupPlan, arg
 		return err
 	}
 	v.hook.At(testhook.SetUpDirCreated, m.dir)
-	meta := &Metadata{Medium: volume.MediumDefault, SizeLimit: m.source.SizeLimit}
+	meta := &Metadata{Medium: volume.MediumDefault, SizeLimit: m.source.SizeLimit, Mode: m.source.Mode, StickyBit: m.source.StickyBit}
 	if m.plugin.quotas != nil {
 		// Recorded before Assign: from the moment the bookkeeping files
 		// may name the directory until its ID is recorded, the record
 		// says a project may exist, and TearDown clears it by path.
-		if err := v.writeMeta(&Metadata{Medium: meta.Medium, SizeLimit: meta.SizeLimit, QuotaPending: true}); err != nil {
+		if err := v.writeMeta(&Metadata{Medium: meta.Medium, SizeLimit: meta.SizeLimit, Mode: meta.Mode, StickyBit: meta.StickyBit, QuotaPending: true}); err != nil {
 			return fmt.Errorf("record metadata: %w", err)
 		}
 		v.hook.At(testhook.SetUpQuotaIntent, m.dir)
@@ -165,9 +172,11 @@ func (m *mounter) setUpDir(logger klog.Logger, v *podVolume, plan setupPlan, arg
 	return nil
 }
 
-// setMode sets the volume directory's mode whatever the umask (0777, with
-// the sticky bit on request) and its group for FSGroup (with setgid, so new
-// files inherit the group), on the open directory.
+// setMode sets the volume directory's mode whatever the umask (the plan's:
+// the spec's Mode or 0777, with the sticky bit on request) and its group
+// for FSGroup (with setgid, so new files inherit the group), on the open
+// directory: a Default volume's directory, a Memory or HugePages volume's
+// mount root.
 func (m *mounter) setMode(pathFd int, plan setupPlan, args volume.MounterArgs) error {
 	// The volume's own mount root is held O_PATH (see openEntry); fchmod
 	// needs a real descriptor of the same directory, opened through the
@@ -177,10 +186,7 @@ func (m *mounter) setMode(pathFd int, plan setupPlan, args volume.MounterArgs) e
 		return &os.PathError{Op: "open", Path: m.dir, Err: err}
 	}
 	defer unix.Close(fd)
-	mode := uint32(volumeDirMode)
-	if plan.sticky {
-		mode |= unix.S_ISVTX
-	}
+	mode := plan.mode
 	if args.FSGroup != nil {
 		if err := unix.Fchown(fd, -1, int(*args.FSGroup)); err != nil {
 			return &os.PathError{Op: "fchown", Path: m.dir, Err: err}
@@ -201,7 +207,7 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 	// found on the directory later is this one (see provenBy).
 	source, fstype := newSource(m.pod.UID, m.name), "tmpfs"
 	var opts []string
-	meta := &Metadata{Medium: plan.medium, SizeLimit: m.source.SizeLimit}
+	meta := &Metadata{Medium: plan.medium, SizeLimit: m.source.SizeLimit, Mode: m.source.Mode, StickyBit: m.source.StickyBit}
 	if plan.medium == volume.MediumHugePages {
 		fstype = "hugetlbfs"
 		opts = append(opts, "pagesize="+strconv.FormatInt(plan.pageSize, 10))

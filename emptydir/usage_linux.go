@@ -101,40 +101,41 @@ func statfs(fd int, path string) (FSStats, unix.Statfs_t, error) {
 
 // constructMedium is what ConstructSpec needs: the recorded medium, or
 // what is mounted on the volume directory when nothing was recorded.
-func (p *Plugin) constructMedium(podUID, vol string) (medium volume.Medium, pageSize, sizeLimit int64, err error) {
+// The recorded mode (the spec's Mode and StickyBit) comes back with them.
+func (p *Plugin) constructMedium(podUID, vol string) (medium volume.Medium, pageSize, sizeLimit int64, mode *uint32, sticky bool, err error) {
 	v, err := p.openVolume(podUID, vol, false)
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, nil, false, err
 	}
 	defer v.Close()
 	meta, err := v.readMeta()
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, nil, false, err
 	}
 	if meta != nil {
-		return meta.Medium, meta.HugePageSize, meta.SizeLimit, nil
+		return meta.Medium, meta.HugePageSize, meta.SizeLimit, meta.Mode, meta.StickyBit, nil
 	}
 	e, err := v.openEntry()
 	defer e.close()
 	if err != nil || e.kind != entryDir || !e.mi.root {
-		return volume.MediumDefault, 0, 0, err
+		return volume.MediumDefault, 0, 0, nil, false, err
 	}
 	tab, err := mountdetect.ReadMountTable()
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, nil, false, err
 	}
 	at, _, err := tab.MountsAtFile(e.fd, v.dir)
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, nil, false, err
 	}
 	// The type from the table; only a tmpfs or hugetlbfs is asked for more
 	// (a foreign filesystem's daemon may not answer).
 	info := infoFromTable(v.dir, at)
 	if MediumOf(info) == volume.MediumDefault {
-		return volume.MediumDefault, 0, 0, nil
+		return volume.MediumDefault, 0, 0, nil, false, nil
 	}
 	if info, err = tab.DetectFile(e.fd, v.dir); err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, nil, false, err
 	}
-	return MediumOf(info), info.HugePageSize, 0, nil
+	return MediumOf(info), info.HugePageSize, 0, nil, false, nil
 }

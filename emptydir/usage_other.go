@@ -9,6 +9,6 @@ import (
 
 func (p *Plugin) usage(podUID, vol string) (Usage, error) { return Usage{}, mountdetect.ErrUnsupported }
 
-func (p *Plugin) constructMedium(podUID, vol string) (volume.Medium, int64, int64, error) {
-	return 0, 0, 0, mountdetect.ErrUnsupported
+func (p *Plugin) constructMedium(podUID, vol string) (volume.Medium, int64, int64, *uint32, bool, error) {
+	return 0, 0, 0, nil, false, mountdetect.ErrUnsupported
 }

@@ -17,9 +17,41 @@ type EmptyDirSource struct {
 	Medium StorageMedium
 	// SizeLimit in bytes; 0 means no limit.
 	SizeLimit int64
-	// StickyBit sets the sticky bit on a Default volume's directory (mode
+	// StickyBit sets the sticky bit on the volume's directory (mode
 	// 01777), so that users sharing it cannot delete each other's files.
+	// With Mode it adds the sticky bit to Mode.
 	StickyBit bool
+	// Mode is the volume directory's mode (the EmptyDirVolumeMode
+	// feature): permission bits and the sticky bit, 0 to 01777; anything
+	// else fails Validate. nil means the default, 0777 (01777 with
+	// StickyBit). For a Memory or HugePages volume it is the mode of the
+	// mount's root, the directory the pod sees.
+	Mode *uint32
+}
+
+// MaxEmptyDirMode is the largest EmptyDirSource.Mode: permission bits and
+// the sticky bit.
+const MaxEmptyDirMode = 0o1777
+
+// EffectiveMode is the volume directory's mode the source asks for:
+// Mode, or 0777 when it is nil, with the sticky bit added by StickyBit.
+func (s *EmptyDirSource) EffectiveMode() uint32 {
+	mode := uint32(0o777)
+	if s.Mode != nil {
+		mode = *s.Mode
+	}
+	if s.StickyBit {
+		mode |= 0o1000
+	}
+	return mode
+}
+
+// validateMode checks Mode's range.
+func (s *EmptyDirSource) validateMode() error {
+	if s.Mode != nil && *s.Mode&^MaxEmptyDirMode != 0 {
+		return fmt.Errorf("mode %#o is not a permission mode with an optional sticky bit (0 to 01777)", *s.Mode)
+	}
+	return nil
 }
 
 // Spec is a volume as a pod asks for it: a name and a source. Exactly one
@@ -46,6 +78,11 @@ func (s *Spec) Validate() error {
 	}
 	if s.EmptyDir != nil && s.EmptyDir.SizeLimit < 0 {
 		return fmt.Errorf("volume %q: negative sizeLimit %d", s.Name, s.EmptyDir.SizeLimit)
+	}
+	if s.EmptyDir != nil {
+		if err := s.EmptyDir.validateMode(); err != nil {
+			return fmt.Errorf("volume %q: %w", s.Name, err)
+		}
 	}
 	return nil
 }

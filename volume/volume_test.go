@@ -239,3 +239,32 @@ func TestUncleanSaysWhy(t *testing.T) {
 		t.Errorf(`NewLayout("/var/lib/kubelet/") = %v; want ErrInvalidRoot saying what is unclean`, err)
 	}
 }
+
+func TestEmptyDirSourceMode(t *testing.T) {
+	m := func(v uint32) *uint32 { return &v }
+	for _, tc := range []struct {
+		src  EmptyDirSource
+		want uint32
+	}{
+		{EmptyDirSource{}, 0o777},
+		{EmptyDirSource{StickyBit: true}, 0o1777},
+		{EmptyDirSource{Mode: m(0o750)}, 0o750},
+		{EmptyDirSource{Mode: m(0o750), StickyBit: true}, 0o1750},
+		{EmptyDirSource{Mode: m(0o1777)}, 0o1777},
+		{EmptyDirSource{Mode: m(0)}, 0},
+	} {
+		if got := tc.src.EffectiveMode(); got != tc.want {
+			t.Errorf("%+v: EffectiveMode = %#o; want %#o", tc.src, got, tc.want)
+		}
+		s := Spec{Name: "v", EmptyDir: &tc.src}
+		if err := s.Validate(); err != nil {
+			t.Errorf("%+v: Validate = %v", tc.src, err)
+		}
+	}
+	for _, bad := range []uint32{0o2000, 0o4000, 0o2777, 0o10000} {
+		s := Spec{Name: "v", EmptyDir: &EmptyDirSource{Mode: m(bad)}}
+		if err := s.Validate(); err == nil {
+			t.Errorf("Validate with mode %#o = nil; want an error", bad)
+		}
+	}
+}

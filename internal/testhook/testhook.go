@@ -60,6 +60,12 @@ const (
 	// to return.
 	TearDownDone Point = "teardown-done"
 
+	// emptydir ResizeVolume. The path is the volume directory.
+
+	// ResizeProven: the mount on the open volume directory is proven the
+	// volume's own tmpfs; it is reconfigured through that descriptor next.
+	ResizeProven Point = "resize-proven"
+
 	// RemoveAllRemoved: mountdetect's RemoveAll removed one entry (the
 	// path names it). With several workers, called from each.
 	RemoveAllRemoved Point = "removeall-removed"
