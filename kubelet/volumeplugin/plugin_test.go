@@ -295,3 +295,39 @@ func TestNotInitialized(t *testing.T) {
 		t.Error("GetVolumeName(not an emptyDir) succeeded")
 	}
 }
+
+func TestVolumeMode(t *testing.T) {
+	mode := int32(0o1750)
+	spec := emptyDirSpec("v", v1.EmptyDirVolumeSource{Mode: &mode})
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.EmptyDirVolumeMode, false)
+	if got := SpecOf(spec); got.EmptyDir.Mode != nil {
+		t.Errorf("SpecOf with EmptyDirVolumeMode off: Mode = %o; want nil", *got.EmptyDir.Mode)
+	}
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.EmptyDirVolumeMode, true)
+	if got := SpecOf(spec); got.EmptyDir.Mode == nil || *got.EmptyDir.Mode != 0o1750 {
+		t.Fatalf("SpecOf with EmptyDirVolumeMode on: Mode = %v; want 01750", got.EmptyDir.Mode)
+	}
+	root := t.TempDir()
+	p := newPlugin(t, root)
+	m, err := p.NewMounter(spec, testPod())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetUp(k8svolume.MounterArgs{}); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(m.GetPath())
+	if err != nil || fi.Mode().Perm() != 0o750 || fi.Mode()&os.ModeSticky == 0 {
+		t.Errorf("volume directory mode = %v, %v; want 01750", fi.Mode(), err)
+	}
+	rec, err := p.ConstructVolumeSpec("v", m.GetPath())
+	if err != nil || rec.Spec.Volume.EmptyDir.Mode == nil || *rec.Spec.Volume.EmptyDir.Mode != 0o1750 {
+		t.Errorf("ConstructVolumeSpec = %+v, %v; want Mode 01750", rec.Spec.Volume.EmptyDir, err)
+	}
+	bad := int32(-1)
+	if m, err := p.NewMounter(emptyDirSpec("w", v1.EmptyDirVolumeSource{Mode: &bad}), testPod()); err == nil {
+		if err := m.SetUp(k8svolume.MounterArgs{}); err == nil {
+			t.Error("SetUp with mode -1 succeeded")
+		}
+	}
+}
