@@ -478,6 +478,14 @@ func (remove) reopened(_ *walk, n *dirNode) error {
 func (w *walk) finish(n *dirNode) (again bool) {
 	p := n.parent
 	if n.gone.Load() {
+		if w.stillNamed(n) {
+			// getdents64 said ENOENT, but n still stands at its name: not
+			// removed (a filesystem, a FUSE daemon say, may answer ENOENT
+			// for a live directory). Its listing failed; reported, kept.
+			p.keep(n.name)
+			w.fail(&os.PathError{Op: "getdents64", Path: n.path(), Err: unix.ENOENT})
+			return false
+		}
 		// Removed by someone else: nothing to remove. Its name in p, if
 		// taken again, is not n; p is listed again and meets it as it is.
 		p.markProgress()
@@ -517,4 +525,26 @@ func (w *walk) finish(n *dirNode) (again bool) {
 	}
 	w.entryFailed(p, n.name, "unlinkat", err)
 	return false
+}
+
+// stillNamed reports whether n, whose listing failed with ENOENT, is
+// nonetheless alive and still the entry n.name of its (open) parent: the
+// same device and inode, looked at without following a symlink or
+// triggering an automount, and without asking the filesystem
+// (AT_STATX_DONT_SYNC). A directory really removed has no links left or
+// its name shows something else (or nothing).
+func (w *walk) stillNamed(n *dirNode) bool {
+	const flags = unix.AT_STATX_DONT_SYNC
+	var self, named unix.Statx_t
+	if err := fsat.Retry(func() error {
+		return unix.Statx(n.fd, "", unix.AT_EMPTY_PATH|flags, unix.STATX_INO|unix.STATX_NLINK, &self)
+	}); err != nil || self.Mask&unix.STATX_NLINK != 0 && self.Nlink == 0 {
+		return false
+	}
+	if err := fsat.Retry(func() error {
+		return unix.Statx(n.parent.fd, n.name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT|flags, unix.STATX_INO, &named)
+	}); err != nil {
+		return false
+	}
+	return named.Dev_major == self.Dev_major && named.Dev_minor == self.Dev_minor && named.Ino == self.Ino
 }
