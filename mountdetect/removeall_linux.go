@@ -210,8 +210,14 @@ func removeAt(pfd int, base, shown, path string, c *config) error {
 			unix.Close(fd)
 		}
 	}()
+	if testHookAfterOpenStart != nil {
+		testHookAfterOpenStart(shown)
+	}
 
 	if err := w.refuseMounts(pfd, base, fd, shown, path, &st); err != nil {
+		if err == errStartGone {
+			return nil
+		}
 		return err
 	}
 
@@ -244,8 +250,14 @@ func (w *walk) removeDenied(pfd int, base, shown, path string, st *unix.Stat_t) 
 	default:
 		return &os.PathError{Op: "openat", Path: shown, Err: err}
 	}
+	if testHookAfterOpenStart != nil {
+		testHookAfterOpenStart(shown)
+	}
 	err = w.refuseMounts(pfd, base, fd, shown, path, st)
 	unix.Close(fd)
+	if err == errStartGone {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -290,6 +302,11 @@ func (w *walk) removeFile(pfd int, base, shown, path string, st *unix.Stat_t) er
 	return nil
 }
 
+// errStartGone is refuseMounts' answer when the start entry's name no
+// longer exists (removed or moved away since it was opened): RemoveAll
+// has nothing left to do, as when the path was missing from the start.
+var errStartGone = errors.New("start directory gone")
+
 // refuseMounts refuses before touching: the start directory (the entry
 // base of pfd, open as fd, its fstatat st) must not be a mount root, and
 // nothing may be mounted beneath it. It sets w.rootMnt.
@@ -307,6 +324,11 @@ func (w *walk) refuseMounts(pfd int, base string, fd int, shown, path string, st
 		selfMounted = sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
 	} else {
 		mounted, _, err := childIsMountRoot(pfd, base, shown, st, w.s)
+		if errors.Is(err, unix.ENOENT) {
+			// Removed (by another RemoveAll, say) or moved away since it
+			// was opened: nothing is at path any more.
+			return errStartGone
+		}
 		if err != nil {
 			return err
 		}

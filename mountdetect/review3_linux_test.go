@@ -224,3 +224,28 @@ func unreadableMountBeneathScenario(t *testing.T, work string) {
 		}
 	}
 }
+
+// TestRemoveAllStartRemovedUnderneath: the start directory is removed by
+// someone else (another RemoveAll of the same path) just after this call
+// opened it, before its mount checks. Nothing is at the path any more:
+// RemoveAll succeeds, for every strategy (with openat2, the mount-root
+// check of the start looks at it by name, and found nothing there).
+func TestRemoveAllStartRemovedUnderneath(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, v variant) {
+		vol := filepath.Join(t.TempDir(), "vol")
+		mounttest.Build(t, vol, "file a/b x", "file c y")
+		testHookAfterOpenStart = func(p string) {
+			if p != vol {
+				return
+			}
+			if err := os.RemoveAll(vol); err != nil {
+				t.Errorf("remove %s underneath: %v", vol, err)
+			}
+		}
+		defer func() { testHookAfterOpenStart = nil }()
+		if err := RemoveAll(vol, v.opts()...); err != nil {
+			t.Errorf("RemoveAll = %v; want nil (the start directory was removed underneath)", err)
+		}
+		mustNotExist(t, vol)
+	})
+}
