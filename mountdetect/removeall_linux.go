@@ -210,8 +210,14 @@ func removeAt(pfd int, base, shown, path string, c *config) error {
 			unix.Close(fd)
 		}
 	}()
+	if testHookAfterOpenStart != nil {
+		testHookAfterOpenStart(shown)
+	}
 
 	if err := w.refuseMounts(pfd, base, fd, shown, path, &st); err != nil {
+		if err == errStartGone {
+			return nil
+		}
 		return err
 	}
 
@@ -244,8 +250,14 @@ func (w *walk) removeDenied(pfd int, base, shown, path string, st *unix.Stat_t) 
 	default:
 		return &os.PathError{Op: "openat", Path: shown, Err: err}
 	}
+	if testHookAfterOpenStart != nil {
+		testHookAfterOpenStart(shown)
+	}
 	err = w.refuseMounts(pfd, base, fd, shown, path, st)
 	unix.Close(fd)
+	if err == errStartGone {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -290,6 +302,11 @@ func (w *walk) removeFile(pfd int, base, shown, path string, st *unix.Stat_t) er
 	return nil
 }
 
+// errStartGone is refuseMounts' answer when the start entry's name no
+// longer exists (removed or moved away since it was opened): RemoveAll
+// has nothing left to do, as when the path was missing from the start.
+var errStartGone = errors.New("start directory gone")
+
 // refuseMounts refuses before touching: the start directory (the entry
 // base of pfd, open as fd, its fstatat st) must not be a mount root, and
 // nothing may be mounted beneath it. It sets w.rootMnt.
@@ -307,6 +324,11 @@ func (w *walk) refuseMounts(pfd int, base string, fd int, shown, path string, st
 		selfMounted = sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
 	} else {
 		mounted, _, err := childIsMountRoot(pfd, base, shown, st, w.s)
+		if errors.Is(err, unix.ENOENT) {
+			// Removed (by another RemoveAll, say) or moved away since it
+			// was opened: nothing is at path any more.
+			return errStartGone
+		}
 		if err != nil {
 			return err
 		}
@@ -478,6 +500,14 @@ func (remove) reopened(_ *walk, n *dirNode) error {
 func (w *walk) finish(n *dirNode) (again bool) {
 	p := n.parent
 	if n.gone.Load() {
+		if w.stillNamed(n) {
+			// getdents64 said ENOENT, but n still stands at its name: not
+			// removed (a filesystem, a FUSE daemon say, may answer ENOENT
+			// for a live directory). Its listing failed; reported, kept.
+			p.keep(n.name)
+			w.fail(&os.PathError{Op: "getdents64", Path: n.path(), Err: unix.ENOENT})
+			return false
+		}
 		// Removed by someone else: nothing to remove. Its name in p, if
 		// taken again, is not n; p is listed again and meets it as it is.
 		p.markProgress()
@@ -517,4 +547,26 @@ func (w *walk) finish(n *dirNode) (again bool) {
 	}
 	w.entryFailed(p, n.name, "unlinkat", err)
 	return false
+}
+
+// stillNamed reports whether n, whose listing failed with ENOENT, is
+// nonetheless alive and still the entry n.name of its (open) parent: the
+// same device and inode, looked at without following a symlink or
+// triggering an automount, and without asking the filesystem
+// (AT_STATX_DONT_SYNC). A directory really removed has no links left or
+// its name shows something else (or nothing).
+func (w *walk) stillNamed(n *dirNode) bool {
+	const flags = unix.AT_STATX_DONT_SYNC
+	var self, named unix.Statx_t
+	if err := fsat.Retry(func() error {
+		return unix.Statx(n.fd, "", unix.AT_EMPTY_PATH|flags, unix.STATX_INO|unix.STATX_NLINK, &self)
+	}); err != nil || self.Mask&unix.STATX_NLINK != 0 && self.Nlink == 0 {
+		return false
+	}
+	if err := fsat.Retry(func() error {
+		return unix.Statx(n.parent.fd, n.name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT|flags, unix.STATX_INO, &named)
+	}); err != nil {
+		return false
+	}
+	return named.Dev_major == self.Dev_major && named.Dev_minor == self.Dev_minor && named.Ino == self.Ino
 }

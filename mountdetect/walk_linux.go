@@ -35,6 +35,11 @@ const (
 // moments. Always nil outside tests.
 var testHookBeforeEnter, testHookAfterEnter func(path string)
 
+// testHookAfterOpenStart is called with the start path just after the
+// start directory is opened (for listing, or O_PATH when it may not be
+// listed), before the mount checks. Always nil outside tests.
+var testHookAfterOpenStart func(path string)
+
 // dirNode is one directory of a walk: a frame of the serial walk or a node
 // of the parallel one.
 type dirNode struct {
@@ -61,9 +66,10 @@ type dirNode struct {
 	progress atomic.Bool // this pass removed something
 	kept     atomic.Bool // something was deliberately left here (a mount, an error)
 	passes   int
-	// gone: listing found the directory removed (by someone else) since
-	// it was opened: it is empty and no longer has a name; whatever its
-	// name in the parent shows now is not it.
+	// gone: listing failed with ENOENT, as for a directory removed (by
+	// someone else) since it was opened: it is empty and no longer has a
+	// name; whatever its name in the parent shows now is not it (finish
+	// verifies that, see stillNamed).
 	gone atomic.Bool
 
 	// keptNames are the entries deliberately left here (see keep). A
@@ -273,10 +279,12 @@ func (w *walk) list(n *dirNode, sc *scratch, subdir func(name []byte)) bool {
 		return err
 	})
 	if err == unix.ENOENT {
-		// Only a removed directory fails so (the kernel refuses to list
-		// a dead directory): it was emptied and removed since the walk
-		// opened it, as a concurrent RemoveAll does. It is gone, which is
-		// what was asked; its end.
+		// The kernel refuses so to list a dead directory: one emptied and
+		// removed since the walk opened it, as a concurrent RemoveAll
+		// does. It is gone, which is what was asked; its end. (A
+		// filesystem may also answer ENOENT for a live directory: finish
+		// checks that it no longer stands at its name before taking it
+		// as gone, and otherwise reports the failure.)
 		n.gone.Store(true)
 		return false
 	}
