@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8svolume "k8s.io/kubernetes/pkg/volume"
+	"k8s.io/kubernetes/pkg/volume/projected"
 	"k8s.io/kubernetes/pkg/volume/secret"
 	volumetest "k8s.io/kubernetes/pkg/volume/testing"
 
@@ -261,5 +262,63 @@ func TestWrapperDirectories(t *testing.T) {
 	}
 	if err := pu.TearDownAt(secretDir); !errors.Is(err, emptydir.ErrInvalidLocation) {
 		t.Errorf("TearDownAt(%s) by the unmounter named creds = %v; want emptydir.ErrInvalidLocation", secretDir, err)
+	}
+}
+
+// TestProjectedVolumeThroughAdapter: the projected plugin (every pod's
+// kube-api-access volume is one) through the same wrapper, here with a
+// configMap and a downwardAPI projection, on the fake kubelet host the
+// projected plugin needs (its wrapper methods are the fake host's).
+func TestProjectedVolumeThroughAdapter(t *testing.T) {
+	mounttest.RequireMounts(t)
+	root := t.TempDir()
+	cm := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": "CERT"}}
+	host := volumetest.NewFakeKubeletVolumeHost(t, root, fake.NewClientset(cm), append(projected.ProbeVolumePlugins(), ProbeVolumePlugins()...))
+	plug, err := host.GetPluginMgr().FindPluginByName("kubernetes.io/projected")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mode := int32(0o644)
+	vol := v1.Volume{Name: "kube-api-access-x7k2p", VolumeSource: v1.VolumeSource{Projected: &v1.ProjectedVolumeSource{
+		DefaultMode: &mode,
+		Sources: []v1.VolumeProjection{
+			{ConfigMap: &v1.ConfigMapProjection{LocalObjectReference: v1.LocalObjectReference{Name: "kube-root-ca.crt"}}},
+			{DownwardAPI: &v1.DownwardAPIProjection{Items: []v1.DownwardAPIVolumeFile{{Path: "namespace", FieldRef: &v1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}}}},
+		},
+	}}}
+	pod := testPod()
+	pod.Spec.Volumes = []v1.Volume{vol}
+	m, err := plug.NewMounter(k8svolume.NewSpecFromVolume(&vol), pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, "pods", testUID, "volumes", "kubernetes.io~projected", vol.Name)
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) }) // only if a failure left it
+	if err := m.SetUp(k8svolume.MounterArgs{}); err != nil {
+		t.Fatalf("projected SetUp = %v", err)
+	}
+	if ms := mountsAt(t, dir); len(ms) != 1 || !strings.HasPrefix(ms[0].Source, "nodevol-emptydir-") {
+		t.Fatalf("mounts at %s = %+v; want nodevol's tmpfs", dir, ms)
+	}
+	for name, want := range map[string]string{"ca.crt": "CERT", "namespace": "ns"} {
+		if b, err := os.ReadFile(filepath.Join(dir, name)); err != nil || string(b) != want {
+			t.Errorf("%s = %q, %v; want %q", name, b, err, want)
+		}
+	}
+	meta := filepath.Join(root, "pods", testUID, "plugins", "kubernetes.io~empty-dir", "wrapped_"+vol.Name)
+	u, err := plug.NewUnmounter(vol.Name, types.UID(testUID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := u.TearDown(); err != nil {
+		t.Fatalf("projected TearDown = %v", err)
+	}
+	if n := len(mountsAt(t, dir)); n != 0 {
+		t.Errorf("%d mounts left at %s", n, dir)
+	}
+	for _, p := range []string{dir, meta} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s still there (%v)", p, err)
+		}
 	}
 }
