@@ -9,7 +9,6 @@ type mounter struct {
 	source volume.EmptyDirSource
 	pod    *volume.Pod
 	name   string
-	ref    volRef
 	dir    string
 }
 
