@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -383,6 +384,20 @@ func TestUsageByQuota(t *testing.T) {
 	e.setUp(t, e.pod(emptyDirSpec("cache", "")), "cache")
 	if u, err := e.plugin.Usage(testUID, "cache"); err != nil || u.Bytes != 12345 || u.Inodes != 6 || u.Source != SourceQuota || u.FS.CapacityBytes <= 0 {
 		t.Errorf("Usage = %+v, %v; want the quota's 12345 bytes and 6 inodes, and the filesystem's capacity", u, err)
+	}
+}
+
+// TestUsageByQuotaVolumeGone: a quota that still answers for a volume
+// whose directory is gone is not a usage; the error says the volume is
+// missing.
+func TestUsageByQuotaVolumeGone(t *testing.T) {
+	e := newEnv(t, t.TempDir(), nil, WithQuotas(&usageQuotas{}))
+	m := e.setUp(t, e.pod(emptyDirSpec("cache", "")), "cache")
+	if err := os.RemoveAll(filepath.Dir(m.Path())); err != nil {
+		t.Fatal(err)
+	}
+	if u, err := e.plugin.Usage(testUID, "cache"); !errors.Is(err, fs.ErrNotExist) || strings.Contains(fmt.Sprint(err), "%!") {
+		t.Errorf("Usage of a volume whose directory is gone = %+v, %v; want an error matching fs.ErrNotExist", u, err)
 	}
 }
 

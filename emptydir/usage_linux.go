@@ -30,7 +30,11 @@ func (p *Plugin) usage(podUID, vol string) (Usage, error) {
 	}
 	if p.quotas != nil && meta != nil && meta.QuotaProjectID != 0 {
 		bytes, inodes, err := p.quotas.Usage(dir)
-		if err == nil && v.vols != nil {
+		if err == nil {
+			if v.vols == nil {
+				// The quota answered for a path whose directories are gone.
+				return Usage{}, &os.PathError{Op: "open", Path: dir, Err: fs.ErrNotExist}
+			}
 			// The volume is on the pod directory's mount, as its parent is.
 			fs, _, err := statfs(v.vols.Fd(), v.vols.Path())
 			return Usage{Bytes: bytes, Inodes: inodes, Source: SourceQuota, FS: fs}, err
