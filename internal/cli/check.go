@@ -65,15 +65,7 @@ type checkResult struct {
 }
 
 // code is the exit code this result calls for.
-func (r *checkResult) code() int {
-	switch {
-	case r.err != nil:
-		return ExitError
-	case !r.SafeToRemove:
-		return ExitRefused
-	}
-	return ExitOK
-}
+func (r *checkResult) code() int { return exitCode(r.err, !r.SafeToRemove) }
 
 func (r *checkResult) fail(err error) checkResult {
 	r.err = err

@@ -26,6 +26,18 @@ const (
 	ExitError   = 2 // bad usage, or a path could not be examined or removed
 )
 
+// exitCode is the code one path's result calls for: ExitError when it
+// failed, else ExitRefused when it is unsafe or was refused, else ExitOK.
+func exitCode(err error, refused bool) int {
+	switch {
+	case err != nil:
+		return ExitError
+	case refused:
+		return ExitRefused
+	}
+	return ExitOK
+}
+
 // Run is the nodevol command run with args (os.Args[1:]): it writes its
 // report to stdout and its diagnostics to stderr, and returns the exit
 // code.

@@ -33,15 +33,7 @@ type rmResult struct {
 	err        error
 }
 
-func (r *rmResult) code() int {
-	switch {
-	case r.err != nil:
-		return ExitError
-	case r.Refused:
-		return ExitRefused
-	}
-	return ExitOK
-}
+func (r *rmResult) code() int { return exitCode(r.err, r.Refused) }
 
 func (r *rmResult) setNamespace(ns mountNamespaceJSON) { r.MountNamespace = ns }
 

@@ -53,15 +53,7 @@ type teardownResult struct {
 	err        error
 }
 
-func (r *teardownResult) code() int {
-	switch {
-	case r.err != nil:
-		return ExitError
-	case r.Refused:
-		return ExitRefused
-	}
-	return ExitOK
-}
+func (r *teardownResult) code() int { return exitCode(r.err, r.Refused) }
 
 func (r *teardownResult) setNamespace(ns mountNamespaceJSON) { r.MountNamespace = ns }
 
