@@ -47,17 +47,7 @@ func TestArgs(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			r := result{code: run(tc.args, &stdout, &stderr), stdout: stdout.String(), stderr: stderr.String()}
 			r.wantCode(t, tc.code)
-			if tc.stdoutHas != "" {
-				wantContains(t, "stdout", r.stdout, tc.stdoutHas)
-				if r.stderr != "" {
-					t.Errorf("stderr = %q, want nothing (help asked for goes to stdout)", r.stderr)
-				}
-				return
-			}
-			wantContains(t, "stderr", r.stderr, tc.stderrHas)
-			if r.stdout != "" {
-				t.Errorf("stdout = %q, want nothing (a usage mistake goes to stderr)", r.stdout)
-			}
+			clitest.WantOneStream(t, r.stdout, r.stderr, tc.stdoutHas, tc.stderrHas)
 		})
 	}
 }

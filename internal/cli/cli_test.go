@@ -178,17 +178,7 @@ func TestRunUsage(t *testing.T) {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			r := nodevol(t, tc.args...)
 			r.wantCode(t, tc.code)
-			if tc.stdoutHas != "" {
-				wantContains(t, "stdout", r.stdout, tc.stdoutHas)
-				if r.stderr != "" {
-					t.Errorf("stderr = %q, want nothing (help asked for goes to stdout)", r.stderr)
-				}
-				return
-			}
-			wantContains(t, "stderr", r.stderr, tc.stderrHas)
-			if r.stdout != "" {
-				t.Errorf("stdout = %q, want nothing (a usage mistake goes to stderr)", r.stdout)
-			}
+			clitest.WantOneStream(t, r.stdout, r.stderr, tc.stdoutHas, tc.stderrHas)
 		})
 	}
 }

@@ -87,6 +87,25 @@ func WantContains(t testing.TB, what, got string, wants ...string) {
 	}
 }
 
+// WantOneStream checks where a program wrote: with stdoutHas set (help
+// that was asked for), stdout must contain it and stderr be empty;
+// otherwise (a usage mistake) stderr must contain stderrHas and stdout be
+// empty.
+func WantOneStream(t testing.TB, stdout, stderr, stdoutHas, stderrHas string) {
+	t.Helper()
+	if stdoutHas != "" {
+		WantContains(t, "stdout", stdout, stdoutHas)
+		if stderr != "" {
+			t.Errorf("stderr = %q, want nothing (help asked for goes to stdout)", stderr)
+		}
+		return
+	}
+	WantContains(t, "stderr", stderr, stderrHas)
+	if stdout != "" {
+		t.Errorf("stdout = %q, want nothing (a usage mistake goes to stderr)", stdout)
+	}
+}
+
 // WantRow fails unless the table in out (a scan) has a row with exactly
 // these columns (columns are separated by two spaces or more).
 func WantRow(t testing.TB, out string, cols ...string) {
