@@ -5,70 +5,17 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 )
-
-const envPermScenario = "NODEVOL_TEST_PERM_SCENARIO_DIR"
 
 // TestRemoveAllPermissionDenied: a directory the caller may not write
 // makes RemoveAll fail with a *os.PathError matching fs.ErrPermission that
 // names the file, while everything else is removed and nothing else is
-// lost. Root bypasses permission checks, so as root the scenario runs in a
-// copy of this test binary as user nobody.
+// lost. Root bypasses permission checks, so as root the scenario runs as
+// user nobody (asNobody).
 func TestRemoveAllPermissionDenied(t *testing.T) {
-	if os.Geteuid() != 0 {
-		permissionScenario(t, t.TempDir())
-		return
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	// nobody must reach the copied binary: open up the temp dir and its
-	// per-test parent (both 0700 by default).
-	for _, d := range []string{filepath.Dir(dir), dir} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	copyExe := filepath.Join(dir, "mountdetect.test")
-	copyFile(t, exe, copyExe)
-	work := filepath.Join(dir, "work")
-	if err := os.Mkdir(work, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(work, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(copyExe, "-test.run=^TestPermissionScenarioHelper$", "-test.v")
-	cmd.Env = append(os.Environ(), envPermScenario+"="+work, "NODEVOL_TEST_NO_MOUNTNS=running as nobody")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("scenario as nobody failed: %v\n%s", err, out)
-	}
-	if !strings.Contains(string(out), "--- PASS: TestPermissionScenarioHelper") {
-		t.Fatalf("scenario as nobody did not run:\n%s", out)
-	}
-}
-
-// TestPermissionScenarioHelper is the unprivileged half of
-// TestRemoveAllPermissionDenied; it does nothing unless that test starts it.
-func TestPermissionScenarioHelper(t *testing.T) {
-	dir := os.Getenv(envPermScenario)
-	if dir == "" {
-		t.Skip("helper process for TestRemoveAllPermissionDenied")
-	}
-	if os.Geteuid() == 0 {
-		t.Fatal("helper must not run as root")
-	}
-	permissionScenario(t, dir)
+	asNobody(t, "permission", nil)
 }
 
 func permissionScenario(t *testing.T, base string) {

@@ -68,6 +68,7 @@ func asNobody(t *testing.T, name string, setup func(work string)) {
 }
 
 var nobodyScenarios = map[string]func(t *testing.T, work string){
+	"permission":           permissionScenario,
 	"unreadable":           unreadableScenario,
 	"unreadableMountPoint": unreadableMountPointScenario,
 }
