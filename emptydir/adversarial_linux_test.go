@@ -11,7 +11,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -401,19 +400,7 @@ func TestTearDownMountPointSwappedInTheLastWindow(t *testing.T) {
 	e := newEnv(t, filepath.Join(base, "kubelet"), nil)
 	pod := e.pod(volume.Spec{Name: "cache", EmptyDir: &volume.EmptyDirSource{Medium: "Memory", SizeLimit: 1 << 20}})
 	pod.MemoryLimit = 64 << 20
-	volDir, err := e.layout.VolumeDir(testUID, PluginName, "cache")
-	if err != nil {
-		t.Fatal(err)
-	}
-	vols := filepath.Dir(volDir)
-	if err := os.MkdirAll(vols, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	vfd, err := unix.Open(vols, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(vfd)
+	vols, vfd := e.volumesDir(t)
 	// Started before the mounts are made: in its namespace they are plain
 	// directories it can rename.
 	var steps atomic.Int64
@@ -442,20 +429,14 @@ func TestTearDownMountPointSwappedInTheLastWindow(t *testing.T) {
 		if p != testhook.TearDownBeforeUnmount {
 			return
 		}
-		a.Resume()
-		deadline := time.Now().Add(10 * time.Second)
-		for a.Steps() == 0 && time.Now().Before(deadline) {
-			runtime.Gosched()
-		}
-		a.Pause()
-		if a.Steps() == 0 {
+		if !a.StepWithin(10 * time.Second) {
 			t.Error("the attacker could not rename the share into the volume's place")
 		}
 	}
 	mounttest.Build(t, nas, "file written-on-the-share keep")
 	want["written-on-the-share"] = mounttest.Snapshot(t, share)["written-on-the-share"]
 
-	err = e.tearDown("cache")
+	err := e.tearDown("cache")
 	if err == nil || volume.KindOf(err) != volume.Uncertain || !strings.Contains(err.Error(), "not the one SetUp mounted on") {
 		t.Fatalf("TearDown = %v; want an Uncertain error saying the directory was replaced", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"testing"
 
 	"golang.org/x/sys/unix"
 )
@@ -29,3 +30,24 @@ func isReady(metaDir string) bool {
 
 // detach unmounts path lazily, for test clean-ups only.
 func detach(path string) error { return unix.Unmount(path, unix.MNT_DETACH) }
+
+// volumesDir creates the pod's kubernetes.io~empty-dir volumes directory
+// and returns its path and a descriptor of it (closed when the test ends),
+// through which an attacker renames volume directories.
+func (e *env) volumesDir(t *testing.T) (vols string, vfd int) {
+	t.Helper()
+	volDir, err := e.layout.VolumeDir(testUID, PluginName, "cache")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vols = filepath.Dir(volDir)
+	if err := os.MkdirAll(vols, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	vfd, err = unix.Open(vols, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(vfd) })
+	return vols, vfd
+}

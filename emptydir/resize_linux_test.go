@@ -4,7 +4,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -323,19 +322,7 @@ func TestResizeVolumeRace(t *testing.T) {
 		mounttest.Tmpfs(t, foreign, "size=2m")
 		want := mounttest.Sentinels(t, foreign)
 		e := newEnv(t, filepath.Join(base, "kubelet"), nil)
-		volDir, err := e.layout.VolumeDir(testUID, PluginName, "cache")
-		if err != nil {
-			t.Fatal(err)
-		}
-		vols := filepath.Dir(volDir)
-		if err := os.MkdirAll(vols, 0o750); err != nil {
-			t.Fatal(err)
-		}
-		vfd, err := unix.Open(vols, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer unix.Close(vfd)
+		vols, vfd := e.volumesDir(t)
 		// Started before the volume is mounted: in its namespace the
 		// volume directory is a plain directory it can rename.
 		var steps atomic.Int64
@@ -360,17 +347,11 @@ func TestResizeVolumeRace(t *testing.T) {
 			if p != testhook.ResizeProven {
 				return
 			}
-			a.Resume()
-			deadline := time.Now().Add(10 * time.Second)
-			for a.Steps() == 0 && time.Now().Before(deadline) {
-				runtime.Gosched()
-			}
-			a.Pause()
-			if a.Steps() == 0 {
+			if !a.StepWithin(10 * time.Second) {
 				t.Error("the attacker could not swap the volume directory for a symlink")
 			}
 		}
-		err = e.plugin.ResizeVolume(e.ctx, testUID, "cache", 8<<20)
+		err := e.plugin.ResizeVolume(e.ctx, testUID, "cache", 8<<20)
 		if fi, lerr := os.Lstat(vol); lerr != nil || fi.Mode()&os.ModeSymlink == 0 {
 			t.Fatalf("the volume path is not the attacker's symlink: %v, %v", fi, lerr)
 		}

@@ -74,6 +74,19 @@ func (a *Attacker) Pause() {
 	defer a.mu.Unlock()
 }
 
+// StepWithin lets the attacker run until one more step has succeeded, or
+// d has passed, and pauses it again; false when no step succeeded.
+func (a *Attacker) StepWithin(d time.Duration) bool {
+	before := a.steps.Load()
+	a.Resume()
+	deadline := time.Now().Add(d)
+	for a.steps.Load() == before && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	a.Pause()
+	return a.steps.Load() > before
+}
+
 // Steps is the number of steps that succeeded so far.
 func (a *Attacker) Steps() int64 { return a.steps.Load() }
 
