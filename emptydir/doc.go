@@ -186,6 +186,36 @@
 // down when its pod goes) or Final (a configuration that retrying cannot
 // fix).
 //
+// # Volumes in another plugin's directory
+//
+// The kubelet's secret, configMap, downwardAPI and projected plugins put a
+// Memory emptyDir (gitRepo a Default one) in their own volume directory
+// through their wrapper mounter. [Plugin.NewMounterAt] and
+// [Plugin.NewUnmounterAt] serve them: a [Location] names the plugin, the
+// directory in its volumes directory and the metadata directory under
+// plugins/kubernetes.io~empty-dir (the kubelet's "wrapped_<volume>").
+// Everything above holds for them unchanged — reached by descriptors, on
+// the pod directory's mount, symlinks never followed, a mount proven
+// before it is unmounted — with two bindings of their own:
+//   - the mount source's digest is over another domain and the whole
+//     location (pod UID, plugin, directory, metadata name), so a mount
+//     made for one location, or for an ordinary volume, is never proven at
+//     another (an ordinary volume's digest is what it always was: records
+//     written before still prove their mounts);
+//   - nodevol.json records the location (an ordinary volume's records
+//     none), and a record of another volume — another location, an
+//     ordinary volume's where a located one is expected, or the reverse —
+//     is an error matching [ErrOtherVolumesRecord] before anything
+//     changes: it is neither used, overwritten nor removed.
+//
+// The metadata name must not be a valid volume name (a DNS label), so no
+// ordinary volume of a pod the API server admitted shares a located
+// volume's metadata directory; a directory named so by whoever writes in
+// the pod directory meets the record check above. Usage, resize and
+// reconstruction go by an ordinary volume's name and never reach a
+// located volume (given its metadata name, they fail with
+// ErrOtherVolumesRecord).
+//
 // # Crash safety
 //
 // A kubelet killed at any step of SetUp or TearDown leaves a state that

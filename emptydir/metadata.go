@@ -49,6 +49,23 @@ type Metadata struct {
 	// the mount is attached, so a crash cannot leave a mount of SetUp's
 	// without its record.
 	Mount *MountRecord `json:"mount,omitempty"`
+	// Location is where a located volume (Plugin.NewMounterAt) is; nil
+	// for an ordinary volume. A record is only ever used for the volume
+	// it names (see ErrOtherVolumesRecord).
+	Location *LocationRecord `json:"location,omitempty"`
+}
+
+// LocationRecord is a located volume's place (see Location), as its
+// nodevol.json records it.
+type LocationRecord struct {
+	PodUID string `json:"podUID"`
+	Plugin string `json:"plugin"`
+	Dir    string `json:"dir"`
+	Meta   string `json:"meta"`
+}
+
+func (l *LocationRecord) describe() string {
+	return fmt.Sprintf("pod %s, plugin %s, directory %q, metadata %q", l.PodUID, l.Plugin, l.Dir, l.Meta)
 }
 
 // MountRecord identifies one mount. TearDown unmounts the volume's

@@ -1,6 +1,7 @@
 package emptydir
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/nodevol/nodevol/fsquota"
@@ -73,14 +74,7 @@ func (p *Plugin) CanSupport(spec *volume.Spec) bool { return spec != nil && spec
 
 // paths returns the volume directory and the metadata directory.
 func (p *Plugin) paths(podUID, vol string) (dir, metaDir string, err error) {
-	l := p.host.Layout()
-	if dir, err = l.VolumeDir(podUID, PluginName, vol); err != nil {
-		return "", "", err
-	}
-	if metaDir, err = l.PluginVolumeDir(podUID, PluginName, vol); err != nil {
-		return "", "", err
-	}
-	return dir, metaDir, nil
+	return p.refPaths(ordinaryRef(podUID, vol))
 }
 
 // NewMounter returns the Mounter for spec in pod.
@@ -98,7 +92,7 @@ func (p *Plugin) NewMounter(spec *volume.Spec, pod *volume.Pod) (volume.Mounter,
 	if err != nil {
 		return nil, err
 	}
-	return &mounter{plugin: p, source: *spec.EmptyDir, pod: pod, name: spec.Name, dir: dir}, nil
+	return &mounter{plugin: p, source: *spec.EmptyDir, pod: pod, name: spec.Name, ref: ordinaryRef(pod.UID, spec.Name), dir: dir}, nil
 }
 
 // NewUnmounter returns the Unmounter for a volume of a pod; it needs no
@@ -108,7 +102,7 @@ func (p *Plugin) NewUnmounter(vol, podUID string) (volume.Unmounter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &unmounter{plugin: p, podUID: podUID, vol: vol, dir: dir}, nil
+	return &unmounter{plugin: p, podUID: podUID, vol: vol, ref: ordinaryRef(podUID, vol), dir: dir}, nil
 }
 
 // ConstructSpec rebuilds a volume's spec from disk (reconstruction after a
@@ -134,4 +128,182 @@ func (p *Plugin) ConstructSpec(vol, volumePath string) (*volume.Spec, error) {
 		src.Mode = nil // a forged record: the default mode, never a setuid bit
 	}
 	return &volume.Spec{Name: vol, EmptyDir: src}, nil
+}
+
+// Location places an emptyDir in another plugin's volume directory, as the
+// kubelet's secret, configMap, downwardAPI, projected (Memory) and gitRepo
+// (Default) plugins do through their wrapper mounter: the volume directory
+// is <root>/pods/<uid>/volumes/<escaped Plugin>/<Dir>, and the ready marker
+// and nodevol.json are in <root>/pods/<uid>/plugins/kubernetes.io~empty-dir/<Meta>
+// (the kubelet names that "wrapped_<volume>").
+//
+// A located volume is reached exactly as an ordinary one: every directory
+// by descriptor from the kubelet root, without following symlinks, on the
+// pod directory's mount. Its mount source and its record are bound to the
+// whole location — pod UID, Plugin, Dir and Meta — so that neither a
+// record nor a mount made for one location (or for an ordinary volume)
+// proves anything at another. Meta must not be a name an ordinary volume
+// can have (a pod's volume names are DNS labels, so "wrapped_x", with its
+// '_', cannot be one): an ordinary volume's metadata directory is then
+// never a located volume's. On top of that every record names the location
+// it was written for (none for an ordinary volume), and a record of another
+// location or of an ordinary volume is an error (errors.Is
+// [ErrOtherVolumesRecord]) before anything changes, never removed or
+// overwritten: one volume's SetUp or TearDown never touches another's
+// metadata, even when a name was reused or a record copied.
+type Location struct {
+	// Plugin is the plugin whose volume directory holds the emptyDir,
+	// unescaped (kubernetes.io/secret). It must be a valid plugin name and
+	// not kubernetes.io/empty-dir (NewMounter and NewUnmounter serve
+	// those).
+	Plugin string
+	// Dir is the volume directory's name in volumes/<escaped Plugin>: one
+	// path element (volume.ValidateVolumeDirName).
+	Dir string
+	// Meta is the metadata directory's name in
+	// plugins/kubernetes.io~empty-dir: one path element that is not a valid
+	// volume name (volume.ValidateVolumeName must fail), such as
+	// "wrapped_" + Dir.
+	Meta string
+}
+
+// ErrInvalidLocation is matched by the error of NewMounterAt and
+// NewUnmounterAt for a Location they refuse.
+var ErrInvalidLocation = errors.New("invalid emptyDir location")
+
+// ErrOtherVolumesRecord is matched by the error for a metadata directory
+// whose nodevol.json records another volume (another location, or an
+// ordinary volume where a located one is expected, and the reverse):
+// nothing is changed, the record is left in place.
+var ErrOtherVolumesRecord = errors.New("the metadata records another volume")
+
+// ErrLocatedUnsupported is matched by the error of the operations a
+// located volume does not have (Usage, resize, reconstruction go by an
+// ordinary volume's name and never reach one).
+var ErrLocatedUnsupported = errors.New("not supported for an emptyDir in another plugin's directory")
+
+func (l Location) validate() error {
+	bad := func(err error) error { return fmt.Errorf("%w %+v: %w", ErrInvalidLocation, l, err) }
+	if err := volume.ValidatePluginName(l.Plugin); err != nil {
+		return bad(err)
+	}
+	if l.Plugin == PluginName {
+		return bad(errors.New("the plugin is kubernetes.io/empty-dir itself: use NewMounter or NewUnmounter"))
+	}
+	if err := volume.ValidateVolumeDirName(l.Dir); err != nil {
+		return bad(err)
+	}
+	if err := volume.ValidateVolumeDirName(l.Meta); err != nil {
+		return bad(err)
+	}
+	if volume.ValidateVolumeName(l.Meta) == nil {
+		return bad(fmt.Errorf("metadata name %q is a valid volume name, so it could be an ordinary emptyDir's metadata directory; use a name a pod's volume cannot have, such as %q", l.Meta, "wrapped_"+l.Meta))
+	}
+	return nil
+}
+
+// volRef names one emptyDir volume's directories: an ordinary one
+// (volumes/kubernetes.io~empty-dir/<name>, metadata under the same name)
+// or a located one (see Location).
+type volRef struct {
+	podUID  string
+	plugin  string // unescaped plugin of the volumes directory
+	dir     string // the volume directory's name in volumes/<plugin>
+	meta    string // the metadata directory's name in plugins/kubernetes.io~empty-dir
+	located bool
+}
+
+func ordinaryRef(podUID, vol string) volRef {
+	return volRef{podUID: podUID, plugin: PluginName, dir: vol, meta: vol}
+}
+
+func locatedRef(podUID string, loc Location) volRef {
+	return volRef{podUID: podUID, plugin: loc.Plugin, dir: loc.Dir, meta: loc.Meta, located: true}
+}
+
+// record is what a located volume's nodevol.json says about its location;
+// nil for an ordinary volume.
+func (r volRef) record() *LocationRecord {
+	if !r.located {
+		return nil
+	}
+	return &LocationRecord{PodUID: r.podUID, Plugin: r.plugin, Dir: r.dir, Meta: r.meta}
+}
+
+// owns returns an error matching ErrOtherVolumesRecord unless m (read from
+// r's metadata directory) was written for r.
+func (r volRef) owns(m *Metadata, path string) error {
+	want := r.record()
+	switch {
+	case want == nil && m.Location == nil:
+		return nil
+	case want != nil && m.Location != nil && *m.Location == *want:
+		return nil
+	case m.Location == nil:
+		return fmt.Errorf("%w: %s is an ordinary emptyDir's record, not that of the emptyDir at %s; it is left in place", ErrOtherVolumesRecord, path, want.describe())
+	}
+	return fmt.Errorf("%w: %s records the emptyDir at %s; it is left in place", ErrOtherVolumesRecord, path, m.Location.describe())
+}
+
+// refPaths returns the volume directory and the metadata directory of r.
+func (p *Plugin) refPaths(r volRef) (dir, metaDir string, err error) {
+	l := p.host.Layout()
+	if dir, err = l.VolumeDir(r.podUID, r.plugin, r.dir); err != nil {
+		return "", "", err
+	}
+	if metaDir, err = l.PluginVolumeDir(r.podUID, PluginName, r.meta); err != nil {
+		return "", "", err
+	}
+	return dir, metaDir, nil
+}
+
+// NewMounterAt returns the Mounter of an emptyDir in another plugin's
+// volume directory (see Location), as the kubelet's wrapper mounter asks
+// for it: the secret plugin's volume "creds" is a Memory emptyDir at
+// Location{Plugin: "kubernetes.io/secret", Dir: "creds", Meta: "wrapped_creds"}.
+// SetUp and TearDown work as for an ordinary volume, with the same
+// guarantees. spec's name is not used (the location names the volume);
+// its source is validated as NewMounter's.
+func (p *Plugin) NewMounterAt(spec *volume.Spec, pod *volume.Pod, loc Location) (volume.Mounter, error) {
+	if !p.CanSupport(spec) {
+		return nil, fmt.Errorf("%s: spec is not an emptyDir", PluginName)
+	}
+	if pod == nil {
+		return nil, fmt.Errorf("%s: NewMounterAt needs a pod", PluginName)
+	}
+	if err := loc.validate(); err != nil {
+		return nil, err
+	}
+	if err := volume.ValidatePodUID(pod.UID); err != nil {
+		return nil, err
+	}
+	check := volume.Spec{Name: "located", EmptyDir: spec.EmptyDir}
+	if err := check.Validate(); err != nil {
+		return nil, err
+	}
+	ref := locatedRef(pod.UID, loc)
+	dir, _, err := p.refPaths(ref)
+	if err != nil {
+		return nil, err
+	}
+	return &mounter{plugin: p, source: *spec.EmptyDir, pod: pod, name: loc.Meta, ref: ref, dir: dir}, nil
+}
+
+// NewUnmounterAt returns the Unmounter of an emptyDir in another plugin's
+// volume directory (see Location), as the kubelet's UnmountViaEmptyDir
+// asks for it. Its TearDown and CheckTearDown are those of an ordinary
+// volume, reached through the location.
+func (p *Plugin) NewUnmounterAt(podUID string, loc Location) (volume.Unmounter, error) {
+	if err := loc.validate(); err != nil {
+		return nil, err
+	}
+	if err := volume.ValidatePodUID(podUID); err != nil {
+		return nil, err
+	}
+	ref := locatedRef(podUID, loc)
+	dir, _, err := p.refPaths(ref)
+	if err != nil {
+		return nil, err
+	}
+	return &unmounter{plugin: p, podUID: podUID, vol: loc.Meta, ref: ref, dir: dir}, nil
 }

@@ -35,7 +35,7 @@ func (p *Plugin) resizeVolume(ctx context.Context, podUID, vol string, sizeBytes
 		return fail(volume.Transient, err)
 	}
 	logger := klog.FromContext(ctx).WithValues("volume", dir)
-	v, err := p.openVolume(podUID, vol, false)
+	v, err := p.openVolume(ordinaryRef(podUID, vol), false)
 	if err != nil {
 		return fail(volume.Transient, err)
 	}
@@ -69,7 +69,7 @@ func (p *Plugin) resizeVolume(ctx context.Context, podUID, vol string, sizeBytes
 	case !e.mi.root:
 		return fail(volume.Transient, fmt.Errorf("volume %s: %w (nothing is mounted on its directory)", vol, ErrResizeDeferred))
 	}
-	ours, err := recordedMountOn(e, dir, meta.Mount, podUID, vol)
+	ours, err := recordedMountOn(e, dir, meta.Mount, ordinaryRef(podUID, vol))
 	if err != nil {
 		return fail(volume.Transient, err)
 	}

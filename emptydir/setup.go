@@ -9,6 +9,7 @@ type mounter struct {
 	source volume.EmptyDirSource
 	pod    *volume.Pod
 	name   string
+	ref    volRef
 	dir    string
 }
 

@@ -42,7 +42,7 @@ func (m *mounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
 	// metadata, a quota, a mount): it is Uncertain, so that the volume
 	// manager keeps the volume in its actual state and tears it down when
 	// the pod goes, instead of forgetting it until a restart.
-	v, err := m.plugin.openVolume(m.pod.UID, m.name, true)
+	v, err := m.plugin.openVolume(m.ref, true)
 	if err != nil {
 		return m.setUpErr(volume.Uncertain, err)
 	}
@@ -102,7 +102,7 @@ func (m *mounter) inPlace(v *podVolume, plan setupPlan, meta *Metadata) (bool, e
 	if meta.Mount != nil && meta.Mount.Pending {
 		return false, nil // not until setUpMount has recorded its IDs
 	}
-	return recordedMountOn(e, m.dir, meta.Mount, m.pod.UID, m.name)
+	return recordedMountOn(e, m.dir, meta.Mount, m.ref)
 }
 
 // openDir creates the volume directory if needed and opens it; a symlink,
@@ -205,7 +205,7 @@ func (m *mounter) setMode(pathFd int, plan setupPlan, args volume.MounterArgs) e
 func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, args volume.MounterArgs, old *Metadata) error {
 	// The source is a new random name: the record's proof that a mount
 	// found on the directory later is this one (see provenBy).
-	source, fstype := newSource(m.pod.UID, m.name), "tmpfs"
+	source, fstype := newSource(m.ref), "tmpfs"
 	var opts []string
 	meta := &Metadata{Medium: plan.medium, SizeLimit: m.source.SizeLimit, Mode: m.source.Mode, StickyBit: m.source.StickyBit}
 	if plan.medium == volume.MediumHugePages {
@@ -232,7 +232,7 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 	if e.mi.root {
 		defer e.close()
 		if old != nil && old.Medium == plan.medium {
-			ours, err := recordedMountOn(e, m.dir, old.Mount, m.pod.UID, m.name)
+			ours, err := recordedMountOn(e, m.dir, old.Mount, m.ref)
 			if err != nil {
 				return err
 			}
@@ -285,7 +285,7 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 		}
 		meta.Mount = nil
 		if top.kind == entryDir && top.mi.root {
-			ours, err := recordedMountOn(top, m.dir, pending, m.pod.UID, m.name)
+			ours, err := recordedMountOn(top, m.dir, pending, m.ref)
 			if err != nil {
 				return err
 			}

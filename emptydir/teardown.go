@@ -105,7 +105,7 @@ func (e *RefusedError) Unwrap() error { return e.Err }
 // before changing anything (it is not a refusal anyway) it is also the
 // error, so that a dry run fails exactly where TearDown would.
 func (p *Plugin) PlanTearDown(podUID, vol string, tab *mountdetect.MountTable) (Plan, error) {
-	plan, err := p.planTearDown(podUID, vol, tab)
+	plan, err := p.planTearDown(ordinaryRef(podUID, vol), tab)
 	if err == nil && plan.Action != ActionRefuse {
 		_, err = p.stop(&plan)
 	}
@@ -131,13 +131,14 @@ func (p *Plugin) stop(plan *Plan) (volume.FailureKind, error) {
 // on (what it found and did). It is what `nodevol teardown` runs on a
 // volume directory given on the command line.
 func (p *Plugin) TearDownVolume(ctx context.Context, podUID, vol string) (Plan, error) {
-	return p.tearDown(ctx, podUID, vol)
+	return p.tearDown(ctx, ordinaryRef(podUID, vol))
 }
 
 type unmounter struct {
 	plugin *Plugin
 	podUID string
 	vol    string
+	ref    volRef
 	dir    string
 }
 
@@ -153,7 +154,7 @@ func (u *unmounter) Path() string { return u.dir }
 // quota is cleared and the directory removed with mountdetect.RemoveAll.
 // The metadata goes last.
 func (u *unmounter) TearDown(ctx context.Context) error {
-	_, err := u.plugin.tearDown(ctx, u.podUID, u.vol)
+	_, err := u.plugin.tearDown(ctx, u.ref)
 	return err
 }
 
@@ -165,7 +166,7 @@ var _ volume.TearDownChecker = (*unmounter)(nil)
 // changing anything (nil when TearDown would go ahead). The volume manager
 // runs it, and the subpath check, before it changes anything.
 func (u *unmounter) CheckTearDown(ctx context.Context) error {
-	plan, err := u.plugin.planTearDown(u.podUID, u.vol, nil)
+	plan, err := u.plugin.planTearDown(u.ref, nil)
 	if err != nil {
 		return &volume.OperationError{Kind: volume.Transient, Op: "TearDown", Path: u.dir, Err: err}
 	}

@@ -14,12 +14,12 @@ import (
 	"github.com/nodevol/nodevol/volume"
 )
 
-func (p *Plugin) planTearDown(podUID, vol string, tab *mountdetect.MountTable) (Plan, error) {
-	dir, metaDir, err := p.paths(podUID, vol)
+func (p *Plugin) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, error) {
+	dir, metaDir, err := p.refPaths(r)
 	if err != nil {
 		return Plan{}, err
 	}
-	v, err := p.openVolume(podUID, vol, false)
+	v, err := p.openVolume(r, false)
 	if err != nil {
 		return Plan{Path: dir, MetaDir: metaDir}, err
 	}
@@ -127,7 +127,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		return refuse(what+" is mounted on the volume directory itself, but SetUp recorded no mount identity it could prove (metadata written by an older nodevol), so it cannot be proven to be the volume's own; if it is, unmount it yourself, then tear down again", at)
 	case len(at) > 1:
 		return refuse(fmt.Sprintf("%d mounts are stacked on the volume directory; only a single mount that SetUp made is ever unmounted", len(at)), at)
-	case !p.Meta.Mount.provenBy(e.mi, top.FSType, top.Source, v.podUID, v.name):
+	case !p.Meta.Mount.provenBy(e.mi, top.FSType, top.Source, v.ref):
 		return refuse(fmt.Sprintf("%s is mounted on the volume directory itself (%s), but it is not the mount SetUp made (%s)",
 			what, e.mi.describe(), p.Meta.Mount.describe()), at)
 	}
@@ -184,8 +184,8 @@ func (rec *MountRecord) sameMount(mi mountIdentity) bool {
 	return rec.ID == mi.id && rec.Dev == mi.dev
 }
 
-func (p *Plugin) tearDown(ctx context.Context, podUID, vol string) (Plan, error) {
-	dir, metaDir, err := p.paths(podUID, vol)
+func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
+	dir, metaDir, err := p.refPaths(r)
 	if err != nil {
 		return Plan{}, &volume.OperationError{Kind: volume.Final, Op: "TearDown", Err: err}
 	}
@@ -193,7 +193,7 @@ func (p *Plugin) tearDown(ctx context.Context, podUID, vol string) (Plan, error)
 	fail := func(kind volume.FailureKind, err error) error {
 		return &volume.OperationError{Kind: kind, Op: "TearDown", Path: dir, Err: err}
 	}
-	v, err := p.openVolume(podUID, vol, false)
+	v, err := p.openVolume(r, false)
 	if err != nil {
 		return Plan{Path: dir, MetaDir: metaDir}, fail(volume.Transient, err)
 	}

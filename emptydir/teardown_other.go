@@ -8,10 +8,10 @@ import (
 	"github.com/nodevol/nodevol/mountdetect"
 )
 
-func (p *Plugin) planTearDown(podUID, vol string, tab *mountdetect.MountTable) (Plan, error) {
+func (p *Plugin) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, error) {
 	return Plan{}, mountdetect.ErrUnsupported
 }
 
-func (p *Plugin) tearDown(ctx context.Context, podUID, vol string) (Plan, error) {
+func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 	return Plan{}, mountdetect.ErrUnsupported
 }

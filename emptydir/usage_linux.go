@@ -19,7 +19,7 @@ func (p *Plugin) usage(podUID, vol string) (Usage, error) {
 	if err != nil {
 		return Usage{}, err
 	}
-	v, err := p.openVolume(podUID, vol, false)
+	v, err := p.openVolume(ordinaryRef(podUID, vol), false)
 	if err != nil {
 		return Usage{}, err
 	}
@@ -63,7 +63,7 @@ func (p *Plugin) usage(podUID, vol string) (Usage, error) {
 		if meta != nil {
 			rec = meta.Mount
 		}
-		ours, err := recordedMountOn(e, dir, rec, podUID, vol)
+		ours, err := recordedMountOn(e, dir, rec, ordinaryRef(podUID, vol))
 		if err != nil {
 			return Usage{}, err
 		}
@@ -107,7 +107,7 @@ func statfs(fd int, path string) (FSStats, unix.Statfs_t, error) {
 // what is mounted on the volume directory when nothing was recorded.
 // The recorded mode (the spec's Mode and StickyBit) comes back with them.
 func (p *Plugin) constructMedium(podUID, vol string) (medium volume.Medium, pageSize, sizeLimit int64, mode *uint32, sticky bool, err error) {
-	v, err := p.openVolume(podUID, vol, false)
+	v, err := p.openVolume(ordinaryRef(podUID, vol), false)
 	if err != nil {
 		return 0, 0, 0, nil, false, err
 	}

@@ -25,25 +25,31 @@ import (
 // pod directory down must be on the pod directory's mount. Nothing below
 // the root is ever resolved by name again; a symlink where a directory
 // belongs is an error naming it.
+//
+// An ordinary volume's directory is in volumes/kubernetes.io~empty-dir and
+// its metadata in plugins/kubernetes.io~empty-dir under the same name; a
+// located one's (Location) in another plugin's volumes directory, its
+// metadata under another name. Both are reached the same way.
 type podVolume struct {
-	podUID  string // the pod's UID: with name, what the volume's mount source is made for
-	name    string // the volume's name: its directory's name in vols
-	dir     string // display paths
-	metaDir string
+	ref      volRef // what the volume's mount source and record are made for
+	name     string // its directory's name in vols
+	metaName string // its metadata directory's name in metaParent
+	dir      string // display paths
+	metaDir  string
 
 	root       *fsat.Dir
 	pod        *fsat.Dir // <root>/pods/<uid>; nil when missing
-	vols       *fsat.Dir // <pod>/volumes/kubernetes.io~empty-dir; nil when missing
+	vols       *fsat.Dir // <pod>/volumes/<escaped plugin>; nil when missing
 	metaParent *fsat.Dir // <pod>/plugins/kubernetes.io~empty-dir; nil when missing
-	meta       *fsat.Dir // <metaParent>/<volume>; nil when missing
+	meta       *fsat.Dir // <metaParent>/<meta name>; nil when missing
 
 	hook testhook.Hook // the plugin's crash points (tests only)
 }
 
 // openVolume opens what exists of the volume's directories; with create
 // it makes the missing ones (mode 0750, as the kubelet does).
-func (p *Plugin) openVolume(podUID, vol string, create bool) (_ *podVolume, err error) {
-	dir, metaDir, err := p.paths(podUID, vol)
+func (p *Plugin) openVolume(r volRef, create bool) (_ *podVolume, err error) {
+	dir, metaDir, err := p.refPaths(r)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +57,11 @@ func (p *Plugin) openVolume(podUID, vol string, create bool) (_ *podVolume, err 
 	if err != nil {
 		return nil, err
 	}
-	v := &podVolume{podUID: podUID, name: vol, dir: dir, metaDir: metaDir, hook: p.hook}
+	volsEscaped, err := volume.EscapePluginName(r.plugin)
+	if err != nil {
+		return nil, err
+	}
+	v := &podVolume{ref: r, name: r.dir, metaName: r.meta, dir: dir, metaDir: metaDir, hook: p.hook}
 	defer func() {
 		if err != nil {
 			v.Close()
@@ -93,16 +103,16 @@ func (p *Plugin) openVolume(podUID, vol string, create bool) (_ *podVolume, err 
 		return nil, err
 	}
 	defer pods.Close()
-	if v.pod, err = open(pods, podUID, fsat.SameMount); err != nil {
+	if v.pod, err = open(pods, r.podUID, fsat.SameMount); err != nil {
 		return nil, err
 	}
-	if v.vols, err = open(v.pod, "volumes/"+escaped, fsat.SameMount); err != nil {
+	if v.vols, err = open(v.pod, "volumes/"+volsEscaped, fsat.SameMount); err != nil {
 		return nil, err
 	}
 	if v.metaParent, err = open(v.pod, "plugins/"+escaped, fsat.SameMount); err != nil {
 		return nil, err
 	}
-	if v.meta, err = open(v.metaParent, vol, fsat.SameMount); err != nil {
+	if v.meta, err = open(v.metaParent, r.meta, fsat.SameMount); err != nil {
 		return nil, err
 	}
 	return v, nil
@@ -129,11 +139,21 @@ func (v *podVolume) readMeta() (*Metadata, error) {
 	if err != nil {
 		return nil, err
 	}
-	return parseMetadata(b, v.meta.Join(metaFileName))
+	m, err := parseMetadata(b, v.meta.Join(metaFileName))
+	if err != nil {
+		return nil, err
+	}
+	// Another volume's record (a name reused, a record copied) is never
+	// this volume's: an error, so that nothing is removed or overwritten.
+	if err := v.ref.owns(m, v.meta.Join(metaFileName)); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // writeMeta records m durably (atomic replace, file and directory synced).
 func (v *podVolume) writeMeta(m *Metadata) error {
+	m.Location = v.ref.record()
 	b, err := json.Marshal(m)
 	if err != nil {
 		return err
@@ -204,7 +224,7 @@ func (v *podVolume) removeMetadata() error {
 			return err
 		}
 	}
-	return v.metaParent.Rmdir(v.name)
+	return v.metaParent.Rmdir(v.metaName)
 }
 
 // entryKind is what the volume's name in vols is.
@@ -273,11 +293,11 @@ func identify(dirfd int, name string) (mountIdentity, error) {
 // the classic ID and the device — except in a pending record (written
 // before an embedder's mounter made the mount, which a crash interrupted
 // before its IDs were recorded), where the source is all there is.
-func (rec *MountRecord) provenBy(mi mountIdentity, fsType, source, podUID, vol string) bool {
+func (rec *MountRecord) provenBy(mi mountIdentity, fsType, source string, r volRef) bool {
 	if fsType != "tmpfs" && fsType != "hugetlbfs" {
 		return false // SetUp makes nothing else; a FUSE or overlay mount may name any source
 	}
-	if !isSourceFor(rec.Source, podUID, vol) || rec.Source != source || rec.FSType != fsType {
+	if !isSourceFor(rec.Source, r) || rec.Source != source || rec.FSType != fsType {
 		return false
 	}
 	return rec.Pending || rec.sameMount(mi)
@@ -295,10 +315,33 @@ func (rec *MountRecord) pin(mi mountIdentity) MountRecord {
 // the volume vol of pod podUID: "nodevol-emptydir-", 16 random hex digits,
 // "-" and 16 hex digits of a digest of the random part, the pod UID and
 // the volume name (sourceFor).
-func newSource(podUID, vol string) string {
+//
+// A located volume's source (see Location) is made the same way, with a
+// digest of another domain over the pod UID, the plugin, the directory and
+// the metadata name (locatedSourceFor): no source of an ordinary volume or
+// of another location is ever one of its sources, and the reverse.
+func newSource(r volRef) string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return sourceFor(hex.EncodeToString(b[:]), podUID, vol)
+	return refSourceFor(hex.EncodeToString(b[:]), r)
+}
+
+// refSourceFor is the source with the random part nonce for the volume r.
+func refSourceFor(nonce string, r volRef) string {
+	if !r.located {
+		return sourceFor(nonce, r.podUID, r.dir)
+	}
+	return locatedSourceFor(nonce, r.podUID, r.plugin, r.dir, r.meta)
+}
+
+// locatedSourceFor is the source with the random part nonce for the
+// located volume at plugin/dir with metadata meta of pod podUID. Its
+// digest's domain differs from sourceFor's before the first NUL, and no
+// part contains a NUL (all are validated names, the nonce is hex), so no
+// input of one is an input of the other.
+func locatedSourceFor(nonce, podUID, plugin, dir, meta string) string {
+	h := sha256.Sum256([]byte("nodevol-emptydir-located\x00" + nonce + "\x00" + podUID + "\x00" + plugin + "\x00" + dir + "\x00" + meta))
+	return sourcePrefix + nonce + "-" + hex.EncodeToString(h[:8])
 }
 
 const sourcePrefix = "nodevol-emptydir-"
@@ -324,15 +367,15 @@ func isNodevolSource(s string) bool {
 
 // isSourceFor reports whether s is a source newSource made for the volume
 // vol of pod podUID.
-func isSourceFor(s, podUID, vol string) bool {
-	return isNodevolSource(s) && s == sourceFor(s[len(sourcePrefix):len(sourcePrefix)+16], podUID, vol)
+func isSourceFor(s string, r volRef) bool {
+	return isNodevolSource(s) && s == refSourceFor(s[len(sourcePrefix):len(sourcePrefix)+16], r)
 }
 
 // recordedMountOn reports whether the mount on the open volume directory e
 // (a mount root) is the one rec recorded for the volume vol of pod podUID:
 // a single mount there, proven by the mount table's type and source and
 // the mount ID.
-func recordedMountOn(e entry, path string, rec *MountRecord, podUID, vol string) (bool, error) {
+func recordedMountOn(e entry, path string, rec *MountRecord, r volRef) (bool, error) {
 	if rec == nil || !e.mi.root {
 		return false, nil
 	}
@@ -344,7 +387,7 @@ func recordedMountOn(e entry, path string, rec *MountRecord, podUID, vol string)
 	if err != nil {
 		return false, err
 	}
-	return len(at) == 1 && rec.provenBy(e.mi, at[0].FSType, at[0].Source, podUID, vol), nil
+	return len(at) == 1 && rec.provenBy(e.mi, at[0].FSType, at[0].Source, r), nil
 }
 
 // describe names a mount identity for messages.

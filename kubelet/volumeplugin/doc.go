@@ -30,5 +30,32 @@
 //     assertion, so nodevol's error survives only as its message.
 //   - Usage comes from descriptors (emptydir.Plugin.Usage), not from du and
 //     statfs by path.
-//   - SetUpAt and TearDownAt act only on the volume's own directory.
+//   - SetUpAt and TearDownAt act on the volume's own directory, or on
+//     another plugin's volume directory of the same pod under the same
+//     kubelet root (see below); any other directory is refused
+//     ([ErrOtherDirectory]).
+//
+// # Wrapper volumes
+//
+// The kubelet's secret, configMap, downwardAPI and projected plugins set
+// up a Memory emptyDir in their own volume directory: the host's
+// NewWrapperMounter asks this plugin for a mounter of a spec named
+// "wrapped_<volume>" and calls its SetUpAt on
+// pods/<uid>/volumes/kubernetes.io~secret/<volume> (or ~configmap,
+// ~downward-api, ~projected); UnmountViaEmptyDir asks NewUnmounter for
+// "wrapped_<volume>" and calls TearDownAt on the same directory. The
+// adapter serves them with [emptydir.Plugin.NewMounterAt] and
+// [emptydir.Plugin.NewUnmounterAt]: the directory is parsed with the
+// kubelet root's layout (same pod, another plugin than
+// kubernetes.io/empty-dir), the metadata is kept under the mounter's name
+// in plugins/kubernetes.io~empty-dir, as upstream keeps it, and every
+// guarantee above holds there too. "wrapped_<volume>" is not a DNS label,
+// so NewMounter accepts such a name (a single directory name) and leaves
+// nodevol's mounter to SetUpAt; SetUp on the volume's own path with such
+// a name is refused (volume.ErrInvalidName), and so is SetUpAt in another
+// plugin's directory with a name that is a DNS label
+// ([emptydir.ErrInvalidLocation]: it could be an ordinary emptyDir's
+// metadata). GetMetrics of a wrapper mounter is refused
+// ([emptydir.ErrLocatedUnsupported]): the wrapping plugin measures its own
+// directory.
 package volumeplugin

@@ -10,6 +10,7 @@ import (
 	k8svolume "k8s.io/kubernetes/pkg/volume"
 	volumetypes "k8s.io/kubernetes/pkg/volume/util/types"
 
+	"github.com/nodevol/nodevol/emptydir"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -32,8 +33,16 @@ func (b *volumeBase) GetPath() string { return b.path }
 // tmpfs or hugetlbfs, or a walk that stays on its mount and counts hard
 // links once) and the capacity of the filesystem it lives on, everything
 // reached by descriptors from the kubelet root (emptydir.Plugin.Usage).
+//
+// A wrapper volume's mounter (a name that is not a volume name, such as
+// the kubelet's "wrapped_<volume>") has no metrics of its own: the error
+// matches emptydir.ErrLocatedUnsupported (the plugin that wraps it
+// measures its own directory).
 func (b *volumeBase) GetMetrics() (*k8svolume.Metrics, error) {
 	m := &k8svolume.Metrics{Time: metav1.Now()}
+	if err := volume.ValidateVolumeName(b.vol); err != nil {
+		return m, fmt.Errorf("metrics of %s: %w (a wrapper volume: %w)", b.path, emptydir.ErrLocatedUnsupported, err)
+	}
 	u, err := b.plugin.nv.Usage(b.podUID, b.vol)
 	if err != nil {
 		return m, err
@@ -46,22 +55,47 @@ func (b *volumeBase) GetMetrics() (*k8svolume.Metrics, error) {
 }
 
 // ErrOtherDirectory is matched by the error of SetUpAt and TearDownAt
-// given a directory other than the volume's own.
-var ErrOtherDirectory = errors.New("not the volume's own directory")
+// given a directory they do not serve: one that is not a volume directory
+// of the same pod under this kubelet root, or another emptyDir's.
+var ErrOtherDirectory = errors.New("not a directory this volume may use")
 
-// checkDir refuses a directory other than the volume's.
-func (b *volumeBase) checkDir(op, dir string) error {
+// locate says where SetUpAt or TearDownAt at dir acts: nil for the
+// volume's own directory, else the Location of an emptyDir in another
+// plugin's volume directory of the same pod (the kubelet's wrapper
+// volumes), whose metadata is kept under the volume's name (the kubelet's
+// "wrapped_<volume>"). Anything else is refused (ErrOtherDirectory).
+func (b *volumeBase) locate(op, dir string) (*emptydir.Location, error) {
 	if filepath.Clean(dir) == b.path {
-		return nil
+		return nil, nil
 	}
-	return fmt.Errorf("%s %s: %w (%s): nodevol's emptyDir plugin acts only on pods/<uid>/volumes/%s/<volume>",
-		op, dir, ErrOtherDirectory, b.path, "kubernetes.io~empty-dir")
+	bad := func(why string, err error) error {
+		if err != nil {
+			return fmt.Errorf("%s %s: %w: %s: %w", op, dir, ErrOtherDirectory, why, err)
+		}
+		return fmt.Errorf("%s %s: %w: %s", op, dir, ErrOtherDirectory, why)
+	}
+	vp, err := b.plugin.nv.Layout().ParseVolumePath(dir)
+	switch {
+	case err != nil:
+		return nil, bad("not pods/<uid>/volumes/<plugin>/<volume> under the kubelet root", err)
+	case vp.PodUID != b.podUID:
+		return nil, bad("a volume directory of pod "+vp.PodUID+", not of pod "+b.podUID, nil)
+	case vp.Plugin == PluginName:
+		return nil, bad("another emptyDir's directory (this volume's is "+b.path+")", nil)
+	}
+	return &emptydir.Location{Plugin: vp.Plugin, Dir: vp.Volume, Meta: b.vol}, nil
 }
 
 // mounter sets one volume up.
 type mounter struct {
 	volumeBase
-	nv volume.Mounter
+	spec volume.Spec
+	pod  *volume.Pod
+	// nv is nodevol's mounter of the volume's own directory; nil for a
+	// name that is not a volume name (nameErr says why), which only
+	// SetUpAt in another plugin's directory serves.
+	nv      volume.Mounter
+	nameErr error
 }
 
 // GetAttributes: read-write, managed (the kubelet applies fsGroup), and
@@ -77,17 +111,38 @@ func (m *mounter) GetAttributes() k8svolume.Attributes {
 // *volumetypes.UncertainProgressError carrying nodevol's message, the only
 // form in which the kubelet marks the volume uncertain (and so tears it
 // down when the pod goes); other failures are nodevol's errors as they are.
+//
+// A mounter whose name is not a volume name (a wrapper volume's
+// "wrapped_<volume>") has no directory of its own: SetUp refuses it (the
+// error matches volume.ErrInvalidName).
 func (m *mounter) SetUp(args k8svolume.MounterArgs) error {
+	if m.nv == nil {
+		return fmt.Errorf("SetUp %s: %w; such a name is served only by SetUpAt in another plugin's volume directory", m.path, m.nameErr)
+	}
 	return kubeletError(m.nv.SetUp(m.plugin.ctx(), volume.MounterArgs{FSGroup: args.FsGroup}))
 }
 
-// SetUpAt sets the volume up at dir, which must be the volume's own
-// directory (GetPath).
+// SetUpAt sets the volume up at dir: the volume's own directory (GetPath),
+// as SetUp does, or another plugin's volume directory of the same pod, as
+// the kubelet's secret, configMap, downwardAPI and projected plugins ask
+// through their wrapper mounter (volumes/kubernetes.io~secret/<volume>,
+// with this mounter named "wrapped_<volume>"): an emptyDir at that
+// location (emptydir.Plugin.NewMounterAt) whose metadata is kept under
+// this mounter's name, with the same guarantees. Any other directory is
+// refused (ErrOtherDirectory).
 func (m *mounter) SetUpAt(dir string, args k8svolume.MounterArgs) error {
-	if err := m.checkDir("SetUpAt", dir); err != nil {
-		return err
+	loc, err := m.locate("SetUpAt", dir)
+	if err != nil || loc == nil {
+		if err != nil {
+			return err
+		}
+		return m.SetUp(args)
 	}
-	return m.SetUp(args)
+	nm, err := m.plugin.nv.NewMounterAt(&m.spec, m.pod, *loc)
+	if err != nil {
+		return fmt.Errorf("SetUpAt %s: %w", dir, err)
+	}
+	return kubeletError(nm.SetUp(m.plugin.ctx(), volume.MounterArgs{FSGroup: args.FsGroup}))
 }
 
 // unmounter tears one volume down.
@@ -101,13 +156,25 @@ type unmounter struct {
 // refusal leaves everything in place and is returned; the kubelet retries.
 func (u *unmounter) TearDown() error { return u.nv.TearDown(u.plugin.ctx()) }
 
-// TearDownAt tears the volume down at dir, which must be the volume's own
-// directory (GetPath).
+// TearDownAt tears the volume down at dir: the volume's own directory
+// (GetPath), as TearDown does, or another plugin's volume directory of
+// the same pod, as the kubelet's UnmountViaEmptyDir asks for a wrapper
+// volume (emptydir.Plugin.NewUnmounterAt, the metadata under this
+// unmounter's name), with the same guarantees. Any other directory is
+// refused (ErrOtherDirectory).
 func (u *unmounter) TearDownAt(dir string) error {
-	if err := u.checkDir("TearDownAt", dir); err != nil {
-		return err
+	loc, err := u.locate("TearDownAt", dir)
+	if err != nil || loc == nil {
+		if err != nil {
+			return err
+		}
+		return u.TearDown()
 	}
-	return u.TearDown()
+	nu, err := u.plugin.nv.NewUnmounterAt(u.podUID, *loc)
+	if err != nil {
+		return fmt.Errorf("TearDownAt %s: %w", dir, err)
+	}
+	return nu.TearDown(u.plugin.ctx())
 }
 
 // kubeletError converts nodevol's Uncertain failures to the type the

@@ -144,6 +144,12 @@ func (p *Plugin) SupportsSELinuxContextMount(*k8svolume.Spec) (bool, error) { re
 
 // NewMounter returns the Mounter for spec in pod. A spec with no source at
 // all is an emptyDir too, as in the kubelet.
+//
+// A spec whose name is not a volume name (a DNS label) but a single
+// directory name — the kubelet's wrapper volumes are named
+// "wrapped_<volume>" — gets a mounter too, for SetUpAt in another plugin's
+// volume directory (see mounter.SetUpAt); its SetUp, which would use
+// volumes/kubernetes.io~empty-dir/<name>, refuses.
 func (p *Plugin) NewMounter(spec *k8svolume.Spec, pod *v1.Pod) (k8svolume.Mounter, error) {
 	if p.nv == nil {
 		return nil, ErrNotInitialized
@@ -153,11 +159,21 @@ func (p *Plugin) NewMounter(spec *k8svolume.Spec, pod *v1.Pod) (k8svolume.Mounte
 	}
 	nvSpec := SpecOf(spec)
 	nvPod := PodOf(pod)
+	nameErr := volume.ValidateVolumeName(nvSpec.Name)
+	if nameErr != nil {
+		// A wrapper volume: its path names where an ordinary volume of
+		// that name would be (GetPath), which SetUp refuses.
+		path, err := p.nv.Layout().VolumeDir(nvPod.UID, PluginName, nvSpec.Name)
+		if err != nil {
+			return nil, err
+		}
+		return &mounter{volumeBase: p.base(nvPod.UID, nvSpec.Name, path), spec: nvSpec, pod: nvPod, nameErr: nameErr}, nil
+	}
 	m, err := p.nv.NewMounter(&nvSpec, nvPod)
 	if err != nil {
 		return nil, err
 	}
-	return &mounter{volumeBase: p.base(string(pod.UID), nvSpec.Name, m.Path()), nv: m}, nil
+	return &mounter{volumeBase: p.base(nvPod.UID, nvSpec.Name, m.Path()), spec: nvSpec, pod: nvPod, nv: m}, nil
 }
 
 // NewUnmounter returns the Unmounter of the volume name of the pod podUID.
