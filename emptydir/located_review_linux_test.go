@@ -249,7 +249,10 @@ func TestLocatedOrdinarySwapRace(t *testing.T) {
 				t.Fatalf("teardown after the attack: %v", err)
 			}
 		case !ok:
-			mounttest.Intact(t, v.path, v.want)
+			// Refused with its mount in place: the data is intact,
+			// wherever the swaps left the mount.
+			at, _ := mountPointOfID(t, v.id)
+			mounttest.Intact(t, at, v.want)
 			return
 		}
 		setUp()
