@@ -7,8 +7,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -17,44 +15,6 @@ import (
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
-
-func mountIDOf(t *testing.T, path string) uint64 {
-	t.Helper()
-	var sx unix.Statx_t
-	if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID, &sx); err != nil {
-		t.Fatalf("statx %s: %v", path, err)
-	}
-	if sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT == 0 {
-		t.Fatalf("%s is not a mount root", path)
-	}
-	return sx.Mnt_id
-}
-
-// mountIDPresent reports whether a mount with ID id is in this namespace.
-func mountIDPresent(t *testing.T, id uint64) bool {
-	_, ok := mountPointOfID(t, id)
-	return ok
-}
-
-// mountPointOfID returns where the mount with ID id is mounted now.
-func mountPointOfID(t *testing.T, id uint64) (string, bool) {
-	t.Helper()
-	b, err := os.ReadFile("/proc/thread-self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := strconv.FormatUint(id, 10) + " "
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, want) {
-			f := strings.Fields(line)
-			if len(f) < 5 {
-				t.Fatalf("mountinfo line %q", line)
-			}
-			return strings.ReplaceAll(f[4], `\040`, " "), true
-		}
-	}
-	return "", false
-}
 
 // TestOrdinaryNameOfLocatedMeta: an ordinary volume whose name is a
 // located volume's metadata name ("wrapped_x" is not a DNS label, but the
@@ -153,12 +113,12 @@ func TestLocatedOrdinarySwapRace(t *testing.T) {
 	var lv, ov vol
 	setUpL := func() {
 		m := e.setUpAt(t, loc, "Memory")
-		lv = vol{m.Path(), mountIDOf(t, m.Path()), mounttest.Sentinels(t, m.Path())}
+		lv = vol{m.Path(), mounttest.UniqueMountID(t, m.Path()), mounttest.Sentinels(t, m.Path())}
 	}
 	setUpO := func() {
 		m := e.setUp(t, pod, "x")
 		t.Cleanup(func() { _ = detach(m.Path()) })
-		ov = vol{m.Path(), mountIDOf(t, m.Path()), mounttest.Sentinels(t, m.Path())}
+		ov = vol{m.Path(), mounttest.UniqueMountID(t, m.Path()), mounttest.Sentinels(t, m.Path())}
 	}
 	setUpL()
 	setUpO()
@@ -225,7 +185,7 @@ func TestLocatedOrdinarySwapRace(t *testing.T) {
 	// (attacker paused, names normalized).
 	hidden, partial := 0, 0
 	settle := func(v *vol, ok bool, tearDown func() error, setUp func()) {
-		present := mountIDPresent(t, v.id)
+		present := mounttest.MountPresentUnique(t, v.id)
 		switch {
 		case ok && present:
 			// It went ahead without unmounting: the attacker had moved
@@ -234,7 +194,7 @@ func TestLocatedOrdinarySwapRace(t *testing.T) {
 			// Where it is now depends on which swaps the teardown met:
 			// detach it wherever the names left it.
 			hidden++
-			if at, ok := mountPointOfID(t, v.id); ok {
+			if at, ok := mounttest.MountPointOfUnique(t, v.id); ok {
 				if err := detach(at); err != nil {
 					t.Fatalf("detach %s (the mount of %s): %v", at, v.path, err)
 				}
@@ -251,7 +211,7 @@ func TestLocatedOrdinarySwapRace(t *testing.T) {
 		case !ok:
 			// Refused with its mount in place: the data is intact,
 			// wherever the swaps left the mount.
-			at, _ := mountPointOfID(t, v.id)
+			at, _ := mounttest.MountPointOfUnique(t, v.id)
 			mounttest.Intact(t, at, v.want)
 			return
 		}
@@ -261,14 +221,14 @@ func TestLocatedOrdinarySwapRace(t *testing.T) {
 		a.Resume()
 		errL := e.tearDownAt(loc)
 		a.Pause()
-		lPresent := mountIDPresent(t, lv.id)
-		if !mountIDPresent(t, ov.id) {
+		lPresent := mounttest.MountPresentUnique(t, lv.id)
+		if !mounttest.MountPresentUnique(t, ov.id) {
 			t.Fatalf("iteration %d: the located volume's teardown (%v) unmounted the ordinary volume's mount", i, errL)
 		}
 		a.Resume()
 		errO := e.tearDown("x")
 		a.Pause()
-		if lPresent && !mountIDPresent(t, lv.id) {
+		if lPresent && !mounttest.MountPresentUnique(t, lv.id) {
 			t.Fatalf("iteration %d: the ordinary volume's teardown (%v) unmounted the located volume's mount", i, errO)
 		}
 		normalize()
