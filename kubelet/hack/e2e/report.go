@@ -1,0 +1,62 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/moby/sys/mountinfo"
+)
+
+// printReport prints the result table, the failures, and the timings.
+func printReport(w io.Writer, res *innerResult, wall time.Duration) {
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tKUBELET\tVERDICT\tEXPECTED\tOBSERVED")
+	for _, r := range res.Rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Scenario, r.Kubelet, verdict(r), r.Expected, r.Observed)
+	}
+	_ = tw.Flush()
+	for _, r := range res.Rows {
+		for _, f := range r.Failures {
+			fmt.Fprintf(w, "%s %s: ✗ %s\n", r.Scenario, r.Kubelet, f)
+		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "TIMINGS")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	for _, r := range res.Rows {
+		for _, t := range r.Timings {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.2fs\t\n", r.Scenario, r.Kubelet, t.Step, t.Duration.Seconds())
+		}
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, "e2e wall time %.1fs\n", wall.Seconds())
+}
+
+// ErrMountsInWorkdir is matched by the error of removeWorkdir when the
+// host has a mount under the workdir: it is never removed then.
+var ErrMountsInWorkdir = errors.New("mounts under the workdir on the host")
+
+// removeWorkdir removes the run's temporary directory once the host's
+// mount table shows nothing mounted below it: with the namespace gone,
+// nothing should be, and a plain RemoveAll would otherwise do exactly what
+// this test is about.
+func removeWorkdir(dir string) error {
+	ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		return err
+	}
+	if len(ms) > 0 {
+		var points []string
+		for _, m := range ms {
+			points = append(points, m.Mountpoint)
+		}
+		return fmt.Errorf("%w: %s; not removing %s", ErrMountsInWorkdir, strings.Join(points, ", "), dir)
+	}
+	return os.RemoveAll(dir)
+}

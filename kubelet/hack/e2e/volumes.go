@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// memorySizeLimit is scenario 3's sizeLimit; the tmpfs must show it as
+// size=16384k (below the node's allocatable memory, it is the size).
+const (
+	memorySizeLimit = "16Mi"
+	memoryTmpfsSize = "size=16384k"
+)
+
+func expectMemory(flavor) string {
+	return "tmpfs " + memoryTmpfsSize + " on the volume; torn down, no mount, no pod dir"
+}
+
+// memoryScenario: a Memory emptyDir with a sizeLimit is a tmpfs of that
+// size, and its teardown leaves nothing.
+func memoryScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
+	limit := resource.MustParse(memorySizeLimit)
+	pod := busyboxPod(env.podName, env.uid, "echo "+fromPodText+" > /mem/from-pod",
+		[]corev1.VolumeMount{{Name: scratchVolume, MountPath: "/mem"}},
+		[]corev1.Volume{{Name: scratchVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &limit}}}})
+	if !startPod(ctx, env, pod, o) {
+		return
+	}
+	vol := env.kubelet.volumeDir(pod, emptyDirDir, scratchVolume)
+	m, err := mountAt(vol)
+	if err != nil {
+		o.harness(err)
+		return
+	}
+	if o.want(m != nil, "no mount on the Memory volume %s", vol) {
+		o.fact("%s %s (source %s)", m.FSType, sizeOption(m.VFSOptions), m.Source)
+		o.want(m.FSType == "tmpfs", "the volume is %s, not tmpfs", m.FSType)
+		o.want(strings.Contains(","+m.VFSOptions+",", ","+memoryTmpfsSize+","), "tmpfs options %q lack %s", m.VFSOptions, memoryTmpfsSize)
+	}
+	removeAndWaitGone(ctx, env, pod, o)
+}
+
+// sizeOption is the size= option of a tmpfs's options, or "no size".
+func sizeOption(opts string) string {
+	for _, o := range strings.Split(opts, ",") {
+		if strings.HasPrefix(o, "size=") {
+			return o
+		}
+	}
+	return "no size"
+}
+
+// removeAndWaitGone deletes the pod and waits for its directory to go,
+// timing it.
+func removeAndWaitGone(ctx context.Context, env *scenarioEnv, pod *corev1.Pod, o *outcome) {
+	if err := env.kubelet.removePod(pod); err != nil {
+		o.harness(err)
+		return
+	}
+	t0 := time.Now()
+	if waitPodGone(ctx, env, pod, 90*time.Second, o) {
+		o.time("manifest removed → pod directory gone", time.Since(t0))
+		o.fact("torn down, nothing left")
+	}
+}
+
+func expectWrapped(flavor) string {
+	return "downwardAPI + projected files right, each a tmpfs; torn down, nothing left"
+}
+
+// wrappedScenario: downwardAPI and projected volumes wrap an emptyDir (a
+// Memory one, set up through NewWrapperMounter); their files are right and
+// their teardown leaves nothing. Static pods cannot reference secrets or
+// configMaps, so the sources are downward API fields.
+func wrappedScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
+	pod := busyboxPod(env.podName, env.uid, "cat /podinfo/name /proj/uid > /dev/null",
+		[]corev1.VolumeMount{{Name: "podinfo", MountPath: "/podinfo"}, {Name: "proj", MountPath: "/proj"}},
+		[]corev1.Volume{
+			{Name: "podinfo", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
+				{Path: "name", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}},
+				{Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"}},
+			}}}},
+			{Name: "proj", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{
+					{Path: "uid", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}},
+					{Path: "ns/namespace", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}},
+				}}},
+			}}}},
+		})
+	if !startPod(ctx, env, pod, o) {
+		return
+	}
+	k := env.kubelet
+	downward := k.volumeDir(pod, "kubernetes.io~downward-api", "podinfo")
+	projected := k.volumeDir(pod, "kubernetes.io~projected", "proj")
+	files := []struct{ path, want string }{
+		{filepath.Join(downward, "name"), pod.Name + "-" + nodeName},
+		{filepath.Join(downward, "labels"), fmt.Sprintf("app=%q", pod.Name)},
+		{filepath.Join(projected, "uid"), env.uid},
+		{filepath.Join(projected, "ns/namespace"), pod.Namespace},
+	}
+	right := 0
+	for _, f := range files {
+		got, _ := readFileOr(f.path)
+		if o.want(got == f.want, "%s = %q; want %q", strings.TrimPrefix(f.path, k.podDir(pod)+"/"), got, f.want) {
+			right++
+		}
+	}
+	o.fact("%d/%d files right", right, len(files))
+	for _, dir := range []string{downward, projected} {
+		m, err := mountAt(dir)
+		if err != nil {
+			o.harness(err)
+			return
+		}
+		if o.want(m != nil, "no mount on %s", dir) {
+			o.want(m.FSType == "tmpfs", "%s is %s, not tmpfs", dir, m.FSType)
+		}
+	}
+	removeAndWaitGone(ctx, env, pod, o)
+}
+
+func expectSubPath(flavor) string {
+	return "subPath bind mount gone no later than the volume; torn down, nothing left"
+}
+
+// subPathScenario: a container mounts a subdirectory of a Default emptyDir
+// (subPath); the kubelet bind-mounts it under volume-subpaths/ and must
+// clean that up before it tears the volume down. This is also the plain
+// case (no NAS) whose removal-to-gone time the table compares.
+func subPathScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
+	pod := busyboxPod(env.podName, env.uid, "echo "+fromPodText+" > /sub/from-pod",
+		[]corev1.VolumeMount{{Name: scratchVolume, MountPath: "/data"}, {Name: scratchVolume, MountPath: "/sub", SubPath: "sub"}},
+		[]corev1.Volume{{Name: scratchVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}})
+	if !startPod(ctx, env, pod, o) {
+		return
+	}
+	k := env.kubelet
+	vol := k.volumeDir(pod, emptyDirDir, scratchVolume)
+	subpaths := filepath.Join(k.podDir(pod), "volume-subpaths")
+	got, _ := readFileOr(filepath.Join(vol, "sub", "from-pod"))
+	o.want(got == fromPodText+"\n", "sub/from-pod = %q; want %q", got, fromPodText+"\n")
+	ms, err := mountsUnder(subpaths)
+	if err != nil {
+		o.harness(err)
+		return
+	}
+	if !o.want(len(ms) == 1, "want one subPath mount under %s, found %d", subpaths, len(ms)) {
+		return
+	}
+	o.fact("subPath mounted at %s", strings.TrimPrefix(ms[0], k.podDir(pod)+"/"))
+
+	if err := k.removePod(pod); err != nil {
+		o.harness(err)
+		return
+	}
+	t0 := time.Now()
+	var subGone, volGone time.Duration
+	err = poll(ctx, 90*time.Second, func() (bool, error) {
+		now := time.Since(t0)
+		if subGone == 0 {
+			if ms, err := mountsUnder(subpaths); err == nil && len(ms) == 0 {
+				subGone = now
+			}
+		}
+		if volGone == 0 {
+			if _, err := os.Lstat(vol); os.IsNotExist(err) {
+				volGone = now
+			}
+		}
+		_, err := os.Lstat(k.podDir(pod))
+		return os.IsNotExist(err), k.alive()
+	})
+	if !o.want(err == nil, "pod directory still there: %v", err) {
+		return
+	}
+	o.want(subGone <= volGone, "the subPath mount outlived the volume (gone at %v, volume at %v)", subGone, volGone)
+	o.time("manifest removed → subPath mount gone", subGone)
+	o.time("manifest removed → volume gone (no NAS)", volGone)
+	o.time("manifest removed → pod directory gone", time.Since(t0))
+	if ms, err := mountsUnder(k.podDir(pod)); err != nil || len(ms) > 0 {
+		o.want(false, "mounts left below the pod directory: %v %v", ms, err)
+		return
+	}
+	o.fact("subPath cleaned %v before the volume went; nothing left", (volGone - subGone).Round(time.Millisecond))
+}
