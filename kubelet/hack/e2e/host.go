@@ -40,7 +40,7 @@ type hostState struct {
 	Mounts    []string          // "mountpoint fstype source" of every host mount
 	Sysctls   map[string]string // key -> value
 	Dirs      map[string]bool   // hostDirs and the cgroup root dirs -> exists
-	Processes []string          // "pid cmdline" of processes that mention the workdir or the cgroup
+	Processes []string          // "pid cmdline" of processes that mention the workdir or the cgroup (the go run that started the driver does)
 }
 
 // snapshotHost reads the host's state as far as the run could change it.
@@ -142,7 +142,9 @@ func compareHost(before, after hostState, workdir string) error {
 		}
 	}
 	for _, p := range after.Processes {
-		items = append(items, "process: "+p)
+		if !slices.Contains(before.Processes, p) {
+			items = append(items, "process: "+p)
+		}
 	}
 	if len(items) > 0 {
 		return &LeftoversError{Items: items}
@@ -157,7 +159,7 @@ func cgroupRoots(name string) ([]string, error) {
 	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
 		return []string{filepath.Join("/sys/fs/cgroup", name)}, nil
 	}
-	mounts, err := mountinfo.GetMounts(mountinfo.ParentsFilter("/sys/fs/cgroup"))
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter("/sys/fs/cgroup"))
 	if err != nil {
 		return nil, err
 	}

@@ -19,7 +19,7 @@ func scenarios() []scenario {
 		{num: 1, name: "nas-tmpfs", expect: expectNAS, run: nasScenario(nasTmpfs, noRestart)},
 		{num: 2, name: "nas-bind", expect: expectNAS, run: nasScenario(nasBind, noRestart)},
 		{num: 3, name: "memory-sizelimit", expect: expectMemory, run: memoryScenario},
-		{num: 4, name: "wrapped", expect: expectWrapped, run: wrappedScenario},
+		{num: 4, name: "downward-api", expect: expectWrapped, run: wrappedScenario},
 		{num: 5, name: "restart-nas", sched: alone, expect: expectNAS, run: nasScenario(nasTmpfs, restartAcrossDeletion)},
 		{num: 6, name: "subpath", expect: expectSubPath, run: subPathScenario},
 	}
@@ -178,7 +178,8 @@ func makeRow(s scenario, f flavor, o *outcome) row {
 		Scenario: s.id(),
 		Kubelet:  f.String(),
 		Expected: s.expect(f),
-		Observed: strings.Join(o.facts, "; "),
+		Observed: strings.Join(o.observed, "; "),
+		Details:  o.facts,
 		OK:       len(o.failures) == 0,
 		Failures: o.failures,
 		Timings:  o.timings,

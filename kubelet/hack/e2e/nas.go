@@ -54,9 +54,9 @@ const sentinelSize = 64 << 10
 // refuses and deletes nothing until the NAS is gone.
 func expectNAS(f flavor) string {
 	if f == stockKubelet {
-		return "sentinel DELETED (upstream RemoveAll, the incident); torn down after umount"
+		return "sentinel DELETED (the incident); gone after umount"
 	}
-	return "sentinel + volume files intact; refusal logged naming the mount, retried with backoff; torn down after umount"
+	return "sentinel+files intact; refusal names mount; ≥2 tries, backoff; gone after umount"
 }
 
 // nasScenario mounts a NAS with a sentinel inside a running pod's Default
@@ -117,7 +117,7 @@ func nasScenario(kind nasKind, restart restartMode) func(context.Context, *scena
 				o.harness(fmt.Errorf("restarting the kubelet: %w", err))
 				return
 			}
-			o.fact("kubelet restarted")
+			o.observe("kubelet restarted")
 		}
 
 		attempts := teardownAttempts{re: teardownLine(pod, scratchVolume)}
@@ -146,33 +146,41 @@ func nasScenario(kind nasKind, restart restartMode) func(context.Context, *scena
 		intact := sentinelOK && bytes.Equal([]byte(sentinelLeft), sentinel)
 		switch {
 		case intact:
-			o.fact("sentinel intact (%d bytes, sha256 %x…)", len(sentinel), sha256.Sum256(sentinel))
+			o.observe("sentinel intact")
+			o.fact("sentinel intact: %d bytes, sha256 %x", len(sentinel), sha256.Sum256(sentinel))
 		case !sentinelOK:
-			o.fact("sentinel DELETED (%s)", sentinelLeft)
+			o.observe("sentinel DELETED")
 		default:
-			o.fact("sentinel CHANGED (%d bytes)", len(sentinelLeft))
+			o.observe("sentinel CHANGED")
 		}
-		ownLeft, _ := readFileOr(filepath.Join(vol, "own-file"))
-		podLeft, _ := readFileOr(fromPod)
+		ownLeft, ownOK := readFileOr(filepath.Join(vol, "own-file"))
+		podLeft, podOK := readFileOr(fromPod)
 		ownIntact := ownLeft == string(own) && podLeft == fromPodText+"\n"
-		if first := attempts.firstFailure(); first != "" {
-			o.fact("first TearDown error: %s", first)
+		if ownIntact {
+			o.fact("the volume's own files intact (own-file, from-pod)")
+		} else {
+			o.fact("the volume's own files: own-file %s, from-pod %s", map[bool]string{true: "present", false: ownLeft}[ownOK], map[bool]string{true: "present", false: podLeft}[podOK])
 		}
-		o.fact("%d failed TearDown attempts before umount", attempts.failures())
+		if first := attempts.firstFailure(); first != "" {
+			o.fact("first TearDown error: %s", strings.ReplaceAll(first, k.root, "$ROOT"))
+		}
+		o.observe("%d failed tries", attempts.failures())
 
 		if env.flavor == stockKubelet {
 			o.want(!sentinelOK, "the stock kubelet left the sentinel: the incident did not reproduce")
 		} else {
 			o.want(intact, "sentinel not intact: %s", map[bool]string{true: "changed", false: "deleted"}[sentinelOK])
-			o.want(ownIntact, "the volume's own files were touched (own-file %d bytes, from-pod %q)", len(ownLeft), podLeft)
+			o.want(ownIntact, "the volume's own files were touched")
 			o.want(attempts.failures() >= 2, "want ≥2 refused TearDown attempts (retried), saw %d", attempts.failures())
-			o.want(attempts.namesMount(nas), "no TearDown failure names the NAS mount %s", nas)
-			o.want(attempts.refusedByNodevol(), "no TearDown failure carries nodevol's refusal (\"emptyDir teardown of … refused\")")
+			if o.want(attempts.refusedByNodevol(), "no TearDown failure carries nodevol's refusal (\"emptyDir teardown of … refused\")") &&
+				o.want(attempts.namesMount(nas), "no TearDown failure names the NAS mount %s", nas) {
+				o.observe("refusal names the mount")
+			}
 			if d := attempts.delays(); len(d) >= 2 {
-				o.fact("retry delays %s", strings.Join(d, ", "))
+				o.observe("delays %s", strings.Join(d, ", "))
 				o.want(d[len(d)-1] != d[0], "retry delay did not grow: %s", strings.Join(d, ", "))
 			} else if len(d) == 1 {
-				o.fact("retry delay %s", d[0])
+				o.observe("delay %s", d[0])
 			}
 		}
 
@@ -183,13 +191,13 @@ func nasScenario(kind nasKind, restart restartMode) func(context.Context, *scena
 		mounted = false
 		t1 := time.Now()
 		if waitPodGone(ctx, env, pod, 90*time.Second, o) {
-			o.fact("after umount the pod directory went")
+			o.observe("gone after umount")
 			o.time("NAS unmounted → pod directory gone", time.Since(t1))
 		}
 		if kind == nasBind {
 			left, ok := readFileOr(filepath.Join(hostShare, "SENTINEL"))
 			hostIntact := ok && left == string(sentinel)
-			o.fact("host directory's sentinel after teardown: %s", map[bool]string{true: "intact", false: "gone or changed"}[hostIntact])
+			o.fact("the bind mount's host directory after teardown: sentinel %s", map[bool]string{true: "intact", false: "gone or changed"}[hostIntact])
 			if env.flavor == nodevolKubelet {
 				o.want(hostIntact, "the bind-mounted host directory lost its sentinel")
 			}

@@ -16,23 +16,26 @@ import (
 func printReport(w io.Writer, res *innerResult, wall time.Duration) {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tKUBELET\tVERDICT\tEXPECTED\tOBSERVED")
+	fmt.Fprintln(tw, "SCENARIO\tKUBELET\tEXPECTED\tOBSERVED\tVERDICT")
 	for _, r := range res.Rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Scenario, r.Kubelet, verdict(r), r.Expected, r.Observed)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Scenario, r.Kubelet, r.Expected, r.Observed, verdict(r))
 	}
 	_ = tw.Flush()
+	fmt.Fprintln(w)
 	for _, r := range res.Rows {
+		for _, d := range r.Details {
+			fmt.Fprintf(w, "%s %s: %s\n", r.Scenario, r.Kubelet, d)
+		}
 		for _, f := range r.Failures {
 			fmt.Fprintf(w, "%s %s: ✗ %s\n", r.Scenario, r.Kubelet, f)
 		}
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "TIMINGS")
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	for _, r := range res.Rows {
-		for _, t := range r.Timings {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%.2fs\t\n", r.Scenario, r.Kubelet, t.Step, t.Duration.Seconds())
-		}
+	fmt.Fprintln(w, "TIMINGS (seconds)")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tSTEP\tSTOCK\tNODEVOL")
+	for _, t := range timingTable(res.Rows) {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.scenario, t.step, t.by[stockKubelet.String()], t.by[nodevolKubelet.String()])
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(w, "e2e wall time %.1fs\n", wall.Seconds())
@@ -59,4 +62,29 @@ func removeWorkdir(dir string) error {
 		return fmt.Errorf("%w: %s; not removing %s", ErrMountsInWorkdir, strings.Join(points, ", "), dir)
 	}
 	return os.RemoveAll(dir)
+}
+
+// timingRow is one step of one scenario, timed for each kubelet.
+type timingRow struct {
+	scenario, step string
+	by             map[string]string // kubelet -> seconds
+}
+
+// timingTable puts the rows' timings side by side, in the order first seen.
+func timingTable(rows []row) []*timingRow {
+	var out []*timingRow
+	index := map[string]*timingRow{}
+	for _, r := range rows {
+		for _, t := range r.Timings {
+			key := r.Scenario + "\x00" + t.Step
+			tr := index[key]
+			if tr == nil {
+				tr = &timingRow{scenario: r.Scenario, step: t.Step, by: map[string]string{}}
+				index[key] = tr
+				out = append(out, tr)
+			}
+			tr.by[r.Kubelet] = fmt.Sprintf("%.2f", t.Duration.Seconds())
+		}
+	}
+	return out
 }

@@ -73,12 +73,18 @@ type timing struct {
 
 // outcome collects what a scenario observed and which expectations failed.
 type outcome struct {
-	facts    []string
+	observed []string // short, for the table's column
+	facts    []string // details, listed under the table
 	failures []string
 	timings  []timing
 }
 
-// fact records an observation for the table.
+// observe records an observation for the table's column.
+func (o *outcome) observe(format string, args ...any) {
+	o.observed = append(o.observed, fmt.Sprintf(format, args...))
+}
+
+// fact records a detail, listed under the table.
 func (o *outcome) fact(format string, args ...any) {
 	o.facts = append(o.facts, fmt.Sprintf(format, args...))
 }
@@ -106,6 +112,7 @@ type row struct {
 	Kubelet  string   `json:"kubelet"`
 	Expected string   `json:"expected"`
 	Observed string   `json:"observed"`
+	Details  []string `json:"details,omitempty"`
 	OK       bool     `json:"ok"`
 	Failures []string `json:"failures,omitempty"`
 	Timings  []timing `json:"timings,omitempty"`
@@ -198,7 +205,7 @@ func waitPodGone(ctx context.Context, env *scenarioEnv, pod *corev1.Pod, limit t
 	})
 	if !o.want(err == nil, "pod directory still there: %v", err) {
 		if ms, _ := mountsUnder(dir); len(ms) > 0 {
-			o.fact("mounts left: %s", strings.Join(ms, ", "))
+			o.observe("mounts left: %s", strings.Join(ms, ", "))
 		}
 		return false
 	}
