@@ -152,13 +152,14 @@ func stopProcess(cmd *exec.Cmd, exited <-chan struct{}, grace time.Duration) {
 // hold in time.
 var ErrTimeout = errors.New("timed out")
 
-// pollInterval is how often poll asks; a tenth of a second keeps the
-// measured times within that of the events.
+// pollInterval is how often poll asks; the measured times are within
+// that of the events.
 const pollInterval = 50 * time.Millisecond
 
 // poll calls cond until it returns true or an error, ctx ends, or limit
 // passes.
 func poll(ctx context.Context, limit time.Duration, cond func() (bool, error)) error {
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	t := time.NewTicker(pollInterval)
@@ -173,6 +174,9 @@ func poll(ctx context.Context, limit time.Duration, cond func() (bool, error)) e
 		}
 		select {
 		case <-ctx.Done():
+			if parent.Err() != nil {
+				return fmt.Errorf("the run's deadline passed: %w", context.Cause(parent))
+			}
 			return fmt.Errorf("after %v: %w", limit, ErrTimeout)
 		case <-t.C:
 		}

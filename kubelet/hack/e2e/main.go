@@ -238,7 +238,7 @@ func runNamespace(ctx context.Context, opts options, workdir string, images []st
 		CgroupName: cgroupName,
 		Run:        opts.run,
 		Start:      start,
-		Deadline:   deadline.Add(-10 * time.Second),
+		Deadline:   deadline.Add(-innerMargin(opts.timeout)),
 	}
 	b, err := json.Marshal(cfg)
 	if err != nil {
@@ -276,6 +276,12 @@ func runNamespace(ctx context.Context, opts options, workdir string, images []st
 		<-done
 		return fmt.Errorf("watchdog: killed the namespace: %w", context.Cause(ctx))
 	}
+}
+
+// innerMargin is how long before the watchdog the namespace's own
+// deadline is, so that it can stop its daemons and report first.
+func innerMargin(timeout time.Duration) time.Duration {
+	return min(15*time.Second, timeout/10)
 }
 
 // cleanHost removes what runNamespace created: the cgroups (bottom-up,

@@ -14,6 +14,10 @@ import (
 
 // printReport prints the result table, the failures, and the timings.
 func printReport(w io.Writer, res *innerResult, wall time.Duration) {
+	if len(res.Rows) == 0 {
+		fmt.Fprintf(w, "no results; e2e wall time %.1fs\n", wall.Seconds())
+		return
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCENARIO\tKUBELET\tEXPECTED\tOBSERVED\tVERDICT")
