@@ -30,6 +30,7 @@ func scenarios() []scenario {
 type innerConfig struct {
 	Workdir    string            `json:"workdir"`
 	Kubelets   map[string]string `json:"kubelets"` // flavor -> binary
+	Versions   map[string]string `json:"versions"` // flavor -> its --version
 	Images     []string          `json:"images"`
 	CgroupName string            `json:"cgroupName"`
 	Run        string            `json:"run"`
@@ -39,8 +40,9 @@ type innerConfig struct {
 
 // innerResult is what it hands back.
 type innerResult struct {
-	Rows  []row  `json:"rows"`
-	Error string `json:"error,omitempty"`
+	Versions map[string]string `json:"versions"`
+	Rows     []row             `json:"rows"`
+	Error    string            `json:"error,omitempty"`
 }
 
 func resultPath(workdir string) string { return filepath.Join(workdir, "result.json") }
@@ -65,7 +67,7 @@ func runInner(args []string, stderr io.Writer) int {
 	log := newLogger(stderr, cfg.Start, "")
 	ctx, cancel := context.WithDeadline(context.Background(), cfg.Deadline)
 	defer cancel()
-	var res innerResult
+	res := innerResult{Versions: cfg.Versions}
 	if err := enterNamespace(cfg.Workdir); err != nil {
 		res.Error = fmt.Sprintf("setting up the namespace: %v", err)
 	} else {
@@ -136,7 +138,7 @@ func runFlavor(ctx context.Context, cfg innerConfig, f flavor, selected []scenar
 		return nil, err
 	}
 	defer k.stop()
-	log.Printf("containerd and kubelet %s up in %.1fs", cfg.Kubelets[f.String()], time.Since(t0).Seconds())
+	log.Printf("containerd and kubelet %s (%s) up in %.1fs", cfg.Kubelets[f.String()], cfg.Versions[f.String()], time.Since(t0).Seconds())
 
 	rows := make([]row, len(selected))
 	runOne := func(i int) {

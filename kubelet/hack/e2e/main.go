@@ -35,6 +35,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -230,10 +231,19 @@ func runNamespace(ctx context.Context, opts options, workdir string, images []st
 	if err := makeCgroups(cgroups, subs); err != nil {
 		return err
 	}
+	versions := map[string]string{}
+	for f, bin := range map[flavor]string{stockKubelet: opts.stock, nodevolKubelet: opts.nodevol} {
+		out, err := exec.CommandContext(ctx, bin, "--version").Output()
+		if err != nil {
+			return fmt.Errorf("%s --version: %w", bin, err)
+		}
+		versions[f.String()] = strings.TrimSpace(string(out))
+	}
 	deadline, _ := ctx.Deadline()
 	cfg := innerConfig{
 		Workdir:    workdir,
 		Kubelets:   map[string]string{stockKubelet.String(): opts.stock, nodevolKubelet.String(): opts.nodevol},
+		Versions:   versions,
 		Images:     images,
 		CgroupName: cgroupName,
 		Run:        opts.run,

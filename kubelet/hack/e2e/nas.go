@@ -161,10 +161,10 @@ func nasScenario(kind nasKind, restart restartMode) func(context.Context, *scena
 		} else {
 			o.fact("the volume's own files: own-file %s, from-pod %s", map[bool]string{true: "present", false: ownLeft}[ownOK], map[bool]string{true: "present", false: podLeft}[podOK])
 		}
-		if first := attempts.firstFailure(); first != "" {
-			o.fact("first TearDown error: %s", strings.ReplaceAll(first, k.root, "$ROOT"))
+		if first := attempts.firstFailure(k.root); first != "" {
+			o.fact("first TearDown error: %s", first)
 		}
-		o.observe("%d failed tries", attempts.failures())
+		o.observe("%d failed %s", attempts.failures(), map[bool]string{true: "try", false: "tries"}[attempts.failures() == 1])
 
 		if env.flavor == stockKubelet {
 			o.want(!sentinelOK, "the stock kubelet left the sentinel: the incident did not reproduce")
@@ -290,17 +290,15 @@ func (a *teardownAttempts) delays() []string {
 	return d
 }
 
-// firstFailure is the error text of the first failed attempt.
-func (a *teardownAttempts) firstFailure() string {
+// firstFailure is the error text of the first failed attempt, with the
+// kubelet's root directory written $ROOT.
+func (a *teardownAttempts) firstFailure(root string) string {
 	for _, l := range a.lines {
 		if _, after, ok := strings.Cut(l, "TearDown failed for volume"); ok {
 			if _, msg, ok := strings.Cut(after, ") : "); ok {
 				after = msg
 			}
-			if len(after) > 300 {
-				after = after[:300] + "…"
-			}
-			return strings.TrimSpace(after)
+			return strings.TrimSpace(strings.ReplaceAll(after, root, "$ROOT"))
 		}
 	}
 	return ""

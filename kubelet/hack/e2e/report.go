@@ -19,6 +19,10 @@ func printReport(w io.Writer, res *innerResult, wall time.Duration) {
 		return
 	}
 	fmt.Fprintln(w)
+	for _, f := range flavors {
+		fmt.Fprintf(w, "%s kubelet: %s\n", f, res.Versions[f.String()])
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCENARIO\tKUBELET\tEXPECTED\tOBSERVED\tVERDICT")
 	for _, r := range res.Rows {
