@@ -193,6 +193,10 @@ func nasScenario(kind nasKind, restart restartMode) func(context.Context, *scena
 		if waitPodGone(ctx, env, pod, 90*time.Second, o) {
 			o.observe("gone after umount")
 			o.time("NAS unmounted → pod directory gone", time.Since(t1))
+			if err := attempts.read(k, offset); err != nil {
+				o.harness(err)
+			}
+			o.want(attempts.succeeded(), "the pod directory went, but no \"TearDown succeeded\" for the volume in the kubelet's log")
 		}
 		if kind == nasBind {
 			left, ok := readFileOr(filepath.Join(hostShare, "SENTINEL"))
