@@ -246,7 +246,7 @@ func TestTimingTable(t *testing.T) {
 		{Scenario: "1-a", Kubelet: "nodevol", Timings: []timing{{"x", 2 * time.Second}}},
 	}
 	got := timingTable(rows)
-	if len(got) != 2 || got[0].step != "x" || got[0].by["stock"] != "1.50" || got[0].by["nodevol"] != "2.00" || got[1].by["nodevol"] != "" {
+	if len(got) != 2 || got[0].step != "x" || got[0].by["stock"] != "1.500" || got[0].by["nodevol"] != "2.000" || got[1].by["nodevol"] != "" {
 		t.Errorf("timingTable = %+v %+v", got[0], got[1])
 	}
 }
@@ -271,5 +271,27 @@ func TestCompareHost(t *testing.T) {
 	var le *LeftoversError
 	if !errors.As(err, &le) || len(le.Items) != 4 {
 		t.Fatalf("compareHost = %v; want a *LeftoversError with 4 items (mount, sysctl, directory, process; not the unrelated mount)", err)
+	}
+}
+
+func TestTeardownSpan(t *testing.T) {
+	uid := "0de0e2e0-0000-4000-8000-000100000006"
+	log := `I1123 16:13:43.384469     237 reconciler_common.go:225] "operationExecutor.MountVolume started for volume \"scratch\" (UniqueName: \"kubernetes.io/empty-dir/` + uid + `-scratch\")"
+I1123 16:13:47.038289     237 reconciler_common.go:163] "operationExecutor.UnmountVolume started for volume \"kubernetes.io/empty-dir/` + uid + `-scratch\" (UniqueName: \"kubernetes.io/empty-dir/` + uid + `-scratch\") pod \"` + uid + `\""
+I1123 16:13:47.079679     237 operation_generator.go:791] UnmountVolume.TearDown succeeded for volume "kubernetes.io/empty-dir/` + uid + `-scratch" pod "` + uid + `" (UID: "` + uid + `"). InnerVolumeSpecName "scratch".
+`
+	k := &kubelet{logPath: filepath.Join(t.TempDir(), "kubelet.log")}
+	if err := os.WriteFile(k.logPath, []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{}
+	pod.UID = types.UID(uid)
+	got, err := k.teardownSpan(0, pod, scratchVolume)
+	if want := 41390 * time.Microsecond; err != nil || got != want {
+		t.Errorf("teardownSpan = %v, %v; want %v", got, err, want)
+	}
+	pod.UID = "other"
+	if _, err := k.teardownSpan(0, pod, scratchVolume); err == nil {
+		t.Errorf("teardownSpan(another pod) = nil error; want one")
 	}
 }

@@ -285,3 +285,42 @@ func (k *kubelet) podDir(pod *corev1.Pod) string {
 func (k *kubelet) volumeDir(pod *corev1.Pod, plugin, vol string) string {
 	return filepath.Join(k.podDir(pod), "volumes", plugin, vol)
 }
+
+// klogTime is the time stamp of a klog line ("I1123 16:13:47.038289 …"),
+// in a year of its own: only differences between lines mean anything.
+func klogTime(line string) (time.Time, error) {
+	if len(line) < 21 {
+		return time.Time{}, fmt.Errorf("not a klog line: %q", line)
+	}
+	return time.Parse("0102 15:04:05.000000", line[1:21])
+}
+
+// teardownSpan is how long the kubelet took, by its own log, from starting
+// to unmount the pod's emptyDir volume to its TearDown succeeding: the
+// plugin's share of the pod's deletion, without the kubelet's loop periods.
+func (k *kubelet) teardownSpan(offset int64, pod *corev1.Pod, vol string) (time.Duration, error) {
+	name := regexp.QuoteMeta("kubernetes.io/empty-dir/" + string(pod.UID) + "-" + vol)
+	started := regexp.MustCompile(`operationExecutor\.UnmountVolume started for volume \\"` + name + `\\"`)
+	succeeded := regexp.MustCompile(`UnmountVolume\.TearDown succeeded for volume "` + name + `"`)
+	lines, _, err := k.logLines(offset, regexp.MustCompile(started.String()+"|"+succeeded.String()))
+	if err != nil {
+		return 0, err
+	}
+	var t0, t1 time.Time
+	for _, l := range lines {
+		t, err := klogTime(l)
+		if err != nil {
+			return 0, err
+		}
+		switch {
+		case started.MatchString(l) && t0.IsZero():
+			t0 = t
+		case succeeded.MatchString(l):
+			t1 = t
+		}
+	}
+	if t0.IsZero() || t1.IsZero() {
+		return 0, fmt.Errorf("no UnmountVolume started and TearDown succeeded lines for %s in the kubelet's log", name)
+	}
+	return t1.Sub(t0), nil
+}

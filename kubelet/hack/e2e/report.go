@@ -91,7 +91,7 @@ func timingTable(rows []row) []*timingRow {
 				index[key] = tr
 				out = append(out, tr)
 			}
-			tr.by[r.Kubelet] = fmt.Sprintf("%.2f", t.Duration.Seconds())
+			tr.by[r.Kubelet] = fmt.Sprintf("%.3f", t.Duration.Seconds())
 		}
 	}
 	return out

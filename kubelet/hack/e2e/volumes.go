@@ -45,7 +45,13 @@ func memoryScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
 		o.want(m.FSType == "tmpfs", "the volume is %s, not tmpfs", m.FSType)
 		o.want(strings.Contains(","+m.VFSOptions+",", ","+memoryTmpfsSize+","), "tmpfs options %q lack %s", m.VFSOptions, memoryTmpfsSize)
 	}
+	offset, err := env.kubelet.logSize()
+	if err != nil {
+		o.harness(err)
+		return
+	}
 	removeAndWaitGone(ctx, env, pod, o)
+	timeTearDown(env, offset, pod, o)
 }
 
 // sizeOption is the size= option of a tmpfs's options, or "no size".
@@ -69,6 +75,16 @@ func removeAndWaitGone(ctx context.Context, env *scenarioEnv, pod *corev1.Pod, o
 	if waitPodGone(ctx, env, pod, 90*time.Second, o) {
 		o.time("manifest removed → pod directory gone", time.Since(t0))
 		o.observe("nothing left")
+	}
+}
+
+// timeTearDown adds the kubelet's own measure of the emptyDir volume's
+// teardown, from its log lines after offset.
+func timeTearDown(env *scenarioEnv, offset int64, pod *corev1.Pod, o *outcome) {
+	if span, err := env.kubelet.teardownSpan(offset, pod, scratchVolume); err != nil {
+		o.harness(err)
+	} else {
+		o.time("UnmountVolume started → TearDown succeeded (kubelet log)", span)
 	}
 }
 
@@ -165,6 +181,11 @@ func subPathScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
 	}
 	o.fact("subPath mounted at %s", strings.TrimPrefix(ms[0], k.podDir(pod)+"/"))
 
+	offset, err := k.logSize()
+	if err != nil {
+		o.harness(err)
+		return
+	}
 	if err := k.removePod(pod); err != nil {
 		o.harness(err)
 		return
@@ -193,6 +214,7 @@ func subPathScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
 	o.time("manifest removed → subPath mount gone", subGone)
 	o.time("manifest removed → volume gone (no NAS)", volGone)
 	o.time("manifest removed → pod directory gone", time.Since(t0))
+	timeTearDown(env, offset, pod, o)
 	if ms, err := mountsUnder(k.podDir(pod)); err != nil || len(ms) > 0 {
 		o.want(false, "mounts left below the pod directory: %v %v", ms, err)
 		return
