@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+)
+
+// scenarios are issue 14's cases, in the order of the table.
+func scenarios() []scenario {
+	return []scenario{
+		{num: 1, name: "nas-tmpfs", expect: expectNAS, run: nasScenario(nasTmpfs, noRestart)},
+		{num: 2, name: "nas-bind", expect: expectNAS, run: nasScenario(nasBind, noRestart)},
+		{num: 3, name: "memory-sizelimit", expect: expectMemory, run: memoryScenario},
+		{num: 4, name: "downward-api", expect: expectWrapped, run: wrappedScenario},
+		{num: 5, name: "restart-nas", sched: alone, expect: expectNAS, run: nasScenario(nasTmpfs, restartAcrossDeletion)},
+		{num: 6, name: "subpath", expect: expectSubPath, run: subPathScenario},
+	}
+}
+
+// servedByNodevol is the line a nodevol kubelet logs when it builds its
+// volume plugins.
+var servedByNodevol = regexp.MustCompile(`emptyDir volumes are served by nodevol`)
+
+// innerConfig is what the driver hands the namespace's PID 1, as JSON in
+// a file.
+type innerConfig struct {
+	Workdir    string            `json:"workdir"`
+	Kubelets   map[string]string `json:"kubelets"` // flavor -> binary
+	Versions   map[string]string `json:"versions"` // flavor -> its --version
+	Images     []string          `json:"images"`
+	CgroupName string            `json:"cgroupName"`
+	Run        string            `json:"run"`
+	Start      time.Time         `json:"start"`
+	Deadline   time.Time         `json:"deadline"`
+}
+
+// innerResult is what it hands back.
+type innerResult struct {
+	Versions map[string]string `json:"versions"`
+	Rows     []row             `json:"rows"`
+	Error    string            `json:"error,omitempty"`
+}
+
+func resultPath(workdir string) string { return filepath.Join(workdir, "result.json") }
+
+// runInner is the namespace's PID 1: it sets the namespace up, runs every
+// selected scenario against each kubelet in turn, and writes the rows.
+// When it returns, the kernel kills whatever is left in the namespace.
+func runInner(args []string, stderr io.Writer) int {
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "e2e: inner half: want one argument, the config file")
+		return 2
+	}
+	var cfg innerConfig
+	b, err := os.ReadFile(args[0])
+	if err == nil {
+		err = json.Unmarshal(b, &cfg)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "e2e: inner half: %v\n", err)
+		return 2
+	}
+	log := newLogger(stderr, cfg.Start, "")
+	ctx, cancel := context.WithDeadline(context.Background(), cfg.Deadline)
+	defer cancel()
+	res := innerResult{Versions: cfg.Versions}
+	if err := enterNamespace(cfg.Workdir); err != nil {
+		res.Error = fmt.Sprintf("setting up the namespace: %v", err)
+	} else {
+		res.Rows, err = runAll(ctx, cfg, log)
+		if err != nil {
+			res.Error = err.Error()
+		}
+	}
+	out, _ := json.MarshalIndent(res, "", "  ")
+	if err := os.WriteFile(resultPath(cfg.Workdir), out, 0o644); err != nil {
+		fmt.Fprintf(stderr, "e2e: inner half: %v\n", err)
+		return 2
+	}
+	return 0
+}
+
+// runAll runs the selected scenarios against every kubelet.
+func runAll(ctx context.Context, cfg innerConfig, log *logger) ([]row, error) {
+	re, err := regexp.Compile(cfg.Run)
+	if err != nil {
+		return nil, fmt.Errorf("-run: %w", err)
+	}
+	var selected []scenario
+	for _, s := range scenarios() {
+		if re.MatchString(s.id()) {
+			selected = append(selected, s)
+		}
+	}
+	if len(selected) == 0 {
+		return nil, fmt.Errorf("-run %q selects no scenario", cfg.Run)
+	}
+	var rows []row
+	for _, f := range flavors {
+		fr, err := runFlavor(ctx, cfg, f, selected, log.with(f.String()+": "))
+		rows = append(rows, fr...)
+		if err != nil {
+			return rows, fmt.Errorf("%s kubelet: %w", f, err)
+		}
+	}
+	return rows, nil
+}
+
+// runFlavor starts containerd and the flavor's kubelet on fresh private
+// directories, runs the concurrent scenarios side by side, then the ones
+// that must run alone, and stops both.
+func runFlavor(ctx context.Context, cfg innerConfig, f flavor, selected []scenario, log *logger) ([]row, error) {
+	dir := filepath.Join(cfg.Workdir, f.String())
+	undo, err := privateHostDirs()
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := undo(); err != nil {
+			log.Printf("note: %v", err)
+		}
+	}()
+	t0 := time.Now()
+	c, err := startContainerd(ctx, filepath.Join(dir, "containerd"), cfg.Images, log)
+	if err != nil {
+		return nil, err
+	}
+	defer c.stop()
+	k, err := newKubelet(cfg.Kubelets[f.String()], filepath.Join(dir, "kubelet"), c.socket, "/"+cfg.CgroupName+"/"+f.String(), log)
+	if err != nil {
+		return nil, err
+	}
+	if err := k.start(ctx); err != nil {
+		return nil, err
+	}
+	defer k.stop()
+	log.Printf("containerd and kubelet %s (%s) up in %.1fs", cfg.Kubelets[f.String()], cfg.Versions[f.String()], time.Since(t0).Seconds())
+	// Informational: kubelet/hack/build.sh's nodevol build logs this line at
+	// start. The verdict rests on what the teardown does, not on this line.
+	if lines, _, err := k.logLines(0, servedByNodevol); err == nil {
+		log.Printf("log line %q: %d", servedByNodevol, len(lines))
+	}
+
+	rows := make([]row, len(selected))
+	runOne := func(i int) {
+		s := selected[i]
+		slog := log.with(s.id() + ": ")
+		sdir, err := scenarioDir(cfg.Workdir, f, s)
+		var o outcome
+		t := time.Now()
+		if err != nil {
+			o.harness(err)
+		} else {
+			env := &scenarioEnv{flavor: f, kubelet: k, dir: sdir, uid: podUID(f, s.num), podName: fmt.Sprintf("s%d-%s", s.num, s.name), log: slog}
+			s.run(ctx, env, &o)
+		}
+		o.time("scenario", time.Since(t))
+		rows[i] = makeRow(s, f, &o)
+		slog.Printf("%s: %s", verdict(rows[i]), rows[i].Observed)
+		for _, fl := range rows[i].Failures {
+			slog.Printf("  ✗ %s", fl)
+		}
+	}
+	var wg sync.WaitGroup
+	for i, s := range selected {
+		if s.sched == concurrent {
+			wg.Go(func() { runOne(i) })
+		}
+	}
+	wg.Wait()
+	for i, s := range selected {
+		if s.sched == alone {
+			runOne(i)
+		}
+	}
+	return rows, nil
+}
+
+func makeRow(s scenario, f flavor, o *outcome) row {
+	return row{
+		Scenario: s.id(),
+		Kubelet:  f.String(),
+		Expected: s.expect(f),
+		Observed: strings.Join(o.observed, "; "),
+		Details:  o.facts,
+		OK:       len(o.failures) == 0,
+		Failures: o.failures,
+		Timings:  o.timings,
+	}
+}
+
+// verdict is the row's last column: a nodevol row passes or fails; a
+// stock row records the peer result or says it was not the expected one.
+func verdict(r row) string {
+	switch {
+	case r.Kubelet == stockKubelet.String() && r.OK:
+		return "peer recorded"
+	case r.Kubelet == stockKubelet.String():
+		return "UNEXPECTED"
+	case r.OK:
+		return "PASS"
+	}
+	return "FAIL"
+}

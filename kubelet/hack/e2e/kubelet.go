@@ -1,0 +1,326 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// nodeName is the standalone kubelet's node name; static pods are named
+// <name>-<nodeName>.
+const nodeName = "e2e-node"
+
+// The kubelet's ports, private to the network namespace.
+const (
+	healthzURL = "http://127.0.0.1:20248/healthz"
+	podsURL    = "http://127.0.0.1:20255/pods" // the read-only port
+)
+
+// kubeletConfig is a standalone kubelet: static pods from a directory,
+// checked every second, no API server, anonymous read-only access, cgroup
+// v1 with cgroupfs under a private cgroupRoot, no iptables, no image GC,
+// eviction thresholds that a busy build machine does not reach.
+const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+staticPodPath: %[1]s
+fileCheckFrequency: 1s
+syncFrequency: 10s
+containerRuntimeEndpoint: unix://%[2]s
+cgroupDriver: cgroupfs
+cgroupRoot: %[3]s
+failCgroupV1: false
+failSwapOn: false
+address: 127.0.0.1
+port: 20250
+readOnlyPort: 20255
+healthzBindAddress: 127.0.0.1
+healthzPort: 20248
+authentication:
+  anonymous:
+    enabled: true
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow
+makeIPTablesUtilChains: false
+podLogsDir: %[4]s
+volumePluginDir: %[5]s
+resolvConf: ""
+evictionHard:
+  memory.available: "50Mi"
+  nodefs.available: "1%%"
+  nodefs.inodesFree: "1%%"
+  imagefs.available: "1%%"
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+`
+
+// kubelet is one kubelet process; restart replaces it with another on the
+// same root directory and log file.
+type kubelet struct {
+	bin       string
+	dir       string // holds the config, the log, pki, pod logs
+	root      string // --root-dir
+	manifests string // staticPodPath
+	logPath   string
+	configArg string
+	cmd       *exec.Cmd
+	exited    chan struct{}
+	client    *http.Client
+	log       *logger
+}
+
+// ErrKubeletExited is matched by the errors of waits the kubelet's exit
+// cut short.
+var ErrKubeletExited = errors.New("the kubelet exited")
+
+func newKubelet(bin, dir, socket, cgroupRoot string, log *logger) (*kubelet, error) {
+	k := &kubelet{
+		bin:       bin,
+		dir:       dir,
+		root:      filepath.Join(dir, "root"),
+		manifests: filepath.Join(dir, "manifests"),
+		logPath:   filepath.Join(dir, "kubelet.log"),
+		configArg: filepath.Join(dir, "kubelet-config.yaml"),
+		client:    &http.Client{Timeout: 2 * time.Second},
+		log:       log,
+	}
+	for _, d := range []string{k.root, k.manifests, filepath.Join(dir, "pki"), filepath.Join(dir, "pod-logs"), filepath.Join(dir, "volume-plugins")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	cfg := fmt.Sprintf(kubeletConfig, k.manifests, socket, cgroupRoot, filepath.Join(dir, "pod-logs"), filepath.Join(dir, "volume-plugins"))
+	if err := os.WriteFile(k.configArg, []byte(cfg), 0o644); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// start starts the kubelet, appending to its log, and waits until its
+// healthz answers.
+func (k *kubelet) start(ctx context.Context) error {
+	logf, err := os.OpenFile(k.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	k.cmd = exec.Command(k.bin, "--config", k.configArg, "--root-dir", k.root, "--cert-dir", filepath.Join(k.dir, "pki"),
+		"--hostname-override", nodeName, "--node-ip", "127.0.0.1", "--v=2")
+	k.cmd.Env = []string{runtimePath}
+	k.cmd.Stdout, k.cmd.Stderr = logf, logf
+	if err := k.cmd.Start(); err != nil {
+		return fmt.Errorf("starting the kubelet %s: %w", k.bin, err)
+	}
+	exited := make(chan struct{})
+	k.exited = exited
+	go func(cmd *exec.Cmd) { _ = cmd.Wait(); close(exited) }(k.cmd)
+	err = poll(ctx, 60*time.Second, func() (bool, error) {
+		if err := k.alive(); err != nil {
+			return false, err
+		}
+		resp, err := k.client.Get(healthzURL)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		return fmt.Errorf("kubelet healthz (log %s): %w", k.logPath, err)
+	}
+	return nil
+}
+
+// alive is nil while the kubelet runs, and says how it ended otherwise,
+// with the last error lines of its log.
+func (k *kubelet) alive() error {
+	select {
+	case <-k.exited:
+		return fmt.Errorf("%w: %s; last errors: %s", ErrKubeletExited, k.cmd.ProcessState, k.lastErrors())
+	default:
+		return nil
+	}
+}
+
+func (k *kubelet) lastErrors() string {
+	lines, _, err := k.logLines(0, regexp.MustCompile(`^[EF]\d{4} `))
+	if err != nil || len(lines) == 0 {
+		return "none"
+	}
+	if len(lines) > 3 {
+		lines = lines[len(lines)-3:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+func (k *kubelet) stop() {
+	if k.cmd != nil && k.cmd.Process != nil {
+		stopProcess(k.cmd, k.exited, 10*time.Second)
+	}
+}
+
+// logSize is the log's current length: the offset to read new lines from.
+func (k *kubelet) logSize() (int64, error) {
+	fi, err := os.Stat(k.logPath)
+	if err != nil {
+		return 0, err
+	}
+	return fi.Size(), nil
+}
+
+// logLines returns the log's lines from offset on that match re, and the
+// offset after the last complete line read.
+func (k *kubelet) logLines(offset int64, re *regexp.Regexp) ([]string, int64, error) {
+	f, err := os.Open(k.logPath)
+	if err != nil {
+		return nil, offset, err
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return nil, offset, err
+	}
+	var lines []string
+	r := bufio.NewReaderSize(f, 1<<20)
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			break // EOF, or a line still being written: read it next time
+		}
+		offset += int64(len(line))
+		if re.MatchString(line) {
+			lines = append(lines, strings.TrimSuffix(line, "\n"))
+		}
+	}
+	return lines, offset, nil
+}
+
+// pods asks the read-only port for the kubelet's pods.
+func (k *kubelet) pods(ctx context.Context) ([]corev1.Pod, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, podsURL, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := k.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", podsURL, resp.Status)
+	}
+	var list corev1.PodList
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		return nil, fmt.Errorf("GET %s: %w", podsURL, err)
+	}
+	return list.Items, nil
+}
+
+// addPod writes the static pod's manifest (JSON is YAML) atomically: the
+// kubelet never reads half a file.
+func (k *kubelet) addPod(pod *corev1.Pod) error {
+	b, err := json.MarshalIndent(pod, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(k.dir, pod.Name+".json")
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(k.manifests, pod.Name+".json"))
+}
+
+// removePod removes the manifest: for a static pod that is its deletion.
+func (k *kubelet) removePod(pod *corev1.Pod) error {
+	return os.Remove(filepath.Join(k.manifests, pod.Name+".json"))
+}
+
+// waitRunning waits until the pod is Running with every container running.
+func (k *kubelet) waitRunning(ctx context.Context, pod *corev1.Pod) error {
+	err := poll(ctx, 90*time.Second, func() (bool, error) {
+		if err := k.alive(); err != nil {
+			return false, err
+		}
+		pods, err := k.pods(ctx)
+		if err != nil {
+			return false, nil
+		}
+		for _, p := range pods {
+			if p.UID != pod.UID || p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) == 0 {
+				continue
+			}
+			for _, c := range p.Status.ContainerStatuses {
+				if c.State.Running == nil {
+					return false, nil
+				}
+			}
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("pod %s not running: %w", pod.Name, err)
+	}
+	return nil
+}
+
+// podDir is the pod's directory under the kubelet's root.
+func (k *kubelet) podDir(pod *corev1.Pod) string {
+	return filepath.Join(k.root, "pods", string(pod.UID))
+}
+
+// volumeDir is the directory of the pod's volume of the plugin.
+func (k *kubelet) volumeDir(pod *corev1.Pod, plugin, vol string) string {
+	return filepath.Join(k.podDir(pod), "volumes", plugin, vol)
+}
+
+// klogTime is the time stamp of a klog line ("I1123 16:13:47.038289 …"),
+// in a year of its own: only differences between lines mean anything.
+func klogTime(line string) (time.Time, error) {
+	if len(line) < 21 {
+		return time.Time{}, fmt.Errorf("not a klog line: %q", line)
+	}
+	return time.Parse("0102 15:04:05.000000", line[1:21])
+}
+
+// teardownSpan is how long the kubelet took, by its own log, from starting
+// to unmount the pod's emptyDir volume to its TearDown succeeding: the
+// plugin's share of the pod's deletion, without the kubelet's loop periods.
+func (k *kubelet) teardownSpan(offset int64, pod *corev1.Pod, vol string) (time.Duration, error) {
+	name := regexp.QuoteMeta("kubernetes.io/empty-dir/" + string(pod.UID) + "-" + vol)
+	started := regexp.MustCompile(`operationExecutor\.UnmountVolume started for volume \\"` + name + `\\"`)
+	succeeded := regexp.MustCompile(`UnmountVolume\.TearDown succeeded for volume "` + name + `"`)
+	lines, _, err := k.logLines(offset, regexp.MustCompile(started.String()+"|"+succeeded.String()))
+	if err != nil {
+		return 0, err
+	}
+	var t0, t1 time.Time
+	for _, l := range lines {
+		t, err := klogTime(l)
+		if err != nil {
+			return 0, err
+		}
+		switch {
+		case started.MatchString(l) && t0.IsZero():
+			t0 = t
+		case succeeded.MatchString(l):
+			t1 = t
+		}
+	}
+	if t0.IsZero() || t1.IsZero() {
+		return 0, fmt.Errorf("no UnmountVolume started and TearDown succeeded lines for %s in the kubelet's log", name)
+	}
+	return t1.Sub(t0), nil
+}

@@ -1,0 +1,309 @@
+// Command e2e runs nodevol's end-to-end test against real kubelets: the
+// stock kubelet and the nodevol kubelet (nodevol's emptyDir plugin in
+// place of upstream's), each with containerd and runc from Debian, in
+// private mount, pid and network namespaces, through the scenarios of
+// issue 14: a NAS (tmpfs or bind mount) inside an emptyDir when its pod is
+// deleted, with and without a kubelet restart in between; a Memory
+// emptyDir with a sizeLimit; downwardAPI and projected volumes (which wrap
+// emptyDir); a subPath mount.
+//
+//	go run ./hack/e2e -stock KUBELET -nodevol KUBELET [-run REGEXP] [-timeout 15m] [-workdir DIR]
+//
+// (as root, from the kubelet/ directory). It installs containerd, runc and
+// busybox-static with apt-get when missing, builds a pause image and a
+// busybox image as OCI layout tarballs (no registry), and re-executes
+// itself as PID 1 of the new namespaces, where it runs containerd and each
+// kubelet in turn. A watchdog kills the namespace after -timeout. The host
+// must look the same afterwards (mounts, processes, cgroups, directories,
+// sysctls); anything left fails the run.
+//
+// It prints one row per scenario and kubelet, and exits 0 only when every
+// nodevol row is as expected and every stock row shows the peer result
+// (the stock kubelet deleting the NAS's sentinel is the expected stock
+// result); 1 when a row is not; 2 when the harness itself failed.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == innerArg {
+		os.Exit(runInner(os.Args[2:], os.Stderr))
+	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// options are the driver's flags.
+type options struct {
+	stock, nodevol string
+	run            string
+	timeout        time.Duration
+	workdir        string
+}
+
+const usageLine = "usage: go run ./hack/e2e -stock KUBELET -nodevol KUBELET [-run REGEXP] [-timeout 15m] [-workdir DIR]"
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("e2e", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, usageLine)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.stock, "stock", "", "the stock kubelet binary (upstream v1.37.2)")
+	fs.StringVar(&o.nodevol, "nodevol", "", "the nodevol kubelet binary (kubelet/hack/build.sh)")
+	fs.StringVar(&o.run, "run", "", "run only the scenarios whose id (\"1-nas-tmpfs\") matches this regexp")
+	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "the watchdog kills the namespace after this long")
+	fs.StringVar(&o.workdir, "workdir", "", "work directory, kept afterwards (default: a temporary one, removed when the run passes)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 || o.stock == "" || o.nodevol == "" {
+		fs.Usage()
+		return o, errors.New("want -stock and -nodevol, and no arguments")
+	}
+	for _, p := range []*string{&o.stock, &o.nodevol} {
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return o, err
+		}
+		if fi, err := os.Stat(abs); err != nil || fi.Mode()&0o111 == 0 {
+			return o, fmt.Errorf("kubelet binary %s: not an executable file (%v)", abs, err)
+		}
+		*p = abs
+	}
+	return o, nil
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	opts, err := parseFlags(args, stderr)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stderr, "e2e:", err)
+		}
+		return 2
+	}
+	start := time.Now()
+	log := newLogger(stderr, start, "")
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(stderr, "e2e: must run as root (namespaces, mounts, cgroups)")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, opts.timeout)
+	defer cancel()
+
+	res, runErr := drive(ctx, opts, start, log)
+	code := 0
+	if runErr != nil {
+		fmt.Fprintf(stderr, "e2e: HARNESS FAILURE: %v\n", runErr)
+		code = 2
+	}
+	if res != nil {
+		printReport(stdout, res, time.Since(start))
+		if code == 0 && !allAsExpected(res.Rows) {
+			code = 1
+		}
+	}
+	return code
+}
+
+// allAsExpected says whether every row is as expected and none is missing.
+func allAsExpected(rows []row) bool {
+	if len(rows) == 0 {
+		return false
+	}
+	for _, r := range rows {
+		if !r.OK {
+			return false
+		}
+	}
+	return true
+}
+
+// drive prepares the host, runs the namespace under the watchdog, cleans
+// up and checks that the host is as before. It returns the namespace's
+// rows even when the host check fails.
+func drive(ctx context.Context, opts options, start time.Time, log *logger) (res *innerResult, err error) {
+	workdir, keep := opts.workdir, opts.workdir != ""
+	if workdir == "" {
+		if workdir, err = os.MkdirTemp("", "nodevol-e2e-"); err != nil {
+			return nil, err
+		}
+	} else if err := os.MkdirAll(workdir, 0o755); err != nil {
+		return nil, err
+	}
+	if workdir, err = filepath.Abs(workdir); err != nil {
+		return nil, err
+	}
+	log.Printf("workdir %s", workdir)
+	defer func() {
+		if err != nil || res == nil || !allAsExpected(res.Rows) {
+			keep = true
+		}
+		if keep {
+			log.Printf("kept %s (kubelet and containerd logs under <flavor>/)", workdir)
+			return
+		}
+		if rmErr := removeWorkdir(workdir); rmErr != nil && err == nil {
+			err = rmErr
+		}
+	}()
+
+	t := time.Now()
+	if err := ensurePackages(ctx, log); err != nil {
+		return nil, err
+	}
+	images, err := buildImages(ctx, filepath.Join(workdir, "images"), "/bin/busybox")
+	if err != nil {
+		return nil, err
+	}
+	log.Printf("packages and images ready in %.1fs", time.Since(t).Seconds())
+
+	cgroupName := fmt.Sprintf("nodevol-e2e-%d", os.Getpid())
+	cgroups, err := cgroupRoots(cgroupName)
+	if err != nil {
+		return nil, err
+	}
+	before, err := snapshotHost(workdir, cgroups, cgroupName)
+	if err != nil {
+		return nil, err
+	}
+	nsErr := runNamespace(ctx, opts, workdir, images, cgroupName, cgroups, start, log)
+	cleanErr := cleanHost(before, cgroups)
+	after, err := snapshotHost(workdir, cgroups, cgroupName)
+	if err != nil {
+		return nil, err
+	}
+	hostErr := errors.Join(cleanErr, compareHost(before, after, workdir))
+	if hostErr == nil {
+		log.Printf("host as before: no mounts, processes, cgroups, directories or sysctl changes left")
+	}
+	if nsErr != nil {
+		return nil, errors.Join(nsErr, hostErr)
+	}
+	b, err := os.ReadFile(resultPath(workdir))
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("the namespace left no result: %w", err), hostErr)
+	}
+	res = new(innerResult)
+	if err := json.Unmarshal(b, res); err != nil {
+		return nil, errors.Join(err, hostErr)
+	}
+	if res.Error != "" {
+		return res, errors.Join(errors.New(res.Error), hostErr)
+	}
+	return res, hostErr
+}
+
+// runNamespace creates the host directories and cgroups the namespace
+// needs, re-executes the binary as PID 1 of new mount, pid and network
+// namespaces and waits for it, killing it when ctx ends (the watchdog:
+// with its PID 1 gone, the kernel kills everything in the namespace).
+func runNamespace(ctx context.Context, opts options, workdir string, images []string, cgroupName string, cgroups []string, start time.Time, log *logger) error {
+	for _, d := range hostDirs {
+		if _, err := os.Lstat(d); os.IsNotExist(err) {
+			if err := os.Mkdir(d, 0o755); err != nil {
+				return err
+			}
+		}
+	}
+	var subs []string
+	for _, f := range flavors {
+		subs = append(subs, f.String())
+	}
+	if err := makeCgroups(cgroups, subs); err != nil {
+		return err
+	}
+	versions := map[string]string{}
+	for f, bin := range map[flavor]string{stockKubelet: opts.stock, nodevolKubelet: opts.nodevol} {
+		out, err := exec.CommandContext(ctx, bin, "--version").Output()
+		if err != nil {
+			return fmt.Errorf("%s --version: %w", bin, err)
+		}
+		versions[f.String()] = strings.TrimSpace(string(out))
+	}
+	deadline, _ := ctx.Deadline()
+	cfg := innerConfig{
+		Workdir:    workdir,
+		Kubelets:   map[string]string{stockKubelet.String(): opts.stock, nodevolKubelet.String(): opts.nodevol},
+		Versions:   versions,
+		Images:     images,
+		CgroupName: cgroupName,
+		Run:        opts.run,
+		Start:      start,
+		Deadline:   deadline.Add(-innerMargin(opts.timeout)),
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	cfgPath := filepath.Join(workdir, "inner.json")
+	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	// Pdeathsig is sent when the thread that started the child exits:
+	// keep this goroutine on its thread until the child is gone.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cmd := exec.Command(self, innerArg, cfgPath)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: namespaceFlags, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("entering the namespaces: %w", err)
+	}
+	log.Printf("namespace PID 1 is pid %d on the host", cmd.Process.Pid)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("namespace PID 1: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("watchdog: killed the namespace: %w", context.Cause(ctx))
+	}
+}
+
+// innerMargin is how long before the watchdog the namespace's own
+// deadline is, so that it can stop its daemons and report first.
+func innerMargin(timeout time.Duration) time.Duration {
+	return min(15*time.Second, timeout/10)
+}
+
+// cleanHost removes what runNamespace created: the cgroups (bottom-up,
+// retried) and the host directories that did not exist before.
+func cleanHost(before hostState, cgroups []string) error {
+	errs := []error{removeCgroups(cgroups)}
+	for _, d := range hostDirs {
+		if !before.Dirs[d] {
+			if err := os.Remove(d); err != nil && !os.IsNotExist(err) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

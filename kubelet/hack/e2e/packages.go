@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+)
+
+// debianBinary is a program the e2e runs, at the path its Debian package
+// installs it to. The e2e runs exactly these paths (never a PATH lookup),
+// so a binary installed by hand elsewhere cannot stand in for it.
+type debianBinary struct {
+	Path    string
+	Package string
+}
+
+// binaries are the runtime's programs: containerd 1.6 and runc 1.1 from
+// Debian bookworm, and busybox-static for the busybox image.
+var binaries = []debianBinary{
+	{"/usr/bin/containerd", "containerd"},
+	{"/usr/bin/containerd-shim-runc-v2", "containerd"},
+	{"/usr/bin/ctr", "containerd"},
+	{"/usr/sbin/runc", "runc"},
+	{"/bin/busybox", "busybox-static"},
+}
+
+// ErrNotFromPackage is matched by the error for a runtime binary that is
+// present but that no Debian package owns.
+var ErrNotFromPackage = errors.New("not installed by its Debian package")
+
+// ensurePackages installs the Debian packages whose binaries are missing
+// and checks that every binary belongs to its package (dpkg -S).
+func ensurePackages(ctx context.Context, log *logger) error {
+	var missing []string
+	for _, b := range binaries {
+		if _, err := os.Stat(b.Path); err != nil && !slices.Contains(missing, b.Package) {
+			missing = append(missing, b.Package)
+		}
+	}
+	if len(missing) > 0 {
+		log.Printf("apt-get install %s", strings.Join(missing, " "))
+		if out, err := exec.CommandContext(ctx, "apt-get", "update", "-q").CombinedOutput(); err != nil {
+			return fmt.Errorf("apt-get update: %w\n%s", err, out)
+		}
+		args := append([]string{"install", "-y", "-q", "--no-install-recommends"}, missing...)
+		cmd := exec.CommandContext(ctx, "apt-get", args...)
+		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("apt-get install %s: %w\n%s", strings.Join(missing, " "), err, out)
+		}
+	}
+	for _, b := range binaries {
+		out, err := exec.CommandContext(ctx, "dpkg", "-S", b.Path).Output()
+		if err != nil || !strings.HasPrefix(string(out), b.Package+":") {
+			return fmt.Errorf("%s (want package %s, dpkg -S says %q): %w", b.Path, b.Package, strings.TrimSpace(string(out)), ErrNotFromPackage)
+		}
+	}
+	return nil
+}
