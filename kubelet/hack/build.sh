@@ -22,7 +22,9 @@
 #
 # After the build, the binary is checked: `go version -m` must list
 # github.com/nodevol/nodevol and .../kubelet for a nodevol build and must not
-# for a stock one, and --version must print the version set here:
+# for a stock one; started so that it stops right after building its volume
+# plugin list, it must log "emptyDir volumes are served by nodevol" exactly
+# when it is a nodevol build; and --version must print the version set here:
 #   nodevol: v<k8s version>+nodevol.<12-digit commit>[.dirty]
 #   stock:   v<k8s version>
 #
@@ -142,5 +144,22 @@ done
 got=$("$out" --version)
 if [ "$got" != "Kubernetes $git_version" ]; then
   echo "build.sh: $out --version says \"$got\", want \"Kubernetes $git_version\"" >&2; exit 1
+fi
+# And that the kubelet, starting, takes the emptyDir plugin it should:
+# --exit-on-lock-contention without --lock-file makes it stop with an error
+# right after it has logged its version and built its volume plugin list,
+# before it touches the node (it writes a self-signed certificate, here into a
+# temporary --cert-dir). Kept a warning when the kubelet stops earlier, as
+# another version may: the checks above still hold.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$out" --fail-cgroupv1=false --exit-on-lock-contention --root-dir "$tmp/root" --cert-dir "$tmp/pki" >"$tmp/log" 2>&1 || true
+probed=false
+grep -qF '"emptyDir volumes are served by nodevol"' "$tmp/log" && probed=true
+if ! grep -qF '"Kubelet version"' "$tmp/log"; then
+  echo "build.sh: warning: $out stopped before building its plugin list; not checked at run time. Its log ends:" >&2
+  grep -v 'FLAG:' "$tmp/log" | tail -3 >&2
+elif [ "$probed" != "$( $stock && echo false || echo true )" ]; then
+  echo "build.sh: $out, starting, did $($probed || echo "not ")log that nodevol serves emptyDir volumes" >&2; exit 1
 fi
 echo "$out: $got, $(stat -c %s "$out") bytes"
