@@ -75,8 +75,10 @@ var ErrNotInitialized = errors.New("volumeplugin: Init was not called")
 
 // Init takes the kubelet root from host: the directory holding
 // host.GetPodsDir(). Its pods/<uid>/volumes/kubernetes.io~empty-dir and
-// plugins/kubernetes.io~empty-dir layout is the kubelet's, so a node set up
-// by a stock kubelet is taken over as it is.
+// plugins/kubernetes.io~empty-dir layout is the kubelet's, so a stock
+// kubelet's Default volumes are served as they are; a tmpfs it mounted has
+// no record nodevol can prove, and its teardown is refused until it is
+// unmounted by hand (drain a node before switching it; docs/kubelet.md).
 func (p *Plugin) Init(host k8svolume.VolumeHost) error {
 	pods := filepath.Clean(host.GetPodsDir())
 	if filepath.Base(pods) != "pods" {
