@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -293,5 +294,19 @@ I1123 16:13:47.079679     237 operation_generator.go:791] UnmountVolume.TearDown
 	pod.UID = "other"
 	if _, err := k.teardownSpan(0, pod, scratchVolume); err == nil {
 		t.Errorf("teardownSpan(another pod) = nil error; want one")
+	}
+}
+
+func TestParseListening(t *testing.T) {
+	// /proc/net/tcp with an etcd client port listening, an established
+	// connection to it, and another port listening.
+	const table = `  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:094B 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0000000000000000 100 0 0 10 0
+   1: 0100007F:C350 0100007F:094B 01 00000000:00000000 00:00000000 00000000     0        0 2 1 0000000000000000 20 4 30 10 -1
+   2: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 3 1 0000000000000000 100 0 0 10 0
+`
+	got := parseListening("tcp", table, controlPlanePorts)
+	if want := []string{"tcp 2379"}; !slices.Equal(got, want) {
+		t.Errorf("parseListening = %q; want %q", got, want)
 	}
 }
