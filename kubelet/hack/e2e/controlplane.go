@@ -207,6 +207,19 @@ func (cp *controlPlane) get(ctx context.Context, path string, v any) error {
 	return json.Unmarshal(body, v)
 }
 
+// mirrorPod is the API server's mirror of the kubelet's static pod, or an
+// error matching ErrNotFound when there is none.
+func (cp *controlPlane) mirrorPod(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+	var mirror corev1.Pod
+	if err := cp.get(ctx, "/api/v1/namespaces/"+pod.Namespace+"/pods/"+staticPodName(pod), &mirror); err != nil {
+		return nil, err
+	}
+	return &mirror, nil
+}
+
+// staticPodName is a static pod's name as the kubelet reports it.
+func staticPodName(pod *corev1.Pod) string { return pod.Name + "-" + nodeName }
+
 // writeKubeconfig writes a kubeconfig for the certificate name and
 // returns its path.
 func (cp *controlPlane) writeKubeconfig(name string) (string, error) {

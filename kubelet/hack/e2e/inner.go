@@ -19,7 +19,7 @@ func scenarios() []scenario {
 		{num: 1, name: "nas-tmpfs", expect: expectNAS, run: nasScenario(nasTmpfs, noRestart)},
 		{num: 2, name: "nas-bind", expect: expectNAS, run: nasScenario(nasBind, noRestart)},
 		{num: 3, name: "memory-sizelimit", expect: expectMemory, run: memoryScenario},
-		{num: 4, name: "downward-api", expect: expectWrapped, run: wrappedScenario},
+		{num: 4, name: "downward-projected", expect: expectWrapped, run: wrappedScenario},
 		{num: 5, name: "restart-nas", sched: alone, expect: expectNAS, run: nasScenario(nasTmpfs, restartAcrossDeletion)},
 		{num: 6, name: "subpath", expect: expectSubPath, run: subPathScenario},
 	}
@@ -167,7 +167,7 @@ func runFlavor(ctx context.Context, cfg innerConfig, cp *controlPlane, f flavor,
 		if err != nil {
 			o.harness(err)
 		} else {
-			env := &scenarioEnv{flavor: f, kubelet: k, dir: sdir, uid: podUID(f, s.num), podName: fmt.Sprintf("s%d-%s", s.num, s.name), log: slog}
+			env := &scenarioEnv{flavor: f, kubelet: k, api: cp, dir: sdir, uid: podUID(f, s.num), podName: fmt.Sprintf("s%d-%s", s.num, s.name), log: slog}
 			s.run(ctx, env, &o)
 		}
 		o.time("scenario", time.Since(t))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -88,24 +89,33 @@ func timeTearDown(env *scenarioEnv, offset int64, pod *corev1.Pod, o *outcome) {
 	}
 }
 
-func expectWrapped(flavor) string {
-	return "downwardAPI files right, a tmpfs; nothing left"
+func expectWrapped(f flavor) string {
+	if f == nodevolKubelet {
+		return "downwardAPI and projected files right, each a tmpfs of nodevol's; nothing left, mirror pod gone"
+	}
+	return "downwardAPI and projected files right, each a tmpfs; nothing left, mirror pod gone"
 }
 
-// wrappedScenario: a downwardAPI volume wraps an emptyDir (a Memory one,
-// set up through NewWrapperMounter, torn down through
-// UnmountViaEmptyDir); its files are right and its teardown leaves
+// nodevolTmpfsSource is how the source of every tmpfs nodevol's plugin
+// mounts begins (scenario 3 shows it too).
+const nodevolTmpfsSource = "nodevol-emptydir-"
+
+// wrappedScenario: a downwardAPI volume and a projected volume (its
+// sources downwardAPI only) each wrap an emptyDir (a Memory one, set up
+// through NewWrapperMounter, torn down through UnmountViaEmptyDir); their
+// files are right, each is a tmpfs mounted by the kubelet's emptyDir
+// plugin (nodevol's, for the nodevol kubelet), and their teardown leaves
 // nothing.
 //
-// A projected volume cannot be shown here: the projected plugin refuses
-// every SetUp without a kube client ("cannot setup projected volume …
-// because kube client is not configured"), even for downwardAPI sources,
-// and a standalone kubelet has none. Static pods cannot reference secrets
-// or configMaps either. Those need the one-node control plane the
-// reference harness describes.
+// The projected plugin refuses every SetUp without a kube client ("cannot
+// setup projected volume … because kube client is not configured"), even
+// for downwardAPI sources: this is what the control plane is for. The pod
+// is still a static pod (the kubelet creates its mirror pod, checked
+// here), so it cannot use secrets, configMaps or service-account tokens:
+// NodeRestriction refuses mirror pods that reference them.
 func wrappedScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
-	pod := busyboxPod(env.podName, env.uid, "cat /podinfo/name /podinfo/meta/uid > /dev/null",
-		[]corev1.VolumeMount{{Name: "podinfo", MountPath: "/podinfo"}},
+	pod := busyboxPod(env.podName, env.uid, "cat /podinfo/name /podinfo/meta/uid /projected/name /projected/meta/uid > /dev/null",
+		[]corev1.VolumeMount{{Name: "podinfo", MountPath: "/podinfo"}, {Name: "projected", MountPath: "/projected"}},
 		[]corev1.Volume{
 			{Name: "podinfo", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
 				{Path: "name", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}},
@@ -113,17 +123,34 @@ func wrappedScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
 				{Path: "meta/uid", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}},
 				{Path: "meta/namespace", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}},
 			}}}},
+			{Name: "projected", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{
+					{Path: "name", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}},
+					{Path: "meta/uid", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}},
+				}}},
+				{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{
+					{Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"}},
+				}}},
+			}}}},
 		})
 	if !startPod(ctx, env, pod, o) {
 		return
 	}
 	k := env.kubelet
+	mirror, err := env.api.mirrorPod(ctx, pod)
+	if o.want(err == nil, "no mirror pod in the API server: %v", err) {
+		o.fact("mirror pod %s/%s, uid %s", mirror.Namespace, mirror.Name, mirror.UID)
+	}
 	downward := k.volumeDir(pod, "kubernetes.io~downward-api", "podinfo")
+	projected := k.volumeDir(pod, "kubernetes.io~projected", "projected")
 	files := []struct{ path, want string }{
-		{filepath.Join(downward, "name"), pod.Name + "-" + nodeName},
+		{filepath.Join(downward, "name"), staticPodName(pod)},
 		{filepath.Join(downward, "labels"), fmt.Sprintf("app=%q", pod.Name)},
 		{filepath.Join(downward, "meta/uid"), env.uid},
 		{filepath.Join(downward, "meta/namespace"), pod.Namespace},
+		{filepath.Join(projected, "name"), staticPodName(pod)},
+		{filepath.Join(projected, "meta/uid"), env.uid},
+		{filepath.Join(projected, "labels"), fmt.Sprintf("app=%q", pod.Name)},
 	}
 	right := 0
 	for _, f := range files {
@@ -133,20 +160,40 @@ func wrappedScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
 		}
 	}
 	o.observe("%d/%d files right", right, len(files))
-	for _, dir := range []string{downward} {
+	tmpfs := 0
+	for _, dir := range []string{downward, projected} {
 		m, err := mountAt(dir)
 		if err != nil {
 			o.harness(err)
 			return
 		}
-		if o.want(m != nil, "no mount on %s", dir) {
-			if o.want(m.FSType == "tmpfs", "%s is %s, not tmpfs", dir, m.FSType) {
-				o.observe("tmpfs")
-			}
-			o.fact("volume mount: %s %s, source %s", m.FSType, m.Mountpoint, m.Source)
+		if !o.want(m != nil, "no mount on %s", dir) {
+			continue
+		}
+		o.fact("volume mount: %s %s, source %s", m.FSType, m.Mountpoint, m.Source)
+		ok := o.want(m.FSType == "tmpfs", "%s is %s, not tmpfs", dir, m.FSType)
+		if env.flavor == nodevolKubelet {
+			ok = o.want(strings.HasPrefix(m.Source, nodevolTmpfsSource), "%s: source %q, not nodevol's %s…", dir, m.Source, nodevolTmpfsSource) && ok
+		}
+		if ok {
+			tmpfs++
 		}
 	}
+	if env.flavor == nodevolKubelet {
+		o.observe("%d/2 tmpfs of nodevol's", tmpfs)
+	} else {
+		o.observe("%d/2 tmpfs", tmpfs)
+	}
 	removeAndWaitGone(ctx, env, pod, o)
+	if mirror != nil {
+		err := poll(ctx, 30*time.Second, func() (bool, error) {
+			_, err := env.api.mirrorPod(ctx, pod)
+			return errors.Is(err, ErrNotFound), nil
+		})
+		if o.want(err == nil, "the mirror pod is still in the API server: %v", err) {
+			o.observe("mirror pod gone")
+		}
+	}
 }
 
 func expectSubPath(flavor) string {
