@@ -2,10 +2,12 @@ package main
 
 import (
 	"archive/tar"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -309,4 +311,24 @@ func TestParseListening(t *testing.T) {
 	if want := []string{"tcp 2379"}; !slices.Equal(got, want) {
 		t.Errorf("parseListening = %q; want %q", got, want)
 	}
+}
+
+func TestLockHost(t *testing.T) {
+	log := newLogger(io.Discard, time.Now(), "")
+	name := fmt.Sprintf("%s-test-%d", hostLockName, os.Getpid()) // not a real run's lock
+	release, err := lockHost(t.Context(), name, log)
+	if err != nil {
+		t.Fatalf("lockHost = %v; want the lock", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := lockHost(ctx, name, log); err == nil {
+		t.Fatal("a second lockHost got the lock while the first held it")
+	}
+	release()
+	release2, err := lockHost(t.Context(), name, log)
+	if err != nil {
+		t.Fatalf("lockHost after release = %v; want the lock", err)
+	}
+	release2()
 }

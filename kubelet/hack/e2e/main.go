@@ -145,6 +145,11 @@ func allAsExpected(rows []row) bool {
 // up and checks that the host is as before. It returns the namespace's
 // rows even when the host check fails.
 func drive(ctx context.Context, opts options, start time.Time, log *logger) (res *innerResult, err error) {
+	release, err := lockHost(ctx, hostLockName, log)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	workdir, keep := opts.workdir, opts.workdir != ""
 	if workdir == "" {
 		if workdir, err = os.MkdirTemp("", "nodevol-e2e-"); err != nil {
