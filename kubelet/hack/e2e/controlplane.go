@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // The control plane's ports, private to the network namespace. The host's
@@ -162,6 +164,12 @@ func startControlPlane(ctx context.Context, dir, apiserverBin string, log *logge
 	if err != nil {
 		return nil, fmt.Errorf("the API server did not become ready with the default namespace: %w", err)
 	}
+	// The default ServiceAccount, which kube-controller-manager would
+	// create: the pods created through the API use it for their tokens.
+	sa := corev1.ServiceAccount{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"}, ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: "default"}}
+	if err := cp.do(ctx, http.MethodPost, "/api/v1/namespaces/default/serviceaccounts", &sa, nil); err != nil && !errors.Is(err, ErrExists) {
+		return nil, fmt.Errorf("creating the default ServiceAccount: %w", err)
+	}
 	log.Printf("control plane (etcd, kube-apiserver %s) ready in %.1fs", apiserverBin, time.Since(t0).Seconds())
 	return cp, nil
 }
@@ -183,38 +191,82 @@ var ErrNotFound = errors.New("not found")
 // get reads path as the admin, decoding the JSON answer into v unless v
 // is nil.
 func (cp *controlPlane) get(ctx context.Context, path string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, apiURL(path), nil)
+	return cp.do(ctx, http.MethodGet, path, nil, v)
+}
+
+// ErrExists is matched by the error of do for a 409 Conflict.
+var ErrExists = errors.New("already exists")
+
+// do sends in (unless nil) as JSON to path with method, as the admin, and
+// decodes the JSON answer into v (unless nil).
+func (cp *controlPlane) do(ctx context.Context, method, path string, in, v any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, apiURL(path), body)
 	if err != nil {
 		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := cp.client.Do(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
 		return err
 	}
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
-		return fmt.Errorf("GET %s: %w", path, ErrNotFound)
-	case resp.StatusCode != http.StatusOK:
-		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, strings.TrimSpace(string(body)))
+		return fmt.Errorf("%s %s: %w", method, path, ErrNotFound)
+	case resp.StatusCode == http.StatusConflict:
+		return fmt.Errorf("%s %s: %w", method, path, ErrExists)
+	case resp.StatusCode/100 != 2:
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(out)))
 	case v == nil:
 		return nil
 	}
-	return json.Unmarshal(body, v)
+	return json.Unmarshal(out, v)
 }
 
 // mirrorPod is the API server's mirror of the kubelet's static pod, or an
 // error matching ErrNotFound when there is none.
 func (cp *controlPlane) mirrorPod(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
-	var mirror corev1.Pod
-	if err := cp.get(ctx, "/api/v1/namespaces/"+pod.Namespace+"/pods/"+staticPodName(pod), &mirror); err != nil {
+	return cp.apiPod(ctx, pod.Namespace, staticPodName(pod))
+}
+
+// createPod creates pod through the API and returns it as created (with
+// its UID).
+func (cp *controlPlane) createPod(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+	var created corev1.Pod
+	if err := cp.do(ctx, http.MethodPost, "/api/v1/namespaces/"+pod.Namespace+"/pods", pod, &created); err != nil {
 		return nil, err
 	}
-	return &mirror, nil
+	return &created, nil
+}
+
+// deletePod deletes the pod through the API (gracefully: the kubelet
+// stops it, then removes the object).
+func (cp *controlPlane) deletePod(ctx context.Context, pod *corev1.Pod) error {
+	return cp.do(ctx, http.MethodDelete, "/api/v1/namespaces/"+pod.Namespace+"/pods/"+pod.Name, nil, nil)
+}
+
+// apiPod is the pod as the API server has it, or an error matching
+// ErrNotFound.
+func (cp *controlPlane) apiPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	var p corev1.Pod
+	if err := cp.get(ctx, "/api/v1/namespaces/"+namespace+"/pods/"+name, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
 }
 
 // staticPodName is a static pod's name as the kubelet reports it.

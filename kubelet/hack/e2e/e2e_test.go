@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -331,4 +332,21 @@ func TestLockHost(t *testing.T) {
 		t.Fatalf("lockHost after release = %v; want the lock", err)
 	}
 	release2()
+}
+
+func TestParseTokenClaims(t *testing.T) {
+	claims := `{"aud":["nodevol-e2e"],"exp":1,"kubernetes.io":{"namespace":"default","pod":{"name":"p","uid":"u-1"},"serviceaccount":{"name":"default","uid":"s"}},"sub":"system:serviceaccount:default:default"}`
+	jwt := "eyJhbGciOiJFUzI1NiJ9." + base64.RawURLEncoding.EncodeToString([]byte(claims)) + ".c2ln\n"
+	c, err := parseTokenClaims(jwt)
+	if err != nil {
+		t.Fatalf("parseTokenClaims = %v", err)
+	}
+	if !slices.Equal(c.Audience, []string{tokenAudience}) || c.Subject != "system:serviceaccount:default:default" || c.Kubernetes.Pod.UID != "u-1" || c.Kubernetes.Pod.Name != "p" {
+		t.Errorf("parseTokenClaims = %+v", c)
+	}
+	for _, bad := range []string{"", "a.b", "a.!!.c", "a." + base64.RawURLEncoding.EncodeToString([]byte("[1]")) + ".c"} {
+		if _, err := parseTokenClaims(bad); err == nil {
+			t.Errorf("parseTokenClaims(%q) = nil error; want one", bad)
+		}
+	}
 }
