@@ -56,7 +56,6 @@ type controlPlane struct {
 	etcd       *daemon
 	apiserver  *daemon
 	client     *http.Client // admin
-	log        *logger
 }
 
 // daemon is a process the control plane started, with its log.
@@ -66,7 +65,7 @@ type daemon struct {
 	exited chan struct{}
 }
 
-func startDaemon(name, logPath string, bin string, args ...string) (*daemon, error) {
+func startDaemon(name, logPath, bin string, args ...string) (*daemon, error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
@@ -107,7 +106,7 @@ func (d *daemon) kill() {
 // and has created the default namespace (/readyz can answer ok first).
 func startControlPlane(ctx context.Context, dir, apiserverBin string, log *logger) (_ *controlPlane, err error) {
 	t0 := time.Now()
-	cp := &controlPlane{dir: dir, log: log}
+	cp := &controlPlane{dir: dir}
 	defer func() {
 		if err != nil {
 			cp.stop()
