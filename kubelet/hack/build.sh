@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# build.sh OUT [--stock] — build the kubelet of the pinned k8s.io/kubernetes
-# (kubelet/go.mod) from the Go module proxy, with nodevol's emptyDir plugin
-# in place of upstream's; with --stock, the unmodified kubelet, built the same
-# way. Run from anywhere; OUT is the binary to write. See docs/kubelet.md.
+# build.sh OUT [--stock | --apiserver] — build the kubelet of the pinned
+# k8s.io/kubernetes (kubelet/go.mod) from the Go module proxy, with nodevol's
+# emptyDir plugin in place of upstream's; with --stock, the unmodified kubelet,
+# built the same way; with --apiserver, upstream's kube-apiserver of the same
+# version, built the same way (the e2e test's one-node control plane). Run
+# from anywhere; OUT is the binary to write. See docs/kubelet.md.
 #
 # How: kubelet/.build/ (not in git) is a module generated from kubelet/go.mod
 # — the same requirements and staging-module replaces, plus
@@ -18,7 +20,9 @@
 # symlink, so the symlink is what makes the overlay legal without copying
 # Kubernetes. Both builds use that module, -trimpath and the same flags, so
 # they share the build cache: after one, the other recompiles only the
-# swapped package and its importers, and links.
+# swapped package and its importers, and links. The apiserver build is a stock
+# build of another command from the same module, so it reuses what the
+# kubelet builds compiled of Kubernetes and its dependencies.
 #
 # After the build, the binary is checked: `go version -m` must list
 # github.com/nodevol/nodevol and .../kubelet for a nodevol build and must not
@@ -26,22 +30,28 @@
 # plugin list, it must log "emptyDir volumes are served by nodevol" exactly
 # when it is a nodevol build; and --version must print the version set here:
 #   nodevol: v<k8s version>+nodevol.<12-digit commit>[.dirty]
-#   stock:   v<k8s version>
+#   stock:   v<k8s version>  (and --apiserver: the same, and no nodevol module;
+#            the run-time plugin check is the kubelet's only)
 #
 # env: GOFLAGS etc. are honoured; BUILD_DIR overrides kubelet/.build.
 set -euo pipefail
 
-usage() { echo "usage: $0 OUT [--stock]" >&2; exit 2; }
-out="" stock=false
+usage() { echo "usage: $0 OUT [--stock | --apiserver]" >&2; exit 2; }
+out="" stock=false cmd=kubelet
 for a in "$@"; do
   case $a in
     --stock) stock=true ;;
+    --apiserver) cmd=kube-apiserver ;;
     -h|--help) usage ;;
     -*) echo "build.sh: unknown flag $a" >&2; usage ;;
     *) [ -z "$out" ] || usage; out=$a ;;
   esac
 done
 [ -n "$out" ] || usage
+if [ $cmd = kube-apiserver ]; then
+  $stock && { echo "build.sh: --apiserver is always stock; drop --stock" >&2; usage; }
+  stock=true   # no overlay, no nodevol version, no nodevol module
+fi
 case $out in /*) ;; *) out=$PWD/$out ;; esac
 
 kubelet=$(cd "$(dirname "$0")/.." && pwd)   # the kubelet module
@@ -75,9 +85,10 @@ rel() { realpath --relative-to="$build" "$1"; }
     -replace="github.com/nodevol/nodevol=$(rel "$repo")" \
     -replace="github.com/nodevol/nodevol/kubelet=$(rel "$kubelet")" \
     -require="github.com/nodevol/nodevol/kubelet@v0.0.0-00010101000000-000000000000"
-  # go mod tidy keeps in go.mod what the two builds import, at the versions
+  # go mod tidy keeps in go.mod what the three builds import, at the versions
   # kubelet/go.mod and Kubernetes's go.mod select; the tag keeps this file
-  # out of every build.
+  # out of every build. The apiserver is listed for every build, so that
+  # go.mod is the same whichever is built.
   cat > tools.go <<'EOF'
 //go:build tools
 
@@ -85,6 +96,7 @@ package tools
 
 import (
 	_ "github.com/nodevol/nodevol/kubelet/kubeletpatch/emptydir"
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kubelet"
 )
 EOF
@@ -133,13 +145,13 @@ if ! $stock; then
   flags+=(-overlay "$overlay")
 fi
 
-(cd "$build" && go build "${flags[@]}" k8s.io/kubernetes/cmd/kubelet)
+(cd "$build" && go build "${flags[@]}" k8s.io/kubernetes/cmd/$cmd)
 
 # Check what was built.
 mods=$(go version -m "$out" | awk '$1 == "dep" {print $2}')
 for m in github.com/nodevol/nodevol github.com/nodevol/nodevol/kubelet; do
   if $stock && grep -qxF "$m" <<<"$mods"; then
-    echo "build.sh: $out is meant to be stock but contains $m" >&2; exit 1
+    echo "build.sh: $out is meant to be a stock $cmd but contains $m" >&2; exit 1
   elif ! $stock && ! grep -qxF "$m" <<<"$mods"; then
     echo "build.sh: $out does not contain $m: the overlay did not take" >&2; exit 1
   fi
@@ -147,6 +159,10 @@ done
 got=$("$out" --version)
 if [ "$got" != "Kubernetes $git_version" ]; then
   echo "build.sh: $out --version says \"$got\", want \"Kubernetes $git_version\"" >&2; exit 1
+fi
+if [ $cmd = kube-apiserver ]; then
+  echo "$out: $got, $(stat -c %s "$out") bytes"
+  exit 0
 fi
 # And that the kubelet, starting, takes the emptyDir plugin it should:
 # --exit-on-lock-contention without --lock-file makes it stop with an error

@@ -2,13 +2,17 @@ package main
 
 import (
 	"archive/tar"
+	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -293,5 +297,56 @@ I1123 16:13:47.079679     237 operation_generator.go:791] UnmountVolume.TearDown
 	pod.UID = "other"
 	if _, err := k.teardownSpan(0, pod, scratchVolume); err == nil {
 		t.Errorf("teardownSpan(another pod) = nil error; want one")
+	}
+}
+
+func TestParseListening(t *testing.T) {
+	// /proc/net/tcp with an etcd client port listening, an established
+	// connection to it, and another port listening.
+	const table = `  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:094B 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0000000000000000 100 0 0 10 0
+   1: 0100007F:C350 0100007F:094B 01 00000000:00000000 00:00000000 00000000     0        0 2 1 0000000000000000 20 4 30 10 -1
+   2: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 3 1 0000000000000000 100 0 0 10 0
+`
+	got := parseListening("tcp", table, controlPlanePorts)
+	if want := []string{"tcp 2379"}; !slices.Equal(got, want) {
+		t.Errorf("parseListening = %q; want %q", got, want)
+	}
+}
+
+func TestLockHost(t *testing.T) {
+	log := newLogger(io.Discard, time.Now(), "")
+	name := fmt.Sprintf("%s-test-%d", hostLockName, os.Getpid()) // not a real run's lock
+	release, err := lockHost(t.Context(), name, log)
+	if err != nil {
+		t.Fatalf("lockHost = %v; want the lock", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := lockHost(ctx, name, log); err == nil {
+		t.Fatal("a second lockHost got the lock while the first held it")
+	}
+	release()
+	release2, err := lockHost(t.Context(), name, log)
+	if err != nil {
+		t.Fatalf("lockHost after release = %v; want the lock", err)
+	}
+	release2()
+}
+
+func TestParseTokenClaims(t *testing.T) {
+	claims := `{"aud":["nodevol-e2e"],"exp":1,"kubernetes.io":{"namespace":"default","pod":{"name":"p","uid":"u-1"},"serviceaccount":{"name":"default","uid":"s"}},"sub":"system:serviceaccount:default:default"}`
+	jwt := "eyJhbGciOiJFUzI1NiJ9." + base64.RawURLEncoding.EncodeToString([]byte(claims)) + ".c2ln\n"
+	c, err := parseTokenClaims(jwt)
+	if err != nil {
+		t.Fatalf("parseTokenClaims = %v", err)
+	}
+	if !slices.Equal(c.Audience, []string{tokenAudience}) || c.Subject != "system:serviceaccount:default:default" || c.Kubernetes.Pod.UID != "u-1" || c.Kubernetes.Pod.Name != "p" {
+		t.Errorf("parseTokenClaims = %+v", c)
+	}
+	for _, bad := range []string{"", "a.b", "a.!!.c", "a." + base64.RawURLEncoding.EncodeToString([]byte("[1]")) + ".c"} {
+		if _, err := parseTokenClaims(bad); err == nil {
+			t.Errorf("parseTokenClaims(%q) = nil error; want one", bad)
+		}
 	}
 }

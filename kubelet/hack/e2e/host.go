@@ -41,6 +41,7 @@ type hostState struct {
 	Sysctls   map[string]string // key -> value
 	Dirs      map[string]bool   // hostDirs and the cgroup root dirs -> exists
 	Processes []string          // "pid cmdline" of processes that mention the workdir or the cgroup (the go run that started the driver does)
+	Listening []string          // "tcp6 port" of the host's listening sockets on the control plane's ports
 }
 
 // snapshotHost reads the host's state as far as the run could change it.
@@ -67,8 +68,55 @@ func snapshotHost(workdir string, cgroupDirs []string, cgroupName string) (hostS
 		_, err := os.Lstat(d)
 		st.Dirs[d] = err == nil
 	}
-	st.Processes, err = processesOf(workdir, cgroupName)
+	if st.Processes, err = processesOf(workdir, cgroupName); err != nil {
+		return st, err
+	}
+	st.Listening, err = listeningOn(controlPlanePorts)
 	return st, err
+}
+
+// listeningOn lists the host's (this network namespace's) listening TCP
+// sockets on ports, as "tcp 2379" or "tcp6 6443". The control plane
+// listens in the private network namespace only: one on the host after
+// the run is a leftover.
+func listeningOn(ports []int) ([]string, error) {
+	var found []string
+	for _, proto := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(filepath.Join("/proc/net", proto))
+		if err != nil {
+			if os.IsNotExist(err) {
+				continue // no IPv6
+			}
+			return nil, err
+		}
+		found = append(found, parseListening(proto, string(b), ports)...)
+	}
+	slices.Sort(found)
+	return slices.Compact(found), nil
+}
+
+// parseListening reads /proc/net/tcp{,6} text: the sockets in state 0A
+// (LISTEN) whose local port is one of ports.
+func parseListening(proto, table string, ports []int) []string {
+	var found []string
+	for _, line := range strings.Split(table, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 || f[3] != "0A" {
+			continue
+		}
+		_, portHex, ok := strings.Cut(f[1], ":")
+		if !ok {
+			continue
+		}
+		var port int
+		if _, err := fmt.Sscanf(portHex, "%X", &port); err != nil {
+			continue
+		}
+		if slices.Contains(ports, port) {
+			found = append(found, fmt.Sprintf("%s %d", proto, port))
+		}
+	}
+	return found
 }
 
 // processesOf lists the processes whose command line mentions workdir or
@@ -144,6 +192,11 @@ func compareHost(before, after hostState, workdir string) error {
 	for _, p := range after.Processes {
 		if !slices.Contains(before.Processes, p) {
 			items = append(items, "process: "+p)
+		}
+	}
+	for _, l := range after.Listening {
+		if !slices.Contains(before.Listening, l) {
+			items = append(items, "listening socket: "+l)
 		}
 	}
 	if len(items) > 0 {

@@ -19,7 +19,7 @@ func scenarios() []scenario {
 		{num: 1, name: "nas-tmpfs", expect: expectNAS, run: nasScenario(nasTmpfs, noRestart)},
 		{num: 2, name: "nas-bind", expect: expectNAS, run: nasScenario(nasBind, noRestart)},
 		{num: 3, name: "memory-sizelimit", expect: expectMemory, run: memoryScenario},
-		{num: 4, name: "downward-api", expect: expectWrapped, run: wrappedScenario},
+		{num: 4, name: "downward-projected", expect: expectWrapped, run: wrappedScenario},
 		{num: 5, name: "restart-nas", sched: alone, expect: expectNAS, run: nasScenario(nasTmpfs, restartAcrossDeletion)},
 		{num: 6, name: "subpath", expect: expectSubPath, run: subPathScenario},
 	}
@@ -35,6 +35,7 @@ type innerConfig struct {
 	Workdir    string            `json:"workdir"`
 	Kubelets   map[string]string `json:"kubelets"` // flavor -> binary
 	Versions   map[string]string `json:"versions"` // flavor -> its --version
+	Apiserver  string            `json:"apiserver"`
 	Images     []string          `json:"images"`
 	CgroupName string            `json:"cgroupName"`
 	Run        string            `json:"run"`
@@ -103,9 +104,16 @@ func runAll(ctx context.Context, cfg innerConfig, log *logger) ([]row, error) {
 	if len(selected) == 0 {
 		return nil, fmt.Errorf("-run %q selects no scenario", cfg.Run)
 	}
+	// One control plane for both kubelets, in turn: each registers the
+	// same Node, and its mirror pods go with its static pods.
+	cp, err := startControlPlane(ctx, filepath.Join(cfg.Workdir, "control-plane"), cfg.Apiserver, log)
+	if err != nil {
+		return nil, err
+	}
+	defer cp.stop()
 	var rows []row
 	for _, f := range flavors {
-		fr, err := runFlavor(ctx, cfg, f, selected, log.with(f.String()+": "))
+		fr, err := runFlavor(ctx, cfg, cp, f, selected, log.with(f.String()+": "))
 		rows = append(rows, fr...)
 		if err != nil {
 			return rows, fmt.Errorf("%s kubelet: %w", f, err)
@@ -117,7 +125,7 @@ func runAll(ctx context.Context, cfg innerConfig, log *logger) ([]row, error) {
 // runFlavor starts containerd and the flavor's kubelet on fresh private
 // directories, runs the concurrent scenarios side by side, then the ones
 // that must run alone, and stops both.
-func runFlavor(ctx context.Context, cfg innerConfig, f flavor, selected []scenario, log *logger) ([]row, error) {
+func runFlavor(ctx context.Context, cfg innerConfig, cp *controlPlane, f flavor, selected []scenario, log *logger) ([]row, error) {
 	dir := filepath.Join(cfg.Workdir, f.String())
 	undo, err := privateHostDirs()
 	if err != nil {
@@ -134,7 +142,7 @@ func runFlavor(ctx context.Context, cfg innerConfig, f flavor, selected []scenar
 		return nil, err
 	}
 	defer c.stop()
-	k, err := newKubelet(cfg.Kubelets[f.String()], filepath.Join(dir, "kubelet"), c.socket, "/"+cfg.CgroupName+"/"+f.String(), log)
+	k, err := newKubelet(cfg.Kubelets[f.String()], filepath.Join(dir, "kubelet"), c.socket, "/"+cfg.CgroupName+"/"+f.String(), cp.kubeconfig, log)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +167,7 @@ func runFlavor(ctx context.Context, cfg innerConfig, f flavor, selected []scenar
 		if err != nil {
 			o.harness(err)
 		} else {
-			env := &scenarioEnv{flavor: f, kubelet: k, dir: sdir, uid: podUID(f, s.num), podName: fmt.Sprintf("s%d-%s", s.num, s.name), log: slog}
+			env := &scenarioEnv{flavor: f, kubelet: k, api: cp, dir: sdir, uid: podUID(f, s.num), podName: fmt.Sprintf("s%d-%s", s.num, s.name), log: slog}
 			s.run(ctx, env, &o)
 		}
 		o.time("scenario", time.Since(t))

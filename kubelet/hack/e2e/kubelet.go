@@ -18,8 +18,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// nodeName is the standalone kubelet's node name; static pods are named
-// <name>-<nodeName>.
+// nodeName is the kubelet's node name (both kubelets register this Node,
+// in turn); static pods and their mirror pods are named <name>-<nodeName>.
 const nodeName = "e2e-node"
 
 // The kubelet's ports, private to the network namespace.
@@ -28,10 +28,11 @@ const (
 	podsURL    = "http://127.0.0.1:20255/pods" // the read-only port
 )
 
-// kubeletConfig is a standalone kubelet: static pods from a directory,
-// checked every second, no API server, anonymous read-only access, cgroup
-// v1 with cgroupfs under a private cgroupRoot, no iptables, no image GC,
-// eviction thresholds that a busy build machine does not reach.
+// kubeletConfig is a kubelet of static pods from a directory, checked
+// every second (it is started with --kubeconfig for the control plane, and
+// creates their mirror pods), anonymous read-only access, cgroup v1 with
+// cgroupfs under a private cgroupRoot, no iptables, no image GC, eviction
+// thresholds that a busy build machine does not reach.
 const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 staticPodPath: %[1]s
@@ -70,32 +71,34 @@ imageGCLowThresholdPercent: 99
 // kubelet is one kubelet process; restart replaces it with another on the
 // same root directory and log file.
 type kubelet struct {
-	bin       string
-	dir       string // holds the config, the log, pki, pod logs
-	root      string // --root-dir
-	manifests string // staticPodPath
-	logPath   string
-	configArg string
-	cmd       *exec.Cmd
-	exited    chan struct{}
-	client    *http.Client
-	log       *logger
+	bin        string
+	dir        string // holds the config, the log, pki, pod logs
+	root       string // --root-dir
+	manifests  string // staticPodPath
+	logPath    string
+	configArg  string
+	kubeconfig string
+	cmd        *exec.Cmd
+	exited     chan struct{}
+	client     *http.Client
+	log        *logger
 }
 
 // ErrKubeletExited is matched by the errors of waits the kubelet's exit
 // cut short.
 var ErrKubeletExited = errors.New("the kubelet exited")
 
-func newKubelet(bin, dir, socket, cgroupRoot string, log *logger) (*kubelet, error) {
+func newKubelet(bin, dir, socket, cgroupRoot, kubeconfig string, log *logger) (*kubelet, error) {
 	k := &kubelet{
-		bin:       bin,
-		dir:       dir,
-		root:      filepath.Join(dir, "root"),
-		manifests: filepath.Join(dir, "manifests"),
-		logPath:   filepath.Join(dir, "kubelet.log"),
-		configArg: filepath.Join(dir, "kubelet-config.yaml"),
-		client:    &http.Client{Timeout: 2 * time.Second},
-		log:       log,
+		kubeconfig: kubeconfig,
+		bin:        bin,
+		dir:        dir,
+		root:       filepath.Join(dir, "root"),
+		manifests:  filepath.Join(dir, "manifests"),
+		logPath:    filepath.Join(dir, "kubelet.log"),
+		configArg:  filepath.Join(dir, "kubelet-config.yaml"),
+		client:     &http.Client{Timeout: 2 * time.Second},
+		log:        log,
 	}
 	for _, d := range []string{k.root, k.manifests, filepath.Join(dir, "pki"), filepath.Join(dir, "pod-logs"), filepath.Join(dir, "volume-plugins")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -117,7 +120,7 @@ func (k *kubelet) start(ctx context.Context) error {
 		return err
 	}
 	defer logf.Close()
-	k.cmd = exec.Command(k.bin, "--config", k.configArg, "--root-dir", k.root, "--cert-dir", filepath.Join(k.dir, "pki"),
+	k.cmd = exec.Command(k.bin, "--config", k.configArg, "--kubeconfig", k.kubeconfig, "--root-dir", k.root, "--cert-dir", filepath.Join(k.dir, "pki"),
 		"--hostname-override", nodeName, "--node-ip", "127.0.0.1", "--v=2")
 	k.cmd.Env = []string{runtimePath}
 	k.cmd.Stdout, k.cmd.Stderr = logf, logf

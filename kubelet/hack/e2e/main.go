@@ -7,13 +7,15 @@
 // emptyDir with a sizeLimit; downwardAPI and projected volumes (which wrap
 // emptyDir); a subPath mount.
 //
-//	go run ./hack/e2e -stock KUBELET -nodevol KUBELET [-run REGEXP] [-timeout 15m] [-workdir DIR]
+//	go run ./hack/e2e -stock KUBELET -nodevol KUBELET -apiserver KUBE-APISERVER [-run REGEXP] [-timeout 15m] [-workdir DIR]
 //
-// (as root, from the kubelet/ directory). It installs containerd, runc and
-// busybox-static with apt-get when missing, builds a pause image and a
-// busybox image as OCI layout tarballs (no registry), and re-executes
-// itself as PID 1 of the new namespaces, where it runs containerd and each
-// kubelet in turn. A watchdog kills the namespace after -timeout. The host
+// (as root, from the kubelet/ directory). It installs containerd, runc,
+// busybox-static and etcd-server with apt-get when missing, builds a pause
+// image and a busybox image as OCI layout tarballs (no registry), and
+// re-executes itself as PID 1 of the new namespaces, where it runs a
+// one-node control plane (etcd and the kube-apiserver of the same
+// Kubernetes version) and, against it, containerd and each kubelet in
+// turn. A watchdog kills the namespace after -timeout. The host
 // must look the same afterwards (mounts, processes, cgroups, directories,
 // sysctls); anything left fails the run.
 //
@@ -50,12 +52,13 @@ func main() {
 // options are the driver's flags.
 type options struct {
 	stock, nodevol string
+	apiserver      string
 	run            string
 	timeout        time.Duration
 	workdir        string
 }
 
-const usageLine = "usage: go run ./hack/e2e -stock KUBELET -nodevol KUBELET [-run REGEXP] [-timeout 15m] [-workdir DIR]"
+const usageLine = "usage: go run ./hack/e2e -stock KUBELET -nodevol KUBELET -apiserver KUBE-APISERVER [-run REGEXP] [-timeout 15m] [-workdir DIR]"
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
@@ -67,23 +70,24 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	fs.StringVar(&o.stock, "stock", "", "the stock kubelet binary (upstream v1.37.2)")
 	fs.StringVar(&o.nodevol, "nodevol", "", "the nodevol kubelet binary (kubelet/hack/build.sh)")
+	fs.StringVar(&o.apiserver, "apiserver", "", "the kube-apiserver binary of the same version (kubelet/hack/build.sh --apiserver)")
 	fs.StringVar(&o.run, "run", "", "run only the scenarios whose id (\"1-nas-tmpfs\") matches this regexp")
 	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "the watchdog kills the namespace after this long")
 	fs.StringVar(&o.workdir, "workdir", "", "work directory, kept afterwards (default: a temporary one, removed when the run passes)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
-	if fs.NArg() > 0 || o.stock == "" || o.nodevol == "" {
+	if fs.NArg() > 0 || o.stock == "" || o.nodevol == "" || o.apiserver == "" {
 		fs.Usage()
-		return o, errors.New("want -stock and -nodevol, and no arguments")
+		return o, errors.New("want -stock, -nodevol and -apiserver, and no arguments")
 	}
-	for _, p := range []*string{&o.stock, &o.nodevol} {
+	for _, p := range []*string{&o.stock, &o.nodevol, &o.apiserver} {
 		abs, err := filepath.Abs(*p)
 		if err != nil {
 			return o, err
 		}
 		if fi, err := os.Stat(abs); err != nil || fi.Mode()&0o111 == 0 {
-			return o, fmt.Errorf("kubelet binary %s: not an executable file (%v)", abs, err)
+			return o, fmt.Errorf("binary %s: not an executable file (%v)", abs, err)
 		}
 		*p = abs
 	}
@@ -141,6 +145,11 @@ func allAsExpected(rows []row) bool {
 // up and checks that the host is as before. It returns the namespace's
 // rows even when the host check fails.
 func drive(ctx context.Context, opts options, start time.Time, log *logger) (res *innerResult, err error) {
+	release, err := lockHost(ctx, hostLockName, log)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	workdir, keep := opts.workdir, opts.workdir != ""
 	if workdir == "" {
 		if workdir, err = os.MkdirTemp("", "nodevol-e2e-"); err != nil {
@@ -243,6 +252,7 @@ func runNamespace(ctx context.Context, opts options, workdir string, images []st
 	cfg := innerConfig{
 		Workdir:    workdir,
 		Kubelets:   map[string]string{stockKubelet.String(): opts.stock, nodevolKubelet.String(): opts.nodevol},
+		Apiserver:  opts.apiserver,
 		Versions:   versions,
 		Images:     images,
 		CgroupName: cgroupName,

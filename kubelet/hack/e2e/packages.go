@@ -19,14 +19,21 @@ type debianBinary struct {
 }
 
 // binaries are the runtime's programs: containerd 1.6 and runc 1.1 from
-// Debian bookworm, and busybox-static for the busybox image.
+// Debian bookworm, busybox-static for the busybox image, and etcd 3.4 for
+// the control plane.
 var binaries = []debianBinary{
 	{"/usr/bin/containerd", "containerd"},
 	{"/usr/bin/containerd-shim-runc-v2", "containerd"},
 	{"/usr/bin/ctr", "containerd"},
 	{"/usr/sbin/runc", "runc"},
 	{"/bin/busybox", "busybox-static"},
+	{etcdBinary, "etcd-server"},
 }
+
+// etcdBinary is Debian's etcd (package etcd-server, 3.4.23 in bookworm).
+// kube-apiserver 1.37 works with it; it only skips the watch-progress
+// requests that etcd 3.4 does not serve.
+const etcdBinary = "/usr/bin/etcd"
 
 // ErrNotFromPackage is matched by the error for a runtime binary that is
 // present but that no Debian package owns.

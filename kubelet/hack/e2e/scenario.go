@@ -59,9 +59,10 @@ func (s scenario) id() string { return fmt.Sprintf("%d-%s", s.num, s.name) }
 type scenarioEnv struct {
 	flavor  flavor
 	kubelet *kubelet
-	dir     string // scratch space for the scenario (host directories to bind-mount)
-	uid     string // the pod's UID
-	podName string // the pod's name in its manifest
+	api     *controlPlane // the kubelet's API server, for the mirror pods
+	dir     string        // scratch space for the scenario (host directories to bind-mount)
+	uid     string        // the pod's UID
+	podName string        // the pod's name in its manifest
 	log     *logger
 }
 

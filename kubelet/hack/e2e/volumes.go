@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -88,24 +92,36 @@ func timeTearDown(env *scenarioEnv, offset int64, pod *corev1.Pod, o *outcome) {
 	}
 }
 
-func expectWrapped(flavor) string {
-	return "downwardAPI files right, a tmpfs; nothing left"
+func expectWrapped(f flavor) string {
+	if f == nodevolKubelet {
+		return "downwardAPI and projected files right, each a tmpfs of nodevol's; API pod's token bound to it; nothing left, pods gone from the API"
+	}
+	return "downwardAPI and projected files right, each a tmpfs; API pod's token bound to it; nothing left, pods gone from the API"
 }
 
-// wrappedScenario: a downwardAPI volume wraps an emptyDir (a Memory one,
-// set up through NewWrapperMounter, torn down through
-// UnmountViaEmptyDir); its files are right and its teardown leaves
+// nodevolTmpfsSource is how the source of every tmpfs nodevol's plugin
+// mounts begins (scenario 3 shows it too).
+const nodevolTmpfsSource = "nodevol-emptydir-"
+
+// wrappedScenario: a downwardAPI volume and a projected volume (its
+// sources downwardAPI only) each wrap an emptyDir (a Memory one, set up
+// through NewWrapperMounter, torn down through UnmountViaEmptyDir); their
+// files are right, each is a tmpfs mounted by the kubelet's emptyDir
+// plugin (nodevol's, for the nodevol kubelet), and their teardown leaves
 // nothing.
 //
-// A projected volume cannot be shown here: the projected plugin refuses
-// every SetUp without a kube client ("cannot setup projected volume …
-// because kube client is not configured"), even for downwardAPI sources,
-// and a standalone kubelet has none. Static pods cannot reference secrets
-// or configMaps either. Those need the one-node control plane the
-// reference harness describes.
+// The projected plugin refuses every SetUp without a kube client ("cannot
+// setup projected volume … because kube client is not configured"), even
+// for downwardAPI sources: this is what the control plane is for. The pod
+// is still a static pod (the kubelet creates its mirror pod, checked
+// here), so it cannot use secrets, configMaps or service-account tokens:
+// NodeRestriction refuses mirror pods that reference them. A second pod,
+// created through the API and bound by spec.nodeName, has a projected
+// volume with a serviceAccountToken source (TokenRequest, signed with the
+// control plane's service-account key) beside a downwardAPI source.
 func wrappedScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
-	pod := busyboxPod(env.podName, env.uid, "cat /podinfo/name /podinfo/meta/uid > /dev/null",
-		[]corev1.VolumeMount{{Name: "podinfo", MountPath: "/podinfo"}},
+	pod := busyboxPod(env.podName, env.uid, "cat /podinfo/name /podinfo/meta/uid /projected/name /projected/meta/uid > /dev/null",
+		[]corev1.VolumeMount{{Name: "podinfo", MountPath: "/podinfo"}, {Name: "projected", MountPath: "/projected"}},
 		[]corev1.Volume{
 			{Name: "podinfo", VolumeSource: corev1.VolumeSource{DownwardAPI: &corev1.DownwardAPIVolumeSource{Items: []corev1.DownwardAPIVolumeFile{
 				{Path: "name", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}},
@@ -113,17 +129,44 @@ func wrappedScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
 				{Path: "meta/uid", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}},
 				{Path: "meta/namespace", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}},
 			}}}},
+			{Name: "projected", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+				{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{
+					{Path: "name", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}},
+					{Path: "meta/uid", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}},
+				}}},
+				{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{
+					{Path: "labels", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels"}},
+				}}},
+			}}}},
 		})
+	// The pod created through the API starts meanwhile.
+	token, err := env.api.createPod(ctx, tokenPod(fmt.Sprintf("s4-token-%s", env.flavor)))
+	if err != nil {
+		o.harness(err)
+		return
+	}
 	if !startPod(ctx, env, pod, o) {
 		return
 	}
+	if err := env.kubelet.waitRunning(ctx, token); err != nil {
+		o.harness(err)
+		return
+	}
 	k := env.kubelet
+	mirror, err := env.api.mirrorPod(ctx, pod)
+	if o.want(err == nil, "no mirror pod in the API server: %v", err) {
+		o.fact("mirror pod %s/%s, uid %s", mirror.Namespace, mirror.Name, mirror.UID)
+	}
 	downward := k.volumeDir(pod, "kubernetes.io~downward-api", "podinfo")
+	projected := k.volumeDir(pod, "kubernetes.io~projected", "projected")
 	files := []struct{ path, want string }{
-		{filepath.Join(downward, "name"), pod.Name + "-" + nodeName},
+		{filepath.Join(downward, "name"), staticPodName(pod)},
 		{filepath.Join(downward, "labels"), fmt.Sprintf("app=%q", pod.Name)},
 		{filepath.Join(downward, "meta/uid"), env.uid},
 		{filepath.Join(downward, "meta/namespace"), pod.Namespace},
+		{filepath.Join(projected, "name"), staticPodName(pod)},
+		{filepath.Join(projected, "meta/uid"), env.uid},
+		{filepath.Join(projected, "labels"), fmt.Sprintf("app=%q", pod.Name)},
 	}
 	right := 0
 	for _, f := range files {
@@ -133,20 +176,54 @@ func wrappedScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
 		}
 	}
 	o.observe("%d/%d files right", right, len(files))
-	for _, dir := range []string{downward} {
+	tmpfs := 0
+	for _, dir := range []string{downward, projected} {
 		m, err := mountAt(dir)
 		if err != nil {
 			o.harness(err)
 			return
 		}
-		if o.want(m != nil, "no mount on %s", dir) {
-			if o.want(m.FSType == "tmpfs", "%s is %s, not tmpfs", dir, m.FSType) {
-				o.observe("tmpfs")
-			}
-			o.fact("volume mount: %s %s, source %s", m.FSType, m.Mountpoint, m.Source)
+		if !o.want(m != nil, "no mount on %s", dir) {
+			continue
+		}
+		o.fact("volume mount: %s %s, source %s", m.FSType, m.Mountpoint, m.Source)
+		ok := o.want(m.FSType == "tmpfs", "%s is %s, not tmpfs", dir, m.FSType)
+		if env.flavor == nodevolKubelet {
+			ok = o.want(strings.HasPrefix(m.Source, nodevolTmpfsSource), "%s: source %q, not nodevol's %s…", dir, m.Source, nodevolTmpfsSource) && ok
+		}
+		if ok {
+			tmpfs++
 		}
 	}
+	if env.flavor == nodevolKubelet {
+		o.observe("%d/2 tmpfs of nodevol's", tmpfs)
+	} else {
+		o.observe("%d/2 tmpfs", tmpfs)
+	}
+	checkTokenPod(env, token, o)
+	if err := env.api.deletePod(ctx, token); err != nil {
+		o.harness(err)
+		return
+	}
 	removeAndWaitGone(ctx, env, pod, o)
+	if waitPodGone(ctx, env, token, 90*time.Second, o) {
+		err := poll(ctx, 30*time.Second, func() (bool, error) {
+			_, err := env.api.apiPod(ctx, token.Namespace, token.Name)
+			return errors.Is(err, ErrNotFound), nil
+		})
+		if o.want(err == nil, "the token pod is still in the API server: %v", err) {
+			o.observe("API pod gone")
+		}
+	}
+	if mirror != nil {
+		err := poll(ctx, 30*time.Second, func() (bool, error) {
+			_, err := env.api.mirrorPod(ctx, pod)
+			return errors.Is(err, ErrNotFound), nil
+		})
+		if o.want(err == nil, "the mirror pod is still in the API server: %v", err) {
+			o.observe("mirror pod gone")
+		}
+	}
 }
 
 func expectSubPath(flavor) string {
@@ -223,5 +300,93 @@ func subPathScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
 		o.observe("subPath and volume gone within one %v poll; nothing left", pollInterval)
 	} else {
 		o.observe("subPath gone %v before the volume; nothing left", (volGone - subGone).Round(time.Millisecond))
+	}
+}
+
+// tokenAudience is the audience of the projected service-account token.
+const tokenAudience = "nodevol-e2e"
+
+// tokenPod is a pod for the API (not a static pod: NodeRestriction refuses
+// mirror pods with service-account tokens), bound to the node by
+// spec.nodeName (there is no scheduler), with a projected volume of a
+// serviceAccountToken source and a downwardAPI source. No token is
+// automounted: without kube-controller-manager there is no
+// kube-root-ca.crt ConfigMap for it.
+func tokenPod(name string) *corev1.Pod {
+	expiry := int64(3600)
+	automount := false
+	pod := busyboxPod(name, "", "cat /token/token /token/name > /dev/null",
+		[]corev1.VolumeMount{{Name: "token", MountPath: "/token"}},
+		[]corev1.Volume{{Name: "token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Audience: tokenAudience, ExpirationSeconds: &expiry, Path: "token"}},
+			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{
+				{Path: "name", FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}},
+			}}},
+		}}}}})
+	pod.Spec.NodeName = nodeName
+	pod.Spec.ServiceAccountName = "default"
+	pod.Spec.AutomountServiceAccountToken = &automount
+	return pod
+}
+
+// tokenClaims are the claims of a bound service-account token that
+// scenario 4 checks.
+type tokenClaims struct {
+	Audience   []string `json:"aud"`
+	Subject    string   `json:"sub"`
+	Kubernetes struct {
+		Pod struct {
+			Name string `json:"name"`
+			UID  string `json:"uid"`
+		} `json:"pod"`
+	} `json:"kubernetes.io"`
+}
+
+// parseTokenClaims reads a JWT's claims without checking its signature:
+// the API server issued it, and scenario 4 asks only whether the kubelet
+// put the right one in the volume.
+func parseTokenClaims(jwt string) (tokenClaims, error) {
+	var c tokenClaims
+	parts := strings.Split(strings.TrimSpace(jwt), ".")
+	if len(parts) != 3 {
+		return c, fmt.Errorf("not a JWT: %d parts", len(parts))
+	}
+	b, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return c, fmt.Errorf("JWT claims: %w", err)
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("JWT claims: %w", err)
+	}
+	return c, nil
+}
+
+// checkTokenPod checks the running API pod's projected volume: the token is
+// bound to the pod for the audience, the downwardAPI file is right, and
+// the volume is a tmpfs (nodevol's, for the nodevol kubelet).
+func checkTokenPod(env *scenarioEnv, pod *corev1.Pod, o *outcome) {
+	vol := env.kubelet.volumeDir(pod, "kubernetes.io~projected", "token")
+	name, _ := readFileOr(filepath.Join(vol, "name"))
+	o.want(name == pod.Name, "token pod: name = %q; want %q", name, pod.Name)
+	jwt, _ := readFileOr(filepath.Join(vol, "token"))
+	c, err := parseTokenClaims(jwt)
+	okToken := o.want(err == nil, "token pod: token: %v", err) &&
+		o.want(slices.Contains(c.Audience, tokenAudience), "token pod: token audience %q; want %q", c.Audience, tokenAudience) &&
+		o.want(c.Subject == "system:serviceaccount:default:default", "token pod: token subject %q", c.Subject) &&
+		o.want(c.Kubernetes.Pod.UID == string(pod.UID), "token pod: token bound to pod uid %q; want %q", c.Kubernetes.Pod.UID, pod.UID)
+	m, err := mountAt(vol)
+	if err != nil {
+		o.harness(err)
+		return
+	}
+	okMount := o.want(m != nil && m.FSType == "tmpfs", "token pod: %s is not a tmpfs", vol)
+	if m != nil {
+		o.fact("token pod %s (uid %s): volume mount: %s %s, source %s", pod.Name, pod.UID, m.FSType, m.Mountpoint, m.Source)
+		if env.flavor == nodevolKubelet {
+			okMount = o.want(strings.HasPrefix(m.Source, nodevolTmpfsSource), "token pod: %s: source %q, not nodevol's", vol, m.Source) && okMount
+		}
+	}
+	if okToken && okMount {
+		o.observe("API pod's token bound to it, a tmpfs")
 	}
 }
