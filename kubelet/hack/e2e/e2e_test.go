@@ -350,3 +350,24 @@ func TestParseTokenClaims(t *testing.T) {
 		}
 	}
 }
+
+func TestCountFailedEmptyDirUnmounts(t *testing.T) {
+	// Lines as kubelet v1.37.2's /metrics writes them (labels sorted).
+	const text = `# HELP storage_operation_duration_seconds [BETA] Storage operation duration
+# TYPE storage_operation_duration_seconds histogram
+storage_operation_duration_seconds_bucket{migrated="false",operation_name="volume_unmount",status="fail-unknown",volume_plugin="kubernetes.io/empty-dir",le="0.1"} 3
+storage_operation_duration_seconds_sum{migrated="false",operation_name="volume_unmount",status="fail-unknown",volume_plugin="kubernetes.io/empty-dir"} 0.04
+storage_operation_duration_seconds_count{migrated="false",operation_name="volume_unmount",status="fail-unknown",volume_plugin="kubernetes.io/empty-dir"} 3
+storage_operation_duration_seconds_count{migrated="true",operation_name="volume_unmount",status="fail-unknown",volume_plugin="kubernetes.io/empty-dir"} 1
+storage_operation_duration_seconds_count{migrated="false",operation_name="volume_unmount",status="success",volume_plugin="kubernetes.io/empty-dir"} 7
+storage_operation_duration_seconds_count{migrated="false",operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/empty-dir"} 2
+storage_operation_duration_seconds_count{migrated="false",operation_name="volume_unmount",status="fail-unknown",volume_plugin="kubernetes.io/downward-api"} 5
+`
+	n, err := countFailedEmptyDirUnmounts(strings.NewReader(text))
+	if err != nil || n != 4 {
+		t.Fatalf("countFailedEmptyDirUnmounts = %g, %v; want 4, nil", n, err)
+	}
+	if _, err := countFailedEmptyDirUnmounts(strings.NewReader(`storage_operation_duration_seconds_count{operation_name="volume_unmount",status="fail-unknown",volume_plugin="kubernetes.io/empty-dir"} x` + "\n")); err == nil {
+		t.Fatal("a value that is not a number was accepted")
+	}
+}

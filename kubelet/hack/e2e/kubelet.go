@@ -12,6 +12,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,6 +28,7 @@ const nodeName = "e2e-node"
 const (
 	healthzURL = "http://127.0.0.1:20248/healthz"
 	podsURL    = "http://127.0.0.1:20255/pods" // the read-only port
+	metricsURL = "http://127.0.0.1:20255/metrics"
 )
 
 // kubeletConfig is a kubelet of static pods from a directory, checked
@@ -229,6 +232,60 @@ func (k *kubelet) pods(ctx context.Context) ([]corev1.Pod, error) {
 		return nil, fmt.Errorf("GET %s: %w", podsURL, err)
 	}
 	return list.Items, nil
+}
+
+// failedEmptyDirUnmounts is the number of emptyDir unmount operations the
+// kubelet counts as failed in its own metric (the series an operator
+// alerts on): the _count of storage_operation_duration_seconds with
+// volume_plugin="kubernetes.io/empty-dir", operation_name="volume_unmount",
+// status="fail-unknown", summed over its other labels.
+func (k *kubelet) failedEmptyDirUnmounts(ctx context.Context) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := k.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET %s: %s", metricsURL, resp.Status)
+	}
+	n, err := countFailedEmptyDirUnmounts(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("GET %s: %w", metricsURL, err)
+	}
+	return n, nil
+}
+
+// countFailedEmptyDirUnmounts reads the Prometheus text format.
+func countFailedEmptyDirUnmounts(r io.Reader) (float64, error) {
+	const name = "storage_operation_duration_seconds_count{"
+	want := []string{`volume_plugin="kubernetes.io/empty-dir"`, `operation_name="volume_unmount"`, `status="fail-unknown"`}
+	var total float64
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		have := strings.Split(labels, ",")
+		if !slices.ContainsFunc(want, func(l string) bool { return !slices.Contains(have, l) }) {
+			v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+			if err != nil {
+				return 0, fmt.Errorf("metric line %q: %w", line, err)
+			}
+			total += v
+		}
+	}
+	return total, sc.Err()
 }
 
 // addPod writes the static pod's manifest (JSON is YAML) atomically: the

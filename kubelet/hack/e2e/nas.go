@@ -166,6 +166,15 @@ func nasScenario(kind nasKind, restart restartMode) func(context.Context, *scena
 		}
 		o.observe("%d failed %s", attempts.failures(), map[bool]string{true: "try", false: "tries"}[attempts.failures() == 1])
 
+		// The kubelet's own metric counts every failed attempt (before it
+		// logs it), for either kubelet: what an operator can alert on.
+		if n, err := k.failedEmptyDirUnmounts(ctx); err != nil {
+			o.harness(err)
+		} else {
+			o.fact("kubelet metric: %g failed emptyDir volume_unmount operations (storage_operation_duration_seconds_count, status fail-unknown)", n)
+			o.want(n >= float64(attempts.failures()), "the kubelet's metric counts %g failed emptyDir unmounts; its log shows %d", n, attempts.failures())
+		}
+
 		if env.flavor == stockKubelet {
 			o.want(!sentinelOK, "the stock kubelet left the sentinel: the incident did not reproduce")
 		} else {
