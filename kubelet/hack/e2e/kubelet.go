@@ -303,8 +303,14 @@ func (k *kubelet) addPod(pod *corev1.Pod) error {
 }
 
 // removePod removes the manifest: for a static pod that is its deletion.
-func (k *kubelet) removePod(pod *corev1.Pod) error {
-	return os.Remove(filepath.Join(k.manifests, pod.Name+".json"))
+//
+// It returns the log's length just before: the offset from which to read
+// what the kubelet logs about the deletion.
+func (k *kubelet) removePod(pod *corev1.Pod) (offset int64, err error) {
+	if offset, err = k.logSize(); err != nil {
+		return 0, err
+	}
+	return offset, os.Remove(filepath.Join(k.manifests, pod.Name+".json"))
 }
 
 // waitRunning waits until the pod is Running with every container running.

@@ -102,12 +102,8 @@ func nasScenario(kind nasKind, restart restartMode) func(context.Context, *scena
 			k.stop()
 			env.log.Printf("kubelet stopped; removing the manifest while it is down")
 		}
-		offset, err := k.logSize()
+		offset, err := k.removePod(pod)
 		if err != nil {
-			o.harness(err)
-			return
-		}
-		if err := k.removePod(pod); err != nil {
 			o.harness(err)
 			return
 		}

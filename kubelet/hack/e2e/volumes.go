@@ -49,13 +49,9 @@ func memoryScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
 		o.want(m.FSType == "tmpfs", "the volume is %s, not tmpfs", m.FSType)
 		o.want(strings.Contains(","+m.VFSOptions+",", ","+memoryTmpfsSize+","), "tmpfs options %q lack %s", m.VFSOptions, memoryTmpfsSize)
 	}
-	offset, err := env.kubelet.logSize()
-	if err != nil {
-		o.harness(err)
-		return
+	if offset, ok := removeAndWaitGone(ctx, env, pod, o); ok {
+		timeTearDown(env, offset, pod, o)
 	}
-	removeAndWaitGone(ctx, env, pod, o)
-	timeTearDown(env, offset, pod, o)
 }
 
 // sizeOption is the size= option of a tmpfs's options, or "no size".
@@ -69,17 +65,20 @@ func sizeOption(opts string) string {
 }
 
 // removeAndWaitGone deletes the pod and waits for its directory to go,
-// timing it.
-func removeAndWaitGone(ctx context.Context, env *scenarioEnv, pod *corev1.Pod, o *outcome) {
-	if err := env.kubelet.removePod(pod); err != nil {
+// timing it. It returns the kubelet log's offset from before the deletion,
+// and false when the pod could not be deleted.
+func removeAndWaitGone(ctx context.Context, env *scenarioEnv, pod *corev1.Pod, o *outcome) (int64, bool) {
+	offset, err := env.kubelet.removePod(pod)
+	if err != nil {
 		o.harness(err)
-		return
+		return 0, false
 	}
 	t0 := time.Now()
 	if waitPodGone(ctx, env, pod, 90*time.Second, o) {
 		o.time("manifest removed → pod directory gone", time.Since(t0))
 		o.observe("nothing left")
 	}
+	return offset, true
 }
 
 // timeTearDown adds the kubelet's own measure of the emptyDir volume's
@@ -258,12 +257,8 @@ func subPathScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
 	}
 	o.fact("subPath mounted at %s", strings.TrimPrefix(ms[0], k.podDir(pod)+"/"))
 
-	offset, err := k.logSize()
+	offset, err := k.removePod(pod)
 	if err != nil {
-		o.harness(err)
-		return
-	}
-	if err := k.removePod(pod); err != nil {
 		o.harness(err)
 		return
 	}
