@@ -113,7 +113,7 @@ git_version=$k8s_version commit="" tree=clean
 if ! $stock; then
   commit=$(git -C "$repo" rev-parse HEAD)
   git_version=$k8s_version+nodevol.${commit:0:12}
-  if [ -n "$(git -C "$repo" status --porcelain --untracked-files=no)" ]; then
+  if [ -n "$(git -C "$repo" status --porcelain)" ]; then
     tree=dirty
     git_version=$git_version.dirty
   fi

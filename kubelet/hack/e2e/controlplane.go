@@ -174,6 +174,18 @@ func startControlPlane(ctx context.Context, dir, apiserverBin string, log *logge
 }
 
 // stop kills the API server, then etcd.
+// pids are the control plane's processes, which live across both kubelets'
+// turns.
+func (cp *controlPlane) pids() []int {
+	var pids []int
+	for _, d := range []*daemon{cp.etcd, cp.apiserver} {
+		if d != nil && d.cmd != nil && d.cmd.Process != nil {
+			pids = append(pids, d.cmd.Process.Pid)
+		}
+	}
+	return pids
+}
+
 func (cp *controlPlane) stop() {
 	cp.apiserver.kill()
 	cp.etcd.kill()

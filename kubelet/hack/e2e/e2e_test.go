@@ -39,14 +39,13 @@ func TestTeardownAttempts(t *testing.T) {
 		failures    int
 		delays      string
 		succeeded   bool
-		refused     bool
-		namesMount  bool
+		refuses     bool // every failure is nodevol's refusal naming the NAS
 		wantInFirst string
 	}{
 		{
 			name:     "stock EBUSY",
 			log:      []string{"I1123 unrelated line", stockFailure, otherVolume},
-			failures: 1, delays: "500ms", namesMount: true,
+			failures: 1, delays: "500ms",
 			wantInFirst: "unlinkat $ROOT/pods/",
 		},
 		{
@@ -55,7 +54,16 @@ func TestTeardownAttempts(t *testing.T) {
 				strings.Replace(refusal, "DELAY", "500ms", 1), otherVolume,
 				strings.Replace(refusal, "DELAY", "1s", 1), success,
 			},
-			failures: 2, delays: "500ms,1s", succeeded: true, refused: true, namesMount: true,
+			failures: 2, delays: "500ms,1s", succeeded: true, refuses: true,
+			wantInFirst: "emptyDir teardown of $ROOT/pods/",
+		},
+		{
+			name: "a refusal, then a failure that is not one",
+			log: []string{
+				strings.Replace(refusal, "DELAY", "500ms", 1),
+				strings.Replace(stockFailure, "500ms", "1s", 1),
+			},
+			failures: 2, delays: "500ms,1s",
 			wantInFirst: "emptyDir teardown of $ROOT/pods/",
 		},
 		{name: "nothing yet", log: []string{otherVolume}},
@@ -96,11 +104,8 @@ func TestTeardownAttempts(t *testing.T) {
 			if got := a.succeeded(); got != tt.succeeded {
 				t.Errorf("succeeded() = %v; want %v", got, tt.succeeded)
 			}
-			if got := a.refusedByNodevol(); got != tt.refused {
-				t.Errorf("refusedByNodevol() = %v; want %v", got, tt.refused)
-			}
-			if got := a.namesMount(nas); got != tt.namesMount {
-				t.Errorf("namesMount(%q) = %v; want %v", nas, got, tt.namesMount)
+			if got := a.everyFailureRefuses(nas); got != tt.refuses {
+				t.Errorf("everyFailureRefuses(%q) = %v; want %v", nas, got, tt.refuses)
 			}
 			if got := a.firstFailure("/root"); !strings.Contains(got, tt.wantInFirst) {
 				t.Errorf("firstFailure() = %q; want it to contain %q", got, tt.wantInFirst)
@@ -369,5 +374,24 @@ storage_operation_duration_seconds_count{migrated="false",operation_name="volume
 	}
 	if _, err := countFailedEmptyDirUnmounts(strings.NewReader(`storage_operation_duration_seconds_count{operation_name="volume_unmount",status="fail-unknown",volume_plugin="kubernetes.io/empty-dir"} x` + "\n")); err == nil {
 		t.Fatal("a value that is not a number was accepted")
+	}
+}
+
+func TestDelaysGrow(t *testing.T) {
+	for _, tt := range []struct {
+		delays []string
+		want   bool
+	}{
+		{[]string{"500ms", "1s"}, true},
+		{[]string{"500ms", "1s", "2s", "1m4s", "2m2s"}, true},
+		{[]string{"500ms"}, false},
+		{nil, false},
+		{[]string{"1s", "1s"}, false},
+		{[]string{"1s", "500ms"}, false},
+		{[]string{"500ms", "soon"}, false},
+	} {
+		if got := delaysGrow(tt.delays); got != tt.want {
+			t.Errorf("delaysGrow(%q) = %v; want %v", tt.delays, got, tt.want)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -28,6 +29,10 @@ func scenarios() []scenario {
 // servedByNodevol is the line a nodevol kubelet logs when it builds its
 // volume plugins.
 var servedByNodevol = regexp.MustCompile(`emptyDir volumes are served by nodevol`)
+
+// errWrongKubelet is matched by the error for a kubelet binary of the other
+// kind than its flag says (a stock binary passed as -nodevol).
+var errWrongKubelet = errors.New("the kubelet binary is not of the kind its flag says")
 
 // innerConfig is what the driver hands the namespace's PID 1, as JSON in
 // a file.
@@ -127,12 +132,13 @@ func runAll(ctx context.Context, cfg innerConfig, log *logger) ([]row, error) {
 // that must run alone, and stops both.
 func runFlavor(ctx context.Context, cfg innerConfig, cp *controlPlane, f flavor, selected []scenario, log *logger) ([]row, error) {
 	dir := filepath.Join(cfg.Workdir, f.String())
-	undo, err := privateHostDirs()
-	if err != nil {
+	if err := privateHostDirs(); err != nil {
 		return nil, err
 	}
+	// Last, after the kubelet and containerd stopped: whatever they left
+	// running (shims, containers) is killed before the next kubelet's turn.
 	defer func() {
-		if err := undo(); err != nil {
+		if err := killAllBut(cp.pids(), 10*time.Second); err != nil {
 			log.Printf("note: %v", err)
 		}
 	}()
@@ -151,13 +157,21 @@ func runFlavor(ctx context.Context, cfg innerConfig, cp *controlPlane, f flavor,
 	}
 	defer k.stop()
 	log.Printf("containerd and kubelet %s (%s) up in %.1fs", cfg.Kubelets[f.String()], cfg.Versions[f.String()], time.Since(t0).Seconds())
-	// Informational: kubelet/hack/build.sh's nodevol build logs this line at
-	// start. The verdict rests on what the teardown does, not on this line.
-	if lines, _, err := k.logLines(0, servedByNodevol); err == nil {
-		log.Printf("log line %q: %d", servedByNodevol, len(lines))
+	// kubelet/hack/build.sh's nodevol build logs this line when it builds
+	// its plugin list, a stock build never: a binary of the other kind is a
+	// harness failure, before any row can pass for the wrong kubelet. (The
+	// rows check what the teardown does too.)
+	lines, _, err := k.logLines(0, servedByNodevol)
+	if err != nil {
+		return nil, err
+	}
+	if served := len(lines) > 0; served != (f == nodevolKubelet) {
+		return nil, fmt.Errorf("%w: %s kubelet %s logged %q %d times; a %s kubelet logs it %s",
+			errWrongKubelet, f, cfg.Kubelets[f.String()], servedByNodevol, len(lines), f, map[bool]string{true: "at start", false: "never"}[f == nodevolKubelet])
 	}
 
 	rows := make([]row, len(selected))
+	outcomes := make([]*outcome, len(selected))
 	runOne := func(i int) {
 		s := selected[i]
 		slog := log.with(s.id() + ": ")
@@ -171,6 +185,7 @@ func runFlavor(ctx context.Context, cfg innerConfig, cp *controlPlane, f flavor,
 			s.run(ctx, env, &o)
 		}
 		o.time("scenario", time.Since(t))
+		outcomes[i] = &o
 		rows[i] = makeRow(s, f, &o)
 		slog.Printf("%s: %s", verdict(rows[i]), rows[i].Observed)
 		for _, fl := range rows[i].Failures {
@@ -184,6 +199,7 @@ func runFlavor(ctx context.Context, cfg innerConfig, cp *controlPlane, f flavor,
 		}
 	}
 	wg.Wait()
+	checkUnmountMetric(ctx, k, selected, outcomes, rows, f)
 	for i, s := range selected {
 		if s.sched == alone {
 			runOne(i)
@@ -217,4 +233,34 @@ func verdict(r row) string {
 		return "PASS"
 	}
 	return "FAIL"
+}
+
+// checkUnmountMetric checks the kubelet's failed-unmount metric against the
+// failed TearDowns the side-by-side scenarios saw in its log, all of them
+// together (the counter is the kubelet's): it must count every one. The
+// rows of the scenarios that saw failures get the fact, or the failure.
+func checkUnmountMetric(ctx context.Context, k *kubelet, selected []scenario, outcomes []*outcome, rows []row, f flavor) {
+	var idx []int
+	logged := 0
+	for i, s := range selected {
+		if s.sched == concurrent && outcomes[i] != nil && outcomes[i].unmountFailures > 0 {
+			idx = append(idx, i)
+			logged += outcomes[i].unmountFailures
+		}
+	}
+	if len(idx) == 0 {
+		return
+	}
+	n, err := k.failedEmptyDirUnmounts(ctx)
+	for _, i := range idx {
+		o := outcomes[i]
+		switch {
+		case err != nil:
+			o.harness(err)
+		default:
+			o.fact("kubelet metric: %g failed emptyDir volume_unmount operations (storage_operation_duration_seconds_count, status fail-unknown); the side-by-side scenarios' logs show %d", n, logged)
+			o.want(n >= float64(logged), "the kubelet's metric counts %g failed emptyDir unmounts; the logs of the scenarios run beside each other show %d", n, logged)
+		}
+		rows[i] = makeRow(selected[i], f, o)
+	}
 }

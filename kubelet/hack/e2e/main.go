@@ -110,6 +110,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// One run holds the host at a time. The watchdog's time starts once the
+	// lock is held: a run queued behind another gets its whole -timeout.
+	release, err := lockHost(ctx, hostLockName, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "e2e: HARNESS FAILURE: %v\n", err)
+		return 2
+	}
+	defer release()
 	ctx, cancel := context.WithTimeout(ctx, opts.timeout)
 	defer cancel()
 
@@ -145,11 +153,6 @@ func allAsExpected(rows []row) bool {
 // up and checks that the host is as before. It returns the namespace's
 // rows even when the host check fails.
 func drive(ctx context.Context, opts options, start time.Time, log *logger) (res *innerResult, err error) {
-	release, err := lockHost(ctx, hostLockName, log)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
 	workdir, keep := opts.workdir, opts.workdir != ""
 	if workdir == "" {
 		if workdir, err = os.MkdirTemp("", "nodevol-e2e-"); err != nil {
@@ -308,6 +311,20 @@ func innerMargin(timeout time.Duration) time.Duration {
 // retried) and the host directories that did not exist before.
 func cleanHost(before hostState, cgroups []string) error {
 	errs := []error{removeCgroups(cgroups)}
+	// A sysctl the kubelet changed on the host (its masking failed) is put
+	// back — and still fails the run.
+	for key, was := range before.Sysctls {
+		path := filepath.Join("/proc/sys", key)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if now := strings.TrimSpace(string(b)); now != was {
+			err := os.WriteFile(path, []byte(was+"\n"), 0o644)
+			errs = append(errs, fmt.Errorf("host sysctl %s was changed from %s to %s during the run (restored: %v)", key, was, now, err == nil))
+		}
+	}
 	for _, d := range hostDirs {
 		if !before.Dirs[d] {
 			if err := os.Remove(d); err != nil && !os.IsNotExist(err) {

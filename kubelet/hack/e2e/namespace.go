@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -87,25 +90,66 @@ func maskSysctls(dir string) error {
 	return nil
 }
 
-// privateHostDirs covers each of hostDirs with a fresh tmpfs; the returned
-// function detaches them again.
-func privateHostDirs() (func() error, error) {
-	var done []string
-	undo := func() error {
-		var first error
-		for i := len(done) - 1; i >= 0; i-- {
-			if err := unix.Unmount(done[i], unix.MNT_DETACH); err != nil && first == nil {
-				first = &os.PathError{Op: "umount", Path: done[i], Err: err}
-			}
-		}
-		return first
-	}
+// privateHostDirs covers each of hostDirs with a fresh tmpfs. They are
+// never detached: the next kubelet's cover the previous ones, and all go
+// with the namespace. (Detaching them while a process of the namespace
+// might still write there would let it write into the host's directory.)
+func privateHostDirs() error {
 	for _, d := range hostDirs {
 		if err := unix.Mount("nodevol-e2e", d, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=64m,mode=0755"); err != nil {
-			_ = undo()
-			return nil, &os.PathError{Op: "mount tmpfs", Path: d, Err: err}
+			return &os.PathError{Op: "mount tmpfs", Path: d, Err: err}
 		}
-		done = append(done, d)
 	}
-	return undo, nil
+	return nil
+}
+
+// killAllBut sends SIGKILL to every process of the namespace except PID 1
+// (this one) and keep, and waits up to grace until none of them is left
+// but as a zombie: what a stopped kubelet and containerd leave behind
+// (shims, containers reparented to PID 1) does not outlive its turn.
+func killAllBut(keep []int, grace time.Duration) error {
+	deadline := time.Now().Add(grace)
+	for {
+		left, err := liveProcesses(keep)
+		if err != nil {
+			return err
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("processes %v still alive %s after SIGKILL", left, grace)
+		}
+		for _, pid := range left {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// liveProcesses lists the namespace's processes that are not zombies,
+// except PID 1 and keep.
+func liveProcesses(keep []int) ([]int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var live []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == 1 || slices.Contains(keep, pid) {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// The state follows the command name, which is in parentheses
+		// and may itself contain ") ".
+		if k := strings.LastIndexByte(string(b), ')'); k >= 0 && k+2 < len(b) && b[k+2] == 'Z' {
+			continue
+		}
+		live = append(live, pid)
+	}
+	return live, nil
 }

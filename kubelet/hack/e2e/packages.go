@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"slices"
@@ -53,7 +54,16 @@ func ensurePackages(ctx context.Context, log *logger) error {
 		if out, err := exec.CommandContext(ctx, "apt-get", "update", "-q").CombinedOutput(); err != nil {
 			return fmt.Errorf("apt-get update: %w\n%s", err, out)
 		}
-		args := append([]string{"install", "-y", "-q", "--no-install-recommends"}, missing...)
+		// Install, never remove (a Docker host's containerd.io conflicts
+		// with Debian's containerd: apt-get then fails instead of removing
+		// it), and start no service (containerd, etcd): the run starts its
+		// own in its namespace.
+		if undo, err := denyServiceStarts(); err != nil {
+			return err
+		} else {
+			defer undo()
+		}
+		args := append([]string{"install", "-y", "-q", "--no-install-recommends", "--no-remove"}, missing...)
 		cmd := exec.CommandContext(ctx, "apt-get", args...)
 		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -67,4 +77,31 @@ func ensurePackages(ctx context.Context, log *logger) error {
 		}
 	}
 	return nil
+}
+
+// policyRCD is Debian's hook for maintainer scripts that start services
+// (invoke-rc.d, deb-systemd-invoke): exit status 101 means "not allowed".
+const policyRCD = "/usr/sbin/policy-rc.d"
+
+// denyServiceStarts installs a policy-rc.d that forbids every service
+// start, unless the host has one of its own (its policy stands); the
+// returned function removes it again.
+func denyServiceStarts() (func(), error) {
+	f, err := os.OpenFile(policyRCD, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if errors.Is(err, fs.ErrExist) {
+		return func() {}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	_, werr := f.WriteString("#!/bin/sh\n# nodevol e2e: installing packages, starting no service\nexit 101\n")
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	undo := func() { _ = os.Remove(policyRCD) }
+	if werr != nil {
+		undo()
+		return nil, werr
+	}
+	return undo, nil
 }

@@ -78,6 +78,9 @@ type outcome struct {
 	facts    []string // details, listed under the table
 	failures []string
 	timings  []timing
+	// unmountFailures is the number of failed TearDowns of the scenario's
+	// emptyDir the kubelet logged, for the check of its metric.
+	unmountFailures int
 }
 
 // observe records an observation for the table's column.

@@ -48,6 +48,8 @@ func memoryScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
 		o.fact("volume mount: %s %s, source %s, options %s", m.FSType, m.Mountpoint, m.Source, m.VFSOptions)
 		o.want(m.FSType == "tmpfs", "the volume is %s, not tmpfs", m.FSType)
 		o.want(strings.Contains(","+m.VFSOptions+",", ","+memoryTmpfsSize+","), "tmpfs options %q lack %s", m.VFSOptions, memoryTmpfsSize)
+		o.want(strings.HasPrefix(m.Source, nodevolTmpfsSource) == (env.flavor == nodevolKubelet),
+			"the %s kubelet's tmpfs has source %q (nodevol's begin %s)", env.flavor, m.Source, nodevolTmpfsSource)
 	}
 	if offset, ok := removeAndWaitGone(ctx, env, pod, o); ok {
 		timeTearDown(env, offset, pod, o)
@@ -280,6 +282,9 @@ func subPathScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
 		return os.IsNotExist(err), k.alive()
 	})
 	if !o.want(err == nil, "pod directory still there: %v", err) {
+		return
+	}
+	if !o.want(subGone != 0 && volGone != 0, "the polls never saw the subPath mount (%v) or the volume (%v) go", subGone, volGone) {
 		return
 	}
 	o.want(subGone <= volGone, "the subPath mount outlived the volume (gone at %v, volume at %v)", subGone, volGone)
