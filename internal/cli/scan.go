@@ -155,13 +155,21 @@ func scanRoot(root string) (*scanReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The kernel names mounts by resolved paths; the volumes are listed
+	// under root as given (it may be a symlink, as /var/lib/kubelet is on
+	// some nodes). The resolved root tells the mounts on a volume
+	// directory from those beneath it; it names nothing that is acted on.
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet root: %w", err)
+	}
 	subpaths := subpath.New(layout)
 	// Most pods have no volume-subpaths directory: one lstat per pod says
 	// so, instead of a walk from the root per volume. It only skips work:
 	// whatever is there is examined by descriptors.
 	hasSubpaths := map[string]bool{}
 	for _, vd := range found.Volumes {
-		v := examineVolume(layout, tab, vd)
+		v := examineVolume(layout, tab, vd, filepath.Join(realRoot, strings.TrimPrefix(vd.Path, root)))
 		has, ok := hasSubpaths[vd.PodUID]
 		if !ok {
 			dir, err := layout.PodVolumeSubpathsDir(vd.PodUID)
@@ -184,7 +192,10 @@ func scanRoot(root string) (*scanReport, error) {
 // Any other plugin's volume is in use when it is a mount point with
 // nothing beneath it, and safe to remove only when nothing is mounted on
 // it or beneath it, because unmounting it is that plugin's job.
-func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.VolumeDir) scanVolume {
+//
+// realPath is vd.Path as the mount table names it (under the resolved
+// root).
+func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.VolumeDir, realPath string) scanVolume {
 	v := scanVolume{PodUID: vd.PodUID, Plugin: vd.Plugin, Volume: vd.Volume, Path: vd.Path, NestedMounts: []mountdetect.Mount{}, Subpaths: []subpath.Entry{}}
 	fail := func(err error) scanVolume {
 		v.fail(err)
@@ -200,12 +211,12 @@ func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.
 		v.MountPoint, v.sure = plan.Info.MountPoint, plan.Info.MountPointSure || !plan.Exists
 		v.fsType, v.hugePageSize = plan.Info.FSType, plan.Info.HugePageSize
 		for _, m := range plan.Mounts {
-			if m.MountPoint != vd.Path { // PlanTearDown lists the directory itself too
+			if !onDir(m, vd.Path, realPath) { // PlanTearDown lists the directory itself too
 				v.NestedMounts = append(v.NestedMounts, m)
 			}
 		}
 		v.SafeToRemove = plan.Action != emptydir.ActionRefuse
-		v.setCode(emptyDirCode(&plan))
+		v.setCode(emptyDirCode(&plan, realPath))
 		v.Reason = plan.Reason
 		switch plan.Action {
 		case emptydir.ActionNone:
@@ -230,6 +241,9 @@ func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.
 	v.NestedMounts = append(v.NestedMounts, c.NestedMounts...)
 	v.SafeToRemove = c.SafeToRemove
 	v.setCode(pluginCode(&c))
+	if vd.Plugin == csiPluginName && v.csiTarget(tab, &c) {
+		return v
+	}
 	var why []string
 	switch {
 	case !c.Exists:
@@ -251,10 +265,43 @@ func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.
 	return v
 }
 
+// csiPluginName is the CSI plugin, which mounts a volume not on its volume
+// directory but on the subdirectory csiTargetDir of it (the kubelet's
+// CSI target path, beside its vol_data.json).
+const (
+	csiPluginName = "kubernetes.io/csi"
+	csiTargetDir  = "mount"
+)
+
+// csiTarget recognises a CSI volume in use: c, the volume directory, is
+// not a mount point (and the kernel is sure) and has exactly one mount
+// beneath it, which is on <dir>/mount with nothing beneath that. It then
+// reports that mount as the volume's own (the MOUNT POINT column, not a
+// nested mount) and says true. Anything else (a second mount there,
+// stacked or nested) is left to the generic answer: a nested-mount
+// danger.
+func (v *scanVolume) csiTarget(tab *mountdetect.MountTable, c *checkResult) bool {
+	if !c.Exists || c.kind != kindDir || c.MountPoint || !c.MountPointSure || len(c.NestedMounts) != 1 {
+		return false
+	}
+	target := filepath.Join(v.Path, csiTargetDir)
+	m := examineIn(tab, target)
+	if m.err != nil || m.kind != kindDir || !m.MountPoint || !m.MountPointSure || len(m.NestedMounts) > 0 {
+		return false
+	}
+	v.Medium = m.Medium.String()
+	v.MountPoint, v.sure = true, true
+	v.fsType, v.hugePageSize = m.FSType, m.pageSize
+	v.NestedMounts = v.NestedMounts[:0]
+	v.setCode(reasonPluginMount)
+	v.Reason = fmt.Sprintf("a %s volume mounted on its target directory %s (%s): in use; its driver unmounts it before the directory can be removed", csiPluginName, csiTargetDir, m.FSType)
+	return true
+}
+
 // emptyDirCode is the reason code of an emptyDir volume, from what
 // PlanTearDown found (its Action, Mounts and Info): nothing here looks at
 // the mounts again.
-func emptyDirCode(plan *emptydir.Plan) reasonCode {
+func emptyDirCode(plan *emptydir.Plan, realPath string) reasonCode {
 	switch plan.Action {
 	case emptydir.ActionNone:
 		return reasonGone
@@ -268,7 +315,7 @@ func emptyDirCode(plan *emptydir.Plan) reasonCode {
 	// itself when the kernel was unsure (Info then comes from the kernel,
 	// with its filesystem type, and says so).
 	for _, m := range plan.Mounts {
-		if m.MountPoint != plan.Path {
+		if !onDir(m, plan.Path, realPath) {
 			return reasonNestedMount
 		}
 	}
@@ -279,6 +326,12 @@ func emptyDirCode(plan *emptydir.Plan) reasonCode {
 		return reasonUncertain
 	}
 	return reasonForeignMount
+}
+
+// onDir reports whether m is mounted on the volume directory itself,
+// named path, or realPath in the mount table.
+func onDir(m mountdetect.Mount, path, realPath string) bool {
+	return m.MountPoint == path || m.MountPoint == realPath
 }
 
 // pluginCode is the reason code of a volume of any plugin but emptyDir,
