@@ -97,7 +97,7 @@ func testScanCLI(t *testing.T, bin binary) {
 		mounttest.Intact(t, base, before) // scan changes nothing
 	})
 
-	t.Run("all safe", func(t *testing.T) {
+	t.Run("all ok", func(t *testing.T) {
 		k := newKubelet(t, realTempDir(t))
 		k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
 		r := bin.run(t, nil, "scan", "--root", k.root)
