@@ -118,9 +118,9 @@ func wantDemoWithNAS(t *testing.T, r result) {
 		"    web  scratch  mounted  tmpfs rw,size=65536k", // sizeLimit 64Mi beats the pod limit and allocatable
 		"    db   data     mounted\n",
 		"$ nodevol scan --root $ROOT\n",
-		"    Unsafe to remove:\n      $VOL\n        1 mount beneath the volume",
+		"    Danger, unknown and error (reason code, reason and mounts):\n      $VOL (danger: nested-mount)\n        1 mount beneath the volume",
 		"        $VOL/nas (tmpfs from tmpfs)\n",
-		" volumes, 1 unsafe, 0 problems, 0 leftovers\n    (exit status 1)\n",
+		" in-use, 1 danger, 0 unknown, 0 error), 0 problems, 0 leftovers\n    (exit status 1)\n",
 		"  RemovePod(web); WaitForUnmount(web) gives up after its 1s timeout (context deadline exceeded);\n"+
 			"  errors.As finds the *mountdetect.CrossesMountError of the last refusal:\n"+
 			"    1 mount beneath the volume; unmount it first (their data is not the volume's)\n"+
@@ -139,12 +139,12 @@ func wantDemoWithNAS(t *testing.T, r result) {
 	} else if n, _ := strconv.Atoi(m[1]); n < 2 || m[2] != strconv.Itoa(n-1) {
 		t.Errorf("refused %s times with %s retries; want at least 2 refusals (the backoff is 100ms, the wait 1s), retries one fewer", m[1], m[2])
 	}
-	wantRow(t, r.stdout, demoPodUID, "kubernetes.io/empty-dir", "cache", "Default", "no", "1", "UNSAFE")
-	wantRow(t, r.stdout, demoPodUID, "kubernetes.io/empty-dir", "scratch", "Memory", "yes (tmpfs)", "0", "safe (teardown unmounts it)")
-	wantRow(t, r.stdout, demoDBUID, "kubernetes.io/empty-dir", "data", "Default", "no", "0", "safe")
+	wantRow(t, r.stdout, demoPodUID, "kubernetes.io/empty-dir", "cache", "Default", "no", "1", "danger")
+	wantRow(t, r.stdout, demoPodUID, "kubernetes.io/empty-dir", "scratch", "Memory", "yes (tmpfs)", "0", "in-use")
+	wantRow(t, r.stdout, demoDBUID, "kubernetes.io/empty-dir", "data", "Default", "no", "0", "ok")
 	if _, err := os.Stat(demoHugePages); err == nil {
 		wantContains(t, "demo output", r.stdout, ", huge HugePages-2Mi\n", "    web  huge     mounted  hugetlbfs rw,pagesize=2M\n")
-		wantRow(t, r.stdout, demoPodUID, "kubernetes.io/empty-dir", "huge", "HugePages-2Mi", "yes (hugetlbfs)", "0", "safe (teardown unmounts it)")
+		wantRow(t, r.stdout, demoPodUID, "kubernetes.io/empty-dir", "huge", "HugePages-2Mi", "yes (hugetlbfs)", "0", "in-use")
 	}
 	wantDemoRestart(t, r)
 }
@@ -155,15 +155,15 @@ func wantDemoWithSymlink(t *testing.T, r result) {
 		"not root: Default volumes only, and no NAS mount; run as root to see a refused teardown.\n",
 		"  AddPod(web): cache Default\n  AddPod(db):  data Default\n",
 		"    web  cache  mounted\n    db   data   mounted\n",
-		"$ROOT: 2 volumes, 0 unsafe, 0 problems, 0 leftovers\n    (exit status 0)\n",
+		"$ROOT: 2 volumes (2 ok, 0 in-use, 0 danger, 0 unknown, 0 error), 0 problems, 0 leftovers\n    (exit status 0)\n",
 		`The NAS is intact: $NAS/important.txt still reads "`+demoNASData+`"`,
 		"OK: the teardown removed the link and never followed it",
 	)
 	if !regexp.MustCompile(`\n  RemovePod\(web\); WaitForUnmount\(web\), WaitForPodRemoval\(web\): ok after \d+ms; web's volume \(link included\) and pod directory are gone\n`).MatchString(r.stdout) {
 		t.Errorf("demo output does not say web was torn down:\n%s", r.stdout)
 	}
-	wantRow(t, r.stdout, demoPodUID, "kubernetes.io/empty-dir", "cache", "Default", "no", "0", "safe")
-	wantRow(t, r.stdout, demoDBUID, "kubernetes.io/empty-dir", "data", "Default", "no", "0", "safe")
+	wantRow(t, r.stdout, demoPodUID, "kubernetes.io/empty-dir", "cache", "Default", "no", "0", "ok")
+	wantRow(t, r.stdout, demoDBUID, "kubernetes.io/empty-dir", "data", "Default", "no", "0", "ok")
 	wantDemoRestart(t, r)
 }
 
@@ -186,7 +186,7 @@ func wantDemoRestart(t *testing.T, r result) {
 	)
 	// The demo runs in a private mount namespace as root (and the tests run
 	// it in theirs), where scan warns that it is not the host's.
-	if !regexp.MustCompile(`\n\$ nodevol scan --root \$ROOT\n(    nodevol scan: warning: not the host's mount namespace [^\n]*\n)?    \$ROOT: 0 volumes, 0 unsafe, 0 problems, 0 leftovers\n    \(exit status 0\)\n`).MatchString(r.stdout) {
+	if !regexp.MustCompile(`\n\$ nodevol scan --root \$ROOT\n(    nodevol scan: warning: not the host's mount namespace [^\n]*\n)?    \$ROOT: 0 volumes \(0 ok, 0 in-use, 0 danger, 0 unknown, 0 error\), 0 problems, 0 leftovers\n    \(exit status 0\)\n`).MatchString(r.stdout) {
 		t.Errorf("demo output does not end with an empty scan:\n%s", r.stdout)
 	}
 	if strings.Contains(r.stdout, "PROMISE BROKEN") || r.stderr != "" {

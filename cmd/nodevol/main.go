@@ -20,7 +20,8 @@
 // volume manager (reconciler) and Prometheus; "nodevol demo" says so and
 // exits with status 2.
 //
-// Exit status: 0 ok, 1 refused or unsafe, 2 usage or operational error.
+// Exit status: 0 ok, 1 refused or unsafe (for scan: a volume in danger),
+// 2 usage or operational error.
 //
 // The commands are in internal/cli; this is only their main.
 package main

@@ -123,8 +123,9 @@ remove a Default volume, unmount and remove a Memory or HugePages
 one, and refuse (changing nothing) when a mount is beneath it.`},
 		{name: "scan", synopsis: "[--json] [--root DIR]", help: scanHelp, run: runScan,
 			short: `List every pod volume under the kubelet root (default
-/var/lib/kubelet) with its medium, mounts and whether it is safe to
-remove, plus entries that do not parse and leftover pod directories.`},
+/var/lib/kubelet) with its medium, mounts and verdict (ok, in-use,
+danger, unknown, error), plus entries that do not parse and leftover
+pod directories. Exits 1 only for danger (and unknown, unparsable).`},
 		{name: "usage", synopsis: "[--json] PATH...", help: usageHelp, run: runUsage,
 			short: `Bytes and inodes each directory uses, from its project quota when it
 has one, else from a walk that stays on its mount.`},

@@ -68,8 +68,8 @@ func TestHumanOutputEscapesNames(t *testing.T) {
 	r := nodevol(t, "scan", "--root", k.root)
 	wantNoControl(t, "scan", r.stdout)
 	wantNoControl(t, "scan stderr", r.stderr)
-	wantRow(t, r.stdout, testUID2, "kubernetes.io/csi", display(evil), "Default", "no", "0", "safe")
-	wantRow(t, r.stdout, display(evilPod), "kubernetes.io/csi", "v", "Default", "no", "0", "safe")
+	wantRow(t, r.stdout, testUID2, "kubernetes.io/csi", display(evil), "Default", "no", "0", "ok")
+	wantRow(t, r.stdout, display(evilPod), "kubernetes.io/csi", "v", "Default", "no", "0", "ok")
 	wantContains(t, "scan", r.stdout, "\n  "+display(badPlugin)+"\n    invalid plugin directory ")
 	var rows int
 	for line := range strings.Lines(r.stdout) {

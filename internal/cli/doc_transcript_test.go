@@ -215,7 +215,8 @@ func (k *kubelet) scene(t *testing.T) *docScene {
 // cache (Default, a "NAS" tmpfs from nas:/export mounted at cache/shared
 // and a bind-mounted file at cache/hostname), scratch (Default), memcache
 // (Memory) and huge (HugePages), all set up by the emptyDir plugin; pod
-// docUID2 with a CSI volume (a bind mount standing in for the driver's)
+// docUID2 with a CSI volume (a bind mount on its target directory
+// <volume>/mount standing in for the driver's)
 // and a secret volume (a tmpfs); an unparsable plugin directory and a
 // file among the pods (problems for scan) and a pod directory without
 // volumes (a leftover).
@@ -230,8 +231,11 @@ func docNode(t *testing.T) *docScene {
 	k.setUp(t, docUID, "scratch", volume.EmptyDirSource{})
 	k.setUp(t, docUID, "memcache", volume.EmptyDirSource{Medium: volume.StorageMediumMemory, SizeLimit: 64 << 20})
 	k.setUp(t, docUID, "huge", volume.EmptyDirSource{Medium: volume.StorageMediumHugePages})
+	// As the kubelet lays a CSI volume out: vol_data.json beside the
+	// target directory mount, which the driver mounts.
 	csi := k.dir(t, docUID2, "kubernetes.io/csi", "pvc-3e1f2a3b")
-	mounttest.Bind(t, filepath.Join(filepath.Dir(k.root), "csi/staging"), csi)
+	mounttest.Build(t, csi, `file vol_data.json {"driverName":"ebs.csi.aws.com"}`, "dir mount")
+	mounttest.Bind(t, filepath.Join(filepath.Dir(k.root), "csi/staging"), filepath.Join(csi, "mount"))
 	secret := k.dir(t, docUID2, "kubernetes.io/secret", "token")
 	mounttest.Tmpfs(t, secret, "size=64k")
 	mounttest.Build(t, secret, "file token x")

@@ -24,7 +24,7 @@ const (
 
 var (
 	teardownKeys = []string{"path", "podUID", "volume", "medium", "action", "dryRun", "done", "refused", "mounts", "reason", "subpaths", "mountNamespace"}
-	scanKeys     = []string{"podUID", "plugin", "volume", "path", "medium", "mountPoint", "nestedMounts", "subpaths", "safeToRemove", "reason", "mountNamespace"}
+	scanKeys     = []string{"podUID", "plugin", "volume", "path", "medium", "mountPoint", "nestedMounts", "subpaths", "verdict", "reasonCode", "safeToRemove", "reason", "mountNamespace"}
 )
 
 // kubelet is a temporary kubelet root with the emptyDir plugin on it.

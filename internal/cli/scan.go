@@ -22,8 +22,13 @@ import (
 // line; their names are part of the CLI's contract.
 //
 // Medium is what is on disk; it is empty when the volume could not be
-// examined (SafeToRemove is then false and Reason starts with "could not
-// be examined").
+// examined (Verdict is then verdictError, SafeToRemove false and Reason
+// starts with "could not be examined").
+//
+// Verdict and ReasonCode say whether the volume is healthy (ok, in-use)
+// or not (danger, unknown, error); SafeToRemove keeps its old meaning,
+// "could the directory be removed right now without crossing a mount",
+// which is false for every healthy in-use volume.
 type scanVolume struct {
 	PodUID       string              `json:"podUID"`
 	Plugin       string              `json:"plugin"`
@@ -37,6 +42,8 @@ type scanVolume struct {
 	// mounted one does not make the volume unsafe: the volume manager
 	// unmounts them (subpath.Clean) before it tears the volume down.
 	Subpaths     []subpath.Entry `json:"subpaths"` // never nil: [] in JSON
+	Verdict      scanVerdict     `json:"verdict"`
+	ReasonCode   reasonCode      `json:"reasonCode"`
 	SafeToRemove bool            `json:"safeToRemove"`
 	Reason       string          `json:"reason"`
 	// MountNamespace says whether the answers are the host's (mntns.go).
@@ -46,9 +53,11 @@ type scanVolume struct {
 	sure         bool   // the kernel is sure about MountPoint
 	fsType       string // of the volume directory
 	hugePageSize int64
-	unmounts     bool  // an emptyDir tmpfs/hugetlbfs: safe because teardown unmounts it
 	err          error // could not be examined
 }
+
+// setCode sets the reason code and the verdict it belongs to.
+func (v *scanVolume) setCode(c reasonCode) { v.ReasonCode, v.Verdict = c, c.verdict() }
 
 // scanProblem and scanLeftover are the other --json lines of "scan",
 // told apart from volumes (and from each other) by their first key.
@@ -71,25 +80,34 @@ type scanReport struct {
 	leftovers []scanLeftover
 }
 
-func (s *scanReport) unsafe() (n int) {
+// count is how many volumes have the verdict v.
+func (s *scanReport) count(v scanVerdict) (n int) {
 	for i := range s.volumes {
-		if !s.volumes[i].SafeToRemove {
+		if s.volumes[i].Verdict == v {
 			n++
 		}
 	}
 	return n
 }
 
-// code is the exit code the scan calls for: 2 when a volume or an entry
-// could not be examined or read, 1 when a volume is unsafe or an entry
-// does not parse, else 0. Leftover pod directories are not a failure.
+// code is the exit code the scan calls for:
+//
+//   - 2 when a volume (verdict error) or an entry could not be examined or
+//     read;
+//   - else 1 when a volume is in danger, when the kernel cannot say
+//     whether a volume directory is a mount point (verdict unknown: unsure
+//     is treated as unsafe), or when an entry does not parse (nodevol did
+//     not look inside it, so it cannot rule out a dangerous mount there;
+//     the kubelet never writes such entries);
+//   - else 0: ok and in-use volumes are healthy, and leftover pod
+//     directories are not a failure.
 func (s *scanReport) code() int {
 	code := ExitOK
 	for i := range s.volumes {
-		switch {
-		case s.volumes[i].err != nil:
+		switch s.volumes[i].Verdict {
+		case verdictError:
 			code = max(code, ExitError)
-		case !s.volumes[i].SafeToRemove:
+		case verdictDanger, verdictUnknown:
 			code = max(code, ExitRefused)
 		}
 	}
@@ -137,13 +155,21 @@ func scanRoot(root string) (*scanReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The kernel names mounts by resolved paths; the volumes are listed
+	// under root as given (it may be a symlink, as /var/lib/kubelet is on
+	// some nodes). The resolved root tells the mounts on a volume
+	// directory from those beneath it; it names nothing that is acted on.
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet root: %w", err)
+	}
 	subpaths := subpath.New(layout)
 	// Most pods have no volume-subpaths directory: one lstat per pod says
 	// so, instead of a walk from the root per volume. It only skips work:
 	// whatever is there is examined by descriptors.
 	hasSubpaths := map[string]bool{}
 	for _, vd := range found.Volumes {
-		v := examineVolume(layout, tab, vd)
+		v := examineVolume(layout, tab, vd, filepath.Join(realRoot, strings.TrimPrefix(vd.Path, root)))
 		has, ok := hasSubpaths[vd.PodUID]
 		if !ok {
 			dir, err := layout.PodVolumeSubpathsDir(vd.PodUID)
@@ -159,12 +185,17 @@ func scanRoot(root string) (*scanReport, error) {
 	return s, nil
 }
 
-// examineVolume decides whether a volume directory could be removed
-// without touching another mount. An emptyDir gets the answer its own
-// teardown would give (a tmpfs or hugetlbfs emptyDir is safe: teardown
-// unmounts it); any other plugin's volume is safe only when nothing is
-// mounted on it or beneath it, because unmounting it is that plugin's job.
-func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.VolumeDir) scanVolume {
+// examineVolume gives a volume directory its verdict, and says whether it
+// could be removed without touching another mount. An emptyDir gets the
+// answer its own teardown would give (emptyDirCode): its own tmpfs or
+// hugetlbfs is in use, and safe to remove because teardown unmounts it.
+// Any other plugin's volume is in use when it is a mount point with
+// nothing beneath it, and safe to remove only when nothing is mounted on
+// it or beneath it, because unmounting it is that plugin's job.
+//
+// realPath is vd.Path as the mount table names it (under the resolved
+// root).
+func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.VolumeDir, realPath string) scanVolume {
 	v := scanVolume{PodUID: vd.PodUID, Plugin: vd.Plugin, Volume: vd.Volume, Path: vd.Path, NestedMounts: []mountdetect.Mount{}, Subpaths: []subpath.Entry{}}
 	fail := func(err error) scanVolume {
 		v.fail(err)
@@ -180,12 +211,12 @@ func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.
 		v.MountPoint, v.sure = plan.Info.MountPoint, plan.Info.MountPointSure || !plan.Exists
 		v.fsType, v.hugePageSize = plan.Info.FSType, plan.Info.HugePageSize
 		for _, m := range plan.Mounts {
-			if m.MountPoint != vd.Path { // PlanTearDown lists the directory itself too
+			if !onDir(m, vd.Path, realPath) { // PlanTearDown lists the directory itself too
 				v.NestedMounts = append(v.NestedMounts, m)
 			}
 		}
 		v.SafeToRemove = plan.Action != emptydir.ActionRefuse
-		v.unmounts = plan.Action == emptydir.ActionUnmountAndRemove
+		v.setCode(emptyDirCode(&plan, realPath))
 		v.Reason = plan.Reason
 		switch plan.Action {
 		case emptydir.ActionNone:
@@ -209,17 +240,23 @@ func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.
 	v.fsType, v.hugePageSize = c.FSType, c.pageSize
 	v.NestedMounts = append(v.NestedMounts, c.NestedMounts...)
 	v.SafeToRemove = c.SafeToRemove
+	v.setCode(pluginCode(&c))
+	if vd.Plugin == csiPluginName && v.csiTarget(tab, &c) {
+		return v
+	}
 	var why []string
 	switch {
 	case !c.Exists:
 		why = append(why, "gone since it was listed")
+	case c.MountPoint && len(c.NestedMounts) == 0:
+		why = append(why, fmt.Sprintf("a %s volume mounted on its own directory (%s): in use; its plugin unmounts it before the directory can be removed", vd.Plugin, c.FSType))
 	case c.MountPoint:
-		why = append(why, fmt.Sprintf("a %s volume is still mounted (%s); its plugin must unmount it first", vd.Plugin, c.FSType))
+		why = append(why, fmt.Sprintf("a %s volume mounted on its own directory (%s)", vd.Plugin, c.FSType))
 	case !c.MountPointSure:
 		why = append(why, "the kernel cannot say for sure whether it is a mount point")
 	}
 	if n := len(c.NestedMounts); n > 0 {
-		why = append(why, plural.Count(n, "mount")+" beneath it; unmount "+plural.Of(n, "it", "them")+" first")
+		why = append(why, plural.Count(n, "mount")+" beneath it, which its plugin's teardown would cross; unmount "+plural.Of(n, "it", "them")+" first")
 	}
 	if c.Exists && c.SafeToRemove {
 		why = append(why, fmt.Sprintf("a %s volume directory with nothing mounted on or beneath it; nodevol rm can remove it", vd.Plugin))
@@ -228,9 +265,95 @@ func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.
 	return v
 }
 
+// csiPluginName is the CSI plugin, which mounts a volume not on its volume
+// directory but on the subdirectory csiTargetDir of it (the kubelet's
+// CSI target path, beside its vol_data.json).
+const (
+	csiPluginName = "kubernetes.io/csi"
+	csiTargetDir  = "mount"
+)
+
+// csiTarget recognises a CSI volume in use: c, the volume directory, is
+// not a mount point (and the kernel is sure) and has exactly one mount
+// beneath it, which is on <dir>/mount with nothing beneath that. It then
+// reports that mount as the volume's own (the MOUNT POINT column, not a
+// nested mount) and says true. Anything else (a second mount there,
+// stacked or nested) is left to the generic answer: a nested-mount
+// danger.
+func (v *scanVolume) csiTarget(tab *mountdetect.MountTable, c *checkResult) bool {
+	if !c.Exists || c.kind != kindDir || c.MountPoint || !c.MountPointSure || len(c.NestedMounts) != 1 {
+		return false
+	}
+	target := filepath.Join(v.Path, csiTargetDir)
+	m := examineIn(tab, target)
+	if m.err != nil || m.kind != kindDir || !m.MountPoint || !m.MountPointSure || len(m.NestedMounts) > 0 {
+		return false
+	}
+	v.Medium = m.Medium.String()
+	v.MountPoint, v.sure = true, true
+	v.fsType, v.hugePageSize = m.FSType, m.pageSize
+	v.NestedMounts = v.NestedMounts[:0]
+	v.setCode(reasonPluginMount)
+	v.Reason = fmt.Sprintf("a %s volume mounted on its target directory %s (%s): in use; its driver unmounts it before the directory can be removed", csiPluginName, csiTargetDir, m.FSType)
+	return true
+}
+
+// emptyDirCode is the reason code of an emptyDir volume, from what
+// PlanTearDown found (its Action, Mounts and Info): nothing here looks at
+// the mounts again.
+func emptyDirCode(plan *emptydir.Plan, realPath string) reasonCode {
+	switch plan.Action {
+	case emptydir.ActionNone:
+		return reasonGone
+	case emptydir.ActionRemove:
+		return reasonNotMounted
+	case emptydir.ActionUnmountAndRemove:
+		return reasonOwnMount
+	}
+	// ActionRefuse. Mounts are those beneath the directory when there are
+	// any; else those on it (every one when stacked), or the directory
+	// itself when the kernel was unsure (Info then comes from the kernel,
+	// with its filesystem type, and says so).
+	for _, m := range plan.Mounts {
+		if !onDir(m, plan.Path, realPath) {
+			return reasonNestedMount
+		}
+	}
+	switch {
+	case len(plan.Mounts) > 1:
+		return reasonStackedMounts
+	case plan.Info.FSType != "" && !plan.Info.MountPointSure:
+		return reasonUncertain
+	}
+	return reasonForeignMount
+}
+
+// onDir reports whether m is mounted on the volume directory itself,
+// named path, or realPath in the mount table.
+func onDir(m mountdetect.Mount, path, realPath string) bool {
+	return m.MountPoint == path || m.MountPoint == realPath
+}
+
+// pluginCode is the reason code of a volume of any plugin but emptyDir,
+// from what examineIn found.
+func pluginCode(c *checkResult) reasonCode {
+	switch {
+	case !c.Exists:
+		return reasonGone
+	case len(c.NestedMounts) > 0:
+		return reasonNestedMount
+	case !c.MountPointSure:
+		return reasonUncertain
+	case c.MountPoint:
+		return reasonPluginMount
+	}
+	return reasonNotMounted
+}
+
 // fail marks the volume as one that could not be examined.
 func (v *scanVolume) fail(err error) {
 	v.err = err
+	v.setCode(reasonError)
 	v.Medium, v.MountPoint, v.SafeToRemove = "", false, false
 	v.NestedMounts = v.NestedMounts[:0]
 	v.Subpaths = v.Subpaths[:0]
@@ -243,7 +366,8 @@ func (v *scanVolume) fail(err error) {
 // nodevol teardown unmount them before the teardown, and they are not
 // beneath the volume directory, so neither "nodevol teardown" nor
 // "nodevol rm" of the volume would enter them. Any other mount in the
-// subpath tree makes the volume unsafe: the teardown would refuse.
+// subpath tree is a danger (subpath-foreign-mount): the teardown would
+// refuse.
 func (v *scanVolume) addSubpaths(c *subpath.Cleaner, tab *mountdetect.MountTable) {
 	entries, refusal, err := c.Examine(v.PodUID, v.Plugin, v.Volume, tab)
 	if err != nil {
@@ -256,6 +380,7 @@ func (v *scanVolume) addSubpaths(c *subpath.Cleaner, tab *mountdetect.MountTable
 	case errors.As(refusal, &refused) && len(refused.Mounts) > 0:
 		n := len(refused.Mounts)
 		v.SafeToRemove = false
+		v.setCode(reasonSubpathForeignMount)
 		v.Reason += fmt.Sprintf("; %s in its subPath tree %s not the volume's own subPath binds, so nodevol teardown would refuse:", plural.Count(n, "mount"), plural.Of(n, "is", "are"))
 		for _, m := range refused.Mounts {
 			v.Reason += " " + DescribeMount(m)
@@ -279,30 +404,44 @@ func (v *scanVolume) addSubpaths(c *subpath.Cleaner, tab *mountdetect.MountTable
 const scanHelp = `List every pod volume directory under the kubelet root
 (<root>/pods/<uid>/volumes/<plugin>/<volume>, all plugins) and say, for
 each, its medium, whether it is a mount point, the mounts nested beneath it
-and whether it is safe to remove. The mount table is read once.
+and a verdict. The mount table is read once. Nothing is changed.
 
-  kubernetes.io/empty-dir  safe unless "nodevol teardown" would refuse; a
-                           Memory or HugePages emptyDir is safe (teardown
-                           unmounts it)
-  any other plugin         safe only when it is not a mount point and has
-                           no mount beneath it: unmounting a CSI, NFS or
-                           secret volume is its own plugin's job
+  ok       nothing is mounted on or beneath it (or it is gone)
+  in-use   a single mount on its own directory, made by its own plugin,
+           with nothing beneath it: a Memory or HugePages emptyDir's own
+           tmpfs or hugetlbfs (its teardown unmounts it), or a mounted CSI,
+           NFS, secret or projected volume. Normal for a running pod.
+  danger   a mount its teardown would cross or that is not its own: a
+           mount nested inside the volume directory, a foreign or
+           unprovable mount on an emptyDir directory, stacked mounts, a
+           foreign mount in its subPath tree
+  unknown  the kernel cannot say for sure whether it is a mount point
+  error    it could not be examined
+
+Each verdict has a reason code (--json "reasonCode"): ok: not-mounted,
+gone; in-use: own-mount, plugin-mount; danger: nested-mount,
+foreign-mount, stacked-mounts, subpath-foreign-mount; unknown: uncertain;
+error: error. An emptyDir gets the answer "nodevol teardown" would give.
 
 Entries that do not parse (bad pod UIDs or names, files where directories
 belong) are listed as problems, and pod directories without any volume
-directory as leftovers. Nothing is changed.
+directory as leftovers.
 
 Containers' subPath entries of each volume
 (<root>/pods/<uid>/volume-subpaths/<volume>/<container>/<index>) are listed
-under it, mounted or not. They do not make a volume unsafe: the volume
-manager unmounts them before it tears the volume down.
+under it, mounted or not. The volume's own subPath binds are not a danger:
+the volume manager unmounts them before it tears the volume down.
 
 --json prints one object per line: for each volume
   {"podUID","plugin","volume","path","medium","mountPoint","nestedMounts",
-   "subpaths","safeToRemove","reason","mountNamespace"}
-with "subpaths" a list of {"container","index","path","mountPoint"} and
-"mountNamespace" {"state","reason"}, then {"problem":PATH,"error":TEXT} per
-problem and {"leftover":PATH} per leftover pod directory.
+   "subpaths","verdict","reasonCode","safeToRemove","reason",
+   "mountNamespace"}
+with "subpaths" a list of {"container","index","path","mountPoint","own"}
+and "mountNamespace" {"state","reason"}, then {"problem":PATH,"error":TEXT}
+per problem and {"leftover":PATH} per leftover pod directory.
+"safeToRemove" keeps its old meaning (the directory could be removed now
+without crossing a mount: false for an in-use CSI or secret volume); the
+verdict is what says whether a volume is healthy.
 
 The answers are about this process's mount namespace. When that is not the
 host's (a container's), or it cannot be told, a warning on stderr says so
@@ -311,9 +450,14 @@ or "unknown"): a mount made only in the host's namespace is not seen from
 here. --host-proc DIR names the host's /proc mounted into a container, to
 compare with its PID 1.
 
-Exit status: 0 every volume is safe and every entry parses (leftovers are
-fine), 1 some volume is unsafe or some entry does not parse, 2 the root or
-some entry could not be read or examined, or bad usage.`
+Exit status: 0 every volume is ok or in-use and every entry parses
+(leftovers are fine), 1 some volume is in danger or unknown, or some entry
+does not parse (it was not looked inside), 2 the root or some entry could
+not be read or a volume could not be examined, or bad usage.
+
+Changed (issue 15): the verdicts used to be safe and UNSAFE, and every
+mounted volume (each secret, projected token, CSI volume) was UNSAFE and
+made scan exit 1; now they are in-use and scan exits 0.`
 
 func runScan(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print one JSON object per volume, problem and leftover per line")
@@ -386,7 +530,7 @@ func writeScanJSON(w io.Writer, s *scanReport) error {
 }
 
 // writeScanHuman prints one table row per volume, then the details of the
-// unsafe ones, the problems, the leftovers and a one-line summary. Every
+// ones in danger, unknown or in error, the problems, the leftovers and a one-line summary. Every
 // name, path and message is escaped by display: a volume named
 // "x\nfake-row" must not add a row to the table.
 func writeScanHuman(w io.Writer, s *scanReport) {
@@ -396,7 +540,7 @@ func writeScanHuman(w io.Writer, s *scanReport) {
 		for i := range s.volumes {
 			v := &s.volumes[i]
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", display(v.PodUID), display(v.Plugin), display(v.Volume),
-				display(v.mediumColumn()), display(v.mountColumn()), len(v.NestedMounts), v.verdict())
+				display(v.mediumColumn()), display(v.mountColumn()), len(v.NestedMounts), v.Verdict)
 		}
 		tw.Flush()
 	}
@@ -408,14 +552,14 @@ func writeScanHuman(w io.Writer, s *scanReport) {
 		fmt.Fprintln(w, title)
 		printed = true
 	}
-	if n := s.unsafe(); n > 0 {
-		section("Unsafe to remove:")
+	if s.count(verdictDanger)+s.count(verdictUnknown)+s.count(verdictError) > 0 {
+		section("Danger, unknown and error (reason code, reason and mounts):")
 		for i := range s.volumes {
 			v := &s.volumes[i]
-			if v.SafeToRemove {
+			if v.Verdict == verdictOK || v.Verdict == verdictInUse {
 				continue
 			}
-			fmt.Fprintf(w, "  %s\n", display(v.Path))
+			fmt.Fprintf(w, "  %s (%s: %s)\n", display(v.Path), v.Verdict, v.ReasonCode)
 			if v.err != nil {
 				writeErrors(w, "    could not be examined: ", v.err, "")
 			} else {
@@ -465,8 +609,12 @@ func writeScanHuman(w io.Writer, s *scanReport) {
 	if printed {
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "%s: %s, %d unsafe, %s, %s\n", display(s.root),
-		plural.Count(len(s.volumes), "volume"), s.unsafe(), plural.Count(len(s.problems), "problem"), plural.Count(len(s.leftovers), "leftover"))
+	counts := make([]string, len(scanVerdicts))
+	for i, v := range scanVerdicts {
+		counts[i] = fmt.Sprintf("%d %s", s.count(v), v)
+	}
+	fmt.Fprintf(w, "%s: %s (%s), %s, %s\n", display(s.root), plural.Count(len(s.volumes), "volume"),
+		strings.Join(counts, ", "), plural.Count(len(s.problems), "problem"), plural.Count(len(s.leftovers), "leftover"))
 }
 
 func (s *scanReport) hasSubpaths() bool {
@@ -498,18 +646,4 @@ func (v *scanVolume) mountColumn() string {
 		return "yes (" + v.fsType + ")"
 	}
 	return "no"
-}
-
-func (v *scanVolume) verdict() string {
-	switch {
-	case v.err != nil:
-		return "ERROR"
-	case !v.SafeToRemove:
-		return "UNSAFE"
-	case !v.exists:
-		return "gone"
-	case v.unmounts:
-		return "safe (teardown unmounts it)"
-	}
-	return "safe"
 }

@@ -55,14 +55,14 @@ func testScanCLI(t *testing.T, bin binary) {
 			"\nLeftovers (pod directories without any volume directory):\n",
 			"  "+leftover+"\n",
 			"  "+emptyVolumes+"\n",
-			"\n"+k.root+": 3 volumes, 0 unsafe, 3 problems, 2 leftovers\n",
+			"\n"+k.root+": 3 volumes (3 ok, 0 in-use, 0 danger, 0 unknown, 0 error), 3 problems, 2 leftovers\n",
 		)
 		wantRow(t, r.stdout, "POD UID", "PLUGIN", "VOLUME", "MEDIUM", "MOUNT POINT", "NESTED", "VERDICT")
-		wantRow(t, r.stdout, testUID, "kubernetes.io/empty-dir", "cache", "Default", "no", "0", "safe")
-		wantRow(t, r.stdout, testUID2, "kubernetes.io/csi", "pvc-0a1b.data", "Default", "no", "0", "safe")
-		wantRow(t, r.stdout, testUID2, "kubernetes.io/secret", "token", "Default", "no", "0", "safe")
-		if strings.Contains(r.stdout, "UNSAFE") || r.stderr != namespaceWarning("scan") {
-			t.Errorf("no volume is unsafe and nothing failed; stderr %q, want %q", r.stderr, namespaceWarning("scan"))
+		wantRow(t, r.stdout, testUID, "kubernetes.io/empty-dir", "cache", "Default", "no", "0", "ok")
+		wantRow(t, r.stdout, testUID2, "kubernetes.io/csi", "pvc-0a1b.data", "Default", "no", "0", "ok")
+		wantRow(t, r.stdout, testUID2, "kubernetes.io/secret", "token", "Default", "no", "0", "ok")
+		if strings.Contains(r.stdout, "Danger, unknown and error") || r.stderr != namespaceWarning("scan") {
+			t.Errorf("no volume is in danger and nothing failed; stdout:\n%s\nstderr %q, want %q", r.stdout, r.stderr, namespaceWarning("scan"))
 		}
 
 		r = bin.run(t, nil, "scan", "--json", "--root", k.root)
@@ -73,9 +73,9 @@ func testScanCLI(t *testing.T, bin binary) {
 		}
 		v := byVolume(vols)
 		for name, want := range map[string]map[string]any{
-			"cache":         {"podUID": testUID, "plugin": "kubernetes.io/empty-dir", "path": cache, "medium": "Default", "mountPoint": false, "safeToRemove": true},
-			"pvc-0a1b.data": {"podUID": testUID2, "plugin": "kubernetes.io/csi", "path": csi, "medium": "Default", "mountPoint": false, "safeToRemove": true},
-			"token":         {"podUID": testUID2, "plugin": "kubernetes.io/secret", "path": secret, "safeToRemove": true},
+			"cache":         {"podUID": testUID, "plugin": "kubernetes.io/empty-dir", "path": cache, "medium": "Default", "mountPoint": false, "verdict": "ok", "reasonCode": "not-mounted", "safeToRemove": true},
+			"pvc-0a1b.data": {"podUID": testUID2, "plugin": "kubernetes.io/csi", "path": csi, "medium": "Default", "mountPoint": false, "verdict": "ok", "reasonCode": "not-mounted", "safeToRemove": true},
+			"token":         {"podUID": testUID2, "plugin": "kubernetes.io/secret", "path": secret, "verdict": "ok", "reasonCode": "not-mounted", "safeToRemove": true},
 		} {
 			for key, w := range want {
 				if v[name][key] != w {
@@ -97,12 +97,12 @@ func testScanCLI(t *testing.T, bin binary) {
 		mounttest.Intact(t, base, before) // scan changes nothing
 	})
 
-	t.Run("all safe", func(t *testing.T) {
+	t.Run("all ok", func(t *testing.T) {
 		k := newKubelet(t, realTempDir(t))
 		k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
 		r := bin.run(t, nil, "scan", "--root", k.root)
 		r.wantCode(t, ExitOK)
-		wantContains(t, "stdout", r.stdout, "  safe\n", k.root+": 1 volume, 0 unsafe, 0 problems, 0 leftovers\n")
+		wantContains(t, "stdout", r.stdout, "  ok\n", k.root+": 1 volume (1 ok, 0 in-use, 0 danger, 0 unknown, 0 error), 0 problems, 0 leftovers\n")
 	})
 
 	t.Run("unreadable entry is an error", func(t *testing.T) {
@@ -153,8 +153,8 @@ func testScanCLI(t *testing.T, bin binary) {
 		r.wantCode(t, ExitOK)
 		vols, _, _ := scanLines(t, r.stdout)
 		viaLink := filepath.Join(link, strings.TrimPrefix(cache, k.root))
-		if len(vols) != 1 || vols[0]["path"] != viaLink || vols[0]["safeToRemove"] != true {
-			t.Errorf("scan through %s = %v; want %s, safe", link, vols, viaLink)
+		if len(vols) != 1 || vols[0]["path"] != viaLink || vols[0]["safeToRemove"] != true || vols[0]["verdict"] != "ok" {
+			t.Errorf("scan through %s = %v; want %s, ok and safe", link, vols, viaLink)
 		}
 	})
 
@@ -194,16 +194,16 @@ func testScanCLI(t *testing.T, bin binary) {
 		before := mounttest.Snapshot(t, cache)
 
 		r := bin.run(t, nil, "scan", "--root", k.root)
-		r.wantCode(t, ExitOK) // subpath mounts do not make a volume unsafe
-		wantRow(t, r.stdout, testUID, "kubernetes.io/empty-dir", "cache", "Default", "no", "0", "safe")
-		wantRow(t, r.stdout, testUID, "kubernetes.io/empty-dir", "other", "Default", "no", "0", "safe")
+		r.wantCode(t, ExitOK) // the volume's own subpath mounts are no danger
+		wantRow(t, r.stdout, testUID, "kubernetes.io/empty-dir", "cache", "Default", "no", "0", "ok")
+		wantRow(t, r.stdout, testUID, "kubernetes.io/empty-dir", "other", "Default", "no", "0", "ok")
 		wantContains(t, "stdout", r.stdout,
 			"\nSubpaths (containers' subPath bind mounts; the volume manager unmounts them before tearing a volume down):\n"+
 				"  "+cache+"\n"+
 				"    app/0      mounted      "+logs+"\n"+
 				"    app/10     mounted      "+host+"\n"+
 				"    sidecar/1  not mounted  "+stale+"\n\n",
-			k.root+": 2 volumes, 0 unsafe, 0 problems, 0 leftovers\n",
+			k.root+": 2 volumes (2 ok, 0 in-use, 0 danger, 0 unknown, 0 error), 0 problems, 0 leftovers\n",
 		)
 		if strings.Contains(r.stdout, "  "+other+"\n") {
 			t.Errorf("volume other has no subpaths but is listed under Subpaths:\n%s", r.stdout)
@@ -224,24 +224,95 @@ func testScanCLI(t *testing.T, bin binary) {
 		if got, _ := v["other"]["subpaths"].([]any); got == nil || len(got) != 0 {
 			t.Errorf("other subpaths = %#v; want []", v["other"]["subpaths"])
 		}
-		if v["cache"]["safeToRemove"] != true {
-			t.Errorf("cache safeToRemove = %v; want true", v["cache"]["safeToRemove"])
+		if v["cache"]["safeToRemove"] != true || v["cache"]["verdict"] != "ok" || v["cache"]["reasonCode"] != "not-mounted" {
+			t.Errorf("cache safeToRemove, verdict, reasonCode = %v, %v, %v; want true, ok, not-mounted", v["cache"]["safeToRemove"], v["cache"]["verdict"], v["cache"]["reasonCode"])
 		}
 		wantContains(t, "cache reason", v["cache"]["reason"].(string),
 			"; 2 subPath bind mounts of its containers are active: the volume manager and nodevol teardown unmount them before the teardown, so they do not make the volume unsafe")
 		mounttest.Intact(t, cache, before) // scan changes nothing
 	})
 
-	t.Run("mounts make volumes unsafe", func(t *testing.T) {
+	t.Run("healthy node exits 0", func(t *testing.T) {
+		mounttest.RequireMounts(t)
+		base := realTempDir(t)
+		k := newKubelet(t, base)
+		// What every running pod has: emptyDirs (a Default one and a
+		// Memory one set up by nodevol), a secret and a projected
+		// service-account token (tmpfs on their own directories, as the
+		// kubelet mounts them), a CSI volume mounted by its driver on its
+		// target directory <volume>/mount, and a configMap directory
+		// nothing is mounted on (yet).
+		scratch := k.setUp(t, testUID, "scratch", volume.EmptyDirSource{})
+		mem := k.setUp(t, testUID, "mem", volume.EmptyDirSource{Medium: volume.StorageMediumMemory})
+		secret := k.dir(t, testUID, "kubernetes.io/secret", "token")
+		mounttest.Tmpfs(t, secret, "size=1m")
+		projected := k.dir(t, testUID, "kubernetes.io/projected", "kube-api-access-x7k2p")
+		mounttest.Tmpfs(t, projected, "size=1m")
+		csi := k.dir(t, testUID2, "kubernetes.io/csi", "pvc-1")
+		mounttest.Build(t, csi, "file vol_data.json {}", "dir mount")
+		mounttest.Tmpfs(t, filepath.Join(csi, "mount"), "size=1m")
+		config := k.dir(t, testUID2, "kubernetes.io/configmap", "config")
+		mounttest.Build(t, config, "file app.yaml a: b")
+		before := mounttest.Snapshot(t, scratch)
+
+		r := bin.run(t, nil, "scan", "--root", k.root)
+		r.wantCode(t, ExitOK)
+		wantRow(t, r.stdout, testUID, "kubernetes.io/empty-dir", "scratch", "Default", "no", "0", "ok")
+		wantRow(t, r.stdout, testUID, "kubernetes.io/empty-dir", "mem", "Memory", "yes (tmpfs)", "0", "in-use")
+		wantRow(t, r.stdout, testUID, "kubernetes.io/secret", "token", "Memory", "yes (tmpfs)", "0", "in-use")
+		wantRow(t, r.stdout, testUID, "kubernetes.io/projected", "kube-api-access-x7k2p", "Memory", "yes (tmpfs)", "0", "in-use")
+		wantRow(t, r.stdout, testUID2, "kubernetes.io/csi", "pvc-1", "Memory", "yes (tmpfs)", "0", "in-use")
+		wantRow(t, r.stdout, testUID2, "kubernetes.io/configmap", "config", "Default", "no", "0", "ok")
+		wantContains(t, "stdout", r.stdout, k.root+": 6 volumes (2 ok, 4 in-use, 0 danger, 0 unknown, 0 error), 0 problems, 0 leftovers\n")
+		if strings.Contains(r.stdout, "Danger, unknown and error") {
+			t.Errorf("a healthy node lists volumes in danger:\n%s", r.stdout)
+		}
+
+		r = bin.run(t, nil, "scan", "--json", "--root", k.root)
+		r.wantCode(t, ExitOK)
+		vols, _, _ := scanLines(t, r.stdout)
+		v := byVolume(vols)
+		for name, want := range map[string][3]any{
+			"scratch":               {"ok", "not-mounted", true},
+			"mem":                   {"in-use", "own-mount", true}, // teardown unmounts it
+			"token":                 {"in-use", "plugin-mount", false},
+			"kube-api-access-x7k2p": {"in-use", "plugin-mount", false},
+			"pvc-1":                 {"in-use", "plugin-mount", false},
+			"config":                {"ok", "not-mounted", true},
+		} {
+			if got := [3]any{v[name]["verdict"], v[name]["reasonCode"], v[name]["safeToRemove"]}; got != want {
+				t.Errorf("%s: verdict, reasonCode, safeToRemove = %v; want %v", name, got, want)
+			}
+		}
+		if nested, _ := v["pvc-1"]["nestedMounts"].([]any); len(nested) != 0 || v["pvc-1"]["mountPoint"] != true {
+			t.Errorf("pvc-1 = %v; want its target directory's mount as its own, no nested mounts", v["pvc-1"])
+		}
+		mounttest.Intact(t, scratch, before)
+		if _, err := os.Stat(mem); err != nil {
+			t.Error(err)
+		}
+	})
+
+	t.Run("dangers", func(t *testing.T) {
 		mounttest.RequireMounts(t)
 		base := realTempDir(t)
 		k := newKubelet(t, filepath.Join(base, "data"))
+		// A NAS in a Default emptyDir.
 		cache := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
 		nas := filepath.Join(cache, "nas")
 		mounttest.Tmpfs(t, nas, "size=1m")
 		scratch := k.setUp(t, testUID, "scratch", volume.EmptyDirSource{Medium: volume.StorageMediumMemory})
 		csi := k.dir(t, testUID2, "kubernetes.io/csi", "pvc-1")
 		mounttest.Tmpfs(t, csi, "size=1m")
+		// A bind mount nested inside a mounted CSI volume's target
+		// directory.
+		csi2 := k.dir(t, testUID2, "kubernetes.io/csi", "pvc-2")
+		mounttest.Build(t, csi2, "file vol_data.json {}", "dir mount")
+		mounttest.Tmpfs(t, filepath.Join(csi2, "mount"), "size=1m")
+		bindInCSI := filepath.Join(csi2, "mount", "data")
+		shared := filepath.Join(base, "shared")
+		mounttest.Build(t, shared, "file precious x")
+		mounttest.Bind(t, shared, bindInCSI)
 		// Not a mount point itself, but something is mounted beneath it.
 		nfs := k.dir(t, testUID2, "kubernetes.io/nfs", "share")
 		nfsInner := filepath.Join(nfs, "export")
@@ -252,52 +323,107 @@ func testScanCLI(t *testing.T, bin binary) {
 		share := filepath.Join(base, "share")
 		mounttest.Build(t, share, "file data x")
 		mounttest.Bind(t, share, foreign)
+		// A tmpfs on an emptyDir directory that nodevol has no record of
+		// mounting.
+		unrecorded := k.dir(t, testUID2, "kubernetes.io/empty-dir", "unrecorded")
+		mounttest.Tmpfs(t, unrecorded, "size=1m")
+		// A second tmpfs stacked on a Memory emptyDir's own.
+		stacked := k.setUp(t, testUID2, "stacked", volume.EmptyDirSource{Medium: volume.StorageMediumMemory})
+		mounttest.Tmpfs(t, stacked, "size=1m")
 		// Scanned through a symlink, as on nodes where /var/lib/kubelet
 		// is one: the kernel names mounts by their resolved paths.
 		link := filepath.Join(base, "var-lib-kubelet")
 		if err := os.Symlink(k.root, link); err != nil {
 			t.Fatal(err)
 		}
+		viaLink := func(p string) string { return filepath.Join(link, strings.TrimPrefix(p, k.root)) }
 		before := mounttest.Snapshot(t, filepath.Join(k.root, "pods", testUID))
 
 		r := bin.run(t, nil, "scan", "--root", link)
 		r.wantCode(t, ExitRefused)
-		wantRow(t, r.stdout, testUID, "kubernetes.io/empty-dir", "cache", "Default", "no", "1", "UNSAFE")
-		wantRow(t, r.stdout, testUID, "kubernetes.io/empty-dir", "scratch", "Memory", "yes (tmpfs)", "0", "safe (teardown unmounts it)")
-		wantRow(t, r.stdout, testUID2, "kubernetes.io/csi", "pvc-1", "Memory", "yes (tmpfs)", "0", "UNSAFE")
-		wantRow(t, r.stdout, testUID2, "kubernetes.io/nfs", "share", "Default", "no", "1", "UNSAFE")
+		wantRow(t, r.stdout, testUID, "kubernetes.io/empty-dir", "cache", "Default", "no", "1", "danger")
+		wantRow(t, r.stdout, testUID, "kubernetes.io/empty-dir", "scratch", "Memory", "yes (tmpfs)", "0", "in-use")
+		wantRow(t, r.stdout, testUID2, "kubernetes.io/csi", "pvc-1", "Memory", "yes (tmpfs)", "0", "in-use")
+		wantRow(t, r.stdout, testUID2, "kubernetes.io/csi", "pvc-2", "Default", "no", "2", "danger")
+		wantRow(t, r.stdout, testUID2, "kubernetes.io/nfs", "share", "Default", "no", "1", "danger")
 		wantContains(t, "stdout", r.stdout,
-			"a kubernetes.io/csi volume is still mounted (tmpfs); its plugin must unmount it first",
+			"\nDanger, unknown and error (reason code, reason and mounts):\n",
+			"  "+viaLink(cache)+" (danger: nested-mount)\n",
 			"    "+nas+" (tmpfs from tmpfs)\n",
+			"  "+viaLink(csi2)+" (danger: nested-mount)\n",
+			"    "+bindInCSI+" (",
+			"  "+viaLink(foreign)+" (danger: foreign-mount)\n",
 			"is mounted on the volume directory itself",
-			"  "+filepath.Join(link, strings.TrimPrefix(nfs, k.root))+"\n    1 mount beneath it; unmount it first\n    "+nfsInner+" (tmpfs from tmpfs)\n",
-			link+": 5 volumes, 4 unsafe, 0 problems, 0 leftovers\n",
+			"  "+viaLink(unrecorded)+" (danger: foreign-mount)\n",
+			"nodevol has no record of mounting it",
+			"  "+viaLink(stacked)+" (danger: stacked-mounts)\n",
+			"  "+viaLink(nfs)+" (danger: nested-mount)\n    1 mount beneath it, which its plugin's teardown would cross; unmount it first\n    "+nfsInner+" (tmpfs from tmpfs)\n",
+			link+": 8 volumes (0 ok, 2 in-use, 6 danger, 0 unknown, 0 error), 0 problems, 0 leftovers\n",
 		)
+		for _, p := range []string{scratch, csi} {
+			if strings.Contains(r.stdout, "  "+viaLink(p)+" (") {
+				t.Errorf("in-use volume %s is listed with the dangers:\n%s", p, r.stdout)
+			}
+		}
 
 		r = bin.run(t, nil, "scan", "--json", "--root", link)
 		r.wantCode(t, ExitRefused)
 		vols, _, _ := scanLines(t, r.stdout)
 		v := byVolume(vols)
+		for name, want := range map[string][4]any{
+			"cache":      {"danger", "nested-mount", false, false},
+			"scratch":    {"in-use", "own-mount", true, true},
+			"pvc-1":      {"in-use", "plugin-mount", false, true},
+			"pvc-2":      {"danger", "nested-mount", false, false},
+			"share":      {"danger", "nested-mount", false, false},
+			"foreign":    {"danger", "foreign-mount", false, true},
+			"unrecorded": {"danger", "foreign-mount", false, true},
+			"stacked":    {"danger", "stacked-mounts", false, true},
+		} {
+			if got := [4]any{v[name]["verdict"], v[name]["reasonCode"], v[name]["safeToRemove"], v[name]["mountPoint"]}; got != want {
+				t.Errorf("%s: verdict, reasonCode, safeToRemove, mountPoint = %v; want %v", name, got, want)
+			}
+		}
 		nested, _ := v["cache"]["nestedMounts"].([]any)
-		if v["cache"]["safeToRemove"] != false || len(nested) != 1 || nested[0].(map[string]any)["mountPoint"] != nas {
-			t.Errorf("cache = %v; want unsafe with %s nested", v["cache"], nas)
+		if len(nested) != 1 || nested[0].(map[string]any)["mountPoint"] != nas {
+			t.Errorf("cache = %v; want %s nested", v["cache"], nas)
 		}
-		if v["scratch"]["safeToRemove"] != true || v["scratch"]["mountPoint"] != true || v["scratch"]["medium"] != "Memory" {
-			t.Errorf("scratch = %v; want a safe Memory mount point", v["scratch"])
+		if v["scratch"]["medium"] != "Memory" {
+			t.Errorf("scratch = %v; want a Memory mount point", v["scratch"])
 		}
-		if v["pvc-1"]["safeToRemove"] != false || v["pvc-1"]["mountPoint"] != true {
-			t.Errorf("pvc-1 = %v; want an unsafe mount point", v["pvc-1"])
+		nested, _ = v["pvc-2"]["nestedMounts"].([]any)
+		if len(nested) != 2 || nested[1].(map[string]any)["mountPoint"] != bindInCSI {
+			t.Errorf("pvc-2 = %v; want its target's tmpfs and %s nested", v["pvc-2"], bindInCSI)
 		}
 		nested, _ = v["share"]["nestedMounts"].([]any)
-		if v["share"]["safeToRemove"] != false || v["share"]["mountPoint"] != false || len(nested) != 1 || nested[0].(map[string]any)["mountPoint"] != nfsInner {
-			t.Errorf("share = %v; want unsafe, not a mount point, %s nested", v["share"], nfsInner)
-		}
-		if v["foreign"]["safeToRemove"] != false || v["foreign"]["mountPoint"] != true {
-			t.Errorf("foreign = %v; want an unsafe mount point", v["foreign"])
+		if len(nested) != 1 || nested[0].(map[string]any)["mountPoint"] != nfsInner {
+			t.Errorf("share = %v; want %s nested", v["share"], nfsInner)
 		}
 		mounttest.Intact(t, filepath.Join(k.root, "pods", testUID), before)
 		if _, err := os.Stat(scratch); err != nil {
 			t.Error(err)
+		}
+	})
+
+	t.Run("danger in a subPath tree", func(t *testing.T) {
+		mounttest.RequireMounts(t)
+		k := newKubelet(t, realTempDir(t))
+		cache := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
+		mounttest.Build(t, cache, "dir data")
+		subpaths, err := k.layout.VolumeSubpathsDir(testUID, "cache")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A tmpfs where a subPath bind of the volume belongs: not the
+		// volume's own, so its teardown would refuse.
+		entry := filepath.Join(subpaths, "app", "0")
+		mounttest.Tmpfs(t, entry, "size=1m")
+
+		r := bin.run(t, nil, "scan", "--json", "--root", k.root)
+		r.wantCode(t, ExitRefused)
+		vols, _, _ := scanLines(t, r.stdout)
+		if len(vols) != 1 || vols[0]["verdict"] != "danger" || vols[0]["reasonCode"] != "subpath-foreign-mount" || vols[0]["safeToRemove"] != false {
+			t.Errorf("scan = %v; want cache in danger: subpath-foreign-mount, not safe to remove", vols)
 		}
 	})
 }
@@ -309,7 +435,8 @@ func wantRow(t *testing.T, out string, cols ...string) {
 	clitest.WantRow(t, out, cols...)
 }
 
-// A problem that is an unreadable entry (not a bad name) is an error.
+// Only danger (and unknown, and an entry that does not parse) exits 1; a
+// problem that is an unreadable entry (not a bad name) is an error.
 func TestScanExitCodes(t *testing.T) {
 	unreadable := &fs.PathError{Op: "open", Path: "/r/pods/x/volumes", Err: fs.ErrPermission}
 	for _, tc := range []struct {
@@ -319,12 +446,15 @@ func TestScanExitCodes(t *testing.T) {
 	}{
 		{"empty", scanReport{}, ExitOK},
 		{"leftovers only", scanReport{leftovers: []scanLeftover{{"/r/pods/x"}}}, ExitOK},
-		{"safe", scanReport{volumes: []scanVolume{{SafeToRemove: true}}}, ExitOK},
-		{"unsafe", scanReport{volumes: []scanVolume{{SafeToRemove: true}, {}}}, ExitRefused},
+		{"ok", scanReport{volumes: []scanVolume{{Verdict: verdictOK, SafeToRemove: true}}}, ExitOK},
+		{"in use", scanReport{volumes: []scanVolume{{Verdict: verdictOK}, {Verdict: verdictInUse}, {Verdict: verdictInUse, SafeToRemove: true}}}, ExitOK},
+		{"danger", scanReport{volumes: []scanVolume{{Verdict: verdictInUse}, {Verdict: verdictDanger}}}, ExitRefused},
+		{"unknown", scanReport{volumes: []scanVolume{{Verdict: verdictUnknown}}}, ExitRefused},
+		{"danger and error", scanReport{volumes: []scanVolume{{Verdict: verdictDanger}, {Verdict: verdictError, err: unreadable}}}, ExitError},
 		{"bad name", scanReport{problems: []scanProblem{{err: &volume.InvalidNameError{}}}}, ExitRefused},
 		{"vanished", scanReport{problems: []scanProblem{{err: &fs.PathError{Err: fs.ErrNotExist}}}}, ExitRefused},
 		{"unreadable", scanReport{problems: []scanProblem{{err: errors.Join(errors.New("x"), unreadable)}}}, ExitError},
-		{"not examined", scanReport{volumes: []scanVolume{{err: unreadable}}}, ExitError},
+		{"not examined", scanReport{volumes: []scanVolume{{Verdict: verdictError, err: unreadable}}}, ExitError},
 	} {
 		if got := tc.s.code(); got != tc.want {
 			t.Errorf("%s: code() = %d, want %d", tc.name, got, tc.want)
