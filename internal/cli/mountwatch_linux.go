@@ -48,7 +48,8 @@ func watchMountTable(ctx context.Context, log logr.Logger) <-chan struct{} {
 				// The kernel takes the change as seen when the file is
 				// read from its start; unread, poll would fire at once
 				// forever.
-				if _, err := f.Seek(0, io.SeekStart); err == nil {
+				_, err := f.Seek(0, io.SeekStart)
+				if err == nil {
 					_, err = io.Copy(io.Discard, f)
 				}
 				if err != nil {

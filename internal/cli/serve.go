@@ -76,10 +76,9 @@ type server struct {
 	opts    serveOptions
 	metrics *serveMetrics
 
-	mu       sync.Mutex
-	lastOK   time.Time // of the last successful scan; zero before
-	lastErr  error     // of the last scan
-	scanning bool
+	mu      sync.Mutex
+	lastOK  time.Time // of the last successful scan; zero before
+	lastErr error     // of the last scan
 }
 
 func newServer(opts serveOptions) (*server, error) {
