@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -240,6 +241,11 @@ func TestServeRescansOnMountChange(t *testing.T) {
 	if err := os.Mkdir(nas, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// The watch opens the mount table of the thread it runs on; mount on
+	// that same thread, so that a thread another test left in a namespace
+	// of its own cannot split the two.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ts := startServer(t, k.root, watchMountTable(ctx, ktesting.NewLogger(t, ktesting.NewConfig())))
