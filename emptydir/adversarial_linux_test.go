@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -403,15 +402,10 @@ func TestTearDownMountPointSwappedInTheLastWindow(t *testing.T) {
 	vols, vfd := e.volumesDir(t)
 	// Started before the mounts are made: in its namespace they are plain
 	// directories it can rename.
-	var steps atomic.Int64
-	a := mounttest.StartAttacker(t, func() error {
-		if steps.Load() > 0 {
-			return errors.New("done")
-		}
+	a := mounttest.StartAttackerOnce(t, func() error {
 		if err := unix.Renameat(vfd, "cache", vfd, "moved"); err != nil {
 			return err
 		}
-		steps.Add(1)
 		return unix.Renameat(vfd, "nas", vfd, "cache")
 	})
 	vol := e.setUp(t, pod, "cache").Path()

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -325,15 +324,10 @@ func TestResizeVolumeRace(t *testing.T) {
 		vols, vfd := e.volumesDir(t)
 		// Started before the volume is mounted: in its namespace the
 		// volume directory is a plain directory it can rename.
-		var steps atomic.Int64
-		a := mounttest.StartAttacker(t, func() error {
-			if steps.Load() > 0 {
-				return errors.New("done")
-			}
+		a := mounttest.StartAttackerOnce(t, func() error {
 			if err := unix.Renameat(vfd, "cache", vfd, "moved"); err != nil {
 				return err
 			}
-			steps.Add(1)
 			return unix.Symlinkat(foreign, vfd, "cache")
 		})
 		_, vol := e.memoryVolume(t)

@@ -4,12 +4,10 @@ package emptydir
 // embedder's-mounter crash recovery) and of the mount proof they rely on.
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
-	"runtime"
-	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -66,11 +64,7 @@ func TestOtherPodsTmpfsRenamedInIsNotTheVolumes(t *testing.T) {
 				}
 				// Started before the victim's tmpfs is mounted: in its
 				// namespace the victim's volume is a directory it may rename.
-				var done atomic.Bool
-				a := mounttest.StartAttacker(t, func() error {
-					if done.Swap(true) {
-						return errors.New("done")
-					}
+				a := mounttest.StartAttackerOnce(t, func() error {
 					return os.Rename(victimVol, ownVol)
 				})
 				victim := &volume.Pod{UID: victimUID, Namespace: "default", Name: "victim", MemoryLimit: 64 << 20,
@@ -98,12 +92,7 @@ func TestOtherPodsTmpfsRenamedInIsNotTheVolumes(t *testing.T) {
 				if err != nil || rec == nil || rec.Mount == nil {
 					t.Fatalf("victim's record: %+v, %v", rec, err)
 				}
-				a.Resume()
-				for !done.Load() {
-					runtime.Gosched()
-				}
-				a.Pause()
-				if a.Steps() == 0 {
+				if !a.StepWithin(10 * time.Second) {
 					t.Fatal("the attacker could not rename the victim's volume into its own volume's place")
 				}
 				if !mounttest.IsMountRoot(t, ownVol) {

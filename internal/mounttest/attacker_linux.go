@@ -64,6 +64,24 @@ func StartAttacker(t testing.TB, step func() error) *Attacker {
 	return a
 }
 
+// errTried is what a StartAttackerOnce step returns after its one try.
+var errTried = errors.New("the attacker's one step was tried already")
+
+// StartAttackerOnce is StartAttacker with a step that is tried once: after
+// its first call, whether it succeeded or not, the attacker only idles (a
+// failed try is not counted in Steps, so a test that waits for the step
+// sees it fail).
+func StartAttackerOnce(t testing.TB, step func() error) *Attacker {
+	t.Helper()
+	var tried atomic.Bool
+	return StartAttacker(t, func() error {
+		if tried.Swap(true) {
+			return errTried
+		}
+		return step()
+	})
+}
+
 // Resume lets the attacker run.
 func (a *Attacker) Resume() { a.enabled.Store(true) }
 
