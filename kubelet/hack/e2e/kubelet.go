@@ -213,23 +213,32 @@ func (k *kubelet) logLines(offset int64, re *regexp.Regexp) ([]string, int64, er
 	return lines, offset, nil
 }
 
-// pods asks the read-only port for the kubelet's pods.
-func (k *kubelet) pods(ctx context.Context) ([]corev1.Pod, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, podsURL, nil)
+// get reads url from the kubelet's read-only port with read; a status
+// other than 200 is an error.
+func (k *kubelet) get(ctx context.Context, url string, read func(io.Reader) error) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	resp, err := k.client.Do(req)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", podsURL, resp.Status)
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
+	if err := read(resp.Body); err != nil {
+		return fmt.Errorf("GET %s: %w", url, err)
+	}
+	return nil
+}
+
+// pods asks the read-only port for the kubelet's pods.
+func (k *kubelet) pods(ctx context.Context) ([]corev1.Pod, error) {
 	var list corev1.PodList
-	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
-		return nil, fmt.Errorf("GET %s: %w", podsURL, err)
+	if err := k.get(ctx, podsURL, func(r io.Reader) error { return json.NewDecoder(r).Decode(&list) }); err != nil {
+		return nil, err
 	}
 	return list.Items, nil
 }
@@ -240,21 +249,13 @@ func (k *kubelet) pods(ctx context.Context) ([]corev1.Pod, error) {
 // volume_plugin="kubernetes.io/empty-dir", operation_name="volume_unmount",
 // status="fail-unknown", summed over its other labels.
 func (k *kubelet) failedEmptyDirUnmounts(ctx context.Context) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL, nil)
+	var n float64
+	err := k.get(ctx, metricsURL, func(r io.Reader) (err error) {
+		n, err = countFailedEmptyDirUnmounts(r)
+		return err
+	})
 	if err != nil {
 		return 0, err
-	}
-	resp, err := k.client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("GET %s: %s", metricsURL, resp.Status)
-	}
-	n, err := countFailedEmptyDirUnmounts(resp.Body)
-	if err != nil {
-		return 0, fmt.Errorf("GET %s: %w", metricsURL, err)
 	}
 	return n, nil
 }
