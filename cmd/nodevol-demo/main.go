@@ -8,7 +8,7 @@
 //	go run ./cmd/nodevol-demo
 //
 // It is a program of its own rather than a command of nodevol so that the
-// operator's binary does not link the volume manager and Prometheus;
+// operator's binary does not link the volume manager;
 // "nodevol demo" names this program and exits with status 2. The steps it
 // shows as "nodevol scan" run nodevol's own scan (internal/cli).
 //

@@ -5,6 +5,7 @@
 //	nodevol rm [--dry-run] [--json] [--workers N] PATH...
 //	nodevol teardown [--dry-run] [--json] VOLUME_DIR...
 //	nodevol scan [--json] [--root DIR]
+//	nodevol serve [--listen ADDR] [--interval DURATION] [--root DIR] [--host-root DIR]
 //	nodevol usage [--json] PATH...
 //	nodevol version [--json]
 //	nodevol help [COMMAND]
@@ -17,7 +18,7 @@
 //
 // The demo of the volume manager is a program of its own, nodevol-demo
 // (go run ./cmd/nodevol-demo), so that this binary does not link the
-// volume manager (reconciler) and Prometheus; "nodevol demo" says so and
+// volume manager (reconciler); "nodevol demo" says so and
 // exits with status 2.
 //
 // Exit status: 0 ok, 1 refused or unsafe (for scan: a volume in danger),

@@ -1,7 +1,7 @@
 // Package cli is the nodevol command: its command table, argument
 // handling and every command but the demo, which is a program of its own
 // (cmd/nodevol-demo) so that the operator's binary does not link the
-// volume manager (reconciler) and Prometheus. cmd/nodevol is a thin main
+// volume manager (reconciler). cmd/nodevol is a thin main
 // around Run; the demo runs Run for the "nodevol scan" steps it shows.
 //
 // The commands are listed, and the exit statuses said, in cmd/nodevol's
@@ -126,6 +126,10 @@ one, and refuse (changing nothing) when a mount is beneath it.`},
 /var/lib/kubelet) with its medium, mounts and verdict (ok, in-use,
 danger, unknown, error), plus entries that do not parse and leftover
 pod directories. Exits 1 only for danger (and unknown, unparsable).`},
+		{name: "serve", synopsis: "[--listen ADDR] [--interval DURATION] [--root DIR] [--host-root DIR]", help: serveHelp, run: runServe,
+			short: `Scan the kubelet root every interval and when the mount table changes,
+and serve the verdicts as Prometheus metrics on /metrics, with /healthz
+and /readyz. Read-only: it never unmounts or removes anything.`},
 		{name: "usage", synopsis: "[--json] PATH...", help: usageHelp, run: runUsage,
 			short: `Bytes and inodes each directory uses, from its project quota when it
 has one, else from a walk that stays on its mount.`},
@@ -180,7 +184,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 // command until it became a program of its own, and whoever still types
 // it is told where it went rather than that it never existed.
 const demoMoved = `nodevol: the demo is not part of nodevol: it is its own program, so that
-nodevol does not link the volume manager and Prometheus. In nodevol's
+nodevol does not link the volume manager. In nodevol's
 source tree run:
 	go run ./cmd/nodevol-demo
 `

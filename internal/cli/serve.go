@@ -1,0 +1,318 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/signal"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/klog/v2/textlogger"
+	"k8s.io/utils/clock"
+
+	"github.com/nodevol/nodevol/mountdetect"
+	"github.com/nodevol/nodevol/volume"
+)
+
+// defaultListen is serve's default address. 9477 is not taken by any
+// exporter on Prometheus's default port allocation list.
+const defaultListen = ":9477"
+
+const serveHelp = `Run as a node agent: scan the kubelet root (as "nodevol scan" does) every
+--interval, and sooner when the mount table changes, and serve the
+results as Prometheus metrics. It only reads: it never unmounts or
+removes anything.
+
+Endpoints, on --listen:
+	/metrics   Prometheus metrics (see docs/cli.md for the list)
+	/healthz   200 while the process runs
+	/readyz    200 once a scan completed, the last scan succeeded and
+	           it is no older than 3 intervals; 503 otherwise
+
+In a container, --root is the kubelet root as mounted into it (e.g.
+/host/var/lib/kubelet, a hostPath with mountPropagation HostToContainer)
+and --host-root the path the host knows it by, used in labels and logs.
+When the process cannot be shown to be in the host's mount namespace it
+says so in its log at every scan and in nodevol_mount_namespace.
+
+It stops on SIGTERM or SIGINT: scanning stops and the server shuts down,
+letting requests finish for up to 5 seconds. Exit status 0 after a
+signal, 2 on bad usage or when it cannot listen.`
+
+// serveOptions is what a server is made of. The zero values of clock,
+// registry and logger are the real clock, a new registry and a discarding
+// logger.
+type serveOptions struct {
+	root     string // as this process sees it
+	hostRoot string // as the host names it: labels and logs
+	interval time.Duration
+	// rescan asks for a scan now (the mount table changed); nil: none.
+	rescan <-chan struct{}
+	// debounce is how long a rescan waits for more mount changes.
+	debounce time.Duration
+	ns       mountdetect.MountNamespace
+	version  versionInfo
+	clock    clock.WithTicker
+	registry *prometheus.Registry
+	logger   logr.Logger
+	// scanned, when set, is called after each scan (tests).
+	scanned func()
+}
+
+// server is serve's agent: a scan loop and its HTTP endpoints. It reads
+// only.
+type server struct {
+	opts    serveOptions
+	metrics *serveMetrics
+
+	mu      sync.Mutex
+	lastOK  time.Time // of the last successful scan; zero before
+	lastErr error     // of the last scan
+}
+
+func newServer(opts serveOptions) (*server, error) {
+	if opts.clock == nil {
+		opts.clock = clock.RealClock{}
+	}
+	if opts.registry == nil {
+		opts.registry = prometheus.NewRegistry()
+	}
+	if opts.logger.GetSink() == nil {
+		opts.logger = logr.Discard()
+	}
+	if opts.interval <= 0 {
+		return nil, fmt.Errorf("interval %v: must be positive", opts.interval)
+	}
+	m, err := newServeMetrics(opts.registry, opts.hostRoot, &opts.version)
+	if err != nil {
+		return nil, err
+	}
+	m.setNamespace(opts.ns.State)
+	return &server{opts: opts, metrics: m}, nil
+}
+
+// handler serves /metrics, /healthz and /readyz.
+func (s *server) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.opts.registry, promhttp.HandlerOpts{Registry: s.opts.registry}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := s.ready(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// ready is nil when a scan completed, the last one succeeded and the last
+// success is no older than 3 intervals, else why not.
+func (s *server) ready() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.lastErr != nil:
+		return fmt.Errorf("last scan failed: %w", s.lastErr)
+	case s.lastOK.IsZero():
+		return errors.New("no scan has completed yet")
+	}
+	if age := s.opts.clock.Since(s.lastOK); age > 3*s.opts.interval {
+		return fmt.Errorf("last successful scan is %v old (more than 3 intervals of %v)", age.Round(time.Millisecond), s.opts.interval)
+	}
+	return nil
+}
+
+// scanLoop scans at once, then every interval and on each rescan request
+// (after the debounce), until ctx is done.
+func (s *server) scanLoop(ctx context.Context) {
+	t := s.opts.clock.NewTicker(s.opts.interval)
+	defer t.Stop()
+	for {
+		s.scanOnce()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		case <-s.opts.rescan:
+			s.opts.logger.V(2).Info("mount table changed; rescanning")
+			if s.opts.debounce > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-s.opts.clock.After(s.opts.debounce):
+				}
+			}
+			// Changes during the debounce are in this scan.
+			select {
+			case <-s.opts.rescan:
+			default:
+			}
+		}
+	}
+}
+
+// scanOnce scans the root once and publishes the result.
+func (s *server) scanOnce() {
+	log := s.opts.logger
+	if s.opts.ns.State != mountdetect.MountNamespaceHost {
+		log.Info("WARNING: not in the host's mount namespace: a mount made only in the host's namespace is not seen, and volumes may look healthy that are not",
+			"mountNamespace", s.opts.ns.String())
+	}
+	start := s.opts.clock.Now()
+	rep, err := scanRoot(s.opts.root)
+	took := s.opts.clock.Since(start)
+	s.metrics.observe(rep, err, took, start)
+	if err != nil {
+		log.Error(err, "scan failed", "root", s.opts.hostRoot)
+	} else {
+		danger := 0
+		for i := range rep.volumes {
+			v := &rep.volumes[i]
+			switch v.Verdict {
+			case verdictDanger, verdictUnknown, verdictError:
+				if v.Verdict == verdictDanger {
+					danger++
+				}
+				log.Info("volume is not healthy", "verdict", v.Verdict, "reason", v.ReasonCode,
+					"plugin", v.Plugin, "pod", v.PodUID, "volume", v.Volume, "path", s.hostPath(v.Path), "detail", s.hostPaths(v.Reason))
+			}
+		}
+		for _, p := range rep.problems {
+			log.Info("entry does not parse or cannot be read", "path", s.hostPath(p.Problem), "error", s.hostPaths(p.Error))
+		}
+		log.V(1).Info("scan done", "root", s.opts.hostRoot, "volumes", len(rep.volumes), "danger", danger,
+			"problems", len(rep.problems), "leftovers", len(rep.leftovers), "duration", took)
+	}
+	s.mu.Lock()
+	s.lastErr = err
+	if err == nil {
+		s.lastOK = s.opts.clock.Now()
+	}
+	s.mu.Unlock()
+	if s.opts.scanned != nil {
+		s.opts.scanned()
+	}
+}
+
+// hostPath is p (under root) as the host names it (under hostRoot).
+func (s *server) hostPath(p string) string {
+	if rest, ok := strings.CutPrefix(p, s.opts.root); ok && (rest == "" || rest[0] == filepath.Separator) {
+		return s.opts.hostRoot + rest
+	}
+	return p
+}
+
+// hostPaths rewrites every mention of root in text to hostRoot.
+func (s *server) hostPaths(text string) string {
+	if s.opts.root == s.opts.hostRoot {
+		return text
+	}
+	return strings.ReplaceAll(text, s.opts.root+string(filepath.Separator), s.opts.hostRoot+string(filepath.Separator))
+}
+
+// run scans and serves on ln until ctx is done, then stops scanning and
+// shuts the server down, letting requests finish for up to grace.
+func (s *server) run(ctx context.Context, ln net.Listener, grace time.Duration) error {
+	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() { s.scanLoop(ctx) })
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	s.opts.logger.Info("serving", "address", ln.Addr().String(), "root", s.opts.hostRoot, "interval", s.opts.interval)
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+	}
+	cancel()
+	wg.Wait()
+	shutCtx, done := context.WithTimeout(context.Background(), grace)
+	defer done()
+	if serr := srv.Shutdown(shutCtx); serr != nil && err == nil {
+		err = serr
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	s.opts.logger.Info("stopped")
+	return err
+}
+
+func runServe(fs *flagSet, args []string, stdout, stderr io.Writer) int {
+	listen := fs.String("listen", defaultListen, "serve the endpoints on `ADDR`")
+	interval := fs.Duration("interval", 10*time.Second, "scan every `DURATION` (and sooner when the mount table changes)")
+	root := fs.String("root", volume.DefaultRoot, "the kubelet root directory as this process sees it")
+	hostRoot := fs.String("host-root", "", "the kubelet root as the host names it, in labels and logs (default --root)")
+	verbosity := fs.Int("v", 0, "log verbosity: 1 logs each scan, 2 each mount table change")
+	nsFlags := addNamespaceFlags(fs.FlagSet, false)
+	extra, code := parseArgs(fs, args)
+	if code >= 0 {
+		return code
+	}
+	if len(extra) > 0 {
+		return usageError(fs, stderr, "serve takes no arguments (got %q)", extra[0])
+	}
+	if *root == "" {
+		return usageError(fs, stderr, "--root must not be empty")
+	}
+	if *interval <= 0 {
+		return usageError(fs, stderr, "--interval must be positive (got %v)", *interval)
+	}
+	if err := refuseDotDot(*root); err != nil {
+		fmt.Fprintf(stderr, "nodevol serve: --root: %s\n", display(err.Error()))
+		return ExitError
+	}
+	dir, err := filepath.Abs(*root)
+	if err != nil {
+		fmt.Fprintf(stderr, "nodevol serve: %s\n", display(err.Error()))
+		return ExitError
+	}
+	if *hostRoot == "" {
+		*hostRoot = dir
+	}
+	ns, err := nsFlags.gate("serve")
+	if err != nil {
+		fmt.Fprintf(stderr, "nodevol serve: %s\n", display(err.Error()))
+		return ExitError
+	}
+	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(stderr), textlogger.Verbosity(*verbosity))).WithName("serve")
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	bi, ok := debug.ReadBuildInfo()
+	opts := serveOptions{
+		root: dir, hostRoot: filepath.Clean(*hostRoot), interval: *interval,
+		debounce: 100 * time.Millisecond, ns: ns.ns, version: newVersionInfo(bi, ok), logger: logger,
+	}
+	opts.rescan = watchMountTable(ctx, logger)
+	s, err := newServer(opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "nodevol serve: %v\n", err)
+		return ExitError
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "nodevol serve: %s\n", display(err.Error()))
+		return ExitError
+	}
+	if err := s.run(ctx, ln, 5*time.Second); err != nil {
+		logger.Error(err, "server failed")
+		return ExitError
+	}
+	return ExitOK
+}

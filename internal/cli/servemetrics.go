@@ -1,0 +1,122 @@
+package cli
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nodevol/nodevol/mountdetect"
+)
+
+// serveMetrics are serve's metrics, on a registry of its own (never the
+// global one). Gauges describe the last successful scan; a failed scan
+// leaves them as they were and counts an error.
+type serveMetrics struct {
+	volumes     *prometheus.GaugeVec
+	danger      prometheus.Gauge
+	nested      *prometheus.GaugeVec
+	leftovers   prometheus.Gauge
+	problems    prometheus.Gauge
+	duration    prometheus.Histogram
+	scans       prometheus.Counter
+	errors      prometheus.Counter
+	lastScan    prometheus.Gauge
+	lastSuccess prometheus.Gauge
+	mountNS     *prometheus.GaugeVec
+	buildInfo   *prometheus.GaugeVec
+}
+
+func newServeMetrics(reg prometheus.Registerer, hostRoot string, v *versionInfo) (*serveMetrics, error) {
+	const ns = "nodevol"
+	// Every scan metric says which kubelet root it is about, as the host
+	// names it.
+	scanReg := prometheus.WrapRegistererWith(prometheus.Labels{"root": hostRoot}, reg)
+	m := &serveMetrics{
+		volumes: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: "scan", Name: "volumes",
+			Help: "Volumes found by the last successful scan, by plugin, verdict (ok, in-use, danger, unknown, error) and reason code."},
+			[]string{"plugin", "verdict", "reason"}),
+		// The sum of the danger series of volumes, always exported (0
+		// when there is none) so that an alert has a series to compare.
+		danger: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: "scan", Name: "danger_volumes",
+			Help: "Volumes in danger in the last successful scan (a foreign mount inside or on a volume directory)."}),
+		nested: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: "scan", Name: "nested_mounts",
+			Help: "Foreign mounts nested inside volume directories in the last successful scan, by plugin."},
+			[]string{"plugin"}),
+		leftovers: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: "scan", Name: "leftovers",
+			Help: "Leftover pod directories found by the last successful scan."}),
+		problems: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: "scan", Name: "problems",
+			Help: "Entries under the kubelet root that do not parse or could not be read, in the last successful scan."}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: "scan", Name: "duration_seconds",
+			Help:    "Duration of scans, successful or not.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}),
+		scans: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "scans_total",
+			Help: "Scans run, successful or not."}),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "scan_errors_total",
+			Help: "Scans that failed (the kubelet root or the mount table could not be read)."}),
+		lastScan: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "last_scan_timestamp_seconds",
+			Help: "When the last scan, successful or not, started (Unix time)."}),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "last_successful_scan_timestamp_seconds",
+			Help: "When the last successful scan started (Unix time)."}),
+		mountNS: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "mount_namespace",
+			Help: "1 for the state of this process's mount namespace: host, foreign or unknown. Anything but host means a mount made only in the host's namespace is not seen."},
+			[]string{"state"}),
+		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info",
+			Help: "Always 1; the labels are nodevol's build (as \"nodevol version\" reports it)."},
+			[]string{"version", "revision", "goversion"}),
+	}
+	for _, c := range []prometheus.Collector{m.volumes, m.danger, m.nested, m.leftovers, m.problems, m.duration, m.scans, m.errors, m.lastScan, m.lastSuccess} {
+		if err := scanReg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	for _, c := range []prometheus.Collector{m.mountNS, m.buildInfo} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	rev := ""
+	if v.Revision != nil {
+		rev = *v.Revision
+	}
+	m.buildInfo.WithLabelValues(v.Version, rev, v.GoVersion).Set(1)
+	return m, nil
+}
+
+// setNamespace sets the mount namespace gauge: 1 for state, 0 for the others.
+func (m *serveMetrics) setNamespace(state mountdetect.MountNamespaceState) {
+	for _, s := range []mountdetect.MountNamespaceState{mountdetect.MountNamespaceHost, mountdetect.MountNamespaceForeign, mountdetect.MountNamespaceUnknown} {
+		v := 0.0
+		if s == state {
+			v = 1
+		}
+		m.mountNS.WithLabelValues(s.String()).Set(v)
+	}
+}
+
+// observe records one scan that started at start and took took.
+func (m *serveMetrics) observe(rep *scanReport, err error, took time.Duration, start time.Time) {
+	m.scans.Inc()
+	m.duration.Observe(took.Seconds())
+	m.lastScan.Set(float64(start.UnixNano()) / 1e9)
+	if err != nil {
+		m.errors.Inc()
+		return
+	}
+	m.lastSuccess.Set(float64(start.UnixNano()) / 1e9)
+	m.volumes.Reset()
+	m.nested.Reset()
+	danger := 0
+	for i := range rep.volumes {
+		v := &rep.volumes[i]
+		m.volumes.WithLabelValues(v.Plugin, v.Verdict.String(), v.ReasonCode.String()).Inc()
+		if v.Verdict == verdictDanger {
+			danger++
+		}
+		if n := len(v.NestedMounts); n > 0 {
+			m.nested.WithLabelValues(v.Plugin).Add(float64(n))
+		}
+	}
+	m.danger.Set(float64(danger))
+	m.leftovers.Set(float64(len(rep.leftovers)))
+	m.problems.Set(float64(len(rep.problems)))
+}
