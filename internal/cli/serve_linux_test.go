@@ -108,16 +108,24 @@ func metric(body, series string) string {
 	return ""
 }
 
-const dangerSeries = `nodevol_scan_volumes{plugin="kubernetes.io/empty-dir",reason="nested-mount",root="/var/lib/kubelet",verdict="danger"}`
-
-func TestServe(t *testing.T) {
-	mounttest.RequireMounts(t)
+// kubeletWithNASDir sets up a Default emptyDir "cache" in a fresh kubelet
+// root and makes the directory a "NAS" can be mounted on inside it.
+func kubeletWithNASDir(t *testing.T) (*kubelet, string) {
+	t.Helper()
 	k := newKubelet(t, realTempDir(t))
 	cache := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
 	nas := filepath.Join(cache, "nas")
 	if err := os.Mkdir(nas, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	return k, nas
+}
+
+const dangerSeries = `nodevol_scan_volumes{plugin="kubernetes.io/empty-dir",reason="nested-mount",root="/var/lib/kubelet",verdict="danger"}`
+
+func TestServe(t *testing.T) {
+	mounttest.RequireMounts(t)
+	k, nas := kubeletWithNASDir(t)
 	before := mounttest.Snapshot(t, k.root)
 
 	ts := startServer(t, k.root, nil)
@@ -235,12 +243,7 @@ func TestServeReadiness(t *testing.T) {
 // rescans without being asked and without the interval elapsing.
 func TestServeRescansOnMountChange(t *testing.T) {
 	mounttest.RequireMounts(t)
-	k := newKubelet(t, realTempDir(t))
-	cache := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
-	nas := filepath.Join(cache, "nas")
-	if err := os.Mkdir(nas, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	k, nas := kubeletWithNASDir(t)
 	// The watch opens the mount table of the thread it runs on; mount on
 	// that same thread, so that a thread another test left in a namespace
 	// of its own cannot split the two.
