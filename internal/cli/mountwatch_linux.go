@@ -3,37 +3,42 @@ package cli
 import (
 	"context"
 	"errors"
-	"io"
-	"os"
 
 	"github.com/go-logr/logr"
 	"golang.org/x/sys/unix"
 )
 
-// watchMountTable reports changes to this process's mount table: poll(2)
-// on /proc/self/mountinfo returns POLLPRI|POLLERR when a mount is added,
-// removed or changed in the namespace (Linux 2.6.15; proc(5)). Each change
-// is one non-blocking send on a channel of capacity one, so bursts
-// coalesce; the scan loop debounces further. It stops when ctx is done;
-// when the file cannot be watched it logs why and returns a channel that
-// never fires (the interval scans go on).
+// watchMountTable reports changes to this thread's mount table: poll(2) on
+// /proc/thread-self/mountinfo returns POLLPRI|POLLERR once after each time
+// a mount is added, removed or changed in the namespace (Linux 2.6.15;
+// proc(5)). Each change is one non-blocking send on a channel of capacity
+// one, so bursts coalesce; the scan loop debounces further. It stops when
+// ctx is done; when the file cannot be watched it logs why and returns a
+// channel that never fires (the interval scans go on).
+//
+// The file is opened with open(2), not os.Open: os.Open adds the fd to the
+// Go runtime's epoll set, and each epoll_wait of the runtime then takes
+// the change as seen (the kernel's mounts_poll records the event it
+// reports, whoever asks), so that our poll, losing the race, never fires.
 func watchMountTable(ctx context.Context, log logr.Logger) <-chan struct{} {
 	out := make(chan struct{}, 1)
 	// thread-self (Linux 3.17): the namespace of a thread that runs
 	// goroutines. /proc/self is the main thread's, which is not when a
 	// goroutine that locked it into another namespace ended (Go then
 	// wedges the main thread instead of ending it).
-	f, err := os.Open("/proc/thread-self/mountinfo")
-	if err != nil {
-		f, err = os.Open("/proc/self/mountinfo")
+	name := "/proc/thread-self/mountinfo"
+	fd, err := unix.Open(name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		name = "/proc/self/mountinfo"
+		fd, err = unix.Open(name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	}
 	if err != nil {
-		log.Error(err, "cannot watch the mount table; scanning at the interval only")
+		log.Error(err, "cannot watch the mount table; scanning at the interval only", "path", name)
 		return out
 	}
 	go func() {
-		defer f.Close()
-		fds := []unix.PollFd{{Fd: int32(f.Fd()), Events: unix.POLLPRI}}
+		defer unix.Close(fd)
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLPRI}}
 		for ctx.Err() == nil {
 			// A timeout, so that ctx is noticed: the fd cannot be woken.
 			n, err := unix.Poll(fds, 500)
@@ -41,21 +46,12 @@ func watchMountTable(ctx context.Context, log logr.Logger) <-chan struct{} {
 				continue
 			}
 			if err != nil {
-				log.Error(err, "poll /proc/self/mountinfo; scanning at the interval only")
+				log.Error(err, "poll the mount table; scanning at the interval only", "path", name)
 				return
 			}
 			if fds[0].Revents&(unix.POLLPRI|unix.POLLERR) != 0 {
-				// The kernel takes the change as seen when the file is
-				// read from its start; unread, poll would fire at once
-				// forever.
-				_, err := f.Seek(0, io.SeekStart)
-				if err == nil {
-					_, err = io.Copy(io.Discard, f)
-				}
-				if err != nil {
-					log.Error(err, "read /proc/self/mountinfo; scanning at the interval only")
-					return
-				}
+				// poll itself took the change as seen: no read is needed,
+				// and none is made (the table can be large).
 				select {
 				case out <- struct{}{}:
 				default:
