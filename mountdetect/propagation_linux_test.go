@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/nodevol/nodevol/internal/mounttest"
@@ -75,5 +76,48 @@ func TestPropagationOf(t *testing.T) {
 	}
 	if _, err := PropagationOf(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("PropagationOf(missing) = %v; want ErrNotExist", err)
+	}
+}
+
+// statmount (6.8+) and the mount table say the same, for each kind.
+func TestPropagationOfStatmountMatchesMountinfo(t *testing.T) {
+	mounttest.RequireMounts(t)
+	dir := t.TempDir()
+	shared, slave := filepath.Join(dir, "shared"), filepath.Join(dir, "slave")
+	mounttest.Tmpfs(t, shared, "size=1m")
+	if err := unix.Mount("", shared, "", unix.MS_SHARED, ""); err != nil {
+		t.Fatal(err)
+	}
+	mounttest.Bind(t, shared, slave)
+	if err := unix.Mount("", slave, "", unix.MS_SLAVE, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{shared, slave, dir, "/"} {
+		var sx unix.Statx_t
+		if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_MNT_ID_UNIQUE, &sx); err != nil || sx.Mask&unix.STATX_MNT_ID_UNIQUE == 0 {
+			mounttest.Skip(t, "skipping: no STATX_MNT_ID_UNIQUE (Linux 6.8): %v", err)
+		}
+		got, err := statmountPropagation(sx.Mnt_id)
+		if errors.Is(err, ErrUnsupported) {
+			mounttest.Skip(t, "skipping: %v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Statx(unix.AT_FDCWD, path, 0, unix.STATX_MNT_ID, &sx); err != nil {
+			t.Fatal(err)
+		}
+		infos, err := mountinfo.GetMounts(func(i *mountinfo.Info) (bool, bool) { return i.ID != int(sx.Mnt_id), false })
+		if err != nil || len(infos) != 1 {
+			t.Fatalf("mount %d in mountinfo: %v, %d entries", sx.Mnt_id, err, len(infos))
+		}
+		want, err := parsePropagation(infos[0].Optional)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want.MountPoint, want.ID = infos[0].Mountpoint, infos[0].ID
+		if got != want {
+			t.Errorf("%s: statmount says %+v; mountinfo %+v", path, got, want)
+		}
 	}
 }
