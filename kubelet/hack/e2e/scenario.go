@@ -63,7 +63,10 @@ type scenarioEnv struct {
 	dir     string        // scratch space for the scenario (host directories to bind-mount)
 	uid     string        // the pod's UID
 	podName string        // the pod's name in its manifest
-	log     *logger
+	// exporter is the exporter scenario's image and DaemonSet (nil when
+	// that scenario is not selected).
+	exporter *exporterInputs
+	log      *logger
 }
 
 // timing is one measured step.
