@@ -19,6 +19,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodevol/nodevol/internal/ociimage"
 )
 
 // Log lines as kubelet v1.37.2 writes them (shortened paths): a stock
@@ -147,15 +149,15 @@ func TestWriteOCILayout(t *testing.T) {
 		}
 	}
 	var index struct {
-		Manifests []descriptor `json:"manifests"`
+		Manifests []ociimage.Descriptor `json:"manifests"`
 	}
 	mustUnmarshal(t, files["index.json"], &index)
 	if len(index.Manifests) != 1 || index.Manifests[0].Annotations["io.containerd.image.name"] != spec.Name {
 		t.Fatalf("index.json = %s; want one manifest named %s", files["index.json"], spec.Name)
 	}
 	var manifest struct {
-		Config descriptor   `json:"config"`
-		Layers []descriptor `json:"layers"`
+		Config ociimage.Descriptor   `json:"config"`
+		Layers []ociimage.Descriptor `json:"layers"`
 	}
 	mustUnmarshal(t, blob(t, files, index.Manifests[0].Digest), &manifest)
 	var config struct {

@@ -1,21 +1,14 @@
 package main
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
-	"runtime"
-	"sort"
-	"strings"
-	"time"
+
+	"github.com/nodevol/nodevol/internal/ociimage"
 )
 
 // The images the pods run, imported into containerd's k8s.io namespace and
@@ -45,165 +38,35 @@ type imageFile struct {
 	Mode      int64
 }
 
-// epoch is every timestamp in the images, so that they are reproducible.
-var epoch = time.Unix(0, 0).UTC()
-
-// descriptor is an OCI content descriptor.
-type descriptor struct {
-	MediaType   string            `json:"mediaType"`
-	Digest      string            `json:"digest"`
-	Size        int64             `json:"size"`
-	Annotations map[string]string `json:"annotations,omitempty"`
-	Platform    *platform         `json:"platform,omitempty"`
-}
-
-type platform struct {
-	Architecture string `json:"architecture"`
-	OS           string `json:"os"`
-}
-
-func digestOf(b []byte) string {
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
-// layerTar is the image's only layer, an uncompressed tar: the parent
-// directories of every entry, then the files, then the symlinks, each in
-// a fixed order.
-func layerTar(spec imageSpec) ([]byte, error) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	dirs := map[string]bool{}
-	var addDir func(p string) error
-	addDir = func(p string) error {
-		p = strings.TrimPrefix(path.Clean("/"+p), "/")
-		if p == "" || dirs[p] {
-			return nil
-		}
-		if err := addDir(path.Dir(p)); err != nil {
-			return err
-		}
-		dirs[p] = true
-		return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: p + "/", Mode: 0o755, ModTime: epoch})
-	}
+// writeOCILayout writes spec as an OCI image layout tarball to out, the
+// form `ctr images import` reads (internal/ociimage): the base directories
+// a container runtime mounts over, then spec's files and symlinks, every
+// timestamp the epoch, so that the images are reproducible.
+func writeOCILayout(out string, spec imageSpec) error {
+	var entries []ociimage.Entry
 	for _, d := range []string{"dev", "proc", "sys", "etc", "tmp", "run"} {
-		if err := addDir(d); err != nil {
-			return nil, err
-		}
+		entries = append(entries, ociimage.Entry{Path: d, Type: ociimage.Dir, Mode: 0o755})
 	}
 	for _, f := range spec.Files {
-		data, err := os.ReadFile(f.HostPath)
+		e, err := ociimage.FileFrom(f.HostPath, f.ImagePath, fs.FileMode(f.Mode))
 		if err != nil {
-			return nil, err
+			return fmt.Errorf("image %s: %w", spec.Name, err)
 		}
-		name := strings.TrimPrefix(path.Clean(f.ImagePath), "/")
-		if err := addDir(path.Dir(name)); err != nil {
-			return nil, err
-		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: f.Mode, Size: int64(len(data)), ModTime: epoch}); err != nil {
-			return nil, err
-		}
-		if _, err := tw.Write(data); err != nil {
-			return nil, err
-		}
+		entries = append(entries, e)
 	}
-	links := make([]string, 0, len(spec.Symlinks))
-	for l := range spec.Symlinks {
-		links = append(links, l)
+	for l, target := range spec.Symlinks {
+		entries = append(entries, ociimage.Entry{Path: l, Type: ociimage.Symlink, Target: target})
 	}
-	sort.Strings(links)
-	for _, l := range links {
-		name := strings.TrimPrefix(path.Clean(l), "/")
-		if err := addDir(path.Dir(name)); err != nil {
-			return nil, err
-		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: spec.Symlinks[l], Mode: 0o777, ModTime: epoch}); err != nil {
-			return nil, err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
-
-// writeOCILayout writes spec as an OCI image layout tarball to out, the
-// form `ctr images import` reads: oci-layout, index.json naming the image
-// (io.containerd.image.name), and the layer, config and manifest blobs.
-func writeOCILayout(out string, spec imageSpec) error {
-	layer, err := layerTar(spec)
-	if err != nil {
-		return fmt.Errorf("image %s: layer: %w", spec.Name, err)
-	}
-	config, err := json.Marshal(map[string]any{
-		"architecture": runtime.GOARCH,
-		"os":           "linux",
-		"created":      epoch.Format(time.RFC3339),
-		"config": map[string]any{
-			"Env":        []string{"PATH=/bin"},
-			"Entrypoint": spec.Entrypoint,
-			"Cmd":        spec.Cmd,
-			"WorkingDir": "/",
+	_, err := ociimage.WriteFile(out, &ociimage.Image{
+		Name: spec.Name,
+		Config: ociimage.Config{
+			Env:        []string{"PATH=/bin"},
+			Entrypoint: spec.Entrypoint,
+			Cmd:        spec.Cmd,
+			WorkingDir: "/",
 		},
-		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{digestOf(layer)}},
+		Entries: entries,
 	})
-	if err != nil {
-		return err
-	}
-	manifest, err := json.Marshal(map[string]any{
-		"schemaVersion": 2,
-		"mediaType":     "application/vnd.oci.image.manifest.v1+json",
-		"config":        descriptor{MediaType: "application/vnd.oci.image.config.v1+json", Digest: digestOf(config), Size: int64(len(config))},
-		"layers":        []descriptor{{MediaType: "application/vnd.oci.image.layer.v1.tar", Digest: digestOf(layer), Size: int64(len(layer))}},
-	})
-	if err != nil {
-		return err
-	}
-	index, err := json.Marshal(map[string]any{
-		"schemaVersion": 2,
-		"mediaType":     "application/vnd.oci.image.index.v1+json",
-		"manifests": []descriptor{{
-			MediaType: "application/vnd.oci.image.manifest.v1+json",
-			Digest:    digestOf(manifest),
-			Size:      int64(len(manifest)),
-			Annotations: map[string]string{
-				"io.containerd.image.name":          spec.Name,
-				"org.opencontainers.image.ref.name": spec.Name[strings.LastIndex(spec.Name, ":")+1:],
-			},
-			Platform: &platform{Architecture: runtime.GOARCH, OS: "linux"},
-		}},
-	})
-	if err != nil {
-		return err
-	}
-
-	f, err := os.Create(out)
-	if err != nil {
-		return err
-	}
-	tw := tar.NewWriter(f)
-	put := func(name string, data []byte) error {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: epoch}); err != nil {
-			return err
-		}
-		_, err := tw.Write(data)
-		return err
-	}
-	err = put("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`))
-	if err == nil {
-		err = put("index.json", index)
-	}
-	for _, blob := range [][]byte{layer, config, manifest} {
-		if err == nil {
-			err = put("blobs/sha256/"+strings.TrimPrefix(digestOf(blob), "sha256:"), blob)
-		}
-	}
-	if err == nil {
-		err = tw.Close()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
 	if err != nil {
 		return fmt.Errorf("image %s: writing %s: %w", spec.Name, out, err)
 	}

@@ -1,0 +1,314 @@
+// Command image builds nodevol's container image without a registry, a
+// Docker daemon or a base image: a static nodevol at /nodevol on a base of
+// three entries written here (/etc/passwd and /etc/group with root and
+// nobody, /tmp with mode 1777), as an OCI image layout tarball, the form
+// `ctr -n k8s.io images import` and `docker load` read.
+//
+//	go run ./hack/image -o nodevol-image.tar [-name REF] [-arch amd64|arm64]
+//
+// It prints the image's (manifest) digest on stdout and writes it to
+// FILE.digest; a summary goes to stderr. Run it in a checkout of the root
+// module. The default name is ghcr.io/nodevol/nodevol:<version>, the
+// version the binary reports (a Go pseudo-version such as
+// v0.0.0-20261123183751-c2cf21255ef4, "+dirty" spelled "-dirty").
+//
+// Reproducible: the same commit built with the same Go gives the same
+// bytes. The binary is built as `go build ./cmd/nodevol` is, with its VCS
+// stamping (-buildvcs=auto, whatever GOFLAGS says, so that `nodevol
+// version` and nodevol_build_info name the revision), plus what makes it
+// static and independent of the builder: CGO_ENABLED=0, -trimpath, and
+// GOAMD64=v1 / GOARM64=v8.0 pinned. Every timestamp in the image is the
+// commit's time (the epoch when it is not known); see internal/ociimage.
+//
+// The go command stamps the VCS state only in a repository's main
+// checkout, not in a linked git worktree (its .git is a file): there the
+// binary says "unknown" and differs from a clone's, the labels still come
+// from git, and a warning says so.
+package main
+
+import (
+	"bytes"
+	"debug/buildinfo"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/nodevol/nodevol/internal/ociimage"
+)
+
+const (
+	modulePath = "github.com/nodevol/nodevol"
+	source     = "https://github.com/nodevol/nodevol"
+	repository = "ghcr.io/nodevol/nodevol"
+)
+
+// The base the binary runs on: root for the agent, nobody for whoever
+// runs it unprivileged; no shell, no home.
+const (
+	passwd = "root:x:0:0:root:/:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n"
+	group  = "root:x:0:\nnobody:x:65534:\n"
+)
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("image", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("o", "", "write the image layout tarball to `FILE` (and its digest to FILE.digest)")
+	name := fs.String("name", "", "the image's name (default "+repository+":<version>)")
+	arch := fs.String("arch", runtime.GOARCH, "the image's architecture: amd64 or arm64")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *out == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "usage: go run ./hack/image -o FILE [-name REF] [-arch amd64|arm64]")
+		return 2
+	}
+	b, err := build(buildOptions{out: *out, name: *name, arch: *arch, warn: stderr})
+	if err != nil {
+		fmt.Fprintf(stderr, "image: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "image: %s (%s, linux/%s, %d bytes, nodevol %s, revision %s)\n",
+		b.out, b.name, *arch, b.size, b.version, b.revision)
+	fmt.Fprintln(stdout, b.digest)
+	return 0
+}
+
+type buildOptions struct {
+	out, name, arch string
+	warn            io.Writer // warnings
+}
+
+// built is what build made.
+type built struct {
+	out, name, digest  string
+	version, revision  string
+	size               int64
+	stampedByGoCommand bool
+}
+
+// goarchLevel is the environment that pins the instruction set level of
+// each architecture the image is built for, so that the builder's own
+// GOAMD64/GOARM64 cannot change the bytes.
+var goarchLevel = map[string]string{
+	"amd64": "GOAMD64=v1",
+	"arm64": "GOARM64=v8.0",
+}
+
+func build(o buildOptions) (*built, error) {
+	level, ok := goarchLevel[o.arch]
+	if !ok {
+		return nil, fmt.Errorf("-arch %q: want amd64 or arm64", o.arch)
+	}
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		return nil, err
+	}
+	dir, err := moduleDir(goCmd)
+	if err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp("", "nodevol-image-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	bin := filepath.Join(tmp, "nodevol")
+	cmd := exec.Command(goCmd, "build", "-trimpath", "-buildvcs=auto", "-o", bin, "./cmd/nodevol")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+o.arch, level)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build ./cmd/nodevol: %w\n%s", err, out)
+	}
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		return nil, fmt.Errorf("reading the build info of nodevol: %w", err)
+	}
+	src, err := sourceOf(info, dir)
+	if err != nil {
+		return nil, err
+	}
+	if !src.stamped {
+		fmt.Fprintf(o.warn, "image: warning: the go command stamped no VCS state into nodevol (a linked git worktree?): "+
+			"`nodevol version` in the image says unknown, and the image differs from one built in a clone of the same commit; the labels come from git\n")
+	}
+	name := o.name
+	if name == "" {
+		name = repository + ":" + tagOf(src.version)
+	}
+	bin0, err := ociimage.FileFrom(bin, "/nodevol", 0o755)
+	if err != nil {
+		return nil, err
+	}
+	meta := map[string]string{
+		"org.opencontainers.image.title":       "nodevol",
+		"org.opencontainers.image.description": "nodevol serve: a read-only node agent that exports which pod volumes a teardown would destroy data on another mount through",
+		"org.opencontainers.image.source":      source,
+		"org.opencontainers.image.licenses":    "Apache-2.0",
+		"org.opencontainers.image.version":     src.version,
+		"org.opencontainers.image.revision":    src.revision,
+		"org.opencontainers.image.created":     src.created.Format(time.RFC3339),
+	}
+	img := &ociimage.Image{
+		Name:     name,
+		Platform: ociimage.Platform{Architecture: o.arch, OS: "linux"},
+		Created:  src.created,
+		Config: ociimage.Config{
+			Entrypoint: []string{"/nodevol"},
+			Cmd:        []string{"serve"},
+			WorkingDir: "/",
+			Labels:     meta,
+		},
+		Annotations: meta,
+		Entries: []ociimage.Entry{
+			bin0,
+			{Path: "/etc/passwd", Type: ociimage.File, Mode: 0o644, Data: []byte(passwd)},
+			{Path: "/etc/group", Type: ociimage.File, Mode: 0o644, Data: []byte(group)},
+			{Path: "/tmp", Type: ociimage.Dir, Mode: 0o777 | os.ModeSticky},
+		},
+	}
+	desc, err := ociimage.WriteFile(o.out, img)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(o.out+".digest", []byte(desc.Digest+"\n"), 0o644); err != nil {
+		return nil, err
+	}
+	st, err := os.Stat(o.out)
+	if err != nil {
+		return nil, err
+	}
+	return &built{
+		out: o.out, name: name, digest: desc.Digest, version: src.version, revision: src.revision,
+		size: st.Size(), stampedByGoCommand: src.stamped,
+	}, nil
+}
+
+// moduleDir is the root module's directory, as the go command finds it
+// from the working directory.
+func moduleDir(goCmd string) (string, error) {
+	out, err := exec.Command(goCmd, "list", "-m", "-f", "{{.Path}} {{.Dir}}").Output()
+	if err != nil {
+		return "", fmt.Errorf("go list -m (run in a checkout of %s): %w", modulePath, err)
+	}
+	path, dir, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
+	if path != modulePath || dir == "" {
+		return "", fmt.Errorf("the main module is %q: run in a checkout of %s (not the kubelet/ module)", path, modulePath)
+	}
+	return dir, nil
+}
+
+// sourceInfo is what the image says it was built from.
+type sourceInfo struct {
+	version, revision string
+	created           time.Time // the commit's time; the epoch when unknown
+	stamped           bool      // the go command stamped it into the binary
+}
+
+// sourceOf reads the version and VCS state from the binary's build info;
+// when the go command stamped none, it asks git in dir for the same
+// facts, and says "unknown" for what git cannot tell either.
+func sourceOf(info *buildinfo.BuildInfo, dir string) (sourceInfo, error) {
+	src := sourceInfo{version: info.Main.Version, created: ociimage.Epoch}
+	var vcsTime string
+	modified := false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			src.revision, src.stamped = s.Value, true
+		case "vcs.time":
+			vcsTime = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	if !src.stamped {
+		rev, t, dirty, err := gitState(dir)
+		if err != nil {
+			src.revision = "unknown"
+			if src.version == "" || src.version == "(devel)" {
+				src.version = "dev"
+			}
+			return src, nil
+		}
+		src.revision, vcsTime, modified = rev, t, dirty
+	}
+	if vcsTime != "" {
+		t, err := time.Parse(time.RFC3339, vcsTime)
+		if err != nil {
+			return sourceInfo{}, fmt.Errorf("vcs.time %q: %w", vcsTime, err)
+		}
+		src.created = t.UTC()
+	}
+	if src.version == "" || src.version == "(devel)" {
+		// The go command's pseudo-version for a module without tags.
+		short := src.revision
+		if len(short) > 12 {
+			short = short[:12]
+		}
+		src.version = "v0.0.0-" + src.created.Format("20060102150405") + "-" + short
+		if modified {
+			src.version += "+dirty"
+		}
+	}
+	return src, nil
+}
+
+// gitState is HEAD's revision and committer time (RFC 3339, UTC) and
+// whether the work tree differs from it, as the go command stamps them.
+func gitState(dir string) (revision, commitTime string, modified bool, err error) {
+	git := func(args ...string) (string, error) {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		var out bytes.Buffer
+		cmd.Stdout = &out
+		if err := cmd.Run(); err != nil {
+			return "", fmt.Errorf("git %s: %w", strings.Join(args, " "), err)
+		}
+		return out.String(), nil
+	}
+	head, err := git("-c", "log.showsignature=false", "log", "-1", "--format=%H:%ct")
+	if err != nil {
+		return "", "", false, err
+	}
+	rev, secs, ok := strings.Cut(strings.TrimSpace(head), ":")
+	var unix int64
+	if _, serr := fmt.Sscan(secs, &unix); !ok || serr != nil {
+		return "", "", false, fmt.Errorf("git log: unexpected output %q", head)
+	}
+	status, err := git("status", "--porcelain")
+	if err != nil {
+		return "", "", false, err
+	}
+	return rev, time.Unix(unix, 0).UTC().Format(time.RFC3339), status != "", nil
+}
+
+// tagOf is version as an image tag: [A-Za-z0-9_.-], at most 128
+// characters, not starting with '.' or '-'.
+func tagOf(version string) string {
+	t := []byte(version)
+	for i, c := range t {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			t[i] = '-'
+		}
+	}
+	s := strings.TrimLeft(string(t), ".-")
+	if s == "" {
+		return "dev"
+	}
+	if len(s) > 128 {
+		s = s[:128]
+	}
+	return s
+}

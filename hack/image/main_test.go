@@ -1,0 +1,179 @@
+package main
+
+import (
+	"bytes"
+	"debug/buildinfo"
+	"debug/elf"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nodevol/nodevol/internal/ociimage"
+)
+
+// TestBuildReproducible builds the image twice, as `go run ./hack/image`
+// does, into two files: the bytes and the digests are the same, and the
+// image holds a static nodevol for the asked architecture, the base, the
+// process to run and the labels. The second build is mostly the go
+// command's cache: it tests that nothing of the build host or the moment
+// reaches the image; Go's own toolchain reproducibility is Go's promise.
+// It builds for the host's architecture, as .ci/run's image step does
+// next, so that CI compiles nodevol this way once (a cold build takes a
+// minute; -arch arm64 would be another cold build).
+func TestBuildReproducible(t *testing.T) {
+	dir := t.TempDir()
+	var digests []string
+	var tars [][]byte
+	for _, name := range []string{"a.tar", "b.tar"} {
+		out := filepath.Join(dir, name)
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{"-o", out}, &stdout, &stderr); code != 0 {
+			if strings.Contains(stderr.String(), "error obtaining VCS status") {
+				t.Skipf("skipping: the go command cannot read this checkout's VCS state (another user's checkout?):\n%s", stderr.String())
+			}
+			t.Fatalf("run(-o %s) = %d; stderr:\n%s", out, code, stderr.String())
+		}
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := os.ReadFile(out + ".digest")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := ociimage.InspectFile(out)
+		if err != nil {
+			t.Fatalf("InspectFile(%q) = %v", out, err)
+		}
+		if got := strings.TrimSpace(stdout.String()); got+"\n" != string(d) || got != l.Index.Digest {
+			t.Errorf("stdout %q, %s.digest %q: want the manifest's digest, the same", got, name, d)
+		}
+		tars, digests = append(tars, b), append(digests, string(d))
+	}
+	if !bytes.Equal(tars[0], tars[1]) || digests[0] != digests[1] {
+		t.Fatalf("two builds of the same commit differ: %d bytes %s, %d bytes %s", len(tars[0]), digests[0], len(tars[1]), digests[1])
+	}
+
+	l, err := ociimage.InspectFile(filepath.Join(dir, "a.tar"))
+	if err != nil {
+		t.Fatalf("InspectFile() = %v", err)
+	}
+	if l.Config.Architecture != runtime.GOARCH || l.Config.OS != "linux" {
+		t.Errorf("platform %+v; want linux/%s", l.Config.Platform, runtime.GOARCH)
+	}
+	if !slices.Equal(l.Config.Config.Entrypoint, []string{"/nodevol"}) || !slices.Equal(l.Config.Config.Cmd, []string{"serve"}) {
+		t.Errorf("config %+v; want entrypoint [/nodevol], cmd [serve]", l.Config.Config)
+	}
+	version := l.Manifest.Annotations["org.opencontainers.image.version"]
+	if name := l.Index.Annotations[ociimage.AnnotationImageName]; name != repository+":"+tagOf(version) {
+		t.Errorf("image name %q; want %s:%s", name, repository, tagOf(version))
+	}
+	for _, k := range []string{"source", "revision", "version", "created"} {
+		key := "org.opencontainers.image." + k
+		if l.Manifest.Annotations[key] == "" || l.Config.Config.Labels[key] != l.Manifest.Annotations[key] {
+			t.Errorf("%s: annotation %q, label %q; want the same, not empty", key, l.Manifest.Annotations[key], l.Config.Config.Labels[key])
+		}
+	}
+	if got := l.Manifest.Annotations["org.opencontainers.image.created"]; got != l.Config.Created {
+		t.Errorf("created annotation %q, config created %q; want the same", got, l.Config.Created)
+	}
+
+	files := map[string]ociimage.LayerFile{}
+	for _, f := range l.Layer {
+		files[f.Header.Name] = f
+	}
+	if f := files["tmp/"]; f.Header == nil || f.Header.Mode != 0o1777 {
+		t.Errorf("tmp/ = %+v; want a directory, mode 1777", f.Header)
+	}
+	if f := files["etc/passwd"]; f.Header == nil || !strings.Contains(string(f.Data), "root:x:0:0:") || !strings.Contains(string(f.Data), "nobody:x:65534:65534:") {
+		t.Errorf("etc/passwd = %q; want root and nobody", f.Data)
+	}
+	if f := files["etc/group"]; f.Header == nil || !strings.Contains(string(f.Data), "root:x:0:") {
+		t.Errorf("etc/group = %q; want root", f.Data)
+	}
+	bin := files["nodevol"]
+	if bin.Header == nil || bin.Header.Mode != 0o755 {
+		t.Fatalf("nodevol = %+v; want an executable", bin.Header)
+	}
+	exe, err := elf.NewFile(bytes.NewReader(bin.Data))
+	if err != nil {
+		t.Fatalf("nodevol is not an ELF file: %v", err)
+	}
+	if want, ok := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[runtime.GOARCH]; !ok || exe.Machine != want {
+		t.Errorf("nodevol is for %v; want %v (GOARCH %s)", exe.Machine, want, runtime.GOARCH)
+	}
+	for _, p := range exe.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Errorf("nodevol has a program interpreter: want a static binary")
+		}
+	}
+	binPath := filepath.Join(dir, "nodevol")
+	if err := os.WriteFile(binPath, bin.Data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	info, err := buildinfo.ReadFile(binPath)
+	if err != nil {
+		t.Fatalf("buildinfo.ReadFile() = %v", err)
+	}
+	settings := map[string]string{}
+	for _, s := range info.Settings {
+		settings[s.Key] = s.Value
+	}
+	if settings["CGO_ENABLED"] != "0" || settings["-trimpath"] != "true" || settings["GOOS"] != "linux" {
+		t.Errorf("build settings %v; want CGO_ENABLED=0, -trimpath=true, GOOS=linux", settings)
+	}
+	if rev, ok := settings["vcs.revision"]; ok && rev != l.Manifest.Annotations["org.opencontainers.image.revision"] {
+		t.Errorf("binary stamped with revision %s, image labelled %s", rev, l.Manifest.Annotations["org.opencontainers.image.revision"])
+	}
+}
+
+func TestTagOf(t *testing.T) {
+	for _, tt := range []struct{ version, want string }{
+		{"v0.0.0-20261123183751-c2cf21255ef4", "v0.0.0-20261123183751-c2cf21255ef4"},
+		{"v0.0.0-20261123183751-c2cf21255ef4+dirty", "v0.0.0-20261123183751-c2cf21255ef4-dirty"},
+		{"(devel)", "devel-"},
+		{"", "dev"},
+		{"v1.2.3", "v1.2.3"},
+		{strings.Repeat("a", 200), strings.Repeat("a", 128)},
+	} {
+		if got := tagOf(tt.version); got != tt.want {
+			t.Errorf("tagOf(%q) = %q; want %q", tt.version, got, tt.want)
+		}
+	}
+}
+
+func TestSourceOfStamped(t *testing.T) {
+	info := &buildinfo.BuildInfo{
+		Main: debug.Module{Path: modulePath, Version: "v0.0.0-20261123183751-c2cf21255ef4+dirty"},
+		Settings: []debug.BuildSetting{
+			{Key: "vcs.revision", Value: "c2cf21255ef444cd523b1321194c39ba42f68976"},
+			{Key: "vcs.time", Value: "2026-11-23T18:37:51Z"},
+			{Key: "vcs.modified", Value: "true"},
+		},
+	}
+	src, err := sourceOf(info, t.TempDir())
+	if err != nil {
+		t.Fatalf("sourceOf() = %v", err)
+	}
+	if !src.stamped || src.revision != "c2cf21255ef444cd523b1321194c39ba42f68976" || src.version != info.Main.Version ||
+		src.created.Format("2006-01-02T15:04:05Z07:00") != "2026-11-23T18:37:51Z" {
+		t.Errorf("sourceOf() = %+v; want the stamped revision, version and time", src)
+	}
+}
+
+// A build with no stamp outside a checkout: the version is "dev", the
+// revision unknown, the time the epoch: nothing is guessed.
+func TestSourceOfNothingKnown(t *testing.T) {
+	info := &buildinfo.BuildInfo{Main: debug.Module{Path: modulePath, Version: "(devel)"}}
+	src, err := sourceOf(info, t.TempDir())
+	if err != nil {
+		t.Fatalf("sourceOf() = %v", err)
+	}
+	if src.stamped || src.revision != "unknown" || src.version != "dev" || !src.created.Equal(ociimage.Epoch) {
+		t.Errorf("sourceOf() = %+v; want version dev, revision unknown, the epoch", src)
+	}
+}

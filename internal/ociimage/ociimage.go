@@ -1,0 +1,569 @@
+package ociimage
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Media types of what Write produces.
+const (
+	MediaTypeIndex    = "application/vnd.oci.image.index.v1+json"
+	MediaTypeManifest = "application/vnd.oci.image.manifest.v1+json"
+	MediaTypeConfig   = "application/vnd.oci.image.config.v1+json"
+	MediaTypeLayer    = "application/vnd.oci.image.layer.v1.tar"
+)
+
+// Annotations Write puts on the manifest's descriptor in index.json.
+const (
+	// AnnotationImageName is the full reference containerd names the
+	// image by on import.
+	AnnotationImageName = "io.containerd.image.name"
+	// AnnotationRefName is the reference's tag, as docker save and
+	// BuildKit write it in an image layout.
+	AnnotationRefName = "org.opencontainers.image.ref.name"
+)
+
+// layoutVersion is the content of the oci-layout file.
+const layoutVersion = `{"imageLayoutVersion":"1.0.0"}`
+
+// Epoch is the timestamp of an Image whose Created is zero.
+var Epoch = time.Unix(0, 0).UTC()
+
+// EntryType is what an Entry is.
+type EntryType int
+
+const (
+	Dir     EntryType = iota + 1 // a directory
+	File                         // a regular file
+	Symlink                      // a symbolic link
+)
+
+func (t EntryType) String() string {
+	switch t {
+	case Dir:
+		return "dir"
+	case File:
+		return "file"
+	case Symlink:
+		return "symlink"
+	}
+	return fmt.Sprintf("EntryType(%d)", int(t))
+}
+
+// Entry is one file system object of the layer.
+type Entry struct {
+	// Path is slash-separated, in the image; a leading "/" is optional.
+	// It may not be empty or "/", nor hold a ".." element.
+	Path string
+	Type EntryType
+	// Mode is the permission bits, plus fs.ModeSticky, fs.ModeSetuid and
+	// fs.ModeSetgid; other type bits are ignored. Symlinks are 0777.
+	Mode   fs.FileMode
+	Data   []byte // File only
+	Target string // Symlink only: the link's target, as written
+}
+
+// FileFrom is an Entry for the regular file at hostPath, read now, at
+// imagePath with mode (not the host file's mode).
+func FileFrom(hostPath, imagePath string, mode fs.FileMode) (Entry, error) {
+	data, err := os.ReadFile(hostPath)
+	if err != nil {
+		return Entry{}, err
+	}
+	return Entry{Path: imagePath, Type: File, Mode: mode, Data: data}, nil
+}
+
+// Platform is the platform an image runs on.
+type Platform struct {
+	Architecture string `json:"architecture"` // GOARCH spelling: amd64, arm64
+	OS           string `json:"os"`
+	Variant      string `json:"variant,omitempty"`
+}
+
+// Config is the process an image runs and its labels (the config's
+// "config" object, with Docker's field names as the OCI spec keeps them).
+type Config struct {
+	User       string            `json:"User,omitempty"`
+	Env        []string          `json:"Env,omitempty"`
+	Entrypoint []string          `json:"Entrypoint,omitempty"`
+	Cmd        []string          `json:"Cmd,omitempty"`
+	WorkingDir string            `json:"WorkingDir,omitempty"`
+	Labels     map[string]string `json:"Labels,omitempty"`
+}
+
+// Image is a single-layer image.
+type Image struct {
+	// Name is the full reference, e.g. "ghcr.io/nodevol/nodevol:v1.2.3":
+	// index.json carries it as AnnotationImageName and its tag ("v1.2.3")
+	// as AnnotationRefName.
+	Name string
+	// Platform; a zero Architecture is runtime.GOARCH, a zero OS "linux".
+	Platform Platform
+	// Created is every timestamp in the image, truncated to seconds; zero
+	// is Epoch.
+	Created time.Time
+	Config  Config
+	// Annotations are the manifest's.
+	Annotations map[string]string
+	Entries     []Entry
+}
+
+// Descriptor is an OCI content descriptor.
+type Descriptor struct {
+	MediaType   string            `json:"mediaType"`
+	Digest      string            `json:"digest"`
+	Size        int64             `json:"size"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	Platform    *Platform         `json:"platform,omitempty"`
+}
+
+// Manifest is an image manifest.
+type Manifest struct {
+	SchemaVersion int               `json:"schemaVersion"`
+	MediaType     string            `json:"mediaType"`
+	Config        Descriptor        `json:"config"`
+	Layers        []Descriptor      `json:"layers"`
+	Annotations   map[string]string `json:"annotations,omitempty"`
+}
+
+// ImageConfig is an image's configuration blob.
+type ImageConfig struct {
+	Created string `json:"created"`
+	Platform
+	Config Config `json:"config"`
+	RootFS RootFS `json:"rootfs"`
+}
+
+// RootFS lists the digests of the uncompressed layers.
+type RootFS struct {
+	Type    string   `json:"type"` // "layers"
+	DiffIDs []string `json:"diff_ids"`
+}
+
+// index is index.json.
+type index struct {
+	SchemaVersion int          `json:"schemaVersion"`
+	MediaType     string       `json:"mediaType"`
+	Manifests     []Descriptor `json:"manifests"`
+}
+
+// Errors, matched with errors.Is; an *EntryError or *BlobError says where.
+var (
+	ErrInvalidPath    = errors.New("invalid path: empty, the root, or with a \"..\" or NUL")
+	ErrDuplicate      = errors.New("path given twice")
+	ErrNotDir         = errors.New("a parent is not a directory")
+	ErrInvalidEntry   = errors.New("invalid entry")
+	ErrInvalidName    = errors.New("invalid image name: want a reference with a tag, e.g. example.com/a/b:v1")
+	ErrInvalidLayout  = errors.New("not a single-image OCI layout")
+	ErrDigestMismatch = errors.New("content does not match its digest or size")
+	ErrMissingBlob    = errors.New("blob not in the layout")
+)
+
+// EntryError is an Entry that cannot be written.
+type EntryError struct {
+	Path string
+	Err  error
+}
+
+func (e *EntryError) Error() string { return fmt.Sprintf("ociimage: entry %q: %v", e.Path, e.Err) }
+func (e *EntryError) Unwrap() error { return e.Err }
+
+// BlobError is a blob of a layout that does not verify.
+type BlobError struct {
+	Digest string
+	Err    error
+}
+
+func (e *BlobError) Error() string { return fmt.Sprintf("ociimage: blob %s: %v", e.Digest, e.Err) }
+func (e *BlobError) Unwrap() error { return e.Err }
+
+// Digest is the sha256 digest of b, "sha256:<hex>".
+func Digest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+func (img *Image) platform() Platform {
+	p := img.Platform
+	if p.Architecture == "" {
+		p.Architecture = runtime.GOARCH
+	}
+	if p.OS == "" {
+		p.OS = "linux"
+	}
+	return p
+}
+
+func (img *Image) created() time.Time {
+	if img.Created.IsZero() {
+		return Epoch
+	}
+	return img.Created.UTC().Truncate(time.Second)
+}
+
+// tag is the tag of a reference "host/path:tag" (a digest reference has
+// none).
+func tag(name string) (string, error) {
+	i := strings.LastIndex(name, ":")
+	if i < 0 || strings.Contains(name[i:], "/") || strings.Contains(name, "@") || i == len(name)-1 || i == 0 {
+		return "", fmt.Errorf("ociimage: %q: %w", name, ErrInvalidName)
+	}
+	return name[i+1:], nil
+}
+
+// cleanPath is p as a tar name without a leading "/", or ErrInvalidPath.
+func cleanPath(p string) (string, error) {
+	rel := strings.TrimPrefix(p, "/")
+	if rel == "" || strings.ContainsRune(rel, 0) {
+		return "", ErrInvalidPath
+	}
+	for _, elem := range strings.Split(rel, "/") {
+		if elem == ".." {
+			return "", ErrInvalidPath
+		}
+	}
+	rel = path.Clean(rel)
+	if rel == "." || rel == "/" {
+		return "", ErrInvalidPath
+	}
+	return rel, nil
+}
+
+// tarMode is m's permission and special bits as a tar header's mode.
+func tarMode(m fs.FileMode) int64 {
+	mode := int64(m.Perm())
+	if m&fs.ModeSetuid != 0 {
+		mode |= 0o4000
+	}
+	if m&fs.ModeSetgid != 0 {
+		mode |= 0o2000
+	}
+	if m&fs.ModeSticky != 0 {
+		mode |= 0o1000
+	}
+	return mode
+}
+
+// Layer is the uncompressed tar of entries: sorted by path, each missing
+// parent directory added with mode 0755, every timestamp mtime, every
+// owner uid and gid 0.
+func Layer(entries []Entry, mtime time.Time) ([]byte, error) {
+	byPath := make(map[string]Entry, len(entries))
+	for _, e := range entries {
+		p, err := cleanPath(e.Path)
+		if err != nil {
+			return nil, &EntryError{Path: e.Path, Err: err}
+		}
+		switch e.Type {
+		case Dir, Symlink:
+			if len(e.Data) > 0 {
+				return nil, &EntryError{Path: e.Path, Err: fmt.Errorf("%w: a %v with data", ErrInvalidEntry, e.Type)}
+			}
+		case File:
+		default:
+			return nil, &EntryError{Path: e.Path, Err: fmt.Errorf("%w: type %v", ErrInvalidEntry, e.Type)}
+		}
+		if (e.Type == Symlink) != (e.Target != "") {
+			return nil, &EntryError{Path: e.Path, Err: fmt.Errorf("%w: a %v with target %q", ErrInvalidEntry, e.Type, e.Target)}
+		}
+		if _, dup := byPath[p]; dup {
+			return nil, &EntryError{Path: e.Path, Err: ErrDuplicate}
+		}
+		byPath[p] = e
+	}
+	for p := range byPath {
+		for d := path.Dir(p); d != "."; d = path.Dir(d) {
+			parent, ok := byPath[d]
+			if !ok {
+				byPath[d] = Entry{Type: Dir, Mode: 0o755}
+				continue
+			}
+			if parent.Type != Dir {
+				return nil, &EntryError{Path: byPath[p].Path, Err: fmt.Errorf("%w: %s is a %v", ErrNotDir, d, parent.Type)}
+			}
+		}
+	}
+	paths := make([]string, 0, len(byPath))
+	for p := range byPath {
+		paths = append(paths, p)
+	}
+	// A prefix sorts before its extensions: each directory comes before
+	// what it holds.
+	sort.Strings(paths)
+
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, p := range paths {
+		e := byPath[p]
+		h := &tar.Header{Name: p, Mode: tarMode(e.Mode), ModTime: mtime}
+		switch e.Type {
+		case Dir:
+			h.Typeflag, h.Name = tar.TypeDir, p+"/"
+		case File:
+			h.Typeflag, h.Size = tar.TypeReg, int64(len(e.Data))
+		case Symlink:
+			h.Typeflag, h.Linkname, h.Mode = tar.TypeSymlink, e.Target, 0o777
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, &EntryError{Path: e.Path, Err: err}
+		}
+		if _, err := tw.Write(e.Data); err != nil {
+			return nil, &EntryError{Path: e.Path, Err: err}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// Write writes img to w as an OCI image layout tarball and returns the
+// descriptor of its manifest, as index.json lists it; its Digest is the
+// image's digest.
+func Write(w io.Writer, img *Image) (Descriptor, error) {
+	refTag, err := tag(img.Name)
+	if err != nil {
+		return Descriptor{}, err
+	}
+	created := img.created()
+	platform := img.platform()
+	layer, err := Layer(img.Entries, created)
+	if err != nil {
+		return Descriptor{}, err
+	}
+	config, err := json.Marshal(ImageConfig{
+		Created:  created.Format(time.RFC3339),
+		Platform: platform,
+		Config:   img.Config,
+		RootFS:   RootFS{Type: "layers", DiffIDs: []string{Digest(layer)}},
+	})
+	if err != nil {
+		return Descriptor{}, fmt.Errorf("ociimage: config: %w", err)
+	}
+	manifest, err := json.Marshal(Manifest{
+		SchemaVersion: 2,
+		MediaType:     MediaTypeManifest,
+		Config:        Descriptor{MediaType: MediaTypeConfig, Digest: Digest(config), Size: int64(len(config))},
+		Layers:        []Descriptor{{MediaType: MediaTypeLayer, Digest: Digest(layer), Size: int64(len(layer))}},
+		Annotations:   img.Annotations,
+	})
+	if err != nil {
+		return Descriptor{}, fmt.Errorf("ociimage: manifest: %w", err)
+	}
+	desc := Descriptor{
+		MediaType:   MediaTypeManifest,
+		Digest:      Digest(manifest),
+		Size:        int64(len(manifest)),
+		Annotations: map[string]string{AnnotationImageName: img.Name, AnnotationRefName: refTag},
+		Platform:    &platform,
+	}
+	idx, err := json.Marshal(index{SchemaVersion: 2, MediaType: MediaTypeIndex, Manifests: []Descriptor{desc}})
+	if err != nil {
+		return Descriptor{}, fmt.Errorf("ociimage: index: %w", err)
+	}
+
+	blobs := [][]byte{layer, config, manifest}
+	sort.Slice(blobs, func(i, j int) bool { return Digest(blobs[i]) < Digest(blobs[j]) })
+	tw := tar.NewWriter(w)
+	put := func(name string, data []byte) error {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: created}); err != nil {
+			return err
+		}
+		_, err := tw.Write(data)
+		return err
+	}
+	if err := put("oci-layout", []byte(layoutVersion)); err != nil {
+		return Descriptor{}, fmt.Errorf("ociimage: writing: %w", err)
+	}
+	if err := put("index.json", idx); err != nil {
+		return Descriptor{}, fmt.Errorf("ociimage: writing: %w", err)
+	}
+	for _, b := range blobs {
+		if err := put(blobPath(Digest(b)), b); err != nil {
+			return Descriptor{}, fmt.Errorf("ociimage: writing: %w", err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return Descriptor{}, fmt.Errorf("ociimage: writing: %w", err)
+	}
+	return desc, nil
+}
+
+// WriteFile writes img to the file name, atomically: a reader sees the
+// old file or the whole new one. The file is mode 0644.
+func WriteFile(name string, img *Image) (Descriptor, error) {
+	f, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".tmp*")
+	if err != nil {
+		return Descriptor{}, err
+	}
+	tmp := f.Name()
+	keep := false
+	defer func() {
+		if !keep {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	desc, err := Write(f, img)
+	if err != nil {
+		return Descriptor{}, err
+	}
+	if err := f.Chmod(0o644); err != nil {
+		return Descriptor{}, err
+	}
+	if err := f.Sync(); err != nil {
+		return Descriptor{}, err
+	}
+	if err := f.Close(); err != nil {
+		return Descriptor{}, err
+	}
+	if err := os.Rename(tmp, name); err != nil {
+		return Descriptor{}, err
+	}
+	keep = true
+	return desc, nil
+}
+
+func blobPath(digest string) string {
+	return "blobs/sha256/" + strings.TrimPrefix(digest, "sha256:")
+}
+
+// Layout is a single-image layout as Inspect read it, every digest checked.
+type Layout struct {
+	Index    Descriptor // the manifest's entry in index.json
+	Manifest Manifest
+	Config   ImageConfig
+	Layer    []LayerFile // in the layer's order
+}
+
+// LayerFile is one entry of the layer.
+type LayerFile struct {
+	Header *tar.Header
+	Data   []byte
+}
+
+// Inspect reads an OCI image layout tarball holding one image (as Write
+// writes it) and checks it as an importer would: the layout version, one
+// manifest in index.json, every blob's digest and size, and the config's
+// diff_id against the uncompressed layer.
+func Inspect(r io.Reader) (*Layout, error) {
+	files, err := readTar(r)
+	if err != nil {
+		return nil, fmt.Errorf("ociimage: reading layout: %w", err)
+	}
+	if got := string(files["oci-layout"]); got != layoutVersion {
+		return nil, fmt.Errorf("ociimage: oci-layout is %q: %w", got, ErrInvalidLayout)
+	}
+	var idx index
+	if err := json.Unmarshal(files["index.json"], &idx); err != nil {
+		return nil, fmt.Errorf("ociimage: index.json: %w: %w", ErrInvalidLayout, err)
+	}
+	if idx.SchemaVersion != 2 || len(idx.Manifests) != 1 || idx.Manifests[0].MediaType != MediaTypeManifest {
+		return nil, fmt.Errorf("ociimage: index.json %s: %w", files["index.json"], ErrInvalidLayout)
+	}
+	l := &Layout{Index: idx.Manifests[0]}
+	blob := func(d Descriptor) ([]byte, error) {
+		b, ok := files[blobPath(d.Digest)]
+		if !ok {
+			return nil, &BlobError{Digest: d.Digest, Err: ErrMissingBlob}
+		}
+		if Digest(b) != d.Digest || int64(len(b)) != d.Size {
+			return nil, &BlobError{Digest: d.Digest, Err: fmt.Errorf("%w: %s, %d bytes; want size %d", ErrDigestMismatch, Digest(b), len(b), d.Size)}
+		}
+		return b, nil
+	}
+	for name, b := range files {
+		if d, ok := strings.CutPrefix(name, "blobs/sha256/"); ok && Digest(b) != "sha256:"+d {
+			return nil, &BlobError{Digest: "sha256:" + d, Err: ErrDigestMismatch}
+		}
+	}
+	mb, err := blob(l.Index)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(mb, &l.Manifest); err != nil {
+		return nil, fmt.Errorf("ociimage: manifest: %w: %w", ErrInvalidLayout, err)
+	}
+	if len(l.Manifest.Layers) != 1 || l.Manifest.Layers[0].MediaType != MediaTypeLayer || l.Manifest.Config.MediaType != MediaTypeConfig {
+		return nil, fmt.Errorf("ociimage: manifest %s: want one uncompressed layer: %w", mb, ErrInvalidLayout)
+	}
+	cb, err := blob(l.Manifest.Config)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(cb, &l.Config); err != nil {
+		return nil, fmt.Errorf("ociimage: config: %w: %w", ErrInvalidLayout, err)
+	}
+	lb, err := blob(l.Manifest.Layers[0])
+	if err != nil {
+		return nil, err
+	}
+	if len(l.Config.RootFS.DiffIDs) != 1 || l.Config.RootFS.DiffIDs[0] != Digest(lb) {
+		return nil, fmt.Errorf("ociimage: config diff_ids %v, layer %s: %w", l.Config.RootFS.DiffIDs, Digest(lb), ErrDigestMismatch)
+	}
+	tr := tar.NewReader(bytes.NewReader(lb))
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("ociimage: layer: %w", err)
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			return nil, fmt.Errorf("ociimage: layer %s: %w", h.Name, err)
+		}
+		l.Layer = append(l.Layer, LayerFile{Header: h, Data: data})
+	}
+	return l, nil
+}
+
+// InspectFile is Inspect of the file name.
+func InspectFile(name string) (*Layout, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return Inspect(f)
+}
+
+func readTar(r io.Reader) (map[string][]byte, error) {
+	files := map[string][]byte{}
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return files, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		if _, dup := files[h.Name]; dup {
+			return nil, fmt.Errorf("%s twice: %w", h.Name, ErrInvalidLayout)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			return nil, err
+		}
+		files[h.Name] = b
+	}
+}
