@@ -1,18 +1,16 @@
 package main
 
 import (
-	"archive/tar"
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/nodevol/nodevol/internal/ociimage"
 )
 
 // nodevolImage is the exporter's image: an OCI layout tarball, the image
@@ -48,9 +46,6 @@ func buildNodevolImage(ctx context.Context, out string) error {
 	}
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
-	}
-	if _, err := os.Stat(filepath.Join(root, "hack", "image")); os.IsNotExist(err) {
-		return buildProvisionalImage(ctx, root, out)
 	}
 	cmd := exec.CommandContext(ctx, "go", "run", "./hack/image", "-o", out)
 	cmd.Dir = root
@@ -94,49 +89,20 @@ func readDigestFile(path string) (string, error) {
 	return d, nil
 }
 
-// ociIndexImage reads index.json from an OCI layout tarball: it must name
-// exactly one manifest, and that manifest the image (the
-// io.containerd.image.name annotation `ctr images import` names it by).
+// ociIndexImage reads the image's name and manifest digest from an OCI
+// layout tarball holding one image, as ociimage.Inspect checks it (every
+// blob's digest and size): the name is the io.containerd.image.name
+// annotation `ctr images import` names it by.
 func ociIndexImage(tarPath string) (name, digest string, err error) {
-	f, err := os.Open(tarPath)
+	l, err := ociimage.InspectFile(tarPath)
 	if err != nil {
-		return "", "", err
+		return "", "", fmt.Errorf("the nodevol image %s: %w", tarPath, err)
 	}
-	defer f.Close()
-	tr := tar.NewReader(bufio.NewReader(f))
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return "", "", fmt.Errorf("%s: no index.json: not an OCI layout tarball", tarPath)
-		}
-		if err != nil {
-			return "", "", fmt.Errorf("%s: %w", tarPath, err)
-		}
-		if strings.TrimPrefix(h.Name, "./") != "index.json" {
-			continue
-		}
-		var index struct {
-			Manifests []struct {
-				Digest      string            `json:"digest"`
-				Annotations map[string]string `json:"annotations"`
-			} `json:"manifests"`
-		}
-		if err := json.NewDecoder(io.LimitReader(tr, 1<<20)).Decode(&index); err != nil {
-			return "", "", fmt.Errorf("%s: index.json: %w", tarPath, err)
-		}
-		if len(index.Manifests) != 1 {
-			return "", "", fmt.Errorf("%s: index.json names %d manifests; want one", tarPath, len(index.Manifests))
-		}
-		m := index.Manifests[0]
-		name = m.Annotations["io.containerd.image.name"]
-		if name == "" {
-			return "", "", fmt.Errorf("%s: index.json: the manifest has no io.containerd.image.name annotation", tarPath)
-		}
-		if !sha256Digest.MatchString(m.Digest) {
-			return "", "", fmt.Errorf("%s: index.json: manifest digest %q", tarPath, m.Digest)
-		}
-		return name, m.Digest, nil
+	name = l.Index.Annotations[ociimage.AnnotationImageName]
+	if name == "" {
+		return "", "", fmt.Errorf("the nodevol image %s: index.json: the manifest has no %s annotation", tarPath, ociimage.AnnotationImageName)
 	}
+	return name, l.Index.Digest, nil
 }
 
 // imageDigest is the digest containerd recorded for the image in its
@@ -171,32 +137,4 @@ func (c *containerd) checkImage(ctx context.Context, img nodevolImage) error {
 		return fmt.Errorf("%w: containerd imported %s as %s; %s.digest records %s", ErrDigestMismatch, img.Name, got, img.Tar, img.Digest)
 	}
 	return nil
-}
-
-// buildProvisionalImage stands in for ./hack/image while the root module
-// has none (branch deploy brings it): the static nodevol binary in the
-// harness's own single-layer image, with the entrypoint and command the
-// release image has, and its manifest digest written to out.digest.
-func buildProvisionalImage(ctx context.Context, root, out string) error {
-	bin := filepath.Join(filepath.Dir(out), "nodevol")
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", bin, "./cmd/nodevol")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building nodevol (in %s): %w\n%s", root, err, b)
-	}
-	err := writeOCILayout(out, imageSpec{
-		Name:       "ghcr.io/nodevol/nodevol:e2e",
-		Entrypoint: []string{"/nodevol"},
-		Cmd:        []string{"serve"},
-		Files:      []imageFile{{HostPath: bin, ImagePath: "/nodevol", Mode: 0o755}},
-	})
-	if err != nil {
-		return err
-	}
-	_, digest, err := ociIndexImage(out)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(out+".digest", []byte(digest+"\n"), 0o644)
 }
