@@ -171,6 +171,17 @@ func exporterScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
 	o.time("exporter manifest written → /readyz 200", time.Since(t0))
 	o.observe("ready in %.1fs", time.Since(t0).Seconds())
 
+	// The API server admitted the DaemonSet's pod too, as the static pod's
+	// mirror (its priority class, security context and probes included).
+	var mirror *corev1.Pod
+	err = poll(ctx, 30*time.Second, func() (bool, error) {
+		mirror, err = env.api.mirrorPod(ctx, ex.pod)
+		return err == nil, nil
+	})
+	if o.want(err == nil, "no mirror pod of the exporter in the API server: %v", err) {
+		o.fact("mirror pod %s/%s, uid %s, priority class %q", mirror.Namespace, mirror.Name, mirror.UID, mirror.Spec.PriorityClassName)
+	}
+
 	m, err := scrape(ctx, client, ex.metricsURL)
 	if err != nil {
 		o.harness(err)

@@ -5,9 +5,11 @@
 // issue 14: a NAS (tmpfs or bind mount) inside an emptyDir when its pod is
 // deleted, with and without a kubelet restart in between; a Memory
 // emptyDir with a sizeLimit; downwardAPI and projected volumes (which wrap
-// emptyDir); a subPath mount.
+// emptyDir); a subPath mount; and issue 15's exporter: deploy/'s
+// DaemonSet run as a static pod, reporting a NAS mounted inside an
+// emptyDir on /metrics.
 //
-//	go run ./hack/e2e -stock KUBELET -nodevol KUBELET -apiserver KUBE-APISERVER [-run REGEXP] [-timeout 15m] [-workdir DIR]
+//	go run ./hack/e2e -stock KUBELET -nodevol KUBELET -apiserver KUBE-APISERVER [-run REGEXP] [-timeout 15m] [-workdir DIR] [-nodevol-image FILE] [-deploy DIR]
 //
 // (as root, from the kubelet/ directory). It installs containerd, runc,
 // busybox-static and etcd-server with apt-get when missing, builds a pause
