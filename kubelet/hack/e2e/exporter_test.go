@@ -1,8 +1,11 @@
 package main
 
 import (
+	"io"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestMetrics(t *testing.T) {
@@ -40,5 +43,26 @@ nodevol_mount_namespace{state="host"} 0
 	}
 	if _, err := parseMetrics(strings.NewReader("not metrics {")); err == nil {
 		t.Errorf("parseMetrics of garbage = nil error")
+	}
+}
+
+func TestPrepareExporter(t *testing.T) {
+	ctx := t.Context()
+	log := newLogger(io.Discard, time.Now(), "")
+	// Not selected: nothing is read or built.
+	in, err := prepareExporter(ctx, options{run: "^1-", deploy: "/nonexistent"}, t.TempDir(), log)
+	if in != nil || err != nil {
+		t.Errorf("prepareExporter(-run ^1-) = %v, %v; want nil, nil", in, err)
+	}
+	// Selected: the DaemonSet is read before any image is built.
+	_, err = prepareExporter(ctx, options{run: "^7-", deploy: "/nonexistent"}, t.TempDir(), log)
+	if err == nil || !strings.Contains(err.Error(), "manifests directory") {
+		t.Errorf("prepareExporter(-run ^7-, no manifests) = %v; want an error about the manifests directory", err)
+	}
+	// An image given by flag is read and its digest file checked.
+	dir := t.TempDir()
+	_, err = prepareExporter(ctx, options{run: "^7-", deploy: testDeploy, nodevolImage: filepath.Join(dir, "missing.tar")}, dir, log)
+	if err == nil {
+		t.Errorf("prepareExporter with a missing -nodevol-image = nil error")
 	}
 }
