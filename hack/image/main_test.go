@@ -129,6 +129,7 @@ func TestBuildReproducible(t *testing.T) {
 	if rev, ok := settings["vcs.revision"]; ok && rev != l.Manifest.Annotations["org.opencontainers.image.revision"] {
 		t.Errorf("binary stamped with revision %s, image labelled %s", rev, l.Manifest.Annotations["org.opencontainers.image.revision"])
 	}
+	t.Run("runs", func(t *testing.T) { runsInImage(t, l) })
 }
 
 func TestTagOf(t *testing.T) {

@@ -254,49 +254,68 @@ func (s *server) run(ctx context.Context, ln net.Listener, grace time.Duration) 
 	return err
 }
 
-func runServe(fs *flagSet, args []string, stdout, stderr io.Writer) int {
-	listen := fs.String("listen", defaultListen, "serve the endpoints on `ADDR`")
-	interval := fs.Duration("interval", 10*time.Second, "scan every `DURATION` (and sooner when the mount table changes)")
-	root := fs.String("root", volume.DefaultRoot, "the kubelet root directory as this process sees it")
-	hostRoot := fs.String("host-root", "", "the kubelet root as the host names it, in labels and logs (default --root)")
-	verbosity := fs.Int("v", 0, "log verbosity: 1 logs each scan, 2 each mount table change")
-	nsFlags := addNamespaceFlags(fs.FlagSet, false)
+// serveArgs is what serve's command line says.
+type serveArgs struct {
+	listen, root, hostRoot string
+	interval               time.Duration
+	verbosity              int
+	ns                     *namespaceFlags
+}
+
+// parseServeArgs declares serve's flags on fs and parses args, with the
+// checks that need nothing but the arguments. A code >= 0 is serve's exit
+// code: the help was printed, or the mistake said on stderr.
+func parseServeArgs(fs *flagSet, args []string, stderr io.Writer) (a serveArgs, code int) {
+	fs.StringVar(&a.listen, "listen", defaultListen, "serve the endpoints on `ADDR`")
+	fs.DurationVar(&a.interval, "interval", 10*time.Second, "scan every `DURATION` (and sooner when the mount table changes)")
+	fs.StringVar(&a.root, "root", volume.DefaultRoot, "the kubelet root directory as this process sees it")
+	fs.StringVar(&a.hostRoot, "host-root", "", "the kubelet root as the host names it, in labels and logs (default --root)")
+	fs.IntVar(&a.verbosity, "v", 0, "log verbosity: 1 logs each scan, 2 each mount table change")
+	a.ns = addNamespaceFlags(fs.FlagSet, false)
 	extra, code := parseArgs(fs, args)
+	if code >= 0 {
+		return a, code
+	}
+	if len(extra) > 0 {
+		return a, usageError(fs, stderr, "serve takes no arguments (got %q)", extra[0])
+	}
+	if a.root == "" {
+		return a, usageError(fs, stderr, "--root must not be empty")
+	}
+	if a.interval <= 0 {
+		return a, usageError(fs, stderr, "--interval must be positive (got %v)", a.interval)
+	}
+	if err := refuseDotDot(a.root); err != nil {
+		fmt.Fprintf(stderr, "nodevol serve: --root: %s\n", display(err.Error()))
+		return a, ExitError
+	}
+	return a, -1
+}
+
+func runServe(fs *flagSet, args []string, stdout, stderr io.Writer) int {
+	a, code := parseServeArgs(fs, args, stderr)
 	if code >= 0 {
 		return code
 	}
-	if len(extra) > 0 {
-		return usageError(fs, stderr, "serve takes no arguments (got %q)", extra[0])
-	}
-	if *root == "" {
-		return usageError(fs, stderr, "--root must not be empty")
-	}
-	if *interval <= 0 {
-		return usageError(fs, stderr, "--interval must be positive (got %v)", *interval)
-	}
-	if err := refuseDotDot(*root); err != nil {
-		fmt.Fprintf(stderr, "nodevol serve: --root: %s\n", display(err.Error()))
-		return ExitError
-	}
-	dir, err := filepath.Abs(*root)
+	dir, err := filepath.Abs(a.root)
 	if err != nil {
 		fmt.Fprintf(stderr, "nodevol serve: %s\n", display(err.Error()))
 		return ExitError
 	}
-	if *hostRoot == "" {
-		*hostRoot = dir
+	if a.hostRoot == "" {
+		a.hostRoot = dir
 	}
-	ns, err := nsFlags.gate("serve")
+	ns, err := a.ns.gate("serve")
 	if err != nil {
 		fmt.Fprintf(stderr, "nodevol serve: %s\n", display(err.Error()))
 		return ExitError
 	}
-	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(stderr), textlogger.Verbosity(*verbosity))).WithName("serve")
+	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(stderr), textlogger.Verbosity(a.verbosity))).WithName("serve")
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	bi, ok := debug.ReadBuildInfo()
 	opts := serveOptions{
-		root: dir, hostRoot: filepath.Clean(*hostRoot), interval: *interval,
+		root: dir, hostRoot: filepath.Clean(a.hostRoot), interval: a.interval,
 		debounce: 100 * time.Millisecond, ns: ns.ns, version: newVersionInfo(bi, ok), logger: logger,
 	}
 	opts.rescan = watchMountTable(ctx, logger)
@@ -305,7 +324,7 @@ func runServe(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nodevol serve: %v\n", err)
 		return ExitError
 	}
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", a.listen)
 	if err != nil {
 		fmt.Fprintf(stderr, "nodevol serve: %s\n", display(err.Error()))
 		return ExitError

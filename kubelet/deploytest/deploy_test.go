@@ -1,0 +1,566 @@
+package deploytest
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/kubernetes/pkg/api/pod"
+	"k8s.io/kubernetes/pkg/apis/apps"
+	appsinstall "k8s.io/kubernetes/pkg/apis/apps/install"
+	appsvalidation "k8s.io/kubernetes/pkg/apis/apps/validation"
+	"k8s.io/kubernetes/pkg/apis/core"
+	coreinstall "k8s.io/kubernetes/pkg/apis/core/install"
+	corevalidation "k8s.io/kubernetes/pkg/apis/core/validation"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodevol/nodevol/internal/cli"
+)
+
+// deployDir is deploy/ at the repository's root.
+const deployDir = "../../deploy"
+
+// doc is one YAML document of a manifest file.
+type doc struct {
+	file  string // relative to deploy/
+	index int    // 0-based, in its file
+	data  []byte
+}
+
+func (d doc) String() string { return fmt.Sprintf("%s#%d", d.file, d.index) }
+
+// readManifests reads every .yaml and .yml file under dir, split into
+// documents; documents that hold only comments are left out.
+func readManifests(dir string) ([]doc, error) {
+	var docs []doc
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if ext := filepath.Ext(p); ext != ".yaml" && ext != ".yml" {
+			return fmt.Errorf("%s: not a manifest (deploy/ holds only .yaml files, all of which kubectl would apply)", p)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
+		for i := 0; ; i++ {
+			data, err := r.Read()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("%s: %w", rel, err)
+			}
+			if onlyComments(data) {
+				i--
+				continue
+			}
+			docs = append(docs, doc{file: filepath.ToSlash(rel), index: i, data: data})
+		}
+	})
+	return docs, err
+}
+
+func onlyComments(data []byte) bool {
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if l := strings.TrimSpace(line); l != "" && !strings.HasPrefix(l, "#") && l != "---" {
+			return false
+		}
+	}
+	return true
+}
+
+// apiServer decodes and validates built-in objects as the API server
+// does: strict decoding, defaulting, conversion to the internal version,
+// validation. Its scheme is its own, filled by the API server's install
+// packages (no global scheme).
+type apiServer struct {
+	scheme *runtime.Scheme
+	decode runtime.Decoder
+}
+
+func newAPIServer() *apiServer {
+	scheme := runtime.NewScheme()
+	coreinstall.Install(scheme)
+	appsinstall.Install(scheme)
+	codecs := serializer.NewCodecFactory(scheme, serializer.EnableStrict)
+	return &apiServer{scheme: scheme, decode: codecs.UniversalDeserializer()}
+}
+
+// objects is what the manifests hold, as the API server would store them
+// (defaulted, in their versioned types), each with the document it came from.
+type objects struct {
+	namespaces      map[*corev1.Namespace]doc
+	serviceAccounts map[*corev1.ServiceAccount]doc
+	daemonSets      map[*appsv1.DaemonSet]doc
+	services        map[*corev1.Service]doc
+	serviceMonitors map[*serviceMonitor]doc
+}
+
+// load decodes and validates every document; it returns every error, each
+// naming its document.
+func (s *apiServer) load(docs []doc) (*objects, []error) {
+	objs := &objects{
+		namespaces:      map[*corev1.Namespace]doc{},
+		serviceAccounts: map[*corev1.ServiceAccount]doc{},
+		daemonSets:      map[*appsv1.DaemonSet]doc{},
+		services:        map[*corev1.Service]doc{},
+		serviceMonitors: map[*serviceMonitor]doc{},
+	}
+	var errs []error
+	for _, d := range docs {
+		if err := s.loadOne(d, objs); err != nil {
+			errs = append(errs, fmt.Errorf("%v: %w", d, err))
+		}
+	}
+	return objs, errs
+}
+
+func (s *apiServer) loadOne(d doc, objs *objects) error {
+	var tm metav1.TypeMeta
+	if err := yaml.Unmarshal(d.data, &tm); err != nil {
+		return err
+	}
+	if tm.APIVersion == serviceMonitorAPIVersion && tm.Kind == "ServiceMonitor" {
+		sm, err := decodeServiceMonitor(d.data)
+		if err != nil {
+			return err
+		}
+		objs.serviceMonitors[sm] = d
+		return nil
+	}
+	obj, gvk, err := s.decode.Decode(d.data, nil, nil)
+	if err != nil {
+		return fmt.Errorf("decoding %s: %w", tm.GroupVersionKind(), err)
+	}
+	s.scheme.Default(obj)
+	internal, err := s.scheme.ConvertToVersion(obj, schema.GroupVersion{Group: gvk.Group, Version: runtime.APIVersionInternal})
+	if err != nil {
+		return fmt.Errorf("converting %s: %w", gvk, err)
+	}
+	var errs field.ErrorList
+	switch in := internal.(type) {
+	case *core.Namespace:
+		errs = corevalidation.ValidateNamespace(in)
+		objs.namespaces[obj.(*corev1.Namespace)] = d
+	case *core.ServiceAccount:
+		errs = corevalidation.ValidateServiceAccount(in)
+		objs.serviceAccounts[obj.(*corev1.ServiceAccount)] = d
+	case *core.Service:
+		// The Service storage's create first fills the plural clusterIPs
+		// from the singular field (normalizeClusterIPs), which validation
+		// then requires; the IP allocator fills nothing for a headless one.
+		if in.Spec.ClusterIP != "" && len(in.Spec.ClusterIPs) == 0 {
+			in.Spec.ClusterIPs = []string{in.Spec.ClusterIP}
+		}
+		errs = corevalidation.ValidateServiceCreate(in)
+		objs.services[obj.(*corev1.Service)] = d
+	case *apps.DaemonSet:
+		// As the DaemonSet strategy's Validate does on create.
+		errs = appsvalidation.ValidateDaemonSet(in, pod.GetValidationOptionsFromPodTemplate(&in.Spec.Template, nil))
+		objs.daemonSets[obj.(*appsv1.DaemonSet)] = d
+	default:
+		return fmt.Errorf("%s: no validation here for this kind; add it to loadOne", gvk)
+	}
+	return errs.ToAggregate()
+}
+
+// serviceMonitorAPIVersion is the Prometheus Operator's API.
+const serviceMonitorAPIVersion = "monitoring.coreos.com/v1"
+
+// serviceMonitor is the part of monitoring.coreos.com/v1 ServiceMonitor
+// that deploy/ uses, field names and types as the operator's CRD has them;
+// a field it does not list is an error. Not the operator's own Go types
+// (github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring):
+// requiring that module raises k8s.io/kube-openapi and fxamacker/cbor
+// under k8s.io/kubernetes v1.37.2, which would change what the
+// nodevol-kubelet build links, for the sake of one test.
+type serviceMonitor struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       struct {
+		JobLabel          string               `json:"jobLabel,omitempty"`
+		Selector          metav1.LabelSelector `json:"selector"`
+		NamespaceSelector *struct {
+			Any        bool     `json:"any,omitempty"`
+			MatchNames []string `json:"matchNames,omitempty"`
+		} `json:"namespaceSelector,omitempty"`
+		Endpoints []struct {
+			Port          string              `json:"port,omitempty"`
+			TargetPort    *intstr.IntOrString `json:"targetPort,omitempty"`
+			Path          string              `json:"path,omitempty"`
+			Scheme        string              `json:"scheme,omitempty"`
+			Interval      string              `json:"interval,omitempty"`
+			ScrapeTimeout string              `json:"scrapeTimeout,omitempty"`
+			HonorLabels   bool                `json:"honorLabels,omitempty"`
+			Relabelings   []struct {
+				SourceLabels []string `json:"sourceLabels,omitempty"`
+				Separator    *string  `json:"separator,omitempty"`
+				TargetLabel  string   `json:"targetLabel,omitempty"`
+				Regex        string   `json:"regex,omitempty"`
+				Replacement  *string  `json:"replacement,omitempty"`
+				Action       string   `json:"action,omitempty"`
+			} `json:"relabelings,omitempty"`
+		} `json:"endpoints"`
+	} `json:"spec"`
+}
+
+// Patterns of the operator's CRD schema, and of Prometheus label names.
+var (
+	promDuration = regexp.MustCompile(`^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$`)
+	labelName    = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+)
+
+func decodeServiceMonitor(data []byte) (*serviceMonitor, error) {
+	var sm serviceMonitor
+	if err := yaml.UnmarshalStrict(data, &sm); err != nil {
+		return nil, fmt.Errorf("decoding ServiceMonitor: %w", err)
+	}
+	var errs field.ErrorList
+	meta := field.NewPath("metadata")
+	if sm.Metadata.Name == "" || sm.Metadata.Namespace == "" {
+		errs = append(errs, field.Required(meta, "name and namespace"))
+	}
+	spec := field.NewPath("spec")
+	if len(sm.Spec.Selector.MatchLabels) == 0 && len(sm.Spec.Selector.MatchExpressions) == 0 {
+		errs = append(errs, field.Required(spec.Child("selector"), "an empty selector selects every Service"))
+	}
+	if len(sm.Spec.Endpoints) == 0 {
+		errs = append(errs, field.Required(spec.Child("endpoints"), ""))
+	}
+	for i, e := range sm.Spec.Endpoints {
+		p := spec.Child("endpoints").Index(i)
+		if (e.Port == "") == (e.TargetPort == nil) {
+			errs = append(errs, field.Invalid(p, e.Port, "exactly one of port and targetPort"))
+		}
+		for name, d := range map[string]string{"interval": e.Interval, "scrapeTimeout": e.ScrapeTimeout} {
+			if d != "" && !promDuration.MatchString(d) {
+				errs = append(errs, field.Invalid(p.Child(name), d, "not a Prometheus duration"))
+			}
+		}
+		for j, r := range e.Relabelings {
+			if r.TargetLabel != "" && !labelName.MatchString(r.TargetLabel) {
+				errs = append(errs, field.Invalid(p.Child("relabelings").Index(j).Child("targetLabel"), r.TargetLabel, "not a label name"))
+			}
+		}
+	}
+	return &sm, errs.ToAggregate()
+}
+
+// policyErrors checks what nodevol's deployment promises beyond what the
+// API server checks: least privilege, the kubelet root read-only with
+// HostToContainer propagation, serve's own flags, probes on its
+// endpoints, every node, and a scrape path that reaches the pods.
+func policyErrors(objs *objects) []error {
+	var errs []error
+	bad := func(d doc, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%v: %s", d, fmt.Sprintf(format, a...)))
+	}
+	if len(objs.namespaces) != 1 || len(objs.daemonSets) != 1 || len(objs.services) != 1 || len(objs.serviceAccounts) != 1 || len(objs.serviceMonitors) != 1 {
+		errs = append(errs, fmt.Errorf("deploy/ holds %d Namespaces, %d ServiceAccounts, %d DaemonSets, %d Services, %d ServiceMonitors; want one of each",
+			len(objs.namespaces), len(objs.serviceAccounts), len(objs.daemonSets), len(objs.services), len(objs.serviceMonitors)))
+		return errs
+	}
+	var ns string
+	for n := range objs.namespaces {
+		ns = n.Name
+	}
+	for sa, d := range objs.serviceAccounts {
+		if sa.Namespace != ns {
+			bad(d, "namespace %q; want %q", sa.Namespace, ns)
+		}
+		if sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
+			bad(d, "automountServiceAccountToken is not false: the agent never talks to the API server")
+		}
+	}
+	for ds, d := range objs.daemonSets {
+		errs = append(errs, daemonSetPolicy(ds, d, ns, objs)...)
+	}
+	return errs
+}
+
+func daemonSetPolicy(ds *appsv1.DaemonSet, d doc, ns string, objs *objects) []error {
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%v: DaemonSet %s: %s", d, ds.Name, fmt.Sprintf(format, a...)))
+	}
+	if ds.Namespace != ns {
+		bad("namespace %q; want %q", ds.Namespace, ns)
+	}
+	spec := &ds.Spec.Template.Spec
+	for sa := range objs.serviceAccounts {
+		if spec.ServiceAccountName != sa.Name {
+			bad("serviceAccountName %q; want %q", spec.ServiceAccountName, sa.Name)
+		}
+	}
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		bad("automountServiceAccountToken is not false")
+	}
+	if spec.HostPID || spec.HostNetwork || spec.HostIPC {
+		bad("hostPID %v, hostNetwork %v, hostIPC %v; want none", spec.HostPID, spec.HostNetwork, spec.HostIPC)
+	}
+	if !slices.ContainsFunc(spec.Tolerations, func(t corev1.Toleration) bool {
+		return t.Key == "" && t.Operator == corev1.TolerationOpExists && t.Effect == ""
+	}) {
+		bad("no toleration {operator: Exists}: it would not run on tainted nodes and control planes")
+	}
+	if u := ds.Spec.UpdateStrategy; u.Type != appsv1.RollingUpdateDaemonSetStrategyType || u.RollingUpdate == nil || u.RollingUpdate.MaxUnavailable == nil {
+		bad("updateStrategy %+v; want RollingUpdate with maxUnavailable", u)
+	}
+	if len(spec.Containers) != 1 || len(spec.InitContainers) != 0 {
+		bad("%d containers, %d init containers; want one container", len(spec.Containers), len(spec.InitContainers))
+		return errs
+	}
+	c := &spec.Containers[0]
+
+	// Privilege.
+	sc := c.SecurityContext
+	if sc == nil {
+		bad("container %s has no securityContext", c.Name)
+		return errs
+	}
+	isFalse := func(b *bool) bool { return b != nil && !*b }
+	isTrue := func(b *bool) bool { return b != nil && *b }
+	if !isFalse(sc.Privileged) || !isFalse(sc.AllowPrivilegeEscalation) || !isTrue(sc.ReadOnlyRootFilesystem) {
+		bad("privileged %v, allowPrivilegeEscalation %v, readOnlyRootFilesystem %v; want false, false, true",
+			ptrString(sc.Privileged), ptrString(sc.AllowPrivilegeEscalation), ptrString(sc.ReadOnlyRootFilesystem))
+	}
+	if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || !slices.Equal(sc.Capabilities.Add, []corev1.Capability{"DAC_READ_SEARCH"}) {
+		bad("capabilities %+v; want drop [ALL], add [DAC_READ_SEARCH] only", sc.Capabilities)
+	}
+	seccomp := sc.SeccompProfile
+	if seccomp == nil && spec.SecurityContext != nil {
+		seccomp = spec.SecurityContext.SeccompProfile
+	}
+	if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		bad("seccompProfile %+v; want RuntimeDefault", seccomp)
+	}
+	if sc.RunAsUser == nil || *sc.RunAsUser != 0 {
+		bad("runAsUser %v; want 0 (the kubelet root and pod directories are root's, mode 0750)", ptrString(sc.RunAsUser))
+	}
+
+	// The kubelet root.
+	if len(c.Args) == 0 || c.Args[0] != "serve" {
+		bad("args %q; want serve and its flags", c.Args)
+		return errs
+	}
+	if err := cli.CheckServeArgs(c.Args[1:]); err != nil {
+		bad("%v", err)
+	}
+	flags := argValues(c.Args[1:])
+	var volume *corev1.Volume
+	for i := range spec.Volumes {
+		if v := &spec.Volumes[i]; v.HostPath != nil && v.HostPath.Path == flags["host-root"] {
+			volume = v
+		}
+	}
+	if volume == nil || volume.HostPath.Type == nil || *volume.HostPath.Type != corev1.HostPathDirectory {
+		bad("no hostPath volume of type Directory for --host-root=%s", flags["host-root"])
+		return errs
+	}
+	mounts := 0
+	for _, m := range c.VolumeMounts {
+		if m.Name != volume.Name {
+			continue
+		}
+		mounts++
+		if m.MountPath != flags["root"] || !m.ReadOnly || m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationHostToContainer {
+			bad("mount of %s at %s, readOnly %v, propagation %v; want it at --root=%s, readOnly, HostToContainer",
+				volume.Name, m.MountPath, m.ReadOnly, ptrString(m.MountPropagation), flags["root"])
+		}
+	}
+	if mounts != 1 {
+		bad("the kubelet root volume is mounted %d times; want once", mounts)
+	}
+
+	// The endpoints.
+	_, listenPort, err := net.SplitHostPort(flags["listen"])
+	if err != nil {
+		bad("--listen=%s: %v", flags["listen"], err)
+	}
+	var metrics *corev1.ContainerPort
+	for i := range c.Ports {
+		if c.Ports[i].Name == "metrics" {
+			metrics = &c.Ports[i]
+		}
+	}
+	if metrics == nil || fmt.Sprint(metrics.ContainerPort) != listenPort {
+		bad("ports %+v; want one named metrics on --listen's port %s", c.Ports, listenPort)
+	}
+	probe := func(name string, p *corev1.Probe, path string) {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || (p.HTTPGet.Port != intstr.FromString("metrics") && p.HTTPGet.Port.String() != listenPort) {
+			bad("%s probe %+v; want an HTTP GET of %s on the metrics port", name, p, path)
+		}
+	}
+	probe("liveness", c.LivenessProbe, "/healthz")
+	probe("readiness", c.ReadinessProbe, "/readyz")
+
+	// Resources: requests, a memory limit, no CPU limit.
+	r := c.Resources
+	if r.Requests.Cpu().IsZero() || r.Requests.Memory().IsZero() || r.Limits.Memory().IsZero() || !r.Limits.Cpu().IsZero() {
+		bad("resources %+v; want CPU and memory requests, a memory limit and no CPU limit", r)
+	}
+
+	// The Service reaches the pods' metrics port.
+	for svc, sd := range objs.services {
+		if svc.Namespace != ns {
+			bad("Service %s (%v) is in namespace %q; want %q", svc.Name, sd, svc.Namespace, ns)
+		}
+		if !selects(svc.Spec.Selector, ds.Spec.Template.Labels) || len(svc.Spec.Selector) == 0 {
+			bad("Service %s (%v) selector %v does not select the pods (%v)", svc.Name, sd, svc.Spec.Selector, ds.Spec.Template.Labels)
+		}
+		if svc.Spec.ClusterIP != corev1.ClusterIPNone {
+			bad("Service %s (%v) is not headless", svc.Name, sd)
+		}
+		if !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool {
+			return p.Name == "metrics" && (p.TargetPort == intstr.FromString("metrics") || p.TargetPort.String() == listenPort)
+		}) {
+			bad("Service %s (%v) has no port metrics to the pods' metrics port", svc.Name, sd)
+		}
+		for sm, smd := range objs.serviceMonitors {
+			if sm.Metadata.Namespace != ns || !selects(sm.Spec.Selector.MatchLabels, svc.Labels) {
+				bad("ServiceMonitor %s (%v) in %q with selector %v does not select Service %s", sm.Metadata.Name, smd, sm.Metadata.Namespace, sm.Spec.Selector.MatchLabels, svc.Name)
+			}
+			for _, e := range sm.Spec.Endpoints {
+				if e.Port != "metrics" || e.Path != "/metrics" {
+					bad("ServiceMonitor %s (%v) endpoint port %q path %q; want metrics, /metrics", sm.Metadata.Name, smd, e.Port, e.Path)
+				}
+			}
+		}
+	}
+	return errs
+}
+
+// argValues is the value of each --name=value flag.
+func argValues(args []string) map[string]string {
+	m := map[string]string{}
+	for _, a := range args {
+		if k, v, ok := strings.Cut(strings.TrimLeft(a, "-"), "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// selects reports whether every label of selector is in labels.
+func selects(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func ptrString[T any](p *T) string {
+	if p == nil {
+		return "unset"
+	}
+	return fmt.Sprint(*p)
+}
+
+// check loads docs and applies the policy: every error.
+func check(docs []doc) []error {
+	objs, errs := newAPIServer().load(docs)
+	if len(errs) > 0 {
+		return errs
+	}
+	return policyErrors(objs)
+}
+
+// TestManifests: deploy/ as it is passes the API server's validation and
+// the policy.
+func TestManifests(t *testing.T) {
+	docs, err := readManifests(deployDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(docs) < 5 {
+		t.Fatalf("read %d documents under %s; want the Namespace, ServiceAccount, DaemonSet, Service and ServiceMonitor", len(docs), deployDir)
+	}
+	for _, err := range check(docs) {
+		t.Error(err)
+	}
+}
+
+// TestManifestsMutated: each mistake, made in a copy of deploy/'s text,
+// is caught, with an error that names it.
+func TestManifestsMutated(t *testing.T) {
+	docs, err := readManifests(deployDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		old, new string // replaced once, in the one document holding old
+		want     string // in one of the errors
+	}{
+		{"typo in a field name", "readOnlyRootFilesystem: true", "readOnlyRootFilesytem: true", `unknown field "spec.template.spec.containers[0].securityContext.readOnlyRootFilesytem"`},
+		{"duplicated field", "      enableServiceLinks: false\n", "      enableServiceLinks: false\n      enableServiceLinks: true\n", `key "enableServiceLinks" already set`},
+		{"missing selector", "  selector:\n    matchLabels:\n      app.kubernetes.io/name: nodevol\n  updateStrategy:", "  updateStrategy:", "`selector` does not match template `labels`"},
+		{"selector not matching the template", "    matchLabels:\n      app.kubernetes.io/name: nodevol\n  updateStrategy:", "    matchLabels:\n      app.kubernetes.io/name: other\n  updateStrategy:", "`selector` does not match template `labels`"},
+		{"bidirectional propagation without privilege", "mountPropagation: HostToContainer", "mountPropagation: Bidirectional", "Bidirectional mount propagation is available only to privileged containers"},
+		{"a wrong type", "containerPort: 9477", "containerPort: \"9477\"", "containerPort"},
+		{"an invalid namespace name", "  name: nodevol-system\n  labels:", "  name: Nodevol_System\n  labels:", "metadata.name: Invalid value"},
+		{"another capability", "                - DAC_READ_SEARCH", "                - DAC_READ_SEARCH\n                - SYS_ADMIN", "want drop [ALL], add [DAC_READ_SEARCH] only"},
+		{"writable root filesystem", "readOnlyRootFilesystem: true", "readOnlyRootFilesystem: false", "readOnlyRootFilesystem false"},
+		{"a writable kubelet root", "              readOnly: true\n", "              readOnly: false\n", "want it at --root=/host/var/lib/kubelet, readOnly"},
+		{"hostPID", "      enableServiceLinks: false\n", "      enableServiceLinks: false\n      hostPID: true\n", "hostPID true"},
+		{"a flag serve does not have", "- --interval=10s", "- --intervall=10s", "unknown flag --intervall"},
+		{"a bad flag value", "- --interval=10s", "- --interval=10", "--interval"},
+		{"probe on the wrong path", "path: /readyz", "path: /ready", "readiness probe"},
+		{"a CPU limit", "            limits:\n              memory: 128Mi", "            limits:\n              cpu: 100m\n              memory: 128Mi", "no CPU limit"},
+		{"no toleration", "      tolerations:\n        - operator: Exists\n", "", "no toleration"},
+		{"ServiceMonitor typo", "scrapeTimeout: 10s", "scrapeTimout: 10s", `unknown field "scrapeTimout"`},
+		{"ServiceMonitor bad interval", "interval: 30s", "interval: 30 seconds", "not a Prometheus duration"},
+		{"Service selecting nothing of ours", "  selector:\n    app.kubernetes.io/name: nodevol\n", "  selector:\n    app.kubernetes.io/name: nodevo\n", "does not select the pods"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mutated := slices.Clone(docs)
+			found := 0
+			for i, d := range mutated {
+				if n := strings.Count(string(d.data), tt.old); n > 0 {
+					found += n
+					mutated[i].data = []byte(strings.Replace(string(d.data), tt.old, tt.new, 1))
+				}
+			}
+			if found != 1 {
+				t.Fatalf("%q occurs %d times in deploy/; the mutation needs it exactly once", tt.old, found)
+			}
+			errs := check(mutated)
+			if len(errs) == 0 {
+				t.Fatalf("check() of deploy/ with %q replaced by %q found nothing wrong", tt.old, tt.new)
+			}
+			if !slices.ContainsFunc(errs, func(err error) bool { return strings.Contains(err.Error(), tt.want) }) {
+				t.Errorf("check() = %v; want an error containing %q", errs, tt.want)
+			}
+		})
+	}
+}

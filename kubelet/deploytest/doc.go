@@ -1,0 +1,19 @@
+// Package deploytest checks the manifests under deploy/ offline, the way
+// the API server would on `kubectl apply`, and against nodevol's own
+// deployment policy. It has only tests:
+//
+//	cd kubelet && go test ./deploytest/
+//
+// Every YAML document is decoded strictly (an unknown or duplicated field
+// is an error, where kubectl would at best warn), defaulted and converted
+// to the internal types with a scheme of the API server's own install
+// packages, and validated by k8s.io/kubernetes's validation (ValidateDaemonSet
+// with the options the DaemonSet strategy uses, ValidateServiceCreate,
+// ValidateNamespace, ValidateServiceAccount). The ServiceMonitor, a custom
+// resource, is decoded strictly into a struct of ours that mirrors the
+// fields it uses of monitoring.coreos.com/v1 (see serviceMonitor for why
+// not the Prometheus Operator's own Go types).
+//
+// It lives in the kubelet/ module because k8s.io/kubernetes may not enter
+// the root module.
+package deploytest
