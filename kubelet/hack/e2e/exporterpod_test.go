@@ -184,3 +184,20 @@ func TestReadDaemonSet(t *testing.T) {
 		})
 	}
 }
+
+// TestShippedDaemonSetConverts: the DaemonSet of the root module's
+// deploy/ (what -deploy reads by default) is one scenario 7 can run.
+func TestShippedDaemonSetConverts(t *testing.T) {
+	const shipped = "../../../deploy"
+	ds, src, err := readDaemonSet(shipped)
+	if err != nil {
+		t.Fatalf("readDaemonSet(%q) = %v", shipped, err)
+	}
+	ex, err := staticExporterPod(ds, testExporterOptions)
+	if err != nil {
+		t.Fatalf("staticExporterPod(%s) = %v", src, err)
+	}
+	if ex.interval <= 0 || !strings.HasSuffix(ex.readyURL, "/readyz") {
+		t.Errorf("%s: interval %v, readiness %s", src, ex.interval, ex.readyURL)
+	}
+}
