@@ -79,7 +79,7 @@ func prepareExporter(ctx context.Context, opts options, dir string, log *logger)
 }
 
 func expectExporter(flavor) string {
-	return "ready, foreign mount namespace, kubelet root ro+slave; danger 1 within one interval of the NAS mount, 0 within one of its unmount; nothing written; nothing left"
+	return "ready, foreign mount namespace, kubelet root ro+slave, security context applied; danger 1 within one interval of the NAS mount, 0 within one of its unmount; nothing written; nothing left"
 }
 
 // exporterScenario runs deploy/'s DaemonSet as a static pod (issue 15's
@@ -359,8 +359,25 @@ func checkExporterProcess(ex *staticExporter, o *outcome) {
 	if slash != nil {
 		o.fact("exporter's / mounted %s", slash.Options)
 	}
-	if capEff, err := processCapEff(pid); err == nil {
-		o.fact("exporter's effective capabilities %s", capEff)
+	want, err := wantedStatus(ex.pod)
+	if err != nil {
+		o.harness(err)
+		return
+	}
+	have, err := processStatus(pid)
+	if err != nil {
+		o.harness(err)
+		return
+	}
+	var got []string
+	ok := true
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		got = append(got, k+" "+have[k])
+		ok = o.want(have[k] == want[k], "the exporter's %s is %q; its security context asks for %q", k, have[k], want[k]) && ok
+	}
+	o.fact("exporter's /proc/%d/status: %s", pid, strings.Join(got, ", "))
+	if ok {
+		o.observe("security context applied")
 	}
 }
 
@@ -434,19 +451,84 @@ func mountedIn(ex *staticExporter, path string) bool {
 	return slices.ContainsFunc(ms, func(m *mountinfo.Info) bool { return m.Mountpoint == path })
 }
 
-// processCapEff is the CapEff line of the process's status.
-func processCapEff(pid int) (string, error) {
+// processStatus is the process's /proc status, field by field ("Uid" is
+// the real uid alone).
+func processStatus(pid int) (map[string]string, error) {
 	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
 	if err != nil {
-		return "", err
+		return nil, err
 	}
+	out := map[string]string{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "CapEff:"); ok {
-			return strings.TrimSpace(v), nil
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		if k == "Uid" {
+			v, _, _ = strings.Cut(v, "\t")
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// capabilityBits are the Linux capability numbers of the names a
+// container's securityContext may add.
+var capabilityBits = map[string]uint{
+	"CHOWN": unix.CAP_CHOWN, "DAC_OVERRIDE": unix.CAP_DAC_OVERRIDE, "DAC_READ_SEARCH": unix.CAP_DAC_READ_SEARCH,
+	"FOWNER": unix.CAP_FOWNER, "KILL": unix.CAP_KILL, "SETGID": unix.CAP_SETGID, "SETUID": unix.CAP_SETUID,
+	"NET_BIND_SERVICE": unix.CAP_NET_BIND_SERVICE, "SYS_ADMIN": unix.CAP_SYS_ADMIN, "SYS_PTRACE": unix.CAP_SYS_PTRACE,
+	"SYS_CHROOT": unix.CAP_SYS_CHROOT, "NET_ADMIN": unix.CAP_NET_ADMIN, "NET_RAW": unix.CAP_NET_RAW,
+}
+
+// wantedStatus is what the pod's only container's security context says
+// its process's /proc status must show: Uid for runAsUser, CapEff for
+// capabilities dropping ALL (then exactly the added ones), NoNewPrivs for
+// allowPrivilegeEscalation false, Seccomp 2 (filter) for a RuntimeDefault
+// or Localhost profile. A field the context does not pin is not wanted.
+func wantedStatus(pod *corev1.Pod) (map[string]string, error) {
+	c := pod.Spec.Containers[0]
+	want := map[string]string{}
+	sc := c.SecurityContext
+	psc := pod.Spec.SecurityContext
+	switch {
+	case sc != nil && sc.RunAsUser != nil:
+		want["Uid"] = strconv.FormatInt(*sc.RunAsUser, 10)
+	case psc != nil && psc.RunAsUser != nil:
+		want["Uid"] = strconv.FormatInt(*psc.RunAsUser, 10)
+	}
+	if sc != nil && sc.Capabilities != nil && slices.Contains(sc.Capabilities.Drop, "ALL") {
+		var mask uint64
+		for _, name := range sc.Capabilities.Add {
+			bit, ok := capabilityBits[strings.TrimPrefix(string(name), "CAP_")]
+			if !ok {
+				return nil, fmt.Errorf("capability %q: not one the harness knows the number of", name)
+			}
+			mask |= 1 << bit
+		}
+		want["CapEff"] = fmt.Sprintf("%016x", mask)
+	}
+	if sc != nil && sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation {
+		want["NoNewPrivs"] = "1"
+	}
+	profile := (*corev1.SeccompProfile)(nil)
+	if psc != nil {
+		profile = psc.SeccompProfile
+	}
+	if sc != nil && sc.SeccompProfile != nil {
+		profile = sc.SeccompProfile
+	}
+	if profile != nil {
+		switch profile.Type {
+		case corev1.SeccompProfileTypeRuntimeDefault, corev1.SeccompProfileTypeLocalhost:
+			want["Seccomp"] = "2"
+		case corev1.SeccompProfileTypeUnconfined:
+			want["Seccomp"] = "0"
 		}
 	}
-	return "", fmt.Errorf("no CapEff in /proc/%d/status", pid)
+	return want, nil
 }
 
 // treeState describes every entry below dir (not below "nas"): its type,

@@ -201,3 +201,34 @@ func TestShippedDaemonSetConverts(t *testing.T) {
 		t.Errorf("%s: interval %v, readiness %s", src, ex.interval, ex.readyURL)
 	}
 }
+
+func TestWantedStatus(t *testing.T) {
+	ds := testDaemonSet(t)
+	ex, err := staticExporterPod(ds, testExporterOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The stand-in: uid 0, drop ALL + DAC_READ_SEARCH (bit 2), no
+	// escalation, no seccomp profile.
+	want := map[string]string{"Uid": "0", "CapEff": "0000000000000004", "NoNewPrivs": "1"}
+	if got, err := wantedStatus(ex.pod); err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("wantedStatus = %v, %v; want %v", got, err, want)
+	}
+	ex.pod.Spec.SecurityContext = &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+	if got, _ := wantedStatus(ex.pod); got["Seccomp"] != "2" {
+		t.Errorf("wantedStatus with a pod RuntimeDefault profile: Seccomp %q; want 2", got["Seccomp"])
+	}
+	sc := ex.pod.Spec.Containers[0].SecurityContext
+	sc.Capabilities.Add = append(sc.Capabilities.Add, "CAP_SYS_ADMIN")
+	if got, _ := wantedStatus(ex.pod); got["CapEff"] != "0000000000200004" {
+		t.Errorf("wantedStatus with SYS_ADMIN added: CapEff %q; want 0000000000200004", got["CapEff"])
+	}
+	sc.Capabilities.Drop = nil
+	if got, _ := wantedStatus(ex.pod); got["CapEff"] != "" {
+		t.Errorf("wantedStatus without drop ALL pins CapEff %q; the runtime's default set is not the harness's to guess", got["CapEff"])
+	}
+	sc.Capabilities = &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"BPF"}}
+	if _, err := wantedStatus(ex.pod); err == nil {
+		t.Errorf("wantedStatus with an unknown capability = nil error")
+	}
+}
