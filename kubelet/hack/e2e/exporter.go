@@ -286,13 +286,13 @@ func exporterScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
 		m, err = scrape(ctx, client, ex.metricsURL)
 		return err == nil && m.value("nodevol_scan_danger_volumes", rootLabel) == 0, nil
 	})
-	clear := time.Since(t2)
+	cleared := time.Since(t2)
 	if !o.want(err == nil, "nodevol_scan_danger_volumes never went back to 0 after the NAS's unmount: %v (last: %s)", err, m.series("nodevol_scan_danger_volumes")) {
 		return
 	}
-	o.time("NAS unmounted → danger 0 on /metrics", clear)
-	o.want(clear <= ex.interval, "danger cleared %v after the unmount; want within one scan interval (%v)", clear.Round(time.Millisecond), ex.interval)
-	o.observe("0 after %.2fs", clear.Seconds())
+	o.time("NAS unmounted → danger 0 on /metrics", cleared)
+	o.want(cleared <= ex.interval, "danger cleared %v after the unmount; want within one scan interval (%v)", cleared.Round(time.Millisecond), ex.interval)
+	o.observe("0 after %.2fs", cleared.Seconds())
 
 	after, err := treeState(vol)
 	if err != nil {
