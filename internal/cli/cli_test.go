@@ -38,6 +38,26 @@ func namespaceWarning(cmd string) string {
 	return "nodevol " + cmd + ": warning: " + ns.String() + "; a mount made only in the host's mount namespace is not seen from here\n"
 }
 
+// scanNamespaceLine is the line scan prints on stderr about the root in
+// this process's mount namespace: nothing in the host's; in another, a
+// note when the root receives the host's mounts by propagation, else a
+// warning that says what to change.
+func scanNamespaceLine(t *testing.T, root string) string {
+	t.Helper()
+	ns := mountdetect.CheckMountNamespace()
+	if ns.State == mountdetect.MountNamespaceHost {
+		return ""
+	}
+	p, err := mountdetect.PropagationOf(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Receives() {
+		return "nodevol scan: note: " + ns.String() + ", but " + root + " is on a mount that receives the host's mounts (" + p.String() + " at " + p.MountPoint + "; mountPropagation HostToContainer or Bidirectional)\n"
+	}
+	return "nodevol scan: warning: " + ns.String() + ", and " + root + " is on a " + p.String() + " mount (at " + p.MountPoint + "): a mount the host makes under it after this process started is not seen here; give the hostPath mountPropagation: HostToContainer\n"
+}
+
 // hugePages2Mi is where the kernel shows its 2 MiB huge pages, when it has
 // them: a HugePages-2Mi emptyDir volume can be set up only then.
 const hugePages2Mi = "/sys/kernel/mm/hugepages/hugepages-2048kB"

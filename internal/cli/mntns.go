@@ -69,6 +69,10 @@ func addNamespaceFlags(fs *flag.FlagSet, changes bool) *namespaceFlags {
 type mountNamespaceJSON struct {
 	State  mountdetect.MountNamespaceState `json:"state"` // "host", "foreign" or "unknown"
 	Reason string                          `json:"reason"`
+	// HostMountsVisible (scan only): the mounts the host makes under the
+	// kubelet root are seen from here — this is the host's namespace, or
+	// the root receives them by propagation.
+	HostMountsVisible *bool `json:"hostMountsVisible,omitempty"`
 }
 
 // namespaceGate is what one run of a command learned about its mount

@@ -141,13 +141,36 @@ func TestCheckScanWarnInForeignNamespace(t *testing.T) {
 
 	r = nodevol(t, "scan", "--root", k.root)
 	r.wantCode(t, ExitOK)
-	if r.stderr != warning("scan") {
-		t.Errorf("scan: stderr %q; want %q", r.stderr, warning("scan"))
+	if want := scanNamespaceLine(t, k.root); r.stderr != want || !strings.HasPrefix(want, "nodevol scan: warning: "+ns.String()+", and "+k.root+" is on a private mount") {
+		t.Errorf("scan: stderr %q; want %q, a warning that the private root misses the host's later mounts", r.stderr, want)
 	}
 	r = nodevol(t, "scan", "--json", "--root", k.root)
 	vols, _, _ := scanLines(t, r.stdout)
 	if len(vols) != 1 || vols[0]["mountNamespace"].(map[string]any)["state"] != "foreign" || r.stderr != "" {
 		t.Errorf("scan --json = %v, stderr %q; want mountNamespace foreign, nothing on stderr", vols, r.stderr)
+	}
+}
+
+// In a foreign namespace, a kubelet root that is a slave of the host's
+// (mountPropagation HostToContainer) sees the host's later mounts: scan
+// says so in a note, not a warning, and --json has hostMountsVisible.
+func TestScanNoteWhenTheRootReceivesMounts(t *testing.T) {
+	ns := requireForeignNamespace(t)
+	hostRoot, view, _ := hostAndContainerView(t, unix.MS_SLAVE)
+	r := nodevol(t, "scan", "--root", view)
+	r.wantCode(t, ExitOK)
+	if want := scanNamespaceLine(t, view); r.stderr != want || !strings.HasPrefix(want, "nodevol scan: note: "+ns.String()+", but "+view+" is on a mount that receives the host's mounts (slave (master:") {
+		t.Errorf("scan: stderr %q; want %q, a note that the root receives the host's mounts", r.stderr, want)
+	}
+	r = nodevol(t, "scan", "--json", "--root", view)
+	vols, _, _ := scanLines(t, r.stdout)
+	if len(vols) != 1 || vols[0]["mountNamespace"].(map[string]any)["hostMountsVisible"] != true || r.stderr != "" {
+		t.Errorf("scan --json = %v, stderr %q; want mountNamespace.hostMountsVisible true, nothing on stderr", vols, r.stderr)
+	}
+	r = nodevol(t, "scan", "--json", "--root", hostRoot)
+	vols, _, _ = scanLines(t, r.stdout)
+	if len(vols) != 1 || vols[0]["mountNamespace"].(map[string]any)["hostMountsVisible"] != true {
+		t.Errorf("scan --json of the shared root = %v; want hostMountsVisible true (shared receives too)", vols)
 	}
 }
 

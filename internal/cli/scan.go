@@ -444,11 +444,14 @@ without crossing a mount: false for an in-use CSI or secret volume); the
 verdict is what says whether a volume is healthy.
 
 The answers are about this process's mount namespace. When that is not the
-host's (a container's), or it cannot be told, a warning on stderr says so
-(with --json, each volume's "mountNamespace": "state" is "host", "foreign"
-or "unknown"): a mount made only in the host's namespace is not seen from
-here. --host-proc DIR names the host's /proc mounted into a container, to
-compare with its PID 1.
+host's (a container's), or it cannot be told, stderr says whether the
+mounts the host makes under the root are seen here all the same: a note
+when the root is on a mount that receives them (a hostPath with
+mountPropagation HostToContainer or Bidirectional), else a warning: a
+mount made only in the host's namespace is not seen from here. With
+--json, each volume's "mountNamespace" has "state" ("host", "foreign" or
+"unknown") and "hostMountsVisible". --host-proc DIR names the host's /proc
+mounted into a container, to compare with its PID 1.
 
 Exit status: 0 every volume is ok or in-use and every entry parses
 (leftovers are fine), 1 some volume is in danger or unknown, or some entry
@@ -487,16 +490,27 @@ func runScan(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nodevol scan: %s\n", display(err.Error()))
 		return ExitError
 	}
+	vis := checkRootVisibility(ns.ns, dir, mountdetect.PropagationOf)
 	if !*asJSON {
-		ns.warn(stderr)
+		switch {
+		case ns.ns.State == mountdetect.MountNamespaceHost:
+		case vis.visible:
+			// A container whose kubelet root receives the host's mounts
+			// (HostToContainer) sees them under the root.
+			fmt.Fprintf(stderr, "nodevol scan: note: %s\n", display(vis.why))
+		default:
+			fmt.Fprintf(stderr, "nodevol scan: warning: %s\n", display(vis.why))
+		}
 	}
 	s, err := scanRoot(dir)
 	if err != nil {
 		writeErrors(stderr, "nodevol scan: ", err, "")
 		return ExitError
 	}
+	nsJSON := ns.json()
+	nsJSON.HostMountsVisible = &vis.visible
 	for i := range s.volumes {
-		s.volumes[i].MountNamespace = ns.json()
+		s.volumes[i].MountNamespace = nsJSON
 	}
 	if *asJSON {
 		if err := writeScanJSON(stdout, s); err != nil {

@@ -62,10 +62,12 @@ type serveOptions struct {
 	// debounce is how long a rescan waits for more mount changes.
 	debounce time.Duration
 	ns       mountdetect.MountNamespace
-	version  versionInfo
-	clock    clock.WithTicker
-	registry *prometheus.Registry
-	logger   logr.Logger
+	// propagationOf is mountdetect.PropagationOf (nil) but for tests.
+	propagationOf func(string) (mountdetect.Propagation, error)
+	version       versionInfo
+	clock         clock.WithTicker
+	registry      *prometheus.Registry
+	logger        logr.Logger
 	// scanned, when set, is called after each scan (tests).
 	scanned func()
 }
@@ -75,6 +77,10 @@ type serveOptions struct {
 type server struct {
 	opts    serveOptions
 	metrics *serveMetrics
+
+	// vis is whether the host's mounts under the root are seen; only
+	// the scan loop uses it.
+	vis rootVisibility
 
 	mu      sync.Mutex
 	lastOK  time.Time // of the last successful scan; zero before
@@ -98,8 +104,29 @@ func newServer(opts serveOptions) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.propagationOf == nil {
+		opts.propagationOf = mountdetect.PropagationOf
+	}
 	m.setNamespace(opts.ns.State)
-	return &server{opts: opts, metrics: m}, nil
+	s := &server{opts: opts, metrics: m}
+	s.checkVisibility()
+	return s, nil
+}
+
+// checkVisibility tells whether the host's mounts under the root are seen
+// from here, logs it and exports it: a warning when they are not, a note
+// when this is not the host's namespace but they are.
+func (s *server) checkVisibility() {
+	s.vis = checkRootVisibility(s.opts.ns, s.opts.root, s.opts.propagationOf)
+	s.metrics.setVisible(s.vis.visible)
+	switch {
+	case !s.vis.visible:
+		s.opts.logger.Info("WARNING: mounts made on the host under the kubelet root may not be seen here, and volumes may look healthy that are not",
+			"root", s.opts.hostRoot, "why", s.hostPaths(s.vis.why))
+	case s.opts.ns.State != mountdetect.MountNamespaceHost:
+		s.opts.logger.Info("not in the host's mount namespace, but mounts made on the host under the kubelet root are seen here",
+			"root", s.opts.hostRoot, "why", s.hostPaths(s.vis.why))
+	}
 }
 
 // handler serves /metrics, /healthz and /readyz.
@@ -168,9 +195,12 @@ func (s *server) scanLoop(ctx context.Context) {
 // scanOnce scans the root once and publishes the result.
 func (s *server) scanOnce() {
 	log := s.opts.logger
-	if s.opts.ns.State != mountdetect.MountNamespaceHost {
-		log.Info("WARNING: not in the host's mount namespace: a mount made only in the host's namespace is not seen, and volumes may look healthy that are not",
-			"mountNamespace", s.opts.ns.String())
+	switch {
+	case s.vis.err != nil:
+		s.checkVisibility() // the root may exist now
+	case !s.vis.visible:
+		log.Info("WARNING: mounts made on the host under the kubelet root may not be seen here, and volumes may look healthy that are not",
+			"root", s.opts.hostRoot, "why", s.hostPaths(s.vis.why))
 	}
 	start := s.opts.clock.Now()
 	rep, err := scanRoot(s.opts.root)

@@ -39,23 +39,32 @@ type testServer struct {
 
 func startServer(t *testing.T, root string, watch <-chan struct{}) *testServer {
 	t.Helper()
+	return startServerWith(t, serveOptions{root: root, hostRoot: "/var/lib/kubelet",
+		ns: mountdetect.MountNamespace{State: mountdetect.MountNamespaceHost}}, watch)
+}
+
+// startServerWith starts a server made of opts (root, hostRoot, ns and,
+// when set, logger) and the test's clock, registry and hooks.
+func startServerWith(t *testing.T, opts serveOptions, watch <-chan struct{}) *testServer {
+	t.Helper()
 	ts := &testServer{
 		clock:   clocktesting.NewFakeClock(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)),
 		trigger: make(chan struct{}, 1),
 		scans:   make(chan struct{}, 100),
 		stopped: make(chan error, 1),
 	}
-	rescan := watch
-	if rescan == nil {
-		rescan = ts.trigger
+	opts.rescan = watch
+	if opts.rescan == nil {
+		opts.rescan = ts.trigger
 	}
-	s, err := newServer(serveOptions{
-		root: root, hostRoot: "/var/lib/kubelet", interval: 10 * time.Second,
-		rescan: rescan, ns: mountdetect.MountNamespace{State: mountdetect.MountNamespaceHost},
-		version: versionInfo{Version: "v1.2.3", GoVersion: "go1.99"},
-		clock:   ts.clock, registry: prometheus.NewRegistry(), logger: ktesting.NewLogger(t, ktesting.NewConfig()),
-		scanned: func() { ts.scans <- struct{}{} },
-	})
+	if opts.logger.GetSink() == nil {
+		opts.logger = ktesting.NewLogger(t, ktesting.NewConfig())
+	}
+	opts.interval = 10 * time.Second
+	opts.version = versionInfo{Version: "v1.2.3", GoVersion: "go1.99"}
+	opts.clock, opts.registry = ts.clock, prometheus.NewRegistry()
+	opts.scanned = func() { ts.scans <- struct{}{} }
+	s, err := newServer(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

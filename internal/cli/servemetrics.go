@@ -23,6 +23,7 @@ type serveMetrics struct {
 	lastScan    prometheus.Gauge
 	lastSuccess prometheus.Gauge
 	mountNS     *prometheus.GaugeVec
+	visible     prometheus.Gauge
 	buildInfo   *prometheus.GaugeVec
 }
 
@@ -60,11 +61,13 @@ func newServeMetrics(reg prometheus.Registerer, hostRoot string, v *versionInfo)
 		mountNS: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "mount_namespace",
 			Help: "1 for the state of this process's mount namespace: host, foreign or unknown. Anything but host means a mount made only in the host's namespace is not seen."},
 			[]string{"state"}),
+		visible: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "host_mounts_visible",
+			Help: "1 when mounts made on the host under the kubelet root are seen by this process: it runs in the host's mount namespace, or the root is on a mount that receives the host's mounts (a hostPath with mountPropagation HostToContainer). 0: a NAS mounted into a running pod's volume may be missed."}),
 		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info",
 			Help: "Always 1; the labels are nodevol's build (as \"nodevol version\" reports it)."},
 			[]string{"version", "revision", "goversion"}),
 	}
-	for _, c := range []prometheus.Collector{m.volumes, m.danger, m.nested, m.leftovers, m.problems, m.duration, m.scans, m.errors, m.lastScan, m.lastSuccess} {
+	for _, c := range []prometheus.Collector{m.volumes, m.danger, m.nested, m.leftovers, m.problems, m.duration, m.scans, m.errors, m.lastScan, m.lastSuccess, m.visible} {
 		if err := scanReg.Register(c); err != nil {
 			return nil, err
 		}
@@ -91,6 +94,15 @@ func (m *serveMetrics) setNamespace(state mountdetect.MountNamespaceState) {
 		}
 		m.mountNS.WithLabelValues(s.String()).Set(v)
 	}
+}
+
+// setVisible sets nodevol_host_mounts_visible.
+func (m *serveMetrics) setVisible(visible bool) {
+	v := 0.0
+	if visible {
+		v = 1
+	}
+	m.visible.Set(v)
 }
 
 // observe records one scan that started at start and took took.
