@@ -79,7 +79,7 @@ func prepareExporter(ctx context.Context, opts options, dir string, log *logger)
 }
 
 func expectExporter(flavor) string {
-	return "ready, foreign mount namespace, kubelet root ro+slave, security context applied; danger 1 within one interval of the NAS mount, 0 within one of its unmount; nothing written; nothing left"
+	return "ready, foreign mount namespace, host mounts visible, kubelet root ro+slave, security context applied; danger 1 within one interval of the NAS mount, 0 within one of its unmount; nothing written; nothing left"
 }
 
 // exporterScenario runs deploy/'s DaemonSet as a static pod (issue 15's
@@ -192,7 +192,24 @@ func exporterScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
 		"nodevol_mount_namespace{state=\"foreign\"} is not 1: %s", m.series("nodevol_mount_namespace")) {
 		o.observe("foreign mount namespace")
 	}
-	o.fact("exporter metrics at start: %s; %s", m.series("nodevol_mount_namespace"), m.series("nodevol_build_info"))
+	// serve's own evidence that the host's later mounts reach it: the
+	// root's propagation (a slave of the host's mount), as a metric and a
+	// log line at start, and no warning that they may be missed.
+	visible := m.count("nodevol_host_mounts_visible", rootLabel) == 1 && m.value("nodevol_host_mounts_visible", rootLabel) == 1
+	var seenLine string
+	_ = poll(ctx, 5*time.Second, func() (bool, error) {
+		seenLine = exporterLogLine(k, ex.pod, "mounts made on the host under the kubelet root are seen here")
+		return seenLine != "", nil
+	})
+	warning := exporterLogLine(k, ex.pod, "WARNING")
+	o.want(visible, "want nodevol_host_mounts_visible{root=%q} 1; have %s", ex.hostRoot, m.series("nodevol_host_mounts_visible"))
+	o.want(seenLine != "", "the exporter's log does not say that the host's mounts under the kubelet root are seen")
+	o.want(warning == "", "the exporter logged a warning: %s", warning)
+	if visible && seenLine != "" && warning == "" {
+		o.observe("host mounts visible")
+		o.fact("exporter log at start: %s", strings.ReplaceAll(seenLine, k.root, "$ROOT"))
+	}
+	o.fact("exporter metrics at start: %s; %s; %s", m.series("nodevol_mount_namespace"), m.series("nodevol_host_mounts_visible"), m.series("nodevol_build_info"))
 	o.want(m.count("nodevol_scan_danger_volumes", rootLabel) == 1 && m.value("nodevol_scan_danger_volumes", rootLabel) == 0,
 		"before any NAS: want nodevol_scan_danger_volumes{root=%q} 0; have %s", ex.hostRoot, m.series("nodevol_scan_danger_volumes"))
 	checkExporterProcess(ex, o)
