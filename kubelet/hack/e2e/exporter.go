@@ -34,6 +34,10 @@ import (
 // "<num>-exporter").
 const exporterScenarioName = "exporter"
 
+// exporterControlName is the control scenario's name: the same DaemonSet
+// with the kubelet root's propagation taken away.
+const exporterControlName = "exporter-no-propagation"
+
 // exporterInputs is what the driver hands the namespace for the exporter
 // scenario: the imported image and the DaemonSet, already read.
 type exporterInputs struct {
@@ -50,7 +54,7 @@ func prepareExporter(ctx context.Context, opts options, dir string, log *logger)
 	if err != nil {
 		return nil, err
 	}
-	if !slices.ContainsFunc(selected, func(s scenario) bool { return s.name == exporterScenarioName }) {
+	if !slices.ContainsFunc(selected, func(s scenario) bool { return s.name == exporterScenarioName || s.name == exporterControlName }) {
 		return nil, nil
 	}
 	deploy := opts.deploy
@@ -92,51 +96,16 @@ func expectExporter(flavor) string {
 // exporter must not have changed anything: the emptyDir's files and the
 // NAS's sentinel stay as they were.
 func exporterScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
-	if env.exporter == nil {
-		o.harness(fmt.Errorf("no exporter image or DaemonSet was prepared"))
-		return
-	}
 	k := env.kubelet
-	ex, err := staticExporterPod(env.exporter.DaemonSet, staticExporterOptions{
-		uid:         types.UID("0de0e2e0-0000-4000-8001-" + env.uid[len(env.uid)-12:]),
-		image:       env.exporter.Image.Name,
-		kubeletRoot: k.root,
-	})
-	if err != nil {
-		o.harness(err)
-		return
-	}
-	o.fact("static pod from DaemonSet %s/%s (%s), image %s %s; args %q", env.exporter.DaemonSet.Namespace, env.exporter.DaemonSet.Name,
-		filepath.Base(env.exporter.DaemonSetSrc), env.exporter.Image.Name, env.exporter.Image.Digest, ex.pod.Spec.Containers[0].Args)
-	if err := env.api.ensureNamespace(ctx, ex.pod.Namespace); err != nil {
-		o.harness(err)
+	ex, ok := exporterStaticPod(ctx, env, "8001", o)
+	if !ok {
 		return
 	}
 	// The second pod, with a Default emptyDir, runs before the exporter
 	// starts: the emptyDir's state is taken before the exporter could touch
 	// it, and the exporter's first scan already lists the volume.
-	app := busyboxPod(env.podName, env.uid, "echo "+fromPodText+" > /data/from-pod",
-		[]corev1.VolumeMount{{Name: scratchVolume, MountPath: "/data"}},
-		[]corev1.Volume{{Name: scratchVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}})
-	if !startPod(ctx, env, app, o) {
-		return
-	}
-	vol := k.volumeDir(app, emptyDirDir, scratchVolume)
-	if err := poll(ctx, 10*time.Second, func() (bool, error) { _, err := os.Stat(filepath.Join(vol, "from-pod")); return err == nil, nil }); err != nil {
-		o.harness(fmt.Errorf("the container did not write from-pod: %w", err))
-		return
-	}
-	own := make([]byte, 4096)
-	_, _ = rand.Read(own)
-	if err := os.WriteFile(filepath.Join(vol, "own-file"), own, 0o644); err != nil {
-		o.harness(err)
-		return
-	}
-	// The NAS's mount point is made before the emptyDir's state is taken:
-	// making it changes the volume directory's modification time.
-	nas := filepath.Join(vol, "nas")
-	if err := os.Mkdir(nas, 0o755); err != nil {
-		o.harness(err)
+	app, vol, nas, ok := scratchPodWithMountPoint(ctx, env, o)
+	if !ok {
 		return
 	}
 	before, err := treeState(vol)
@@ -146,30 +115,15 @@ func exporterScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
 	}
 
 	client := &http.Client{Timeout: 2 * time.Second}
-	t0 := time.Now()
-	if err := k.addPod(ex.pod); err != nil {
-		o.harness(err)
-		return
-	}
 	exporterUp := true
 	defer func() {
 		if exporterUp {
 			_, _ = k.removePod(ex.pod)
 		}
 	}()
-	if err := k.waitRunning(ctx, ex.pod); err != nil {
-		o.harness(err)
+	if !startExporter(ctx, env, ex, client, o) {
 		return
 	}
-	err = poll(ctx, 3*ex.interval, func() (bool, error) {
-		code, _ := httpStatus(ctx, client, ex.readyURL)
-		return code == http.StatusOK, k.alive()
-	})
-	if !o.want(err == nil, "the exporter's %s never answered 200: %v", ex.readyURL, err) {
-		return
-	}
-	o.time("exporter manifest written → /readyz 200", time.Since(t0))
-	o.observe("ready in %.1fs", time.Since(t0).Seconds())
 
 	// The API server admitted the DaemonSet's pod too, as the static pod's
 	// mirror (its priority class, security context and probes included).
@@ -337,6 +291,187 @@ func exporterScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
 		return errors.Is(err, ErrNotFound), nil
 	})
 	o.want(err == nil, "the exporter's mirror pod is still in the API server: %v", err)
+}
+
+func expectExporterControl(flavor) string {
+	return "host mounts not visible (metric 0, warning); a scan after the NAS mount misses it: danger 0; nothing left"
+}
+
+// exporterControlScenario is scenario 7's control: the same DaemonSet,
+// but the kubelet root mounted with mountPropagation None. The exporter
+// must say that it may miss the host's mounts (nodevol_host_mounts_visible
+// 0 and a warning), and it does: the NAS never reaches its mount
+// namespace, and a scan that starts after the NAS was mounted reports no
+// danger. This is what makes scenario 7's pass mean something: it rests
+// on the DaemonSet's HostToContainer, which staticExporterPod requires.
+func exporterControlScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
+	k := env.kubelet
+	ex, ok := exporterStaticPod(ctx, env, "8002", o)
+	if !ok {
+		return
+	}
+	if err := ex.setRootPropagation(corev1.MountPropagationNone); err != nil {
+		o.harness(err)
+		return
+	}
+	app, _, nas, ok := scratchPodWithMountPoint(ctx, env, o)
+	if !ok {
+		return
+	}
+	client := &http.Client{Timeout: 2 * time.Second}
+	exporterUp := true
+	defer func() {
+		if exporterUp {
+			_, _ = k.removePod(ex.pod)
+		}
+	}()
+	if !startExporter(ctx, env, ex, client, o) {
+		return
+	}
+	m, err := scrape(ctx, client, ex.metricsURL)
+	if err != nil {
+		o.harness(err)
+		return
+	}
+	rootLabel := map[string]string{"root": ex.hostRoot}
+	notVisible := m.count("nodevol_host_mounts_visible", rootLabel) == 1 && m.value("nodevol_host_mounts_visible", rootLabel) == 0
+	o.want(notVisible, "want nodevol_host_mounts_visible{root=%q} 0 with a private root; have %s", ex.hostRoot, m.series("nodevol_host_mounts_visible"))
+	var warning string
+	_ = poll(ctx, 5*time.Second, func() (bool, error) {
+		warning = exporterLogLine(k, ex.pod, "WARNING: mounts made on the host under the kubelet root may not be seen here")
+		return warning != "", nil
+	})
+	if o.want(warning != "", "the exporter did not warn that the host's mounts may not be seen") && notVisible {
+		o.observe("host mounts not visible (metric 0, warning)")
+		o.fact("exporter warning: %s", strings.ReplaceAll(warning, k.root, "$ROOT"))
+	}
+
+	if err := unix.Mount("e2e-nas", nas, "tmpfs", 0, "size=4m"); err != nil {
+		o.harness(&os.PathError{Op: "mount tmpfs", Path: nas, Err: err})
+		return
+	}
+	t1 := time.Now()
+	mounted := true
+	defer func() {
+		if mounted {
+			_ = unix.Unmount(nas, unix.MNT_DETACH)
+		}
+	}()
+	// A successful scan that started after the mount: with the root
+	// private, nothing in the container's mount table changed, so this is
+	// the interval's scan.
+	since := float64(t1.UnixNano()) / 1e9
+	err = poll(ctx, 3*ex.interval, func() (bool, error) {
+		m, err = scrape(ctx, client, ex.metricsURL)
+		return err == nil && m.value("nodevol_last_successful_scan_timestamp_seconds", rootLabel) >= since, nil
+	})
+	if !o.want(err == nil, "no successful scan started after the NAS was mounted: %v", err) {
+		return
+	}
+	o.time("NAS mounted → a scan that started after it done", time.Since(t1))
+	missed := m.value("nodevol_scan_danger_volumes", rootLabel) == 0
+	inContainer := filepath.Join(ex.root, strings.TrimPrefix(nas, k.root))
+	reached := mountedIn(ex, inContainer)
+	o.want(missed, "the exporter with a private root reported the NAS: %s", m.series("nodevol_scan_danger_volumes"))
+	o.want(!reached, "the NAS reached the exporter's mount table without propagation")
+	if missed && !reached {
+		o.observe("a scan %.1fs after the NAS mount misses it: danger 0", time.Since(t1).Seconds())
+	}
+	if err := unix.Unmount(nas, 0); err != nil {
+		o.harness(&os.PathError{Op: "umount", Path: nas, Err: err})
+		return
+	}
+	mounted = false
+	if _, ok := removeAndWaitGone(ctx, env, app, o); !ok {
+		return
+	}
+	if _, err := k.removePod(ex.pod); err != nil {
+		o.harness(err)
+		return
+	}
+	exporterUp = false
+	waitPodGone(ctx, env, ex.pod, 90*time.Second, o)
+}
+
+// exporterStaticPod converts the prepared DaemonSet into the static pod
+// for env's kubelet, its UID's fourth group uidGroup, and makes sure its
+// namespace exists in the API server (for the mirror pod).
+func exporterStaticPod(ctx context.Context, env *scenarioEnv, uidGroup string, o *outcome) (*staticExporter, bool) {
+	if env.exporter == nil {
+		o.harness(fmt.Errorf("no exporter image or DaemonSet was prepared"))
+		return nil, false
+	}
+	ex, err := staticExporterPod(env.exporter.DaemonSet, staticExporterOptions{
+		uid:         types.UID("0de0e2e0-0000-4000-" + uidGroup + "-" + env.uid[len(env.uid)-12:]),
+		image:       env.exporter.Image.Name,
+		kubeletRoot: env.kubelet.root,
+	})
+	if err != nil {
+		o.harness(err)
+		return nil, false
+	}
+	o.fact("static pod from DaemonSet %s/%s (%s), image %s %s; args %q", env.exporter.DaemonSet.Namespace, env.exporter.DaemonSet.Name,
+		filepath.Base(env.exporter.DaemonSetSrc), env.exporter.Image.Name, env.exporter.Image.Digest, ex.pod.Spec.Containers[0].Args)
+	if err := env.api.ensureNamespace(ctx, ex.pod.Namespace); err != nil {
+		o.harness(err)
+		return nil, false
+	}
+	return ex, true
+}
+
+// scratchPodWithMountPoint starts the scenario's pod with a Default
+// emptyDir, waits for the file its container writes, adds one of the
+// driver's, and makes the NAS's mount point (before any state of the
+// volume is taken: making it changes the volume directory's mtime).
+func scratchPodWithMountPoint(ctx context.Context, env *scenarioEnv, o *outcome) (app *corev1.Pod, vol, nas string, ok bool) {
+	app = busyboxPod(env.podName, env.uid, "echo "+fromPodText+" > /data/from-pod",
+		[]corev1.VolumeMount{{Name: scratchVolume, MountPath: "/data"}},
+		[]corev1.Volume{{Name: scratchVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}})
+	if !startPod(ctx, env, app, o) {
+		return nil, "", "", false
+	}
+	vol = env.kubelet.volumeDir(app, emptyDirDir, scratchVolume)
+	if err := poll(ctx, 10*time.Second, func() (bool, error) { _, err := os.Stat(filepath.Join(vol, "from-pod")); return err == nil, nil }); err != nil {
+		o.harness(fmt.Errorf("the container did not write from-pod: %w", err))
+		return nil, "", "", false
+	}
+	own := make([]byte, 4096)
+	_, _ = rand.Read(own)
+	if err := os.WriteFile(filepath.Join(vol, "own-file"), own, 0o644); err != nil {
+		o.harness(err)
+		return nil, "", "", false
+	}
+	nas = filepath.Join(vol, "nas")
+	if err := os.Mkdir(nas, 0o755); err != nil {
+		o.harness(err)
+		return nil, "", "", false
+	}
+	return app, vol, nas, true
+}
+
+// startExporter writes the exporter's manifest and waits until its
+// readiness probe's URL answers 200 (its first scan is done).
+func startExporter(ctx context.Context, env *scenarioEnv, ex *staticExporter, client *http.Client, o *outcome) bool {
+	k := env.kubelet
+	t0 := time.Now()
+	if err := k.addPod(ex.pod); err != nil {
+		o.harness(err)
+		return false
+	}
+	if err := k.waitRunning(ctx, ex.pod); err != nil {
+		o.harness(err)
+		return false
+	}
+	err := poll(ctx, 3*ex.interval, func() (bool, error) {
+		code, _ := httpStatus(ctx, client, ex.readyURL)
+		return code == http.StatusOK, k.alive()
+	})
+	if !o.want(err == nil, "the exporter's %s never answered 200: %v", ex.readyURL, err) {
+		return false
+	}
+	o.time("exporter manifest written → /readyz 200", time.Since(t0))
+	o.observe("ready in %.1fs", time.Since(t0).Seconds())
+	return true
 }
 
 // checkExporterProcess looks at the exporter's process from outside: the

@@ -66,3 +66,23 @@ func TestPrepareExporter(t *testing.T) {
 		t.Errorf("prepareExporter with a missing -nodevol-image = nil error")
 	}
 }
+
+func TestScenariosFor(t *testing.T) {
+	all, err := selectScenarios("^(7|8)-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := func(ss []scenario) string {
+		var out []string
+		for _, s := range ss {
+			out = append(out, s.id())
+		}
+		return strings.Join(out, ",")
+	}
+	if got := ids(scenariosFor(all, stockKubelet)); got != "7-exporter" {
+		t.Errorf("stock runs %s; want 7-exporter (the control runs once, on the nodevol kubelet)", got)
+	}
+	if got := ids(scenariosFor(all, nodevolKubelet)); got != "7-exporter,8-exporter-no-propagation" {
+		t.Errorf("nodevol runs %s; want both", got)
+	}
+}

@@ -274,6 +274,20 @@ func staticExporterPod(ds *appsv1.DaemonSet, o staticExporterOptions) (*staticEx
 	}, nil
 }
 
+// setRootPropagation changes the propagation of the kubelet root's mount
+// (the one at --root): scenario 8's control, which staticExporterPod
+// itself would refuse.
+func (ex *staticExporter) setRootPropagation(mode corev1.MountPropagationMode) error {
+	c := &ex.pod.Spec.Containers[0]
+	for i := range c.VolumeMounts {
+		if filepath.Clean(c.VolumeMounts[i].MountPath) == filepath.Clean(ex.root) {
+			c.VolumeMounts[i].MountPropagation = &mode
+			return nil
+		}
+	}
+	return fmt.Errorf("no volume is mounted at --root %s", ex.root)
+}
+
 // defaultServeListen is nodevol serve's default --listen.
 const defaultServeListen = ":9477"
 

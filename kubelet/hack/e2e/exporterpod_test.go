@@ -232,3 +232,20 @@ func TestWantedStatus(t *testing.T) {
 		t.Errorf("wantedStatus with an unknown capability = nil error")
 	}
 }
+
+func TestSetRootPropagation(t *testing.T) {
+	ex, err := staticExporterPod(testDaemonSet(t), testExporterOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ex.setRootPropagation(corev1.MountPropagationNone); err != nil {
+		t.Fatalf("setRootPropagation = %v", err)
+	}
+	if got := ex.pod.Spec.Containers[0].VolumeMounts[0].MountPropagation; got == nil || *got != corev1.MountPropagationNone {
+		t.Errorf("propagation = %v; want None", got)
+	}
+	ex.root = "/elsewhere"
+	if err := ex.setRootPropagation(corev1.MountPropagationNone); err == nil {
+		t.Errorf("setRootPropagation with nothing at --root = nil error")
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -24,6 +25,7 @@ func scenarios() []scenario {
 		{num: 5, name: "restart-nas", sched: alone, expect: expectNAS, run: nasScenario(nasTmpfs, restartAcrossDeletion)},
 		{num: 6, name: "subpath", expect: expectSubPath, run: subPathScenario},
 		{num: 7, name: exporterScenarioName, sched: alone, expect: expectExporter, run: exporterScenario},
+		{num: 8, name: exporterControlName, sched: alone, kubelets: []flavor{nodevolKubelet}, expect: expectExporterControl, run: exporterControlScenario},
 	}
 }
 
@@ -113,7 +115,11 @@ func runAll(ctx context.Context, cfg innerConfig, log *logger) ([]row, error) {
 	defer cp.stop()
 	var rows []row
 	for _, f := range flavors {
-		fr, err := runFlavor(ctx, cfg, cp, f, selected, log.with(f.String()+": "))
+		on := scenariosFor(selected, f)
+		if len(on) == 0 {
+			continue
+		}
+		fr, err := runFlavor(ctx, cfg, cp, f, on, log.with(f.String()+": "))
 		rows = append(rows, fr...)
 		if err != nil {
 			return rows, fmt.Errorf("%s kubelet: %w", f, err)
@@ -138,6 +144,17 @@ func selectScenarios(run string) ([]scenario, error) {
 		return nil, fmt.Errorf("-run %q selects no scenario", run)
 	}
 	return selected, nil
+}
+
+// scenariosFor is the scenarios that run against the flavor's kubelet.
+func scenariosFor(selected []scenario, f flavor) []scenario {
+	var out []scenario
+	for _, s := range selected {
+		if len(s.kubelets) == 0 || slices.Contains(s.kubelets, f) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // runFlavor starts containerd and the flavor's kubelet on fresh private

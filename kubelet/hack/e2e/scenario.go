@@ -47,6 +47,9 @@ type scenario struct {
 	num   int
 	name  string
 	sched scheduling
+	// kubelets are the kubelets it runs against; nil: every one. A
+	// scenario that does not depend on the kubelet (a control) runs once.
+	kubelets []flavor
 	// expect says what the kubelet of the flavor should do, in words.
 	expect func(flavor) string
 	run    func(ctx context.Context, env *scenarioEnv, o *outcome)
