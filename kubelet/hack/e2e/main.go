@@ -7,7 +7,8 @@
 // emptyDir with a sizeLimit; downwardAPI and projected volumes (which wrap
 // emptyDir); a subPath mount; and issue 15's exporter: deploy/'s
 // DaemonSet run as a static pod, reporting a NAS mounted inside an
-// emptyDir on /metrics.
+// emptyDir on /metrics, and its control without mount propagation, which
+// misses it.
 //
 //	go run ./hack/e2e -stock KUBELET -nodevol KUBELET -apiserver KUBE-APISERVER [-run REGEXP] [-timeout 15m] [-workdir DIR] [-nodevol-image FILE] [-deploy DIR]
 //
