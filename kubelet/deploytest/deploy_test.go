@@ -57,7 +57,7 @@ func readManifests(dir string) ([]doc, error) {
 			return err
 		}
 		if ext := filepath.Ext(p); ext != ".yaml" && ext != ".yml" {
-			return fmt.Errorf("%s: not a manifest (deploy/ holds only .yaml files, all of which kubectl would apply)", p)
+			return fmt.Errorf("%s: not a .yaml manifest: `kubectl apply -f deploy/` would skip it (docs go in docs/deploy.md)", p)
 		}
 		b, err := os.ReadFile(p)
 		if err != nil {

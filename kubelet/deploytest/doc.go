@@ -14,6 +14,10 @@
 // fields it uses of monitoring.coreos.com/v1 (see serviceMonitor for why
 // not the Prometheus Operator's own Go types).
 //
+// TestDaemonSetPrivilegeSuffices then runs nodevol itself with exactly the
+// DaemonSet's uid and capabilities (setpriv, as root, in a private mount
+// namespace) against a kubelet root that needs them.
+//
 // It lives in the kubelet/ module because k8s.io/kubernetes may not enter
 // the root module.
 package deploytest
