@@ -69,7 +69,10 @@ func prepareExporter(ctx context.Context, opts options, dir string, log *logger)
 	if tarPath == "" {
 		tarPath = filepath.Join(dir, "nodevol-image.tar")
 		t := time.Now()
-		if err := buildNodevolImage(ctx, tarPath); err != nil {
+		if len(ds.Spec.Template.Spec.Containers) == 0 {
+			return nil, fmt.Errorf("%w: %s/%s has no container", ErrUnfitDaemonSet, ds.Namespace, ds.Name)
+		}
+		if err := buildNodevolImage(ctx, tarPath, ds.Spec.Template.Spec.Containers[0].Image); err != nil {
 			return nil, err
 		}
 		log.Printf("nodevol image built in %.1fs", time.Since(t).Seconds())
@@ -410,8 +413,12 @@ func exporterStaticPod(ctx context.Context, env *scenarioEnv, uidGroup string, o
 		o.harness(err)
 		return nil, false
 	}
-	o.fact("static pod from DaemonSet %s/%s (%s), image %s %s; args %q", env.exporter.DaemonSet.Namespace, env.exporter.DaemonSet.Name,
-		filepath.Base(env.exporter.DaemonSetSrc), env.exporter.Image.Name, env.exporter.Image.Digest, ex.pod.Spec.Containers[0].Args)
+	same := "the DaemonSet's own reference"
+	if ref := env.exporter.DaemonSet.Spec.Template.Spec.Containers[0].Image; ref != env.exporter.Image.Name {
+		same = "in place of the DaemonSet's " + ref
+	}
+	o.fact("static pod from DaemonSet %s/%s (%s), image %s %s (%s); args %q", env.exporter.DaemonSet.Namespace, env.exporter.DaemonSet.Name,
+		filepath.Base(env.exporter.DaemonSetSrc), env.exporter.Image.Name, env.exporter.Image.Digest, same, ex.pod.Spec.Containers[0].Args)
 	if err := env.api.ensureNamespace(ctx, ex.pod.Namespace); err != nil {
 		o.harness(err)
 		return nil, false

@@ -37,9 +37,11 @@ func rootModule(ctx context.Context) (string, error) {
 }
 
 // buildNodevolImage writes the nodevol image to out (and out.digest) with
-// the root module's own image tool, `go run ./hack/image -o out`: the
-// image a release ships, not one of the harness's making.
-func buildNodevolImage(ctx context.Context, out string) error {
+// the root module's own image tool, `go run ./hack/image -o out -name
+// name`: the image a release ships, not one of the harness's making,
+// named as the DaemonSet names it (as CI does), so that its pod spec's
+// image reference is the imported image.
+func buildNodevolImage(ctx context.Context, out, name string) error {
 	root, err := rootModule(ctx)
 	if err != nil {
 		return err
@@ -47,10 +49,10 @@ func buildNodevolImage(ctx context.Context, out string) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, "go", "run", "./hack/image", "-o", out)
+	cmd := exec.CommandContext(ctx, "go", "run", "./hack/image", "-o", out, "-name", name)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go run ./hack/image -o %s (in %s): %w\n%s", out, root, err, b)
+		return fmt.Errorf("go run ./hack/image -o %s -name %s (in %s): %w\n%s", out, name, root, err, b)
 	}
 	return nil
 }
