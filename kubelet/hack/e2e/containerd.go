@@ -107,15 +107,21 @@ func startContainerd(ctx context.Context, dir string, images []string, log *logg
 // ctr runs Debian's ctr against this containerd, for at most 10 seconds
 // (ctr can hang on a containerd that is stopping).
 func (c *containerd) ctr(ctx context.Context, args ...string) error {
+	_, err := c.ctrOutput(ctx, args...)
+	return err
+}
+
+// ctrOutput is ctr's output (stdout and stderr) when it succeeds.
+func (c *containerd) ctrOutput(ctx context.Context, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "/usr/bin/ctr", append([]string{"-a", c.socket}, args...)...)
 	cmd.Env = []string{runtimePath}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		return "", fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
-	return nil
+	return string(out), nil
 }
 
 // stop kills the containers' tasks that are left and stops containerd.

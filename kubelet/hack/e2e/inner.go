@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,8 @@ func scenarios() []scenario {
 		{num: 4, name: "downward-projected", expect: expectWrapped, run: wrappedScenario},
 		{num: 5, name: "restart-nas", sched: alone, expect: expectNAS, run: nasScenario(nasTmpfs, restartAcrossDeletion)},
 		{num: 6, name: "subpath", expect: expectSubPath, run: subPathScenario},
+		{num: 7, name: exporterScenarioName, sched: alone, expect: expectExporter, run: exporterScenario},
+		{num: 8, name: exporterControlName, sched: alone, kubelets: []flavor{nodevolKubelet}, expect: expectExporterControl, run: exporterControlScenario},
 	}
 }
 
@@ -37,15 +40,18 @@ var errWrongKubelet = errors.New("the kubelet binary is not of the kind its flag
 // innerConfig is what the driver hands the namespace's PID 1, as JSON in
 // a file.
 type innerConfig struct {
-	Workdir    string            `json:"workdir"`
-	Kubelets   map[string]string `json:"kubelets"` // flavor -> binary
-	Versions   map[string]string `json:"versions"` // flavor -> its --version
-	Apiserver  string            `json:"apiserver"`
-	Images     []string          `json:"images"`
-	CgroupName string            `json:"cgroupName"`
-	Run        string            `json:"run"`
-	Start      time.Time         `json:"start"`
-	Deadline   time.Time         `json:"deadline"`
+	Workdir   string            `json:"workdir"`
+	Kubelets  map[string]string `json:"kubelets"` // flavor -> binary
+	Versions  map[string]string `json:"versions"` // flavor -> its --version
+	Apiserver string            `json:"apiserver"`
+	Images    []string          `json:"images"`
+	// Exporter is the exporter scenario's image and DaemonSet; nil when
+	// the scenario is not selected.
+	Exporter   *exporterInputs `json:"exporter,omitempty"`
+	CgroupName string          `json:"cgroupName"`
+	Run        string          `json:"run"`
+	Start      time.Time       `json:"start"`
+	Deadline   time.Time       `json:"deadline"`
 }
 
 // innerResult is what it hands back.
@@ -96,18 +102,9 @@ func runInner(args []string, stderr io.Writer) int {
 
 // runAll runs the selected scenarios against every kubelet.
 func runAll(ctx context.Context, cfg innerConfig, log *logger) ([]row, error) {
-	re, err := regexp.Compile(cfg.Run)
+	selected, err := selectScenarios(cfg.Run)
 	if err != nil {
-		return nil, fmt.Errorf("-run: %w", err)
-	}
-	var selected []scenario
-	for _, s := range scenarios() {
-		if re.MatchString(s.id()) {
-			selected = append(selected, s)
-		}
-	}
-	if len(selected) == 0 {
-		return nil, fmt.Errorf("-run %q selects no scenario", cfg.Run)
+		return nil, err
 	}
 	// One control plane for both kubelets, in turn: each registers the
 	// same Node, and its mirror pods go with its static pods.
@@ -118,13 +115,46 @@ func runAll(ctx context.Context, cfg innerConfig, log *logger) ([]row, error) {
 	defer cp.stop()
 	var rows []row
 	for _, f := range flavors {
-		fr, err := runFlavor(ctx, cfg, cp, f, selected, log.with(f.String()+": "))
+		on := scenariosFor(selected, f)
+		if len(on) == 0 {
+			continue
+		}
+		fr, err := runFlavor(ctx, cfg, cp, f, on, log.with(f.String()+": "))
 		rows = append(rows, fr...)
 		if err != nil {
 			return rows, fmt.Errorf("%s kubelet: %w", f, err)
 		}
 	}
 	return rows, nil
+}
+
+// selectScenarios is the scenarios whose id matches -run.
+func selectScenarios(run string) ([]scenario, error) {
+	re, err := regexp.Compile(run)
+	if err != nil {
+		return nil, fmt.Errorf("-run: %w", err)
+	}
+	var selected []scenario
+	for _, s := range scenarios() {
+		if re.MatchString(s.id()) {
+			selected = append(selected, s)
+		}
+	}
+	if len(selected) == 0 {
+		return nil, fmt.Errorf("-run %q selects no scenario", run)
+	}
+	return selected, nil
+}
+
+// scenariosFor is the scenarios that run against the flavor's kubelet.
+func scenariosFor(selected []scenario, f flavor) []scenario {
+	var out []scenario
+	for _, s := range selected {
+		if len(s.kubelets) == 0 || slices.Contains(s.kubelets, f) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // runFlavor starts containerd and the flavor's kubelet on fresh private
@@ -148,6 +178,12 @@ func runFlavor(ctx context.Context, cfg innerConfig, cp *controlPlane, f flavor,
 		return nil, err
 	}
 	defer c.stop()
+	if cfg.Exporter != nil {
+		if err := c.checkImage(ctx, cfg.Exporter.Image); err != nil {
+			return nil, err
+		}
+		log.Printf("containerd imported %s as %s, the digest recorded beside %s", cfg.Exporter.Image.Name, cfg.Exporter.Image.Digest, filepath.Base(cfg.Exporter.Image.Tar))
+	}
 	k, err := newKubelet(cfg.Kubelets[f.String()], filepath.Join(dir, "kubelet"), c.socket, "/"+cfg.CgroupName+"/"+f.String(), cp.kubeconfig, log)
 	if err != nil {
 		return nil, err
@@ -181,7 +217,7 @@ func runFlavor(ctx context.Context, cfg innerConfig, cp *controlPlane, f flavor,
 		if err != nil {
 			o.harness(err)
 		} else {
-			env := &scenarioEnv{flavor: f, kubelet: k, api: cp, dir: sdir, uid: podUID(f, s.num), podName: fmt.Sprintf("s%d-%s", s.num, s.name), log: slog}
+			env := &scenarioEnv{flavor: f, kubelet: k, api: cp, dir: sdir, uid: podUID(f, s.num), podName: fmt.Sprintf("s%d-%s", s.num, s.name), exporter: cfg.Exporter, log: slog}
 			s.run(ctx, env, &o)
 		}
 		o.time("scenario", time.Since(t))

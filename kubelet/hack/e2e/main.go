@@ -5,9 +5,12 @@
 // issue 14: a NAS (tmpfs or bind mount) inside an emptyDir when its pod is
 // deleted, with and without a kubelet restart in between; a Memory
 // emptyDir with a sizeLimit; downwardAPI and projected volumes (which wrap
-// emptyDir); a subPath mount.
+// emptyDir); a subPath mount; and issue 15's exporter: deploy/'s
+// DaemonSet run as a static pod, reporting a NAS mounted inside an
+// emptyDir on /metrics, and its control without mount propagation, which
+// misses it.
 //
-//	go run ./hack/e2e -stock KUBELET -nodevol KUBELET -apiserver KUBE-APISERVER [-run REGEXP] [-timeout 15m] [-workdir DIR]
+//	go run ./hack/e2e -stock KUBELET -nodevol KUBELET -apiserver KUBE-APISERVER [-run REGEXP] [-timeout 15m] [-workdir DIR] [-nodevol-image FILE] [-deploy DIR]
 //
 // (as root, from the kubelet/ directory). It installs containerd, runc,
 // busybox-static and etcd-server with apt-get when missing, builds a pause
@@ -56,9 +59,14 @@ type options struct {
 	run            string
 	timeout        time.Duration
 	workdir        string
+	// nodevolImage is the exporter's image tarball (with FILE.digest
+	// beside it); empty: the driver builds it with the root module's
+	// ./hack/image.
+	nodevolImage string
+	deploy       string // the manifests directory holding the DaemonSet
 }
 
-const usageLine = "usage: go run ./hack/e2e -stock KUBELET -nodevol KUBELET -apiserver KUBE-APISERVER [-run REGEXP] [-timeout 15m] [-workdir DIR]"
+const usageLine = "usage: go run ./hack/e2e -stock KUBELET -nodevol KUBELET -apiserver KUBE-APISERVER [-run REGEXP] [-timeout 15m] [-workdir DIR] [-nodevol-image FILE] [-deploy DIR]"
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
@@ -74,6 +82,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.run, "run", "", "run only the scenarios whose id (\"1-nas-tmpfs\") matches this regexp")
 	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "the watchdog kills the namespace after this long")
 	fs.StringVar(&o.workdir, "workdir", "", "work directory, kept afterwards (default: a temporary one, removed when the run passes)")
+	fs.StringVar(&o.nodevolImage, "nodevol-image", "", "the nodevol image, an OCI layout tarball with `FILE`.digest beside it, from the root module's ./hack/image (default: built by the driver)")
+	fs.StringVar(&o.deploy, "deploy", "../deploy", "the `DIR`ectory of nodevol's manifests, whose DaemonSet the exporter scenario runs")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -88,6 +98,16 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		}
 		if fi, err := os.Stat(abs); err != nil || fi.Mode()&0o111 == 0 {
 			return o, fmt.Errorf("binary %s: not an executable file (%v)", abs, err)
+		}
+		*p = abs
+	}
+	for _, p := range []*string{&o.nodevolImage, &o.deploy} {
+		if *p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return o, err
 		}
 		*p = abs
 	}
@@ -186,6 +206,13 @@ func drive(ctx context.Context, opts options, start time.Time, log *logger) (res
 	if err != nil {
 		return nil, err
 	}
+	exporter, err := prepareExporter(ctx, opts, filepath.Join(workdir, "images"), log)
+	if err != nil {
+		return nil, err
+	}
+	if exporter != nil {
+		images = append(images, exporter.Image.Tar)
+	}
 	log.Printf("packages and images ready in %.1fs", time.Since(t).Seconds())
 
 	cgroupName := fmt.Sprintf("nodevol-e2e-%d", os.Getpid())
@@ -197,7 +224,7 @@ func drive(ctx context.Context, opts options, start time.Time, log *logger) (res
 	if err != nil {
 		return nil, err
 	}
-	nsErr := runNamespace(ctx, opts, workdir, images, cgroupName, cgroups, start, log)
+	nsErr := runNamespace(ctx, opts, workdir, images, exporter, cgroupName, cgroups, start, log)
 	cleanErr := cleanHost(before, cgroups)
 	after, err := snapshotHost(workdir, cgroups, cgroupName)
 	if err != nil {
@@ -228,7 +255,7 @@ func drive(ctx context.Context, opts options, start time.Time, log *logger) (res
 // needs, re-executes the binary as PID 1 of new mount, pid and network
 // namespaces and waits for it, killing it when ctx ends (the watchdog:
 // with its PID 1 gone, the kernel kills everything in the namespace).
-func runNamespace(ctx context.Context, opts options, workdir string, images []string, cgroupName string, cgroups []string, start time.Time, log *logger) error {
+func runNamespace(ctx context.Context, opts options, workdir string, images []string, exporter *exporterInputs, cgroupName string, cgroups []string, start time.Time, log *logger) error {
 	for _, d := range hostDirs {
 		if _, err := os.Lstat(d); os.IsNotExist(err) {
 			if err := os.Mkdir(d, 0o755); err != nil {
@@ -258,6 +285,7 @@ func runNamespace(ctx context.Context, opts options, workdir string, images []st
 		Apiserver:  opts.apiserver,
 		Versions:   versions,
 		Images:     images,
+		Exporter:   exporter,
 		CgroupName: cgroupName,
 		Run:        opts.run,
 		Start:      start,

@@ -47,6 +47,9 @@ type scenario struct {
 	num   int
 	name  string
 	sched scheduling
+	// kubelets are the kubelets it runs against; nil: every one. A
+	// scenario that does not depend on the kubelet (a control) runs once.
+	kubelets []flavor
 	// expect says what the kubelet of the flavor should do, in words.
 	expect func(flavor) string
 	run    func(ctx context.Context, env *scenarioEnv, o *outcome)
@@ -63,7 +66,10 @@ type scenarioEnv struct {
 	dir     string        // scratch space for the scenario (host directories to bind-mount)
 	uid     string        // the pod's UID
 	podName string        // the pod's name in its manifest
-	log     *logger
+	// exporter is the exporter scenario's image and DaemonSet (nil when
+	// that scenario is not selected).
+	exporter *exporterInputs
+	log      *logger
 }
 
 // timing is one measured step.
