@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/nodevol/nodevol/emptydir"
+	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/internal/plural"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/subpath"
@@ -163,13 +164,25 @@ func scanRoot(root string) (*scanReport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubelet root: %w", err)
 	}
+	// Volumes of plugins but emptyDir are examined through descriptors
+	// from here, as ScanVolumes listed them (examinePluginVolume).
+	rootDir, err := fsat.OpenRoot(root)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet root: %w", err)
+	}
+	defer rootDir.Close()
+	pods, err := rootDir.OpenDir(filepath.Base(layout.PodsDir()))
+	if err != nil {
+		return nil, fmt.Errorf("pods directory: %w", err)
+	}
+	defer pods.Close()
 	subpaths := subpath.New(layout)
 	// Most pods have no volume-subpaths directory: one lstat per pod says
 	// so, instead of a walk from the root per volume. It only skips work:
 	// whatever is there is examined by descriptors.
 	hasSubpaths := map[string]bool{}
 	for _, vd := range found.Volumes {
-		v := examineVolume(layout, tab, vd, filepath.Join(realRoot, strings.TrimPrefix(vd.Path, root)))
+		v := examineVolume(layout, pods, tab, vd, filepath.Join(realRoot, strings.TrimPrefix(vd.Path, root)))
 		has, ok := hasSubpaths[vd.PodUID]
 		if !ok {
 			dir, err := layout.PodVolumeSubpathsDir(vd.PodUID)
@@ -194,8 +207,9 @@ func scanRoot(root string) (*scanReport, error) {
 // it or beneath it, because unmounting it is that plugin's job.
 //
 // realPath is vd.Path as the mount table names it (under the resolved
-// root).
-func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.VolumeDir, realPath string) scanVolume {
+// root). Any other plugin's volume is reached through pods, the pods
+// directory, by descriptors (examinePluginVolume).
+func examineVolume(layout volume.Layout, pods *fsat.Dir, tab *mountdetect.MountTable, vd volume.VolumeDir, realPath string) scanVolume {
 	v := scanVolume{PodUID: vd.PodUID, Plugin: vd.Plugin, Volume: vd.Volume, Path: vd.Path, NestedMounts: []mountdetect.Mount{}, Subpaths: []subpath.Entry{}}
 	fail := func(err error) scanVolume {
 		v.fail(err)
@@ -230,7 +244,9 @@ func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.
 		}
 		return v
 	}
-	c := examineIn(tab, vd.Path)
+	e := examinePluginVolume(pods, tab, vd)
+	defer e.close()
+	c := e.checkResult
 	if c.err != nil {
 		return fail(c.err)
 	}
@@ -241,7 +257,7 @@ func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.
 	v.NestedMounts = append(v.NestedMounts, c.NestedMounts...)
 	v.SafeToRemove = c.SafeToRemove
 	v.setCode(pluginCode(&c))
-	if vd.Plugin == csiPluginName && v.csiTarget(tab, &c) {
+	if vd.Plugin == csiPluginName && v.csiTarget(tab, &e) {
 		return v
 	}
 	var why []string
@@ -280,12 +296,12 @@ const (
 // nested mount) and says true. Anything else (a second mount there,
 // stacked or nested) is left to the generic answer: a nested-mount
 // danger.
-func (v *scanVolume) csiTarget(tab *mountdetect.MountTable, c *checkResult) bool {
+func (v *scanVolume) csiTarget(tab *mountdetect.MountTable, c *examinedDir) bool {
 	if !c.Exists || c.kind != kindDir || c.MountPoint || !c.MountPointSure || len(c.NestedMounts) != 1 {
 		return false
 	}
 	target := filepath.Join(v.Path, csiTargetDir)
-	m := examineIn(tab, target)
+	m := c.child(tab, csiTargetDir, target)
 	if m.err != nil || m.kind != kindDir || !m.MountPoint || !m.MountPointSure || len(m.NestedMounts) > 0 {
 		return false
 	}

@@ -1,0 +1,109 @@
+package cli
+
+// Findings of the adversarial review of "nodevol scan" and "nodevol serve"
+// (issue 15). Each test failed on the code before its fix.
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/internal/mounttest"
+)
+
+// TestScanPluginVolumeSwapRace: scan listed the volume directories of
+// every plugin but emptyDir by descriptors, then examined each by its
+// path (lstat, open, open again to list nested mounts), which the kernel
+// resolved anew each time, following a symlink swapped in for
+// pods/<uid>/volumes/<plugin> since the listing. An attacker who swaps
+// that directory for a symlink to any host directory makes scan report
+// the host directory's mounts as the volume's (host paths outside the
+// kubelet root in the JSON and the agent's logs), and can make a volume
+// in danger look in use or ok. Every racy iteration is one swap and one
+// scan; any scan that reports a mount on or beneath the (never mounted)
+// volume directory followed the symlink.
+func TestScanPluginVolumeSwapRace(t *testing.T) {
+	mounttest.RequireMounts(t)
+	base := realTempDir(t)
+	root := filepath.Join(base, "kubelet")
+	vols := filepath.Join(root, "pods", testUID, "volumes")
+	mounttest.Build(t, vols, "dir kubernetes.io~secret/token")
+	// The decoy: the same names outside the root, with a mount on the
+	// volume directory and one inside it.
+	outside := filepath.Join(base, "outside", "kubernetes.io~secret")
+	mounttest.Build(t, outside, "dir token")
+	mounttest.Tmpfs(t, filepath.Join(outside, "token"), "size=1m")
+	if err := os.Mkdir(filepath.Join(outside, "token", "inner"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mounttest.Tmpfs(t, filepath.Join(outside, "token", "inner"), "size=1m")
+	if err := os.Symlink(outside, filepath.Join(vols, "swap")); err != nil {
+		t.Fatal(err)
+	}
+	vfd, err := unix.Open(vols, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(vfd)
+	a := mounttest.StartAttacker(t, func() error { return mounttest.Exchange(vfd, "kubernetes.io~secret", "swap") })
+	defer mounttest.RestoreSwap(t, vols, "kubernetes.io~secret", "swap", outside)
+	a.Resume()
+	defer a.Pause()
+	escaped := 0
+	for i := 0; i < 3000 && escaped == 0; i++ {
+		rep, err := scanRoot(root)
+		if err != nil {
+			t.Fatalf("scanRoot: %v", err)
+		}
+		for _, v := range rep.volumes {
+			if v.MountPoint || len(v.NestedMounts) > 0 || strings.Contains(v.Reason, "outside") {
+				escaped++
+				t.Errorf("scan %d followed the swapped-in symlink out of the root: %s %s (%s) mountPoint=%v nested=%v: %s",
+					i, v.Path, v.Verdict, v.ReasonCode, v.MountPoint, v.NestedMounts, v.Reason)
+			}
+		}
+	}
+	t.Logf("%d swaps", a.Steps())
+}
+
+// TestScanStalledPluginVolume: a volume of any plugin but emptyDir whose
+// filesystem stopped answering (a hard NFS mount whose server is gone, a
+// CSI driver's FUSE daemon that hung; here a FUSE filesystem that never
+// answers) hung scan for good: examineIn lstat'ed the volume directory
+// and fstatfs'ed it, both requests to the mounted filesystem. One dead
+// NFS server then stopped "nodevol scan" on the node, and serve's scan
+// loop with it (no scan ever completes again; readiness fails, the
+// metrics freeze). Scan must answer from the mount table and the kubelet
+// root's own filesystem without asking the volume's.
+func TestScanStalledPluginVolume(t *testing.T) {
+	mounttest.RequireMounts(t)
+	for _, c := range []struct{ rel, mnt, want string }{
+		{"kubernetes.io~nfs/share", "kubernetes.io~nfs/share", "in-use"},
+		{"kubernetes.io~csi/pv/mount", "kubernetes.io~csi/pv/mount", "in-use"},
+		{"kubernetes.io~secret/token/inner", "kubernetes.io~secret/token/inner", "danger"},
+	} {
+		t.Run(c.rel, func(t *testing.T) {
+			root := realTempDir(t)
+			dir := filepath.Join(root, "pods", testUID, "volumes", c.rel)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			mounttest.StalledFUSE(t, "stalled", filepath.Join(root, "pods", testUID, "volumes", c.mnt), "040000")
+			mounttest.Within(t, 5*time.Second, "scanRoot", func() error {
+				rep, err := scanRoot(root)
+				if err != nil {
+					t.Errorf("scanRoot: %v", err)
+					return err
+				}
+				if len(rep.volumes) != 1 || rep.volumes[0].Verdict.String() != c.want {
+					t.Errorf("scanRoot = %+v; want one volume, %s", rep.volumes, c.want)
+				}
+				return nil
+			})
+		})
+	}
+}
