@@ -186,8 +186,7 @@ func scanRoot(root string) (*scanReport, error) {
 		has, ok := hasSubpaths[vd.PodUID]
 		if !ok {
 			dir, err := layout.PodVolumeSubpathsDir(vd.PodUID)
-			_, lerr := os.Lstat(dir)
-			has = err != nil || !errors.Is(lerr, fs.ErrNotExist)
+			has = err != nil || hasEntry(pods, vd.PodUID, filepath.Base(dir))
 			hasSubpaths[vd.PodUID] = has
 		}
 		if v.err == nil && has {

@@ -107,3 +107,35 @@ func TestScanStalledPluginVolume(t *testing.T) {
 		})
 	}
 }
+
+// TestScanStalledSubpathsDir: scan decided whether a pod has subPath
+// entries with an lstat of pods/<uid>/volume-subpaths by path, which asks
+// a filesystem mounted there; one that stopped answering (a FUSE daemon
+// that hung, mounted there by whoever can mount in the pod directory)
+// hung the scan of the whole node for good. A mount anywhere in the
+// subPath tree is reported, and nothing waits.
+func TestScanStalledSubpathsDir(t *testing.T) {
+	mounttest.RequireMounts(t)
+	for _, rel := range []string{"volume-subpaths", "volume-subpaths/token", "volume-subpaths/token/c/0"} {
+		t.Run(rel, func(t *testing.T) {
+			root := realTempDir(t)
+			mounttest.Build(t, filepath.Join(root, "pods", testUID, "volumes"), "dir kubernetes.io~secret/token")
+			dir := filepath.Join(root, "pods", testUID, rel)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			mounttest.StalledFUSE(t, "stalled", dir, "040000")
+			mounttest.Within(t, 5*time.Second, "scanRoot", func() error {
+				rep, err := scanRoot(root)
+				if err != nil {
+					t.Errorf("scanRoot: %v", err)
+					return err
+				}
+				if len(rep.volumes) != 1 || (rep.volumes[0].Verdict != verdictDanger && rep.volumes[0].Verdict != verdictError) {
+					t.Errorf("scanRoot = %+v; want one volume, danger or error (a mount in its subPath tree)", rep.volumes)
+				}
+				return nil
+			})
+		})
+	}
+}
