@@ -122,6 +122,14 @@ func (s *scanReport) code() int {
 	return code
 }
 
+// maxScanEntries bounds the directory entries a scan reads under the pods
+// directory (volume.MaxScanEntries): whoever can write into a pod
+// directory can make any number, and each costs about 1.5 KB in a report
+// (100,000 took 150 MB). 65,536 is over six times the 10,000 volume
+// directories of a large node; past it the scan reports a problem. Tests
+// lower it.
+var maxScanEntries = 1 << 16
+
 // scanRoot lists every volume directory under root and examines each one,
 // answering every mount question from one read of the mount table.
 func scanRoot(root string) (*scanReport, error) {
@@ -135,7 +143,7 @@ func scanRoot(root string) (*scanReport, error) {
 		}
 		return nil, fmt.Errorf("kubelet root: %w", err)
 	}
-	found, err := layout.ScanVolumes()
+	found, err := layout.ScanVolumes(volume.MaxScanEntries(maxScanEntries))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%s has no pods directory (%s does not exist): is it a kubelet root?", root, layout.PodsDir())
 	}
@@ -440,7 +448,9 @@ error: error. An emptyDir gets the answer "nodevol teardown" would give.
 
 Entries that do not parse (bad pod UIDs or names, files where directories
 belong) are listed as problems, and pod directories without any volume
-directory as leftovers.
+directory as leftovers. At most 65,536 entries under the pods directory
+are read (anyone who can write into a pod directory can make more): past
+that, a problem says where the scan stopped, and the exit status is 2.
 
 Containers' subPath entries of each volume
 (<root>/pods/<uid>/volume-subpaths/<volume>/<container>/<index>) are listed

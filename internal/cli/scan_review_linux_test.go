@@ -4,6 +4,8 @@ package cli
 // (issue 15). Each test failed on the code before its fix.
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // TestScanPluginVolumeSwapRace: scan listed the volume directories of
@@ -137,5 +140,60 @@ func TestScanStalledSubpathsDir(t *testing.T) {
 				return nil
 			})
 		})
+	}
+}
+
+// TestScanBoundsEntries: scan held every entry under the pods directory
+// in memory, with no bound: whoever can write into a pod directory made
+// pods/<uid>/volumes/<plugin>/<n> for any n (100,000 files with long
+// names took 150 MB of heap, and each is examined), and an agent with a
+// memory limit was OOM-killed on every restart. Now the listing stops at
+// maxScanEntries (lowered here) and says so as a problem.
+func TestScanBoundsEntries(t *testing.T) {
+	saved := maxScanEntries
+	t.Cleanup(func() { maxScanEntries = saved })
+	maxScanEntries = 1000
+	root := realTempDir(t)
+	dir := filepath.Join(root, "pods", testUID, "volumes", "kubernetes.io~secret")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, uid := range []string{testUID2} { // a pod after the bound
+		if err := os.MkdirAll(filepath.Join(root, "pods", uid, "volumes", "kubernetes.io~secret", "v"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	const n = 3000
+	for i := range n {
+		f, err := unix.Openat(fd, fmt.Sprintf("v%05d", i), unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(f)
+	}
+	rep, err := scanRoot(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.volumes)+len(rep.problems)+len(rep.leftovers) > maxScanEntries+1 {
+		t.Errorf("scanRoot holds %d volumes, %d problems and %d leftovers after %d entries; want at most %d in all (and one problem saying so)",
+			len(rep.volumes), len(rep.problems), len(rep.leftovers), n, maxScanEntries+1)
+	}
+	bounded := false
+	for _, p := range rep.problems {
+		if errors.Is(p.err, volume.ErrTooManyEntries) {
+			bounded = true
+		}
+	}
+	if !bounded {
+		t.Errorf("scanRoot problems = %v; want one matching volume.ErrTooManyEntries", rep.problems)
+	}
+	if rep.code() == ExitOK {
+		t.Errorf("scan exit code = %d; want non-zero for an incomplete scan", rep.code())
 	}
 }
