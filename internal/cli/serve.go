@@ -227,7 +227,7 @@ func (s *server) hostPaths(text string) string {
 // run scans and serves on ln until ctx is done, then stops scanning and
 // shuts the server down, letting requests finish for up to grace.
 func (s *server) run(ctx context.Context, ln net.Listener, grace time.Duration) error {
-	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := newHTTPServer(s.handler())
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
