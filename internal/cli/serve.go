@@ -68,6 +68,8 @@ type serveOptions struct {
 	logger   logr.Logger
 	// scanned, when set, is called after each scan (tests).
 	scanned func()
+	// scan scans a root; nil: scanRoot (tests stand in for it).
+	scan func(root string) (*scanReport, error)
 }
 
 // server is serve's agent: a scan loop and its HTTP endpoints. It reads
@@ -90,6 +92,9 @@ func newServer(opts serveOptions) (*server, error) {
 	}
 	if opts.logger.GetSink() == nil {
 		opts.logger = logr.Discard()
+	}
+	if opts.scan == nil {
+		opts.scan = scanRoot
 	}
 	if opts.interval <= 0 {
 		return nil, fmt.Errorf("interval %v: must be positive", opts.interval)
@@ -173,7 +178,7 @@ func (s *server) scanOnce() {
 			"mountNamespace", s.opts.ns.String())
 	}
 	start := s.opts.clock.Now()
-	rep, err := scanRoot(s.opts.root)
+	rep, err := s.opts.scan(s.opts.root)
 	took := s.opts.clock.Since(start)
 	s.metrics.observe(rep, err, took, start)
 	if err != nil {
@@ -241,11 +246,20 @@ func (s *server) run(ctx context.Context, ln net.Listener, grace time.Duration) 
 	case err = <-serveErr:
 	}
 	cancel()
-	wg.Wait()
 	shutCtx, done := context.WithTimeout(context.Background(), grace)
 	defer done()
 	if serr := srv.Shutdown(shutCtx); serr != nil && err == nil {
 		err = serr
+	}
+	// A scan in flight is waited for no longer than the grace period: one
+	// that never returns (a filesystem that stopped answering) must not
+	// keep the agent from exiting.
+	scanDone := make(chan struct{})
+	go func() { wg.Wait(); close(scanDone) }()
+	select {
+	case <-scanDone:
+	case <-shutCtx.Done():
+		s.opts.logger.Info("a scan has not returned within the grace period; stopping without it", "grace", grace)
 	}
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil

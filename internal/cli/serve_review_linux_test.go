@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -11,6 +12,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodevol/nodevol/mountdetect"
 )
 
 // TestServeHTTPLimits: serve's HTTP server had a ReadHeaderTimeout and
@@ -77,4 +84,81 @@ func TestServeHTTPLimits(t *testing.T) {
 			t.Errorf("GET /healthz with a 200 KiB header = %d; want 431", resp.StatusCode)
 		}
 	})
+}
+
+// TestServeShutdownWithHungScan: on SIGTERM, run cancelled the scan loop
+// and waited for it before it shut the HTTP server down, without a limit:
+// a scan that never returns (a filesystem that stopped answering, which
+// no code path can rule out for good) kept the agent from exiting until
+// the kubelet killed it, and kept it serving meanwhile. Now run waits for
+// the scan loop no longer than the grace period and returns. While the
+// scan hangs, /metrics and /healthz answer and /readyz fails once the
+// last successful scan is older than 3 intervals.
+func TestServeShutdownWithHungScan(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
+	release := make(chan struct{})
+	defer close(release)
+	started := make(chan struct{}, 10)
+	scans := 0
+	s, err := newServer(serveOptions{
+		root: "/nonexistent", hostRoot: "/var/lib/kubelet", interval: 10 * time.Second,
+		ns:    mountdetect.MountNamespace{State: mountdetect.MountNamespaceHost},
+		clock: clk, registry: prometheus.NewRegistry(), logger: logr.Discard(), // the hung scan logs after the test
+		scan: func(string) (*scanReport, error) {
+			scans++
+			started <- struct{}{}
+			if scans > 1 {
+				<-release // hangs until the test ends
+			}
+			return &scanReport{}, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- s.run(ctx, ln, time.Second) }()
+	get := func(path string) int {
+		resp, err := http.Get(url + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	<-started // the first scan, which returns
+	for clk.HasWaiters() == false {
+		time.Sleep(time.Millisecond)
+	}
+	clk.Step(10 * time.Second)
+	<-started // the second, which hangs
+	if code := get("/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz right after a successful scan = %d; want 200", code)
+	}
+	clk.Step(25 * time.Second)
+	if code := get("/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz with a scan hung for 3.5 intervals = %d; want 503", code)
+	}
+	for _, p := range []string{"/metrics", "/healthz"} {
+		if code := get(p); code != http.StatusOK {
+			t.Errorf("%s with a scan hung = %d; want 200", p, code)
+		}
+	}
+	cancel()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Errorf("run = %v; want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run has not returned 10s after its context was cancelled (grace 1s): shutdown waits for the hung scan")
+	}
 }
