@@ -267,6 +267,9 @@ func examineVolume(layout volume.Layout, pods *fsat.Dir, tab *mountdetect.MountT
 	if vd.Plugin == csiPluginName && v.csiTarget(tab, &e) {
 		return v
 	}
+	if v.wrappedForeign(&c) {
+		return v
+	}
 	var why []string
 	switch {
 	case !c.Exists:
@@ -318,6 +321,51 @@ func (v *scanVolume) csiTarget(tab *mountdetect.MountTable, c *examinedDir) bool
 	v.NestedMounts = v.NestedMounts[:0]
 	v.setCode(reasonPluginMount)
 	v.Reason = fmt.Sprintf("a %s volume mounted on its target directory %s (%s): in use; its driver unmounts it before the directory can be removed", csiPluginName, csiTargetDir, m.FSType)
+	return true
+}
+
+// emptyDirWrapped are the plugins whose volumes the kubelet tears down
+// through the emptyDir plugin (volumeutil.UnmountViaEmptyDir), with
+// whether their medium is Memory (a tmpfs of their own on the directory)
+// or Default (nothing mounted: gitRepo).
+var emptyDirWrapped = map[string]bool{
+	"kubernetes.io/secret":       true,
+	"kubernetes.io/configmap":    true,
+	"kubernetes.io/projected":    true,
+	"kubernetes.io/downward-api": true,
+	"kubernetes.io/git-repo":     false,
+}
+
+// wrappedForeign recognises a foreign mount on the directory of a volume
+// in emptyDirWrapped, c, with nothing beneath it (a mount beneath is a
+// nested-mount danger already). The kubelet's emptyDir teardown unmounts
+// the top mount only when statfs says tmpfs, and otherwise removes the
+// directory's contents with os.RemoveAll, through whatever is mounted
+// there; so anything but a single tmpfs (none at all for gitRepo) is a
+// danger. A mount missing from the table (made since it was read: its
+// type is "") is left in use. It says true when it set the verdict.
+func (v *scanVolume) wrappedForeign(c *checkResult) bool {
+	memory, ok := emptyDirWrapped[v.Plugin]
+	if !ok || !c.Exists || !c.MountPoint || len(c.NestedMounts) > 0 {
+		return false
+	}
+	switch {
+	case len(c.on) > 1:
+		v.setCode(reasonStackedMounts)
+		v.Reason = fmt.Sprintf("%d mounts stacked on a %s volume directory: the kubelet tears it down as an emptyDir, which unmounts at most the top one and removes the directory's contents through the others", len(c.on), v.Plugin)
+	case !memory:
+		v.setCode(reasonForeignMount)
+		v.Reason = fmt.Sprintf("a %s mount on a %s volume directory, which has none of its own: the kubelet tears it down as an emptyDir, removing the directory's contents through the mount", c.FSType, v.Plugin)
+	case c.FSType != "tmpfs" && c.FSType != "":
+		v.setCode(reasonForeignMount)
+		v.Reason = fmt.Sprintf("a %s mount on a %s volume directory, not its own tmpfs: the kubelet tears it down as an emptyDir, which unmounts only a tmpfs and otherwise removes the directory's contents through the mount", c.FSType, v.Plugin)
+	default:
+		return false
+	}
+	v.SafeToRemove = false
+	for _, m := range c.on {
+		v.Reason += "; " + DescribeMount(m)
+	}
 	return true
 }
 
@@ -436,8 +484,11 @@ and a verdict. The mount table is read once. Nothing is changed.
            NFS, secret or projected volume. Normal for a running pod.
   danger   a mount its teardown would cross or that is not its own: a
            mount nested inside the volume directory, a foreign or
-           unprovable mount on an emptyDir directory, stacked mounts, a
-           foreign mount in its subPath tree
+           unprovable mount on an emptyDir directory, anything but a
+           single tmpfs on a secret, configMap, projected or downwardAPI
+           directory (the kubelet tears those down as emptyDirs), any
+           mount on a gitRepo directory, stacked mounts, a foreign mount
+           in its subPath tree
   unknown  the kernel cannot say for sure whether it is a mount point
   error    it could not be examined
 

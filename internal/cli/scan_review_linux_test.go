@@ -197,3 +197,66 @@ func TestScanBoundsEntries(t *testing.T) {
 		t.Errorf("scan exit code = %d; want non-zero for an incomplete scan", rep.code())
 	}
 }
+
+// TestScanForeignMountOnWrappedVolume: secret, configMap, projected,
+// downwardAPI and gitRepo volumes are emptyDirs underneath: the kubelet
+// tears them down through the emptyDir plugin, which unmounts the top
+// mount only when statfs says tmpfs and otherwise calls os.RemoveAll on
+// the directory, through whatever is mounted there. scan called any single
+// mount on such a directory in-use (exit 0) and ignored mounts stacked on
+// it: a NAS bind-mounted over a pod's secret volume directory (the
+// incident this tool exists for, on another plugin) was healthy. Now a
+// mount on such a directory must be tmpfs (gitRepo: none at all), alone.
+func TestScanForeignMountOnWrappedVolume(t *testing.T) {
+	mounttest.RequireMounts(t)
+	cases := []struct {
+		name   string
+		plugin string
+		mount  func(t *testing.T, dir, nas string)
+		want   reasonCode
+	}{
+		{"secret on its own tmpfs", "kubernetes.io~secret", func(t *testing.T, dir, _ string) {
+			mounttest.Tmpfs(t, dir, "size=1m")
+		}, reasonPluginMount},
+		{"NAS bound on a secret", "kubernetes.io~secret", func(t *testing.T, dir, nas string) {
+			mounttest.Bind(t, nas, dir)
+		}, reasonForeignMount},
+		{"NAS bound on a projected volume", "kubernetes.io~projected", func(t *testing.T, dir, nas string) {
+			mounttest.Bind(t, nas, dir)
+		}, reasonForeignMount},
+		{"tmpfs stacked on a configMap's tmpfs", "kubernetes.io~configmap", func(t *testing.T, dir, _ string) {
+			mounttest.Tmpfs(t, dir, "size=1m")
+			mounttest.Tmpfs(t, dir, "size=1m")
+		}, reasonStackedMounts},
+		{"NAS stacked on a downwardAPI tmpfs", "kubernetes.io~downward-api", func(t *testing.T, dir, nas string) {
+			mounttest.Tmpfs(t, dir, "size=1m")
+			mounttest.Bind(t, nas, dir)
+		}, reasonStackedMounts},
+		{"tmpfs on a gitRepo", "kubernetes.io~git-repo", func(t *testing.T, dir, _ string) {
+			mounttest.Tmpfs(t, dir, "size=1m")
+		}, reasonForeignMount},
+		{"NFS-like mount on an nfs volume", "kubernetes.io~nfs", func(t *testing.T, dir, nas string) {
+			mounttest.Bind(t, nas, dir)
+		}, reasonPluginMount},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			base := realTempDir(t)
+			root := filepath.Join(base, "kubelet")
+			dir := filepath.Join(root, "pods", testUID, "volumes", c.plugin, "v")
+			nas := filepath.Join(base, "nas")
+			mounttest.Build(t, nas, "file precious keep")
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			c.mount(t, dir, nas)
+			rep, err := scanRoot(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.volumes) != 1 || rep.volumes[0].ReasonCode != c.want {
+				t.Fatalf("scanRoot = %+v; want one volume, %s (%s)", rep.volumes, c.want.verdict(), c.want)
+			}
+		})
+	}
+}

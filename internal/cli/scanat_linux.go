@@ -153,10 +153,11 @@ func examineAt(dirfd int, name, path string, tab *mountdetect.MountTable, keep b
 		r.HugePageSize = volume.FormatQuantity(info.HugePageSize)
 	}
 	if r.kind == kindDir {
-		_, beneath, err := tab.MountsAtFile(fd, path)
+		at, beneath, err := tab.MountsAtFile(fd, path)
 		if err != nil {
 			return r.fail(fmt.Errorf("list nested mounts: %w", err)), -1
 		}
+		r.on = at
 		r.NestedMounts = append(r.NestedMounts, beneath...)
 	}
 	r.SafeToRemove = !r.MountPoint && r.MountPointSure && len(r.NestedMounts) == 0
