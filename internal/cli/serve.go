@@ -170,6 +170,13 @@ func (s *server) scanLoop(ctx context.Context) {
 	}
 }
 
+// maxLoggedPerScan is how many unhealthy volumes, and how many problems,
+// a scan logs one by one; a line counts the rest. Whoever can write into
+// a pod directory can make tens of thousands of entries that do not
+// parse, and each scan (every interval and every mount change) would log
+// them all. The metrics count them all.
+const maxLoggedPerScan = 100
+
 // scanOnce scans the root once and publishes the result.
 func (s *server) scanOnce() {
 	log := s.opts.logger
@@ -184,7 +191,7 @@ func (s *server) scanOnce() {
 	if err != nil {
 		log.Error(err, "scan failed", "root", s.opts.hostRoot)
 	} else {
-		danger := 0
+		danger, unhealthy := 0, 0
 		for i := range rep.volumes {
 			v := &rep.volumes[i]
 			switch v.Verdict {
@@ -192,11 +199,20 @@ func (s *server) scanOnce() {
 				if v.Verdict == verdictDanger {
 					danger++
 				}
-				log.Info("volume is not healthy", "verdict", v.Verdict, "reason", v.ReasonCode,
-					"plugin", v.Plugin, "pod", v.PodUID, "volume", v.Volume, "path", s.hostPath(v.Path), "detail", s.hostPaths(v.Reason))
+				if unhealthy++; unhealthy <= maxLoggedPerScan {
+					log.Info("volume is not healthy", "verdict", v.Verdict, "reason", v.ReasonCode,
+						"plugin", v.Plugin, "pod", v.PodUID, "volume", v.Volume, "path", s.hostPath(v.Path), "detail", s.hostPaths(v.Reason))
+				}
 			}
 		}
-		for _, p := range rep.problems {
+		if unhealthy > maxLoggedPerScan {
+			log.Info("more volumes are not healthy; not logged", "more", unhealthy-maxLoggedPerScan)
+		}
+		for i, p := range rep.problems {
+			if i == maxLoggedPerScan {
+				log.Info("more entries do not parse or cannot be read; not logged", "more", len(rep.problems)-i)
+				break
+			}
 			log.Info("entry does not parse or cannot be read", "path", s.hostPath(p.Problem), "error", s.hostPaths(p.Error))
 		}
 		log.V(1).Info("scan done", "root", s.opts.hostRoot, "volumes", len(rep.volumes), "danger", danger,

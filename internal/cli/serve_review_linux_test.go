@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -160,5 +162,41 @@ func TestServeShutdownWithHungScan(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("run has not returned 10s after its context was cancelled (grace 1s): shutdown waits for the hung scan")
+	}
+}
+
+// TestServeLogBounded: scanOnce logged one line per unhealthy volume and
+// one per problem, at every scan (every interval and every mount change):
+// whoever can write into a pod directory makes tens of thousands of
+// entries that do not parse (up to the scan's bound) and so as many log
+// lines every 10 seconds, flooding the node's logs. Now each kind is
+// logged for at most maxLoggedPerScan entries, then one line says how
+// many more there are (the metrics count them all).
+func TestServeLogBounded(t *testing.T) {
+	const n = 5000
+	rep := &scanReport{root: "/r"}
+	for i := range n {
+		rep.problems = append(rep.problems, scanProblem{Problem: fmt.Sprintf("/r/pods/x%d", i), Error: "bad"})
+		v := scanVolume{PodUID: testUID, Plugin: "kubernetes.io/secret", Volume: fmt.Sprintf("v%d", i), Path: fmt.Sprintf("/r/pods/%s/volumes/kubernetes.io~secret/v%d", testUID, i)}
+		v.setCode(reasonNestedMount)
+		rep.volumes = append(rep.volumes, v)
+	}
+	lines := 0
+	logger := funcr.New(func(prefix, args string) { lines++ }, funcr.Options{})
+	s, err := newServer(serveOptions{
+		root: "/r", hostRoot: "/var/lib/kubelet", interval: 10 * time.Second,
+		ns:    mountdetect.MountNamespace{State: mountdetect.MountNamespaceHost},
+		clock: clocktesting.NewFakeClock(time.Now()), registry: prometheus.NewRegistry(), logger: logger,
+		scan: func(string) (*scanReport, error) { return rep, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.scanOnce()
+	if lines > 250 {
+		t.Errorf("one scan with %d problems and %d volumes in danger logged %d lines; want a bound (a few hundred at most)", n, n, lines)
+	}
+	if lines < 100 {
+		t.Errorf("one scan with %d problems and %d volumes in danger logged %d lines; want the first ones and a count of the rest", n, n, lines)
 	}
 }
