@@ -79,7 +79,10 @@ func TestServeHTTPLimits(t *testing.T) {
 		req.Header.Set("X-Junk", strings.Repeat("a", 200<<10))
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
-			t.Fatal(err)
+			// The server may answer 431 and close before the client
+			// has written the whole header: refused all the same.
+			t.Logf("GET /healthz with a 200 KiB header: %v", err)
+			return
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
@@ -101,6 +104,7 @@ func TestServeShutdownWithHungScan(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	started := make(chan struct{}, 10)
+	scanned := make(chan struct{}, 10)
 	scans := 0
 	s, err := newServer(serveOptions{
 		root: "/nonexistent", hostRoot: "/var/lib/kubelet", interval: 10 * time.Second,
@@ -114,6 +118,7 @@ func TestServeShutdownWithHungScan(t *testing.T) {
 			}
 			return &scanReport{}, nil
 		},
+		scanned: func() { scanned <- struct{}{} },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -136,12 +141,10 @@ func TestServeShutdownWithHungScan(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	<-started // the first scan, which returns
-	for clk.HasWaiters() == false {
-		time.Sleep(time.Millisecond)
-	}
+	<-scanned // the first scan, which returns (its success recorded)
 	clk.Step(10 * time.Second)
-	<-started // the second, which hangs
+	<-started // the first scan
+	<-started // the second, at the tick, which hangs
 	if code := get("/readyz"); code != http.StatusOK {
 		t.Errorf("/readyz right after a successful scan = %d; want 200", code)
 	}
