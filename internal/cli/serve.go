@@ -78,6 +78,8 @@ type server struct {
 	opts    serveOptions
 	metrics *serveMetrics
 
+	lastTook time.Duration // how long the last scan took (the scan loop's own)
+
 	mu      sync.Mutex
 	lastOK  time.Time // of the last successful scan; zero before
 	lastErr error     // of the last scan
@@ -154,11 +156,14 @@ func (s *server) scanLoop(ctx context.Context) {
 		case <-t.C():
 		case <-s.opts.rescan:
 			s.opts.logger.V(2).Info("mount table changed; rescanning")
-			if s.opts.debounce > 0 {
+			// The debounce, and at least as long as the last scan took:
+			// a container can mount and unmount in a loop, and must not
+			// keep the agent scanning more than half the time.
+			if wait := max(s.opts.debounce, s.lastTook); wait > 0 {
 				select {
 				case <-ctx.Done():
 					return
-				case <-s.opts.clock.After(s.opts.debounce):
+				case <-s.opts.clock.After(wait):
 				}
 			}
 			// Changes during the debounce are in this scan.
@@ -187,6 +192,7 @@ func (s *server) scanOnce() {
 	start := s.opts.clock.Now()
 	rep, err := s.opts.scan(s.opts.root)
 	took := s.opts.clock.Since(start)
+	s.lastTook = took
 	s.metrics.observe(rep, err, took, start)
 	if err != nil {
 		log.Error(err, "scan failed", "root", s.opts.hostRoot)

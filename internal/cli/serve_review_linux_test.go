@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -201,5 +202,56 @@ func TestServeLogBounded(t *testing.T) {
 	}
 	if lines < 100 {
 		t.Errorf("one scan with %d problems and %d volumes in danger logged %d lines; want the first ones and a count of the rest", n, n, lines)
+	}
+}
+
+// TestServeRescanStormRateLimited: a rescan (a mount-table change) waited
+// only the 100 ms debounce, so a container that mounts and unmounts in a
+// loop (any container with bidirectional propagation) kept the agent
+// scanning back to back for good: a whole-node scan (10,000 volumes take
+// about 0.4 s) every 0.5 s, the agent at its CPU limit and the host
+// answering its system calls. Now a rescan also waits as long as the last
+// scan took, so mount changes keep the agent scanning at most half the
+// time.
+func TestServeRescanStormRateLimited(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
+	rescan := make(chan struct{}, 1)
+	scans := make(chan struct{}, 100)
+	s, err := newServer(serveOptions{
+		root: "/r", hostRoot: "/var/lib/kubelet", interval: time.Hour, rescan: rescan,
+		ns:    mountdetect.MountNamespace{State: mountdetect.MountNamespaceHost},
+		clock: clk, registry: prometheus.NewRegistry(), logger: logr.Discard(),
+		scan: func(string) (*scanReport, error) {
+			clk.Step(2 * time.Second) // every scan takes 2s
+			return &scanReport{}, nil
+		},
+		scanned: func() { scans <- struct{}{} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.scanLoop(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	<-scans // the first scan
+	rescan <- struct{}{}
+	// The loop now waits for the clock (a waiter beside the ticker), or
+	// scans at once.
+	deadline := time.Now().Add(5 * time.Second)
+	for clk.Waiters() < 2 && len(scans) == 0 && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	clk.Step(time.Second) // half the last scan's duration
+	select {
+	case <-scans:
+		t.Fatalf("a mount change rescanned within 1s of a scan that took 2s: mount changes can keep the agent scanning all the time")
+	case <-time.After(200 * time.Millisecond):
+	}
+	clk.Step(time.Second)
+	select {
+	case <-scans:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no rescan 2s after a mount change")
 	}
 }
