@@ -163,7 +163,11 @@ func (t *MountTable) mountsAt(fd int, real string) (at, beneath []Mount) {
 // filesystem, found through its mount's table entry.
 func (t *MountTable) positionOf(fd int, real string) (pos string, dev uint64, ok bool) {
 	var sx unix.Statx_t
-	err := fsat.Retry(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &sx) })
+	// AT_STATX_DONT_SYNC: the mount ID is the VFS's; a filesystem that
+	// revalidates cached attributes on every statx (CIFS) is not asked.
+	err := fsat.Retry(func() error {
+		return unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID, &sx)
+	})
 	if err != nil || sx.Mask&unix.STATX_MNT_ID == 0 {
 		return "", 0, false
 	}

@@ -58,9 +58,10 @@ type checkResult struct {
 	failureJSON
 
 	kind     entryKind
-	pageSize int64  // HugePageSize in bytes, for scan; 0 when not hugetlbfs
-	target   string // a symlink's target
-	invalid  bool   // the path was refused before anything was looked at
+	pageSize int64               // HugePageSize in bytes, for scan; 0 when not hugetlbfs
+	target   string              // a symlink's target
+	on       []mountdetect.Mount // scan: the mounts on the directory itself (several when stacked)
+	invalid  bool                // the path was refused before anything was looked at
 	err      error
 }
 

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/nodevol/nodevol/emptydir"
+	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/internal/plural"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/subpath"
@@ -121,6 +122,14 @@ func (s *scanReport) code() int {
 	return code
 }
 
+// maxScanEntries bounds the directory entries a scan reads under the pods
+// directory (volume.MaxScanEntries): whoever can write into a pod
+// directory can make any number, and each costs about 1.5 KB in a report
+// (100,000 took 150 MB). 65,536 is over six times the 10,000 volume
+// directories of a large node; past it the scan reports a problem. Tests
+// lower it.
+var maxScanEntries = 1 << 16
+
 // scanRoot lists every volume directory under root and examines each one,
 // answering every mount question from one read of the mount table.
 func scanRoot(root string) (*scanReport, error) {
@@ -134,7 +143,7 @@ func scanRoot(root string) (*scanReport, error) {
 		}
 		return nil, fmt.Errorf("kubelet root: %w", err)
 	}
-	found, err := layout.ScanVolumes()
+	found, err := layout.ScanVolumes(volume.MaxScanEntries(maxScanEntries))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%s has no pods directory (%s does not exist): is it a kubelet root?", root, layout.PodsDir())
 	}
@@ -163,18 +172,29 @@ func scanRoot(root string) (*scanReport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubelet root: %w", err)
 	}
+	// Volumes of plugins but emptyDir are examined through descriptors
+	// from here, as ScanVolumes listed them (examinePluginVolume).
+	rootDir, err := fsat.OpenRoot(root)
+	if err != nil {
+		return nil, fmt.Errorf("kubelet root: %w", err)
+	}
+	defer rootDir.Close()
+	pods, err := rootDir.OpenDir(filepath.Base(layout.PodsDir()))
+	if err != nil {
+		return nil, fmt.Errorf("pods directory: %w", err)
+	}
+	defer pods.Close()
 	subpaths := subpath.New(layout)
 	// Most pods have no volume-subpaths directory: one lstat per pod says
 	// so, instead of a walk from the root per volume. It only skips work:
 	// whatever is there is examined by descriptors.
 	hasSubpaths := map[string]bool{}
 	for _, vd := range found.Volumes {
-		v := examineVolume(layout, tab, vd, filepath.Join(realRoot, strings.TrimPrefix(vd.Path, root)))
+		v := examineVolume(layout, pods, tab, vd, filepath.Join(realRoot, strings.TrimPrefix(vd.Path, root)))
 		has, ok := hasSubpaths[vd.PodUID]
 		if !ok {
 			dir, err := layout.PodVolumeSubpathsDir(vd.PodUID)
-			_, lerr := os.Lstat(dir)
-			has = err != nil || !errors.Is(lerr, fs.ErrNotExist)
+			has = err != nil || hasEntry(pods, vd.PodUID, filepath.Base(dir))
 			hasSubpaths[vd.PodUID] = has
 		}
 		if v.err == nil && has {
@@ -194,8 +214,9 @@ func scanRoot(root string) (*scanReport, error) {
 // it or beneath it, because unmounting it is that plugin's job.
 //
 // realPath is vd.Path as the mount table names it (under the resolved
-// root).
-func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.VolumeDir, realPath string) scanVolume {
+// root). Any other plugin's volume is reached through pods, the pods
+// directory, by descriptors (examinePluginVolume).
+func examineVolume(layout volume.Layout, pods *fsat.Dir, tab *mountdetect.MountTable, vd volume.VolumeDir, realPath string) scanVolume {
 	v := scanVolume{PodUID: vd.PodUID, Plugin: vd.Plugin, Volume: vd.Volume, Path: vd.Path, NestedMounts: []mountdetect.Mount{}, Subpaths: []subpath.Entry{}}
 	fail := func(err error) scanVolume {
 		v.fail(err)
@@ -230,7 +251,9 @@ func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.
 		}
 		return v
 	}
-	c := examineIn(tab, vd.Path)
+	e := examinePluginVolume(pods, tab, vd)
+	defer e.close()
+	c := e.checkResult
 	if c.err != nil {
 		return fail(c.err)
 	}
@@ -241,7 +264,10 @@ func examineVolume(layout volume.Layout, tab *mountdetect.MountTable, vd volume.
 	v.NestedMounts = append(v.NestedMounts, c.NestedMounts...)
 	v.SafeToRemove = c.SafeToRemove
 	v.setCode(pluginCode(&c))
-	if vd.Plugin == csiPluginName && v.csiTarget(tab, &c) {
+	if vd.Plugin == csiPluginName && v.csiTarget(tab, &e) {
+		return v
+	}
+	if v.wrappedForeign(&c) {
 		return v
 	}
 	var why []string
@@ -280,12 +306,12 @@ const (
 // nested mount) and says true. Anything else (a second mount there,
 // stacked or nested) is left to the generic answer: a nested-mount
 // danger.
-func (v *scanVolume) csiTarget(tab *mountdetect.MountTable, c *checkResult) bool {
+func (v *scanVolume) csiTarget(tab *mountdetect.MountTable, c *examinedDir) bool {
 	if !c.Exists || c.kind != kindDir || c.MountPoint || !c.MountPointSure || len(c.NestedMounts) != 1 {
 		return false
 	}
 	target := filepath.Join(v.Path, csiTargetDir)
-	m := examineIn(tab, target)
+	m := c.child(tab, csiTargetDir, target)
 	if m.err != nil || m.kind != kindDir || !m.MountPoint || !m.MountPointSure || len(m.NestedMounts) > 0 {
 		return false
 	}
@@ -295,6 +321,51 @@ func (v *scanVolume) csiTarget(tab *mountdetect.MountTable, c *checkResult) bool
 	v.NestedMounts = v.NestedMounts[:0]
 	v.setCode(reasonPluginMount)
 	v.Reason = fmt.Sprintf("a %s volume mounted on its target directory %s (%s): in use; its driver unmounts it before the directory can be removed", csiPluginName, csiTargetDir, m.FSType)
+	return true
+}
+
+// emptyDirWrapped are the plugins whose volumes the kubelet tears down
+// through the emptyDir plugin (volumeutil.UnmountViaEmptyDir), with
+// whether their medium is Memory (a tmpfs of their own on the directory)
+// or Default (nothing mounted: gitRepo).
+var emptyDirWrapped = map[string]bool{
+	"kubernetes.io/secret":       true,
+	"kubernetes.io/configmap":    true,
+	"kubernetes.io/projected":    true,
+	"kubernetes.io/downward-api": true,
+	"kubernetes.io/git-repo":     false,
+}
+
+// wrappedForeign recognises a foreign mount on the directory of a volume
+// in emptyDirWrapped, c, with nothing beneath it (a mount beneath is a
+// nested-mount danger already). The kubelet's emptyDir teardown unmounts
+// the top mount only when statfs says tmpfs, and otherwise removes the
+// directory's contents with os.RemoveAll, through whatever is mounted
+// there; so anything but a single tmpfs (none at all for gitRepo) is a
+// danger. A mount missing from the table (made since it was read: its
+// type is "") is left in use. It says true when it set the verdict.
+func (v *scanVolume) wrappedForeign(c *checkResult) bool {
+	memory, ok := emptyDirWrapped[v.Plugin]
+	if !ok || !c.Exists || !c.MountPoint || len(c.NestedMounts) > 0 {
+		return false
+	}
+	switch {
+	case len(c.on) > 1:
+		v.setCode(reasonStackedMounts)
+		v.Reason = fmt.Sprintf("%d mounts stacked on a %s volume directory: the kubelet tears it down as an emptyDir, which unmounts at most the top one and removes the directory's contents through the others", len(c.on), v.Plugin)
+	case !memory:
+		v.setCode(reasonForeignMount)
+		v.Reason = fmt.Sprintf("a %s mount on a %s volume directory, which has none of its own: the kubelet tears it down as an emptyDir, removing the directory's contents through the mount", c.FSType, v.Plugin)
+	case c.FSType != "tmpfs" && c.FSType != "":
+		v.setCode(reasonForeignMount)
+		v.Reason = fmt.Sprintf("a %s mount on a %s volume directory, not its own tmpfs: the kubelet tears it down as an emptyDir, which unmounts only a tmpfs and otherwise removes the directory's contents through the mount", c.FSType, v.Plugin)
+	default:
+		return false
+	}
+	v.SafeToRemove = false
+	for _, m := range c.on {
+		v.Reason += "; " + DescribeMount(m)
+	}
 	return true
 }
 
@@ -413,8 +484,11 @@ and a verdict. The mount table is read once. Nothing is changed.
            NFS, secret or projected volume. Normal for a running pod.
   danger   a mount its teardown would cross or that is not its own: a
            mount nested inside the volume directory, a foreign or
-           unprovable mount on an emptyDir directory, stacked mounts, a
-           foreign mount in its subPath tree
+           unprovable mount on an emptyDir directory, anything but a
+           single tmpfs on a secret, configMap, projected or downwardAPI
+           directory (the kubelet tears those down as emptyDirs), any
+           mount on a gitRepo directory, stacked mounts, a foreign mount
+           in its subPath tree
   unknown  the kernel cannot say for sure whether it is a mount point
   error    it could not be examined
 
@@ -425,7 +499,9 @@ error: error. An emptyDir gets the answer "nodevol teardown" would give.
 
 Entries that do not parse (bad pod UIDs or names, files where directories
 belong) are listed as problems, and pod directories without any volume
-directory as leftovers.
+directory as leftovers. At most 65,536 entries under the pods directory
+are read (anyone who can write into a pod directory can make more): past
+that, a problem says where the scan stopped, and the exit status is 2.
 
 Containers' subPath entries of each volume
 (<root>/pods/<uid>/volume-subpaths/<volume>/<container>/<index>) are listed

@@ -59,8 +59,8 @@ const (
 	reasonOwnMount                              // in-use: an emptyDir's own tmpfs/hugetlbfs, proven by SetUp's record
 	reasonPluginMount                           // in-use: another plugin's volume, mounted on its own directory
 	reasonNestedMount                           // danger: a mount beneath the volume directory
-	reasonForeignMount                          // danger: a mount on an emptyDir directory that is not provably its own
-	reasonStackedMounts                         // danger: several mounts stacked on an emptyDir directory
+	reasonForeignMount                          // danger: a mount on an emptyDir directory (or one the kubelet tears down as an emptyDir) that is not provably its own
+	reasonStackedMounts                         // danger: several mounts stacked on an emptyDir directory (or one the kubelet tears down as an emptyDir)
 	reasonSubpathForeignMount                   // danger: a mount in the subPath tree that is not the volume's own bind
 	reasonUncertain                             // unknown: the kernel cannot say whether it is a mount point
 	reasonError                                 // error: could not be examined

@@ -70,6 +70,8 @@ type serveOptions struct {
 	logger        logr.Logger
 	// scanned, when set, is called after each scan (tests).
 	scanned func()
+	// scan scans a root; nil: scanRoot (tests stand in for it).
+	scan func(root string) (*scanReport, error)
 }
 
 // server is serve's agent: a scan loop and its HTTP endpoints. It reads
@@ -80,7 +82,8 @@ type server struct {
 
 	// vis is whether the host's mounts under the root are seen; only
 	// the scan loop uses it.
-	vis rootVisibility
+	vis      rootVisibility
+	lastTook time.Duration // how long the last scan took (the scan loop's own)
 
 	mu      sync.Mutex
 	lastOK  time.Time // of the last successful scan; zero before
@@ -96,6 +99,9 @@ func newServer(opts serveOptions) (*server, error) {
 	}
 	if opts.logger.GetSink() == nil {
 		opts.logger = logr.Discard()
+	}
+	if opts.scan == nil {
+		opts.scan = scanRoot
 	}
 	if opts.interval <= 0 {
 		return nil, fmt.Errorf("interval %v: must be positive", opts.interval)
@@ -176,11 +182,14 @@ func (s *server) scanLoop(ctx context.Context) {
 		case <-t.C():
 		case <-s.opts.rescan:
 			s.opts.logger.V(2).Info("mount table changed; rescanning")
-			if s.opts.debounce > 0 {
+			// The debounce, and at least as long as the last scan took:
+			// a container can mount and unmount in a loop, and must not
+			// keep the agent scanning more than half the time.
+			if wait := max(s.opts.debounce, s.lastTook); wait > 0 {
 				select {
 				case <-ctx.Done():
 					return
-				case <-s.opts.clock.After(s.opts.debounce):
+				case <-s.opts.clock.After(wait):
 				}
 			}
 			// Changes during the debounce are in this scan.
@@ -191,6 +200,13 @@ func (s *server) scanLoop(ctx context.Context) {
 		}
 	}
 }
+
+// maxLoggedPerScan is how many unhealthy volumes, and how many problems,
+// a scan logs one by one; a line counts the rest. Whoever can write into
+// a pod directory can make tens of thousands of entries that do not
+// parse, and each scan (every interval and every mount change) would log
+// them all. The metrics count them all.
+const maxLoggedPerScan = 100
 
 // scanOnce scans the root once and publishes the result.
 func (s *server) scanOnce() {
@@ -203,13 +219,14 @@ func (s *server) scanOnce() {
 			"root", s.opts.hostRoot, "why", s.hostPaths(s.vis.why))
 	}
 	start := s.opts.clock.Now()
-	rep, err := scanRoot(s.opts.root)
+	rep, err := s.opts.scan(s.opts.root)
 	took := s.opts.clock.Since(start)
+	s.lastTook = took
 	s.metrics.observe(rep, err, took, start)
 	if err != nil {
 		log.Error(err, "scan failed", "root", s.opts.hostRoot)
 	} else {
-		danger := 0
+		danger, unhealthy := 0, 0
 		for i := range rep.volumes {
 			v := &rep.volumes[i]
 			switch v.Verdict {
@@ -217,11 +234,20 @@ func (s *server) scanOnce() {
 				if v.Verdict == verdictDanger {
 					danger++
 				}
-				log.Info("volume is not healthy", "verdict", v.Verdict, "reason", v.ReasonCode,
-					"plugin", v.Plugin, "pod", v.PodUID, "volume", v.Volume, "path", s.hostPath(v.Path), "detail", s.hostPaths(v.Reason))
+				if unhealthy++; unhealthy <= maxLoggedPerScan {
+					log.Info("volume is not healthy", "verdict", v.Verdict, "reason", v.ReasonCode,
+						"plugin", v.Plugin, "pod", v.PodUID, "volume", v.Volume, "path", s.hostPath(v.Path), "detail", s.hostPaths(v.Reason))
+				}
 			}
 		}
-		for _, p := range rep.problems {
+		if unhealthy > maxLoggedPerScan {
+			log.Info("more volumes are not healthy; not logged", "more", unhealthy-maxLoggedPerScan)
+		}
+		for i, p := range rep.problems {
+			if i == maxLoggedPerScan {
+				log.Info("more entries do not parse or cannot be read; not logged", "more", len(rep.problems)-i)
+				break
+			}
 			log.Info("entry does not parse or cannot be read", "path", s.hostPath(p.Problem), "error", s.hostPaths(p.Error))
 		}
 		log.V(1).Info("scan done", "root", s.opts.hostRoot, "volumes", len(rep.volumes), "danger", danger,
@@ -257,7 +283,7 @@ func (s *server) hostPaths(text string) string {
 // run scans and serves on ln until ctx is done, then stops scanning and
 // shuts the server down, letting requests finish for up to grace.
 func (s *server) run(ctx context.Context, ln net.Listener, grace time.Duration) error {
-	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := newHTTPServer(s.handler())
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -271,11 +297,20 @@ func (s *server) run(ctx context.Context, ln net.Listener, grace time.Duration) 
 	case err = <-serveErr:
 	}
 	cancel()
-	wg.Wait()
 	shutCtx, done := context.WithTimeout(context.Background(), grace)
 	defer done()
 	if serr := srv.Shutdown(shutCtx); serr != nil && err == nil {
 		err = serr
+	}
+	// A scan in flight is waited for no longer than the grace period: one
+	// that never returns (a filesystem that stopped answering) must not
+	// keep the agent from exiting.
+	scanDone := make(chan struct{})
+	go func() { wg.Wait(); close(scanDone) }()
+	select {
+	case <-scanDone:
+	case <-shutCtx.Done():
+		s.opts.logger.Info("a scan has not returned within the grace period; stopping without it", "grace", grace)
 	}
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil

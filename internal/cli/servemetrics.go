@@ -120,15 +120,59 @@ func (m *serveMetrics) observe(rep *scanReport, err error, took time.Duration, s
 	danger := 0
 	for i := range rep.volumes {
 		v := &rep.volumes[i]
-		m.volumes.WithLabelValues(v.Plugin, v.Verdict.String(), v.ReasonCode.String()).Inc()
+		plugin := pluginLabel(v.Plugin)
+		m.volumes.WithLabelValues(plugin, v.Verdict.String(), v.ReasonCode.String()).Inc()
 		if v.Verdict == verdictDanger {
 			danger++
 		}
 		if n := len(v.NestedMounts); n > 0 {
-			m.nested.WithLabelValues(v.Plugin).Add(float64(n))
+			m.nested.WithLabelValues(plugin).Add(float64(n))
 		}
 	}
 	m.danger.Set(float64(danger))
 	m.leftovers.Set(float64(len(rep.leftovers)))
 	m.problems.Set(float64(len(rep.problems)))
+}
+
+// knownPlugins are the plugins whose names are plugin label values: the
+// kubelet's in-tree volume plugins and CSI. The name of a plugin directory
+// is whatever whoever can write into a pod directory made it, so any
+// other name is folded into otherPlugin: one new directory must not make
+// one new series on every scrape of every node. The log names the plugin
+// of every unhealthy volume.
+var knownPlugins = map[string]bool{
+	"kubernetes.io/empty-dir":       true,
+	"kubernetes.io/secret":          true,
+	"kubernetes.io/configmap":       true,
+	"kubernetes.io/projected":       true,
+	"kubernetes.io/downward-api":    true,
+	"kubernetes.io/csi":             true,
+	"kubernetes.io/nfs":             true,
+	"kubernetes.io/host-path":       true,
+	"kubernetes.io/local-volume":    true,
+	"kubernetes.io/iscsi":           true,
+	"kubernetes.io/fc":              true,
+	"kubernetes.io/rbd":             true,
+	"kubernetes.io/cephfs":          true,
+	"kubernetes.io/git-repo":        true,
+	"kubernetes.io/portworx-volume": true,
+	"kubernetes.io/aws-ebs":         true,
+	"kubernetes.io/gce-pd":          true,
+	"kubernetes.io/azure-disk":      true,
+	"kubernetes.io/azure-file":      true,
+	"kubernetes.io/vsphere-volume":  true,
+	"kubernetes.io/cinder":          true,
+	"kubernetes.io/glusterfs":       true,
+}
+
+// otherPlugin is the plugin label of every plugin not in knownPlugins
+// (FlexVolume drivers, and directories nobody's plugin made).
+const otherPlugin = "other"
+
+// pluginLabel is the plugin label value of plugin.
+func pluginLabel(plugin string) string {
+	if knownPlugins[plugin] {
+		return plugin
+	}
+	return otherPlugin
 }

@@ -1,0 +1,32 @@
+//go:build !linux
+
+package cli
+
+import (
+	"github.com/nodevol/nodevol/internal/fsat"
+	"github.com/nodevol/nodevol/mountdetect"
+	"github.com/nodevol/nodevol/volume"
+)
+
+// examinedDir is the Linux examinedDir; elsewhere every examination
+// fails (volume.Layout.ScanVolumes does too).
+type examinedDir struct {
+	checkResult
+	fd int
+}
+
+func (e *examinedDir) close() {}
+
+func examinePluginVolume(_ *fsat.Dir, _ *mountdetect.MountTable, vd volume.VolumeDir) examinedDir {
+	e := examinedDir{fd: -1}
+	e.Path, e.NestedMounts = vd.Path, []mountdetect.Mount{}
+	e.fail(fsat.ErrUnsupported)
+	return e
+}
+
+func (e *examinedDir) child(_ *mountdetect.MountTable, _, path string) checkResult {
+	r := checkResult{Path: path, NestedMounts: []mountdetect.Mount{}}
+	return r.fail(fsat.ErrUnsupported)
+}
+
+func hasEntry(*fsat.Dir, string, string) bool { return true }

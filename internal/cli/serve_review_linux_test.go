@@ -1,0 +1,257 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/nodevol/nodevol/mountdetect"
+)
+
+// TestServeHTTPLimits: serve's HTTP server had a ReadHeaderTimeout and
+// nothing else. After one request a keep-alive connection was kept open
+// for good (net/http has no idle timeout unless IdleTimeout or
+// ReadTimeout is set), so anything that can reach the node (the agent
+// runs with hostNetwork) could open connections until the agent ran out
+// of descriptors or memory; request headers of up to 1 MiB were read for
+// endpoints that take no parameters. Now an idle connection is closed
+// after serveHTTP.idleTimeout (shortened here) and a header over
+// serveHTTP.maxHeaderBytes is refused.
+func TestServeHTTPLimits(t *testing.T) {
+	saved := serveHTTP
+	t.Cleanup(func() { serveHTTP = saved })
+	serveHTTP.idleTimeout = 200 * time.Millisecond
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "pods"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, root, nil)
+	addr := strings.TrimPrefix(ts.url, "http://")
+
+	t.Run("idle keep-alive connection", func(t *testing.T) {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.Close {
+			t.Fatal("the server closed the connection after one request; want keep-alive")
+		}
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = br.ReadByte()
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Errorf("an idle keep-alive connection is still open after 5s (idle timeout %v): it is kept for good", serveHTTP.idleTimeout)
+		} else if !errors.Is(err, io.EOF) {
+			t.Errorf("read on an idle connection = %v; want EOF (closed by the server)", err)
+		}
+	})
+
+	t.Run("large header", func(t *testing.T) {
+		req, err := http.NewRequest(http.MethodGet, ts.url+"/healthz", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Junk", strings.Repeat("a", 200<<10))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			// The server may answer 431 and close before the client
+			// has written the whole header: refused all the same.
+			t.Logf("GET /healthz with a 200 KiB header: %v", err)
+			return
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+			t.Errorf("GET /healthz with a 200 KiB header = %d; want 431", resp.StatusCode)
+		}
+	})
+}
+
+// TestServeShutdownWithHungScan: on SIGTERM, run cancelled the scan loop
+// and waited for it before it shut the HTTP server down, without a limit:
+// a scan that never returns (a filesystem that stopped answering, which
+// no code path can rule out for good) kept the agent from exiting until
+// the kubelet killed it, and kept it serving meanwhile. Now run waits for
+// the scan loop no longer than the grace period and returns. While the
+// scan hangs, /metrics and /healthz answer and /readyz fails once the
+// last successful scan is older than 3 intervals.
+func TestServeShutdownWithHungScan(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
+	release := make(chan struct{})
+	defer close(release)
+	started := make(chan struct{}, 10)
+	scanned := make(chan struct{}, 10)
+	scans := 0
+	s, err := newServer(serveOptions{
+		root: "/nonexistent", hostRoot: "/var/lib/kubelet", interval: 10 * time.Second,
+		ns:    mountdetect.MountNamespace{State: mountdetect.MountNamespaceHost},
+		clock: clk, registry: prometheus.NewRegistry(), logger: logr.Discard(), // the hung scan logs after the test
+		scan: func(string) (*scanReport, error) {
+			scans++
+			started <- struct{}{}
+			if scans > 1 {
+				<-release // hangs until the test ends
+			}
+			return &scanReport{}, nil
+		},
+		scanned: func() { scanned <- struct{}{} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- s.run(ctx, ln, time.Second) }()
+	get := func(path string) int {
+		resp, err := http.Get(url + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	<-scanned // the first scan, which returns (its success recorded)
+	clk.Step(10 * time.Second)
+	<-started // the first scan
+	<-started // the second, at the tick, which hangs
+	if code := get("/readyz"); code != http.StatusOK {
+		t.Errorf("/readyz right after a successful scan = %d; want 200", code)
+	}
+	clk.Step(25 * time.Second)
+	if code := get("/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz with a scan hung for 3.5 intervals = %d; want 503", code)
+	}
+	for _, p := range []string{"/metrics", "/healthz"} {
+		if code := get(p); code != http.StatusOK {
+			t.Errorf("%s with a scan hung = %d; want 200", p, code)
+		}
+	}
+	cancel()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Errorf("run = %v; want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run has not returned 10s after its context was cancelled (grace 1s): shutdown waits for the hung scan")
+	}
+}
+
+// TestServeLogBounded: scanOnce logged one line per unhealthy volume and
+// one per problem, at every scan (every interval and every mount change):
+// whoever can write into a pod directory makes tens of thousands of
+// entries that do not parse (up to the scan's bound) and so as many log
+// lines every 10 seconds, flooding the node's logs. Now each kind is
+// logged for at most maxLoggedPerScan entries, then one line says how
+// many more there are (the metrics count them all).
+func TestServeLogBounded(t *testing.T) {
+	const n = 5000
+	rep := &scanReport{root: "/r"}
+	for i := range n {
+		rep.problems = append(rep.problems, scanProblem{Problem: fmt.Sprintf("/r/pods/x%d", i), Error: "bad"})
+		v := scanVolume{PodUID: testUID, Plugin: "kubernetes.io/secret", Volume: fmt.Sprintf("v%d", i), Path: fmt.Sprintf("/r/pods/%s/volumes/kubernetes.io~secret/v%d", testUID, i)}
+		v.setCode(reasonNestedMount)
+		rep.volumes = append(rep.volumes, v)
+	}
+	lines := 0
+	logger := funcr.New(func(prefix, args string) { lines++ }, funcr.Options{})
+	s, err := newServer(serveOptions{
+		root: "/r", hostRoot: "/var/lib/kubelet", interval: 10 * time.Second,
+		ns:    mountdetect.MountNamespace{State: mountdetect.MountNamespaceHost},
+		clock: clocktesting.NewFakeClock(time.Now()), registry: prometheus.NewRegistry(), logger: logger,
+		scan: func(string) (*scanReport, error) { return rep, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.scanOnce()
+	if lines > 250 {
+		t.Errorf("one scan with %d problems and %d volumes in danger logged %d lines; want a bound (a few hundred at most)", n, n, lines)
+	}
+	if lines < 100 {
+		t.Errorf("one scan with %d problems and %d volumes in danger logged %d lines; want the first ones and a count of the rest", n, n, lines)
+	}
+}
+
+// TestServeRescanStormRateLimited: a rescan (a mount-table change) waited
+// only the 100 ms debounce, so a container that mounts and unmounts in a
+// loop (any container with bidirectional propagation) kept the agent
+// scanning back to back for good: a whole-node scan (10,000 volumes take
+// about 0.4 s) every 0.5 s, the agent at its CPU limit and the host
+// answering its system calls. Now a rescan also waits as long as the last
+// scan took, so mount changes keep the agent scanning at most half the
+// time.
+func TestServeRescanStormRateLimited(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
+	rescan := make(chan struct{}, 1)
+	scans := make(chan struct{}, 100)
+	s, err := newServer(serveOptions{
+		root: "/r", hostRoot: "/var/lib/kubelet", interval: time.Hour, rescan: rescan,
+		ns:    mountdetect.MountNamespace{State: mountdetect.MountNamespaceHost},
+		clock: clk, registry: prometheus.NewRegistry(), logger: logr.Discard(),
+		scan: func(string) (*scanReport, error) {
+			clk.Step(2 * time.Second) // every scan takes 2s
+			return &scanReport{}, nil
+		},
+		scanned: func() { scans <- struct{}{} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.scanLoop(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	<-scans // the first scan
+	rescan <- struct{}{}
+	// The loop now waits for the clock (a waiter beside the ticker), or
+	// scans at once.
+	deadline := time.Now().Add(5 * time.Second)
+	for clk.Waiters() < 2 && len(scans) == 0 && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	clk.Step(time.Second) // half the last scan's duration
+	select {
+	case <-scans:
+		t.Fatalf("a mount change rescanned within 1s of a scan that took 2s: mount changes can keep the agent scanning all the time")
+	case <-time.After(200 * time.Millisecond):
+	}
+	clk.Step(time.Second)
+	select {
+	case <-scans:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no rescan 2s after a mount change")
+	}
+}
