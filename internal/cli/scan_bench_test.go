@@ -3,7 +3,6 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -19,177 +18,30 @@ import (
 	"golang.org/x/sys/unix"
 	mount "k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/emptydir"
 	"github.com/nodevol/nodevol/internal/mounttest"
-	"github.com/nodevol/nodevol/volume"
+	"github.com/nodevol/nodevol/internal/nodefixture"
 )
 
 // Reproduce (as root, for the mounts; docs/benchmarks.md has the numbers):
 //
 //	go test -run '^$' -bench 'Scan$' -benchmem -benchtime 5x -count 5 ./internal/cli
 
-// nodeShape is a node for the scan benchmarks: pods of volumesPerPod
-// volume directories each, and, when mounted, exactly pods mounts made by
-// the fixture (see scanNode).
-type nodeShape struct {
-	pods    int
-	mounted bool
-}
-
-// volumesPerPod is the number of volume directories of each pod scanNode
-// makes, in this mix (what the kubelet writes for each plugin):
-//
-//	projected  kube-api-access-xxxxx  the service account token, CA and namespace
-//	secret     tls                    a secret
-//	configmap  config, scripts        two config maps
-//	empty-dir  cache, tmp, logs       Default medium
-//	empty-dir  shm                    Memory medium in one pod of four, else Default
-//	csi        pvc-…-0, pvc-…-1       vol_data.json and the target directory mount/
-const volumesPerPod = 10
-
-// scanNode makes a kubelet root shaped like a busy node, under /dev/shm,
-// and returns it. Each pod gets ten volume directories (volumesPerPod);
-// emptyDirs are set up by nodevol's emptyDir plugin (its metadata and
-// ready marker, as on a node running nodevol-kubelet), secret, configmap
-// and projected volumes hold the kubelet's atomic-writer layout (a
-// timestamped directory, the ..data symlink and one symlink per key), and
-// each pod directory has the kubelet's plugins/ ready markers for the
-// wrapped volumes, etc-hosts and a containers/ entry.
-//
-// With mounted (root only) it adds exactly n.pods mounts, n.pods/100 of
-// them a "NAS" tmpfs nested in a Default emptyDir (danger), n.pods/50 a
-// container's subPath bind of a directory of the logs emptyDir (as the
-// kubelet makes them), and the rest one mount in each of the other pods,
-// in turn a tmpfs on the projected volume, on the secret, a Memory
-// emptyDir's own tmpfs (made by SetUp), and a tmpfs on a CSI volume's
-// target directory mount/. Mounts are detached in the cleanup; the test
-// binary runs in a private mount namespace (mounttest.Main).
-func scanNode(tb testing.TB, n nodeShape) string {
+// scanNode makes a kubelet root shaped n (nodefixture.Make) under
+// /dev/shm and returns it; mounts (n.Mounted, root only) are detached in
+// the cleanup. The test binary runs in a private mount namespace
+// (mounttest.Main).
+func scanNode(tb testing.TB, n nodefixture.Shape) string {
 	tb.Helper()
-	if n.mounted {
+	if n.Mounted {
 		mounttest.RequireMounts(tb)
 	}
 	base := mounttest.MemTempDir(tb)
 	tb.Cleanup(func() { detachUnder(tb, base) })
 	root := filepath.Join(base, "kubelet")
-	layout, err := volume.NewLayout(root)
-	if err != nil {
+	if err := nodefixture.Make(root, n); err != nil {
 		tb.Fatal(err)
-	}
-	plugin := emptydir.New(volume.NewHost(layout, nil, 1<<30))
-	nas, subpaths := 0, 0
-	if n.mounted {
-		nas, subpaths = n.pods/100, n.pods/50
-	}
-	for p := range n.pods {
-		uid := fmt.Sprintf("%08x-1d4e-4b7a-9c21-%012x", p, p)
-		kind := -1 // which volume of the pod gets a mount; -1: none
-		switch {
-		case !n.mounted:
-		case p < nas:
-			kind = mountNAS
-		case p < nas+subpaths:
-			kind = mountSubpath
-		default:
-			kind = p % 4
-		}
-		makePod(tb, layout, plugin, uid, kind)
 	}
 	return root
-}
-
-// Which volume of a pod scanNode mounts something on.
-const (
-	mountProjected = iota
-	mountSecret
-	mountMemory
-	mountCSI
-	mountNAS
-	mountSubpath
-)
-
-func makePod(tb testing.TB, layout volume.Layout, plugin *emptydir.Plugin, uid string, kind int) {
-	tb.Helper()
-	podDir, err := layout.PodDir(uid)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	dir := func(plugin, name string) string {
-		d, err := layout.VolumeDir(uid, plugin, name)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		return d
-	}
-	// emptyDirs, through the plugin as the volume manager calls it.
-	var eds []volume.Spec
-	for _, name := range []string{"cache", "tmp", "logs"} {
-		eds = append(eds, volume.Spec{Name: name, EmptyDir: &volume.EmptyDirSource{}})
-	}
-	shm := volume.EmptyDirSource{}
-	if kind == mountMemory {
-		shm.Medium = volume.StorageMediumMemory
-	}
-	eds = append(eds, volume.Spec{Name: "shm", EmptyDir: &shm})
-	pod := &volume.Pod{UID: uid, Volumes: eds}
-	for i := range pod.Volumes {
-		m, err := plugin.NewMounter(&pod.Volumes[i], pod)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		if err := m.SetUp(context.Background(), volume.MounterArgs{}); err != nil {
-			tb.Fatalf("SetUp(%s/%s): %v", uid, pod.Volumes[i].Name, err)
-		}
-	}
-	// The kubelet's atomic-writer volumes (secret, configmap, projected
-	// wrap an emptyDir: a ready marker under plugins/kubernetes.io~empty-dir/wrapped_<name>).
-	const ts = "..2026_11_23_10_00_00.123456789"
-	writer := []struct {
-		plugin, name string
-		keys         []string
-		mount        bool
-	}{
-		{"kubernetes.io/projected", "kube-api-access-" + uid[:5], []string{"ca.crt", "namespace", "token"}, kind == mountProjected},
-		{"kubernetes.io/secret", "tls", []string{"tls.crt", "tls.key"}, kind == mountSecret},
-		{"kubernetes.io/configmap", "config", []string{"app.yaml"}, false},
-		{"kubernetes.io/configmap", "scripts", []string{"start.sh", "health.sh"}, false},
-	}
-	for _, w := range writer {
-		d := dir(w.plugin, w.name)
-		if w.mount {
-			mounttest.Tmpfs(tb, d, "size=64k")
-		}
-		specs := []string{"dir " + ts, "symlink ..data " + ts}
-		for _, k := range w.keys {
-			specs = append(specs, "file "+ts+"/"+k+" x", "symlink "+k+" ..data/"+k)
-		}
-		mounttest.Build(tb, d, specs...)
-		mounttest.Build(tb, podDir, "file plugins/kubernetes.io~empty-dir/wrapped_"+w.name+"/ready ")
-	}
-	// CSI: vol_data.json beside the target directory the driver mounts.
-	for i := range 2 {
-		pv := fmt.Sprintf("pvc-%s-%d", uid[:8], i)
-		d := dir("kubernetes.io/csi", pv)
-		mounttest.Build(tb, d,
-			`file vol_data.json {"attachmentID":"csi-`+uid[:12]+`","driverName":"ebs.csi.aws.com","nodeName":"node-1","specVolID":"`+pv+`","volumeHandle":"vol-0`+uid[:8]+`","volumeLifecycleMode":"Persistent"}`,
-			"dir mount")
-		if i == 0 && kind == mountCSI {
-			mounttest.Tmpfs(tb, filepath.Join(d, "mount"), "size=64k")
-		}
-	}
-	mounttest.Build(tb, podDir, "file etc-hosts 127.0.0.1 localhost", "file containers/app/0a1b2c3d ")
-	switch kind {
-	case mountNAS:
-		mounttest.Tmpfs(tb, filepath.Join(dir(emptydir.PluginName, "cache"), "nas"), "size=64k")
-	case mountSubpath:
-		logs := filepath.Join(dir(emptydir.PluginName, "logs"), "app")
-		mounttest.Build(tb, logs, "file current.log x")
-		sp, err := layout.VolumeSubpathsDir(uid, "logs")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		mounttest.Bind(tb, logs, filepath.Join(sp, "app", "0"))
-	}
 }
 
 // detachUnder detaches every mount beneath dir, deepest first (SetUp's
@@ -285,8 +137,8 @@ func mountUtilsScan(root string, isNotMountPoint func(mount.Interface, string) (
 // CPU time per scan, "mounts" the size of the mount table.
 func BenchmarkScan(b *testing.B) {
 	for _, pods := range []int{100, 1000} {
-		n := nodeShape{pods: pods, mounted: true}
-		vols := pods * volumesPerPod
+		n := nodefixture.Shape{Pods: pods, Mounted: true}
+		vols := pods * nodefixture.VolumesPerPod
 		b.Run(fmt.Sprintf("volumes=%d/mounts=%d", vols, pods), func(b *testing.B) {
 			root := scanNode(b, n)
 			// cpu-ms/scan is the process's CPU time (user + system, GC
@@ -358,7 +210,7 @@ func BenchmarkScan(b *testing.B) {
 					b.StopTimer()
 					// Every fixture mount is on or beneath a volume
 					// directory but the subPath binds.
-					if want := n.pods - n.pods/50; got != vols || mounted+nested != want {
+					if want := n.InUse() + n.Danger(); got != vols || mounted+nested != want {
 						b.Fatalf("baseline found %d volumes, %d mounted, %d nested; want %d volumes, %d mounts", got, mounted, nested, vols, want)
 					}
 					report(b)
@@ -370,20 +222,16 @@ func BenchmarkScan(b *testing.B) {
 
 // wantNode checks a scan of scanNode(n): every volume, the verdicts the
 // mounts call for, nothing else.
-func wantNode(tb testing.TB, rep *scanReport, n nodeShape) {
+func wantNode(tb testing.TB, rep *scanReport, n nodefixture.Shape) {
 	tb.Helper()
-	if got, want := len(rep.volumes), n.pods*volumesPerPod; got != want {
+	all := n.Pods * nodefixture.VolumesPerPod
+	if got, want := len(rep.volumes), all; got != want {
 		tb.Fatalf("scan found %d volumes, want %d", got, want)
 	}
 	if len(rep.problems) != 0 || len(rep.leftovers) != 0 {
 		tb.Fatalf("scan found problems %v, leftovers %v; want none", rep.problems, rep.leftovers)
 	}
-	want := map[scanVerdict]int{verdictDanger: n.pods / 100}
-	want[verdictInUse] = n.pods - n.pods/100 - n.pods/50
-	want[verdictOK] = n.pods*volumesPerPod - want[verdictInUse] - want[verdictDanger]
-	if !n.mounted {
-		want = map[scanVerdict]int{verdictOK: n.pods * volumesPerPod}
-	}
+	want := map[scanVerdict]int{verdictDanger: n.Danger(), verdictInUse: n.InUse(), verdictOK: all - n.Danger() - n.InUse()}
 	for _, v := range scanVerdicts {
 		if got := rep.count(v); got != want[v] {
 			for i := range rep.volumes {
@@ -400,7 +248,7 @@ func wantNode(tb testing.TB, rep *scanReport, n nodeShape) {
 // volume found, every one ok (the mounted shape is checked by
 // BenchmarkScan itself, after its timed loop).
 func TestScanNode(t *testing.T) {
-	n := nodeShape{pods: 20}
+	n := nodefixture.Shape{Pods: 20}
 	rep, err := scanRoot(scanNode(t, n))
 	if err != nil {
 		t.Fatal(err)
@@ -417,7 +265,7 @@ func TestScanReadsTheMountTableOnce(t *testing.T) {
 	if err != nil {
 		mounttest.Skip(t, "strace not installed (.ci/run installs it)")
 	}
-	root := scanNode(t, nodeShape{pods: 100})
+	root := scanNode(t, nodefixture.Shape{Pods: 100})
 	bin := buildBinary(t)
 	opens := func(args ...string) (reads, volumes int) {
 		t.Helper()
