@@ -24,7 +24,7 @@ import (
 
 // Reproduce (as root, for the mounts; docs/benchmarks.md has the numbers):
 //
-//	go test -run '^$' -bench 'Scan$' -benchmem -benchtime 5x -count 5 ./internal/cli
+//	go test -run '^$' -bench 'Scan$' -benchmem -benchtime 3x -count 5 ./internal/cli
 
 // scanNode makes a kubelet root shaped n (nodefixture.Make) under
 // /dev/shm and returns it; mounts (n.Mounted, root only) are detached in
