@@ -104,7 +104,6 @@ func examine(path string) checkResult {
 // from the kernel's table now when tab is nil ("scan" reads the table
 // once for every volume).
 func examineIn(tab *mountdetect.MountTable, path string) checkResult {
-	detect, nestedMounts := tab.Detect, tab.NestedMounts // a nil table asks the kernel
 	r := checkResult{Path: path, NestedMounts: []mountdetect.Mount{}}
 	if path == "" {
 		return r.fail(errors.New("empty path"))
@@ -123,17 +122,17 @@ func examineIn(tab *mountdetect.MountTable, path string) checkResult {
 		r.kind = kindDir
 	case fi.Mode()&fs.ModeSymlink != 0:
 		r.kind = kindSymlink
-		return examineSymlink(r, detect)
+		return examineSymlink(r, tab.Detect) // a nil table asks the kernel
 	default:
 		r.kind = kindFile
 	}
 
-	info, err := detect(path)
+	info, nested, err := detectAt(tab, path, r.kind)
 	if errors.Is(err, fs.ErrNotExist) { // removed since the lstat
 		return checkResult{Path: path, NestedMounts: r.NestedMounts, SafeToRemove: true}
 	}
 	if err != nil {
-		return r.fail(fmt.Errorf("detect: %w", err))
+		return r.fail(err)
 	}
 	r.MountPoint, r.MountPointSure = info.MountPoint, info.MountPointSure
 	r.FSType, r.Medium = info.FSType, emptydir.MediumOf(info)
@@ -141,13 +140,7 @@ func examineIn(tab *mountdetect.MountTable, path string) checkResult {
 		r.pageSize = info.HugePageSize
 		r.HugePageSize = volume.FormatQuantity(info.HugePageSize)
 	}
-	if r.kind == kindDir {
-		nested, err := nestedMounts(path)
-		if err != nil {
-			return r.fail(fmt.Errorf("list nested mounts: %w", err))
-		}
-		r.NestedMounts = append(r.NestedMounts, nested...)
-	}
+	r.NestedMounts = append(r.NestedMounts, nested...)
 	r.SafeToRemove = !r.MountPoint && r.MountPointSure && len(r.NestedMounts) == 0
 	return r
 }

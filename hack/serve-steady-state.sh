@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Measures `nodevol serve --interval 10s` in its steady state on a busy node:
+# the scan benchmark's fixture (internal/nodefixture: 1,000 pods, 10,000
+# volume directories, 1,000 mounts) on tmpfs, in a private mount namespace
+# of its own (nothing is mounted in, or leaks to, the caller's).
+#
+#   sudo hack/serve-steady-state.sh [SECONDS [PODS]]     # default 180 s, 1000 pods
+#
+# After a warm-up of two intervals it samples /proc/PID/stat (utime+stime)
+# and /proc/PID/status (VmRSS, VmHWM) every interval for SECONDS, then
+# prints CPU (% of one core, CPU seconds per scan), memory, the scan
+# duration from the agent's own /metrics (nodevol_scan_duration_seconds)
+# and the Go heap from the runtime's GC trace (GODEBUG=gctrace=1: the
+# metrics do not export Go's collectors).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "${NODEVOL_STEADY_NS:-}" != 1 ]; then
+  [ "$(id -u)" = 0 ] || { echo "needs root: it mounts 1,000 tmpfs (in a private mount namespace)" >&2; exit 2; }
+  exec unshare --mount --propagation private env NODEVOL_STEADY_NS=1 "$0" "$@"
+fi
+
+seconds=${1:-180}
+pods=${2:-1000}
+interval=10
+port=19477
+
+work=$(mktemp -d /dev/shm/nodevol-steady.XXXXXX)
+pid=
+cleanup() {
+  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  # The namespace dies with this script; unmount anyway, deepest first,
+  # so that the tmpfs directory can be removed.
+  findmnt -rn -o TARGET | grep "^$work/" | sort -r | while read -r m; do umount -l "$m" || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+go build -o "$work/nodevol" ./cmd/nodevol
+go build -o "$work/nodefixture" ./hack/nodefixture
+"$work/nodefixture" -root "$work/kubelet" -pods "$pods"
+echo "mount table: $(wc -l </proc/self/mountinfo) entries"
+
+GODEBUG=gctrace=1 "$work/nodevol" serve --root "$work/kubelet" --interval "${interval}s" \
+  --listen "127.0.0.1:$port" 2>"$work/serve.log" &
+pid=$!
+
+metrics() { curl -fsS "http://127.0.0.1:$port/metrics"; }
+# The value of the first series of metric $1 (awk reads all: an early exit
+# would fail curl with a broken pipe).
+metric() { metrics | awk -v m="$1" '!found && $1 ~ "^"m"({|$)" {v = $2; found = 1} END {print v}'; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
+status_kb() { awk -v k="$1:" '$1 == k {print $2}' "/proc/$pid/status"; }
+
+# Warm-up: the first scan (at start) and one interval.
+for _ in $(seq 50); do metrics >/dev/null 2>&1 && break; sleep 0.2; done
+sleep $((2 * interval))
+hz=$(getconf CLK_TCK)
+t0=$(date +%s.%N); c0=$(cpu_ticks); s0=$(metric nodevol_scans_total)
+d0=$(metric nodevol_scan_duration_seconds_sum)
+rss_max=0
+echo "sampling for ${seconds}s (every ${interval}s): elapsed, CPU s, VmRSS kB, VmHWM kB, scans"
+end=$(( $(date +%s) + seconds ))
+while [ "$(date +%s)" -lt "$end" ]; do
+  sleep "$interval"
+  kill -0 "$pid"
+  rss=$(status_kb VmRSS)
+  [ "$rss" -gt "$rss_max" ] && rss_max=$rss
+  printf '  %6.1f s  %6.2f  %7d  %7d  %s\n' "$(echo "$(date +%s.%N) - $t0" | bc)" \
+    "$(echo "($(cpu_ticks) - $c0) / $hz" | bc -l)" "$rss" "$(status_kb VmHWM)" "$(metric nodevol_scans_total)"
+done
+t1=$(date +%s.%N); c1=$(cpu_ticks); s1=$(metric nodevol_scans_total)
+d1=$(metric nodevol_scan_duration_seconds_sum)
+
+elapsed=$(echo "$t1 - $t0" | bc -l)
+cpu=$(echo "($c1 - $c0) / $hz" | bc -l)
+scans=$(echo "$s1 - $s0" | bc)
+echo
+echo "== nodevol serve --interval ${interval}s, $pods pods ($((pods * 10)) volume directories), $(nproc) CPUs, $(uname -r)"
+printf 'window:           %.1f s, %d scans\n' "$elapsed" "$scans"
+printf 'CPU:              %.2f s = %.2f %% of one core; %.3f CPU s per scan\n' "$cpu" "$(echo "100 * $cpu / $elapsed" | bc -l)" "$(echo "$cpu / $scans" | bc -l)"
+printf 'scan duration:    %.3f s mean over the window (nodevol_scan_duration_seconds)\n' "$(echo "($d1 - $d0) / $scans" | bc -l)"
+printf 'memory:           VmRSS %d kB now, %d kB max sampled; VmHWM %d kB\n' "$(status_kb VmRSS)" "$rss_max" "$(status_kb VmHWM)"
+echo "Go heap (gctrace, last 3 GCs: heap at start -> end -> live MB, goal):"
+grep '^gc ' "$work/serve.log" | tail -3 | sed -E 's/^.*: .* ([0-9]+->[0-9]+->[0-9]+ MB), ([0-9]+ MB goal).*$/  \1, \2/'
+printf 'GCs in the log:   %d\n' "$(grep -c '^gc ' "$work/serve.log")"
+printf 'danger volumes:   %s (expected %d)\n' "$(metric nodevol_scan_danger_volumes)" "$((pods / 100))"
