@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/nodevol/nodevol/internal/mountns"
+	"github.com/nodevol/nodevol/internal/treespec"
 )
 
 const (
@@ -136,27 +137,8 @@ func RequireRoot(t testing.TB, why string) {
 //	"symlink a/l /target"     a symlink
 func Build(t testing.TB, root string, specs ...string) {
 	t.Helper()
-	for _, spec := range specs {
-		kind, rest, _ := strings.Cut(spec, " ")
-		name, arg, _ := strings.Cut(rest, " ")
-		p := filepath.Join(root, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatalf("Build %q: %v", spec, err)
-		}
-		var err error
-		switch kind {
-		case "dir":
-			err = os.MkdirAll(p, 0o755)
-		case "file":
-			err = os.WriteFile(p, []byte(arg), 0o644)
-		case "symlink":
-			err = os.Symlink(arg, p)
-		default:
-			t.Fatalf("Build: unknown kind in %q", spec)
-		}
-		if err != nil {
-			t.Fatalf("Build %q: %v", spec, err)
-		}
+	if err := treespec.Build(root, specs...); err != nil {
+		t.Fatalf("Build: %v", err)
 	}
 }
 

@@ -9,11 +9,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/nodevol/nodevol/emptydir"
+	"github.com/nodevol/nodevol/internal/treespec"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -172,10 +172,10 @@ func makePod(layout volume.Layout, plugin *emptydir.Plugin, uid string, kind int
 		for _, k := range w.keys {
 			specs = append(specs, "file "+ts+"/"+k+" x", "symlink "+k+" ..data/"+k)
 		}
-		if err := build(d, specs...); err != nil {
+		if err := treespec.Build(d, specs...); err != nil {
 			return err
 		}
-		if err := build(podDir, "file plugins/kubernetes.io~empty-dir/wrapped_"+w.name+"/ready "); err != nil {
+		if err := treespec.Build(podDir, "file plugins/kubernetes.io~empty-dir/wrapped_"+w.name+"/ready "); err != nil {
 			return err
 		}
 	}
@@ -186,7 +186,7 @@ func makePod(layout volume.Layout, plugin *emptydir.Plugin, uid string, kind int
 		if err != nil {
 			return err
 		}
-		err = build(d,
+		err = treespec.Build(d,
 			`file vol_data.json {"attachmentID":"csi-`+uid[:12]+`","driverName":"ebs.csi.aws.com","nodeName":"node-1","specVolID":"`+pv+`","volumeHandle":"vol-0`+uid[:8]+`","volumeLifecycleMode":"Persistent"}`,
 			"dir mount")
 		if err != nil {
@@ -198,7 +198,7 @@ func makePod(layout volume.Layout, plugin *emptydir.Plugin, uid string, kind int
 			}
 		}
 	}
-	if err := build(podDir, "file etc-hosts 127.0.0.1 localhost", "file containers/app/0a1b2c3d "); err != nil {
+	if err := treespec.Build(podDir, "file etc-hosts 127.0.0.1 localhost", "file containers/app/0a1b2c3d "); err != nil {
 		return err
 	}
 	switch kind {
@@ -218,7 +218,7 @@ func makePod(layout volume.Layout, plugin *emptydir.Plugin, uid string, kind int
 			return err
 		}
 		logs := filepath.Join(d, "app")
-		if err := build(logs, "file current.log x"); err != nil {
+		if err := treespec.Build(logs, "file current.log x"); err != nil {
 			return err
 		}
 		sp, err := layout.VolumeSubpathsDir(uid, "logs")
@@ -239,34 +239,6 @@ func makePod(layout volume.Layout, plugin *emptydir.Plugin, uid string, kind int
 func tmpfs(dir string) error {
 	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=64k"); err != nil {
 		return fmt.Errorf("mount tmpfs on %s: %w", dir, err)
-	}
-	return nil
-}
-
-// build makes entries under dir from lines of mounttest.Build's DSL:
-// "dir NAME", "file NAME CONTENT", "symlink NAME TARGET".
-func build(dir string, specs ...string) error {
-	for _, spec := range specs {
-		kind, rest, _ := strings.Cut(spec, " ")
-		name, arg, _ := strings.Cut(rest, " ")
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
-		}
-		var err error
-		switch kind {
-		case "dir":
-			err = os.MkdirAll(p, 0o755)
-		case "file":
-			err = os.WriteFile(p, []byte(arg), 0o644)
-		case "symlink":
-			err = os.Symlink(arg, p)
-		default:
-			err = fmt.Errorf("unknown kind in %q", spec)
-		}
-		if err != nil {
-			return err
-		}
 	}
 	return nil
 }
