@@ -5,7 +5,9 @@ import (
 	"debug/buildinfo"
 	"debug/elf"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -209,6 +211,41 @@ func TestCheckSettings(t *testing.T) {
 		settings := append(slices.Clone(clean), s)
 		if err := checkSettings(&buildinfo.BuildInfo{Settings: settings}, "amd64"); err == nil || !strings.Contains(err.Error(), s.Key+"="+s.Value) {
 			t.Errorf("checkSettings(a build with %s=%s) = %v; want an error naming it", s.Key, s.Value, err)
+		}
+	}
+}
+
+// The documented commands write the image into the checkout's root. Left
+// there untracked, it would make the next build's tree modified: version
+// "+dirty", tag "-dirty", other bytes, and a name the DaemonSet does not
+// use. Every -o FILE the docs name, and its .digest, must be ignored by git.
+func TestDocumentedOutputIgnored(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skipf("skipping: no git: %v", err)
+	}
+	root := filepath.Join("..", "..")
+	if err := exec.Command("git", "-C", root, "rev-parse", "--git-dir").Run(); err != nil {
+		t.Skipf("skipping: not in a git checkout: %v", err)
+	}
+	outFlag := regexp.MustCompile(`hack/image\s+-o\s+([^\s\x60]+)`)
+	var outs []string
+	for _, doc := range []string{"README.md", "docs/deploy.md", "deploy/nodevol.yaml", "hack/image/main.go"} {
+		b, err := os.ReadFile(filepath.Join(root, doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range outFlag.FindAllStringSubmatch(string(b), -1) {
+			if m[1] != "FILE" && !strings.Contains(m[1], "/") {
+				outs = append(outs, m[1], m[1]+".digest")
+			}
+		}
+	}
+	if len(outs) == 0 {
+		t.Fatal("no `go run ./hack/image -o FILE` with a FILE in the checkout found in the docs")
+	}
+	for _, f := range outs {
+		if err := exec.Command("git", "-C", root, "check-ignore", "-q", "--no-index", f).Run(); err != nil {
+			t.Errorf("git check-ignore %s: %v; want it ignored, or the next image built in this checkout is +dirty", f, err)
 		}
 	}
 }
