@@ -23,6 +23,7 @@ require (
 	k8s.io/klog/v2 v2.140.0
 	k8s.io/kubernetes v1.37.2
 	k8s.io/mount-utils v0.37.2
+	k8s.io/pod-security-admission v0.0.0
 	k8s.io/utils v0.0.0-20261023123148-ca04ba58ecab
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730
 	sigs.k8s.io/yaml v1.6.0

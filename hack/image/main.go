@@ -16,9 +16,11 @@
 // bytes. The binary is built as `go build ./cmd/nodevol` is, with its VCS
 // stamping (-buildvcs=auto, whatever GOFLAGS says, so that `nodevol
 // version` and nodevol_build_info name the revision), plus what makes it
-// static and independent of the builder: CGO_ENABLED=0, -trimpath, and
-// GOAMD64=v1 / GOARM64=v8.0 pinned. Every timestamp in the image is the
-// commit's time (the epoch when it is not known); see internal/ociimage.
+// static and independent of the builder: CGO_ENABLED=0, -trimpath,
+// GOAMD64=v1 / GOARM64=v8.0 and GOFLAGS pinned, and a binary carrying any
+// other build setting (GOEXPERIMENT, GOFIPS140, ...) refused. Every
+// timestamp in the image is the commit's time (the epoch when it is not
+// known); see internal/ociimage.
 //
 // The go command stamps the VCS state only in a repository's main
 // checkout, not in a linked git worktree (its .git is a file): there the
@@ -106,9 +108,49 @@ var goarchLevel = map[string]string{
 	"arm64": "GOARM64=v8.0",
 }
 
+// pinnedEnv is the environment, on top of the builder's, that the go
+// command builds nodevol with. Each variable is set to a non-empty value:
+// the go command reads an empty one from the builder's go env file
+// (`go env -w`) instead. GOFLAGS is pinned because -ldflags (-s, -X) is
+// not recorded in the build info of a -trimpath build, so checkSettings
+// could not see it; GOFIPS140=off is the go command's default.
+func pinnedEnv(arch string) []string {
+	return []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + arch, goarchLevel[arch],
+		"GOFLAGS=-mod=readonly", "GOFIPS140=off"}
+}
+
+// wantSettings are the build settings the image's nodevol may carry, with
+// their values ("" for any: the VCS stamp, and DefaultGODEBUG, which the
+// go.mod's go line decides). Anything else (GOEXPERIMENT, -tags, -gcflags,
+// ...) came from the builder's environment or go env file and would make
+// the image differ from another builder's of the same commit.
+func wantSettings(arch string) map[string]string {
+	k, v, _ := strings.Cut(goarchLevel[arch], "=")
+	return map[string]string{
+		"-buildmode": "exe", "-compiler": "gc", "-trimpath": "true", "CGO_ENABLED": "0",
+		"GOOS": "linux", "GOARCH": arch, k: v, "DefaultGODEBUG": "",
+		"vcs": "git", "vcs.revision": "", "vcs.time": "", "vcs.modified": "",
+	}
+}
+
+// checkSettings refuses a binary built with a setting outside wantSettings.
+func checkSettings(info *buildinfo.BuildInfo, arch string) error {
+	want := wantSettings(arch)
+	var bad []string
+	for _, s := range info.Settings {
+		if v, ok := want[s.Key]; !ok || (v != "" && v != s.Value) {
+			bad = append(bad, s.Key+"="+s.Value)
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("nodevol was built with %s, from the builder's environment or go env file: "+
+			"the image would differ from a clean builder's; unset them", strings.Join(bad, " "))
+	}
+	return nil
+}
+
 func build(o buildOptions) (*built, error) {
-	level, ok := goarchLevel[o.arch]
-	if !ok {
+	if _, ok := goarchLevel[o.arch]; !ok {
 		return nil, fmt.Errorf("-arch %q: want amd64 or arm64", o.arch)
 	}
 	goCmd, err := exec.LookPath("go")
@@ -127,13 +169,16 @@ func build(o buildOptions) (*built, error) {
 	bin := filepath.Join(tmp, "nodevol")
 	cmd := exec.Command(goCmd, "build", "-trimpath", "-buildvcs=auto", "-o", bin, "./cmd/nodevol")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+o.arch, level)
+	cmd.Env = append(os.Environ(), pinnedEnv(o.arch)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("go build ./cmd/nodevol: %w\n%s", err, out)
 	}
 	info, err := buildinfo.ReadFile(bin)
 	if err != nil {
 		return nil, fmt.Errorf("reading the build info of nodevol: %w", err)
+	}
+	if err := checkSettings(info, o.arch); err != nil {
+		return nil, err
 	}
 	src, err := sourceOf(info, dir)
 	if err != nil {

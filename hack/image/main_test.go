@@ -5,7 +5,9 @@ import (
 	"debug/buildinfo"
 	"debug/elf"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -21,6 +23,9 @@ import (
 // process to run and the labels. The second build is mostly the go
 // command's cache: it tests that nothing of the build host or the moment
 // reaches the image; Go's own toolchain reproducibility is Go's promise.
+// The second build runs with a builder's GOFLAGS that would change the
+// binary (-ldflags=-s strips it; the build info of a -trimpath build does
+// not record -ldflags), which must not reach the image.
 // It builds for the host's architecture, as .ci/run's image step does
 // next, so that CI compiles nodevol this way once (a cold build takes a
 // minute; -arch arm64 would be another cold build).
@@ -30,6 +35,9 @@ func TestBuildReproducible(t *testing.T) {
 	var tars [][]byte
 	for _, name := range []string{"a.tar", "b.tar"} {
 		out := filepath.Join(dir, name)
+		if name == "b.tar" {
+			t.Setenv("GOFLAGS", "-ldflags=-s")
+		}
 		var stdout, stderr bytes.Buffer
 		if code := run([]string{"-o", out}, &stdout, &stderr); code != 0 {
 			if strings.Contains(stderr.String(), "error obtaining VCS status") {
@@ -176,5 +184,68 @@ func TestSourceOfNothingKnown(t *testing.T) {
 	}
 	if src.stamped || src.revision != "unknown" || src.version != "dev" || !src.created.Equal(ociimage.Epoch) {
 		t.Errorf("sourceOf() = %+v; want version dev, revision unknown, the epoch", src)
+	}
+}
+
+// A build setting the builder's environment or go env file adds (and
+// pinnedEnv cannot mask) is refused, not written into an image that
+// differs from every other builder's.
+func TestCheckSettings(t *testing.T) {
+	clean := []debug.BuildSetting{
+		{Key: "-buildmode", Value: "exe"}, {Key: "-compiler", Value: "gc"}, {Key: "-trimpath", Value: "true"},
+		{Key: "CGO_ENABLED", Value: "0"}, {Key: "GOARCH", Value: "amd64"}, {Key: "GOOS", Value: "linux"},
+		{Key: "GOAMD64", Value: "v1"}, {Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "142ae4545d6e7f76a1aa8b1d6d6ed90a3a398a24"},
+		{Key: "vcs.time", Value: "2026-11-23T19:41:30Z"}, {Key: "vcs.modified", Value: "false"},
+	}
+	if err := checkSettings(&buildinfo.BuildInfo{Settings: clean}, "amd64"); err != nil {
+		t.Errorf("checkSettings(a plain build) = %v; want nil", err)
+	}
+	for _, s := range []debug.BuildSetting{
+		{Key: "GOEXPERIMENT", Value: "nogreenteagc"},
+		{Key: "GOFIPS140", Value: "v1.0.0-c2097c7c"},
+		{Key: "-tags", Value: "netgo"},
+		{Key: "-gcflags", Value: "-N"},
+		{Key: "GOAMD64", Value: "v3"},
+		{Key: "-race", Value: "true"},
+	} {
+		settings := append(slices.Clone(clean), s)
+		if err := checkSettings(&buildinfo.BuildInfo{Settings: settings}, "amd64"); err == nil || !strings.Contains(err.Error(), s.Key+"="+s.Value) {
+			t.Errorf("checkSettings(a build with %s=%s) = %v; want an error naming it", s.Key, s.Value, err)
+		}
+	}
+}
+
+// The documented commands write the image into the checkout's root. Left
+// there untracked, it would make the next build's tree modified: version
+// "+dirty", tag "-dirty", other bytes, and a name the DaemonSet does not
+// use. Every -o FILE the docs name, and its .digest, must be ignored by git.
+func TestDocumentedOutputIgnored(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skipf("skipping: no git: %v", err)
+	}
+	root := filepath.Join("..", "..")
+	if err := exec.Command("git", "-C", root, "rev-parse", "--git-dir").Run(); err != nil {
+		t.Skipf("skipping: not in a git checkout: %v", err)
+	}
+	outFlag := regexp.MustCompile(`hack/image\s+-o\s+([^\s\x60]+)`)
+	var outs []string
+	for _, doc := range []string{"README.md", "docs/deploy.md", "deploy/nodevol.yaml", "hack/image/main.go"} {
+		b, err := os.ReadFile(filepath.Join(root, doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range outFlag.FindAllStringSubmatch(string(b), -1) {
+			if m[1] != "FILE" && !strings.Contains(m[1], "/") {
+				outs = append(outs, m[1], m[1]+".digest")
+			}
+		}
+	}
+	if len(outs) == 0 {
+		t.Fatal("no `go run ./hack/image -o FILE` with a FILE in the checkout found in the docs")
+	}
+	for _, f := range outs {
+		if err := exec.Command("git", "-C", root, "check-ignore", "-q", "--no-index", f).Run(); err != nil {
+			t.Errorf("git check-ignore %s: %v; want it ignored, or the next image built in this checkout is +dirty", f, err)
+		}
 	}
 }

@@ -24,6 +24,7 @@
 //
 // Not covered: multi-layer images, multi-platform indexes, hard links,
 // device nodes, extended attributes and file capabilities. Inspect reads a
-// layout back and checks every digest; it is what the tests and callers
-// use to confirm what they wrote.
+// layout back and checks every digest, and every layer entry against what
+// Layer writes (no path escaping the root, none twice, none under a
+// symlink); it is what the tests and callers use to confirm what they wrote.
 package ociimage

@@ -339,12 +339,18 @@ func Write(w io.Writer, img *Image) (Descriptor, error) {
 	if err != nil {
 		return Descriptor{}, err
 	}
-	created := img.created()
-	platform := img.platform()
-	layer, err := Layer(img.Entries, created)
+	layer, err := Layer(img.Entries, img.created())
 	if err != nil {
 		return Descriptor{}, err
 	}
+	return writeLayout(w, img, refTag, layer)
+}
+
+// writeLayout is Write with the layer given: tests use it to write
+// layouts whose layer Layer would refuse.
+func writeLayout(w io.Writer, img *Image, refTag string, layer []byte) (Descriptor, error) {
+	created := img.created()
+	platform := img.platform()
 	config, err := json.Marshal(ImageConfig{
 		Created:  created.Format(time.RFC3339),
 		Platform: platform,
@@ -459,7 +465,8 @@ type LayerFile struct {
 // Inspect reads an OCI image layout tarball holding one image (as Write
 // writes it) and checks it as an importer would: the layout version, one
 // manifest in index.json, every blob's digest and size, and the config's
-// diff_id against the uncompressed layer.
+// diff_id against the uncompressed layer, and every layer entry as
+// Layer writes them (see checkLayerEntry): no path that escapes the root.
 func Inspect(r io.Reader) (*Layout, error) {
 	files, err := readTar(r)
 	if err != nil {
@@ -516,6 +523,7 @@ func Inspect(r io.Reader) (*Layout, error) {
 		return nil, fmt.Errorf("ociimage: config diff_ids %v, layer %s: %w", l.Config.RootFS.DiffIDs, Digest(lb), ErrDigestMismatch)
 	}
 	tr := tar.NewReader(bytes.NewReader(lb))
+	seen := map[string]byte{} // clean path: typeflag
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -524,6 +532,9 @@ func Inspect(r io.Reader) (*Layout, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ociimage: layer: %w", err)
 		}
+		if err := checkLayerEntry(h, seen); err != nil {
+			return nil, &EntryError{Path: h.Name, Err: err}
+		}
 		data, err := io.ReadAll(tr)
 		if err != nil {
 			return nil, fmt.Errorf("ociimage: layer %s: %w", h.Name, err)
@@ -531,6 +542,37 @@ func Inspect(r io.Reader) (*Layout, error) {
 		l.Layer = append(l.Layer, LayerFile{Header: h, Data: data})
 	}
 	return l, nil
+}
+
+// checkLayerEntry checks a layer entry against what Layer writes: a
+// directory, regular file or symlink, named by a clean relative path
+// (a directory with a trailing "/"), given once, after its parent
+// directory. An entry that escapes the root ("../", "/"), comes twice
+// or lies under a symlink or file is refused, as are hard links and
+// devices, which Layer never writes.
+func checkLayerEntry(h *tar.Header, seen map[string]byte) error {
+	name := h.Name
+	switch h.Typeflag {
+	case tar.TypeDir:
+		var ok bool
+		if name, ok = strings.CutSuffix(name, "/"); !ok {
+			return fmt.Errorf("%w: a directory without a trailing /", ErrInvalidPath)
+		}
+	case tar.TypeReg, tar.TypeSymlink:
+	default:
+		return fmt.Errorf("%w: type %q", ErrInvalidEntry, h.Typeflag)
+	}
+	if p, err := cleanPath(name); err != nil || p != name {
+		return ErrInvalidPath
+	}
+	if _, dup := seen[name]; dup {
+		return ErrDuplicate
+	}
+	if d := path.Dir(name); d != "." && seen[d] != tar.TypeDir {
+		return fmt.Errorf("%w: %s is not a directory listed before it", ErrNotDir, d)
+	}
+	seen[name] = h.Typeflag
+	return nil
 }
 
 // InspectFile is Inspect of the file name.

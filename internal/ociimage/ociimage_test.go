@@ -245,3 +245,53 @@ func TestWriteFile(t *testing.T) {
 		}
 	}
 }
+
+// TestInspectRefusesLayerEntries: a layout whose digests all verify but
+// whose layer holds an entry Layer would never write is refused.
+func TestInspectRefusesLayerEntries(t *testing.T) {
+	type ent struct {
+		name string
+		flag byte
+		link string
+	}
+	dir := func(n string) ent { return ent{name: n, flag: tar.TypeDir} }
+	reg := func(n string) ent { return ent{name: n, flag: tar.TypeReg} }
+	tests := []struct {
+		name    string
+		entries []ent
+		want    error
+	}{
+		{"dotdot", []ent{reg("../etc/passwd")}, ErrInvalidPath},
+		{"dotdot inside", []ent{dir("a/"), reg("a/../../x")}, ErrInvalidPath},
+		{"absolute", []ent{reg("/etc/passwd")}, ErrInvalidPath},
+		{"not clean", []ent{dir("a/"), reg("a//b")}, ErrInvalidPath},
+		{"dot", []ent{reg("./a")}, ErrInvalidPath},
+		{"duplicate", []ent{reg("a"), reg("a")}, ErrDuplicate},
+		{"under a symlink", []ent{{name: "etc", flag: tar.TypeSymlink, link: "/host/etc"}, reg("etc/passwd")}, ErrNotDir},
+		{"parent not listed", []ent{reg("a/b")}, ErrNotDir},
+		{"hard link", []ent{reg("a"), {name: "b", flag: tar.TypeLink, link: "a"}}, ErrInvalidEntry},
+		{"device", []ent{{name: "dev", flag: tar.TypeChar}}, ErrInvalidEntry},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var layer bytes.Buffer
+			tw := tar.NewWriter(&layer)
+			for _, e := range tt.entries {
+				if err := tw.WriteHeader(&tar.Header{Name: e.name, Typeflag: e.flag, Linkname: e.link, Mode: 0o644}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := tw.Close(); err != nil {
+				t.Fatal(err)
+			}
+			var buf bytes.Buffer
+			if _, err := writeLayout(&buf, testImage(), "v1.2.3", layer.Bytes()); err != nil {
+				t.Fatalf("writeLayout() = %v", err)
+			}
+			var ee *EntryError
+			if _, err := Inspect(&buf); !errors.As(err, &ee) || !errors.Is(err, tt.want) {
+				t.Errorf("Inspect(a layer with %v) = %v; want an *EntryError matching %v", tt.entries, err, tt.want)
+			}
+		})
+	}
+}

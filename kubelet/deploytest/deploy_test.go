@@ -31,6 +31,8 @@ import (
 	"k8s.io/kubernetes/pkg/apis/core"
 	coreinstall "k8s.io/kubernetes/pkg/apis/core/install"
 	corevalidation "k8s.io/kubernetes/pkg/apis/core/validation"
+	psaapi "k8s.io/pod-security-admission/api"
+	psapolicy "k8s.io/pod-security-admission/policy"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodevol/nodevol/internal/cli"
@@ -301,6 +303,58 @@ func policyErrors(objs *objects) []error {
 	}
 	for ds, d := range objs.daemonSets {
 		errs = append(errs, daemonSetPolicy(ds, d, ns, objs)...)
+		for n := range objs.namespaces {
+			errs = append(errs, podSecurityErrors(ds, d, n)...)
+		}
+	}
+	return errs
+}
+
+// restrictedExceptions are the Pod Security Standard checks the pod fails
+// at "restricted", each for a privilege docs/deploy.md explains: the
+// kubelet root's hostPath (also outside "baseline"), uid 0, and
+// DAC_READ_SEARCH. Any other failure (a host port, AppArmor Unconfined,
+// an unmasked /proc, host namespaces, ...) is a privilege nobody argued for.
+var restrictedExceptions = []string{
+	"hostPath volumes",
+	"restricted volume types",
+	"runAsNonRoot != true",
+	"runAsUser=0",
+	"unrestricted capabilities",
+}
+
+// podSecurityErrors evaluates the pod template with the PodSecurity
+// admission's own checks: the Namespace's enforce level must admit it
+// (or `kubectl apply` creates a DaemonSet whose pods are all refused),
+// and at "restricted" it may fail only restrictedExceptions.
+func podSecurityErrors(ds *appsv1.DaemonSet, d doc, ns *corev1.Namespace) []error {
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%v: DaemonSet %s: %s", d, ds.Name, fmt.Sprintf(format, a...)))
+	}
+	eval, err := psapolicy.NewEvaluator(psapolicy.DefaultChecks(), nil)
+	if err != nil {
+		return []error{err}
+	}
+	forbidden := func(level psaapi.Level) []string {
+		var reasons []string
+		for _, r := range eval.EvaluatePod(psaapi.LevelVersion{Level: level, Version: psaapi.LatestVersion()}, &ds.Spec.Template.ObjectMeta, &ds.Spec.Template.Spec) {
+			if !r.Allowed {
+				reasons = append(reasons, r.ForbiddenReason+" ("+r.ForbiddenDetail+")")
+			}
+		}
+		return reasons
+	}
+	enforce, err := psaapi.ParseLevel(ns.Labels[psaapi.EnforceLevelLabel])
+	if err != nil {
+		bad("Namespace %s: label %s=%q: %v", ns.Name, psaapi.EnforceLevelLabel, ns.Labels[psaapi.EnforceLevelLabel], err)
+	} else if r := forbidden(enforce); len(r) > 0 {
+		bad("Namespace %s enforces Pod Security %q, which refuses the pods: %s", ns.Name, enforce, strings.Join(r, "; "))
+	}
+	for _, r := range forbidden(psaapi.LevelRestricted) {
+		if !slices.ContainsFunc(restrictedExceptions, func(e string) bool { return strings.HasPrefix(r, e+" (") }) {
+			bad("Pod Security \"restricted\" forbids %s: a privilege docs/deploy.md does not explain", r)
+		}
 	}
 	return errs
 }
@@ -365,6 +419,18 @@ func daemonSetPolicy(ds *appsv1.DaemonSet, d doc, ns string, objs *objects) []er
 		bad("runAsUser %v; want 0 (the kubelet root and pod directories are root's, mode 0750)", ptrString(sc.RunAsUser))
 	}
 
+	// The image's entrypoint, /nodevol, runs serve: a command would
+	// replace it (and the image has no shell). A tag that moves (latest,
+	// none) runs whatever the node pulled last under it.
+	if len(c.Command) > 0 {
+		bad("command %q; want the image's entrypoint (args only)", c.Command)
+	}
+	if ref, digest, _ := strings.Cut(c.Image, "@"); digest == "" {
+		if i := strings.LastIndex(ref, ":"); i < 0 || strings.Contains(ref[i:], "/") || ref[i+1:] == "latest" {
+			bad("image %q; want a version tag or a digest, not latest or none", c.Image)
+		}
+	}
+
 	// The kubelet root.
 	if len(c.Args) == 0 || c.Args[0] != "serve" {
 		bad("args %q; want serve and its flags", c.Args)
@@ -383,6 +449,11 @@ func daemonSetPolicy(ds *appsv1.DaemonSet, d doc, ns string, objs *objects) []er
 	if volume == nil || volume.HostPath.Type == nil || *volume.HostPath.Type != corev1.HostPathDirectory {
 		bad("no hostPath volume of type Directory for --host-root=%s", flags["host-root"])
 		return errs
+	}
+	// The kubelet root is all the pod reads: another volume (a second
+	// hostPath, writable) would be a privilege the policy never looked at.
+	if len(spec.Volumes) != 1 || len(c.VolumeMounts) != 1 {
+		bad("%d volumes, %d volume mounts; want only the kubelet root's", len(spec.Volumes), len(c.VolumeMounts))
 	}
 	mounts := 0
 	for _, m := range c.VolumeMounts {
@@ -539,6 +610,13 @@ func TestManifestsMutated(t *testing.T) {
 		{"no toleration", "      tolerations:\n        - operator: Exists\n", "", "no toleration"},
 		{"ServiceMonitor typo", "scrapeTimeout: 10s", "scrapeTimout: 10s", `unknown field "scrapeTimout"`},
 		{"ServiceMonitor bad interval", "interval: 30s", "interval: 30 seconds", "not a Prometheus duration"},
+		{"a second hostPath volume", "      volumes:\n", "      volumes:\n        - name: host\n          hostPath:\n            path: /\n", "want only the kubelet root's"},
+		{"a command replacing the entrypoint", "          args:\n", "          command: [/bin/sh]\n          args:\n", "want the image's entrypoint"},
+		{"image tag latest", "image: ghcr.io/nodevol/nodevol:v0.0.0-dev", "image: ghcr.io/nodevol/nodevol:latest", "not latest or none"},
+		{"image without a tag", "image: ghcr.io/nodevol/nodevol:v0.0.0-dev", "image: ghcr.io/nodevol/nodevol", "not latest or none"},
+		{"AppArmor unconfined", "            privileged: false\n", "            privileged: false\n            appArmorProfile:\n              type: Unconfined\n", `forbids forbidden AppArmor profile`},
+		{"a host port", "              containerPort: 9477\n", "              containerPort: 9477\n              hostPort: 9477\n", `forbids hostPort`},
+		{"a namespace enforcing baseline", "pod-security.kubernetes.io/enforce: privileged", "pod-security.kubernetes.io/enforce: baseline", `enforces Pod Security "baseline", which refuses the pods`},
 		{"Service selecting nothing of ours", "  selector:\n    app.kubernetes.io/name: nodevol\n", "  selector:\n    app.kubernetes.io/name: nodevo\n", "does not select the pods"},
 	}
 	for _, tt := range tests {

@@ -483,8 +483,8 @@ func startExporter(ctx context.Context, env *scenarioEnv, ex *staticExporter, cl
 
 // checkExporterProcess looks at the exporter's process from outside: the
 // kubelet root is mounted read-only and as a slave of the host's mount
-// (HostToContainer), the root filesystem is read-only, and its effective
-// capabilities are the DaemonSet's.
+// (HostToContainer), the root filesystem is read-only if the container
+// asks for it, and its capability sets are the DaemonSet's.
 func checkExporterProcess(ex *staticExporter, o *outcome) {
 	pid, err := exporterPID()
 	if err != nil {
@@ -518,6 +518,10 @@ func checkExporterProcess(ex *staticExporter, o *outcome) {
 	if slash != nil {
 		o.fact("exporter's / mounted %s", slash.Options)
 	}
+	ok := true
+	if err := checkRootFS(ex.pod, slash); err != nil {
+		ok = o.want(false, "%v", err)
+	}
 	want, err := wantedStatus(ex.pod)
 	if err != nil {
 		o.harness(err)
@@ -529,7 +533,6 @@ func checkExporterProcess(ex *staticExporter, o *outcome) {
 		return
 	}
 	var got []string
-	ok := true
 	for _, k := range slices.Sorted(maps.Keys(want)) {
 		got = append(got, k+" "+have[k])
 		ok = o.want(have[k] == want[k], "the exporter's %s is %q; its security context asks for %q", k, have[k], want[k]) && ok
@@ -633,6 +636,23 @@ func processStatus(pid int) (map[string]string, error) {
 	return out, nil
 }
 
+// checkRootFS checks the exporter's "/" (slash, from its mount table)
+// against its container's readOnlyRootFilesystem: when that is true, "/"
+// must be mounted ro.
+func checkRootFS(pod *corev1.Pod, slash *mountinfo.Info) error {
+	sc := pod.Spec.Containers[0].SecurityContext
+	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		return nil
+	}
+	if slash == nil {
+		return fmt.Errorf("the exporter has no mount at /; its readOnlyRootFilesystem asks for a read-only one")
+	}
+	if !slices.Contains(strings.Split(slash.Options, ","), "ro") {
+		return fmt.Errorf("the exporter's / is mounted %q; its readOnlyRootFilesystem asks for ro", slash.Options)
+	}
+	return nil
+}
+
 // capabilityBits are the Linux capability numbers of the names a
 // container's securityContext may add.
 var capabilityBits = map[string]uint{
@@ -643,8 +663,9 @@ var capabilityBits = map[string]uint{
 }
 
 // wantedStatus is what the pod's only container's security context says
-// its process's /proc status must show: Uid for runAsUser, CapEff for
-// capabilities dropping ALL (then exactly the added ones), NoNewPrivs for
+// its process's /proc status must show: Uid for runAsUser, CapEff, CapPrm
+// and CapBnd for capabilities dropping ALL (then exactly the added ones;
+// CapAmb none), NoNewPrivs for
 // allowPrivilegeEscalation false, Seccomp 2 (filter) for a RuntimeDefault
 // or Localhost profile. A field the context does not pin is not wanted.
 func wantedStatus(pod *corev1.Pod) (map[string]string, error) {
@@ -667,7 +688,12 @@ func wantedStatus(pod *corev1.Pod) (map[string]string, error) {
 			}
 			mask |= 1 << bit
 		}
-		want["CapEff"] = fmt.Sprintf("%016x", mask)
+		// Not only the effective set: a permitted or bounding set wider
+		// than it would let the process (uid 0) raise what it lacks.
+		for _, set := range []string{"CapEff", "CapPrm", "CapBnd"} {
+			want[set] = fmt.Sprintf("%016x", mask)
+		}
+		want["CapAmb"] = fmt.Sprintf("%016x", 0)
 	}
 	if sc != nil && sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation {
 		want["NoNewPrivs"] = "1"

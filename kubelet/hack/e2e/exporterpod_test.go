@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -210,7 +212,8 @@ func TestWantedStatus(t *testing.T) {
 	}
 	// The stand-in: uid 0, drop ALL + DAC_READ_SEARCH (bit 2), no
 	// escalation, no seccomp profile.
-	want := map[string]string{"Uid": "0", "CapEff": "0000000000000004", "NoNewPrivs": "1"}
+	want := map[string]string{"Uid": "0", "CapEff": "0000000000000004", "CapPrm": "0000000000000004",
+		"CapBnd": "0000000000000004", "CapAmb": "0000000000000000", "NoNewPrivs": "1"}
 	if got, err := wantedStatus(ex.pod); err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("wantedStatus = %v, %v; want %v", got, err, want)
 	}
@@ -220,8 +223,8 @@ func TestWantedStatus(t *testing.T) {
 	}
 	sc := ex.pod.Spec.Containers[0].SecurityContext
 	sc.Capabilities.Add = append(sc.Capabilities.Add, "CAP_SYS_ADMIN")
-	if got, _ := wantedStatus(ex.pod); got["CapEff"] != "0000000000200004" {
-		t.Errorf("wantedStatus with SYS_ADMIN added: CapEff %q; want 0000000000200004", got["CapEff"])
+	if got, _ := wantedStatus(ex.pod); got["CapEff"] != "0000000000200004" || got["CapBnd"] != "0000000000200004" {
+		t.Errorf("wantedStatus with SYS_ADMIN added: CapEff %q, CapBnd %q; want 0000000000200004", got["CapEff"], got["CapBnd"])
 	}
 	sc.Capabilities.Drop = nil
 	if got, _ := wantedStatus(ex.pod); got["CapEff"] != "" {
@@ -247,5 +250,31 @@ func TestSetRootPropagation(t *testing.T) {
 	ex.root = "/elsewhere"
 	if err := ex.setRootPropagation(corev1.MountPropagationNone); err == nil {
 		t.Errorf("setRootPropagation with nothing at --root = nil error")
+	}
+}
+
+// The scenario checks "/" against readOnlyRootFilesystem, as docs/e2e.md
+// says, rather than only recording it.
+func TestCheckRootFS(t *testing.T) {
+	ds := testDaemonSet(t)
+	ex, err := staticExporterPod(ds, testExporterOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := ex.pod.Spec.Containers[0].SecurityContext
+	yes := true
+	sc.ReadOnlyRootFilesystem = &yes
+	if err := checkRootFS(ex.pod, &mountinfo.Info{Mountpoint: "/", Options: "ro,relatime"}); err != nil {
+		t.Errorf("checkRootFS(/ ro) = %v; want nil", err)
+	}
+	if err := checkRootFS(ex.pod, &mountinfo.Info{Mountpoint: "/", Options: "rw,relatime"}); err == nil {
+		t.Error("checkRootFS(/ rw) with readOnlyRootFilesystem = nil; want an error")
+	}
+	if err := checkRootFS(ex.pod, nil); err == nil {
+		t.Error("checkRootFS(no /) with readOnlyRootFilesystem = nil; want an error")
+	}
+	sc.ReadOnlyRootFilesystem = nil
+	if err := checkRootFS(ex.pod, &mountinfo.Info{Mountpoint: "/", Options: "rw"}); err != nil {
+		t.Errorf("checkRootFS(/ rw) without readOnlyRootFilesystem = %v; want nil", err)
 	}
 }
