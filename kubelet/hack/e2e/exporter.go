@@ -118,12 +118,8 @@ func exporterScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
 	}
 
 	client := &http.Client{Timeout: 2 * time.Second}
-	exporterUp := true
-	defer func() {
-		if exporterUp {
-			_, _ = k.removePod(ex.pod)
-		}
-	}()
+	run := &exporterRun{ex: ex, k: k, up: true}
+	defer run.cleanup()
 	if !startExporter(ctx, env, ex, client, o) {
 		return
 	}
@@ -191,16 +187,11 @@ func exporterScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
 	// The NAS, mounted from the kubelet's (the host's) mount namespace.
 	sentinel := make([]byte, sentinelSize)
 	_, _ = rand.Read(sentinel)
-	if err := unix.Mount("e2e-nas", nas, "tmpfs", 0, "size=4m"); err != nil {
-		o.harness(&os.PathError{Op: "mount tmpfs", Path: nas, Err: err})
+	theNAS, ok := mountExporterNAS(nas, o)
+	if !ok {
 		return
 	}
-	mounted := true
-	defer func() {
-		if mounted {
-			_ = unix.Unmount(nas, unix.MNT_DETACH)
-		}
-	}()
+	defer theNAS.cleanup()
 	t1 := time.Now()
 	if err := os.WriteFile(filepath.Join(nas, "SENTINEL"), sentinel, 0o644); err != nil {
 		o.harness(err)
@@ -250,11 +241,9 @@ func exporterScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
 	left, ok := readFileOr(filepath.Join(nas, "SENTINEL"))
 	o.want(ok && left == string(sentinel), "the NAS's sentinel is not intact")
 
-	if err := unix.Unmount(nas, 0); err != nil {
-		o.harness(&os.PathError{Op: "umount", Path: nas, Err: err})
+	if !theNAS.unmount(o) {
 		return
 	}
-	mounted = false
 	t2 := time.Now()
 	err = poll(ctx, 3*ex.interval, func() (bool, error) {
 		m, err = scrape(ctx, client, ex.metricsURL)
@@ -278,15 +267,7 @@ func exporterScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
 		o.observe("nothing written")
 	}
 
-	if _, ok := removeAndWaitGone(ctx, env, app, o); !ok {
-		return
-	}
-	if _, err := k.removePod(ex.pod); err != nil {
-		o.harness(err)
-		return
-	}
-	exporterUp = false
-	if !waitPodGone(ctx, env, ex.pod, 90*time.Second, o) {
+	if !run.stop(ctx, env, app, o) {
 		return
 	}
 	err = poll(ctx, 30*time.Second, func() (bool, error) {
@@ -322,12 +303,8 @@ func exporterControlScenario(ctx context.Context, env *scenarioEnv, o *outcome) 
 		return
 	}
 	client := &http.Client{Timeout: 2 * time.Second}
-	exporterUp := true
-	defer func() {
-		if exporterUp {
-			_, _ = k.removePod(ex.pod)
-		}
-	}()
+	run := &exporterRun{ex: ex, k: k, up: true}
+	defer run.cleanup()
 	if !startExporter(ctx, env, ex, client, o) {
 		return
 	}
@@ -349,17 +326,12 @@ func exporterControlScenario(ctx context.Context, env *scenarioEnv, o *outcome) 
 		o.fact("exporter warning: %s", strings.ReplaceAll(warning, k.root, "$ROOT"))
 	}
 
-	if err := unix.Mount("e2e-nas", nas, "tmpfs", 0, "size=4m"); err != nil {
-		o.harness(&os.PathError{Op: "mount tmpfs", Path: nas, Err: err})
+	theNAS, ok := mountExporterNAS(nas, o)
+	if !ok {
 		return
 	}
+	defer theNAS.cleanup()
 	t1 := time.Now()
-	mounted := true
-	defer func() {
-		if mounted {
-			_ = unix.Unmount(nas, unix.MNT_DETACH)
-		}
-	}()
 	// A successful scan that started after the mount: with the root
 	// private, nothing in the container's mount table changed, so this is
 	// the interval's scan.
@@ -380,20 +352,68 @@ func exporterControlScenario(ctx context.Context, env *scenarioEnv, o *outcome) 
 	if missed && !reached {
 		o.observe("a scan %.1fs after the NAS mount misses it: danger 0", time.Since(t1).Seconds())
 	}
-	if err := unix.Unmount(nas, 0); err != nil {
-		o.harness(&os.PathError{Op: "umount", Path: nas, Err: err})
+	if !theNAS.unmount(o) {
 		return
 	}
-	mounted = false
+	run.stop(ctx, env, app, o)
+}
+
+// exporterRun is a started exporter static pod, removed by cleanup unless
+// stop removed it.
+type exporterRun struct {
+	ex *staticExporter
+	k  *kubelet
+	up bool
+}
+
+func (r *exporterRun) cleanup() {
+	if r.up {
+		_, _ = r.k.removePod(r.ex.pod)
+	}
+}
+
+// stop removes the scenario's app pod, then the exporter, and waits for
+// both to be gone.
+func (r *exporterRun) stop(ctx context.Context, env *scenarioEnv, app *corev1.Pod, o *outcome) bool {
 	if _, ok := removeAndWaitGone(ctx, env, app, o); !ok {
-		return
+		return false
 	}
-	if _, err := k.removePod(ex.pod); err != nil {
+	if _, err := r.k.removePod(r.ex.pod); err != nil {
 		o.harness(err)
-		return
+		return false
 	}
-	exporterUp = false
-	waitPodGone(ctx, env, ex.pod, 90*time.Second, o)
+	r.up = false
+	return waitPodGone(ctx, env, r.ex.pod, 90*time.Second, o)
+}
+
+// exporterNAS is the scenarios' "NAS", a tmpfs mounted from the driver's
+// (the host's) mount namespace; cleanup detaches it unless unmount did.
+type exporterNAS struct {
+	path    string
+	mounted bool
+}
+
+func mountExporterNAS(path string, o *outcome) (*exporterNAS, bool) {
+	if err := unix.Mount("e2e-nas", path, "tmpfs", 0, "size=4m"); err != nil {
+		o.harness(&os.PathError{Op: "mount tmpfs", Path: path, Err: err})
+		return nil, false
+	}
+	return &exporterNAS{path: path, mounted: true}, true
+}
+
+func (n *exporterNAS) unmount(o *outcome) bool {
+	if err := unix.Unmount(n.path, 0); err != nil {
+		o.harness(&os.PathError{Op: "umount", Path: n.path, Err: err})
+		return false
+	}
+	n.mounted = false
+	return true
+}
+
+func (n *exporterNAS) cleanup() {
+	if n.mounted {
+		_ = unix.Unmount(n.path, unix.MNT_DETACH)
+	}
 }
 
 // exporterStaticPod converts the prepared DaemonSet into the static pod
