@@ -113,10 +113,18 @@ var goarchLevel = map[string]string{
 // the go command reads an empty one from the builder's go env file
 // (`go env -w`) instead. GOFLAGS is pinned because -ldflags (-s, -X) is
 // not recorded in the build info of a -trimpath build, so checkSettings
-// could not see it; GOFIPS140=off is the go command's default.
-func pinnedEnv(arch string) []string {
+// could not see it; GOFIPS140=off is the go command's default. The -mod
+// mode follows the checkout: -mod=vendor when it has a vendor directory
+// (vendor/modules.txt; the build then needs neither the module cache nor
+// the network, and records no module sums, so its image differs from a
+// module-cache build's), else -mod=readonly.
+func pinnedEnv(arch, moduleDir string) []string {
+	mod := "-mod=readonly"
+	if _, err := os.Stat(filepath.Join(moduleDir, "vendor", "modules.txt")); err == nil {
+		mod = "-mod=vendor"
+	}
 	return []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + arch, goarchLevel[arch],
-		"GOFLAGS=-mod=readonly", "GOFIPS140=off"}
+		"GOFLAGS=" + mod, "GOFIPS140=off"}
 }
 
 // wantSettings are the build settings the image's nodevol may carry, with
@@ -169,7 +177,7 @@ func build(o buildOptions) (*built, error) {
 	bin := filepath.Join(tmp, "nodevol")
 	cmd := exec.Command(goCmd, "build", "-trimpath", "-buildvcs=auto", "-o", bin, "./cmd/nodevol")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), pinnedEnv(o.arch)...)
+	cmd.Env = append(os.Environ(), pinnedEnv(o.arch, dir)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("go build ./cmd/nodevol: %w\n%s", err, out)
 	}
