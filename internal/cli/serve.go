@@ -127,12 +127,18 @@ func (s *server) checkVisibility() {
 	s.metrics.setVisible(s.vis.visible)
 	switch {
 	case !s.vis.visible:
-		s.opts.logger.Info("WARNING: mounts made on the host under the kubelet root may not be seen here, and volumes may look healthy that are not",
-			"root", s.opts.hostRoot, "why", s.hostPaths(s.vis.why))
+		s.warnNotVisible()
 	case s.opts.ns.State != mountdetect.MountNamespaceHost:
 		s.opts.logger.Info("not in the host's mount namespace, but mounts made on the host under the kubelet root are seen here",
 			"root", s.opts.hostRoot, "why", s.hostPaths(s.vis.why))
 	}
+}
+
+// warnNotVisible logs that mounts the host makes under the root may be
+// missed: at start and at every scan while it is so.
+func (s *server) warnNotVisible() {
+	s.opts.logger.Info("WARNING: mounts made on the host under the kubelet root may not be seen here, and volumes may look healthy that are not",
+		"root", s.opts.hostRoot, "why", s.hostPaths(s.vis.why))
 }
 
 // handler serves /metrics, /healthz and /readyz.
@@ -215,8 +221,7 @@ func (s *server) scanOnce() {
 	case s.vis.err != nil:
 		s.checkVisibility() // the root may exist now
 	case !s.vis.visible:
-		log.Info("WARNING: mounts made on the host under the kubelet root may not be seen here, and volumes may look healthy that are not",
-			"root", s.opts.hostRoot, "why", s.hostPaths(s.vis.why))
+		s.warnNotVisible()
 	}
 	start := s.opts.clock.Now()
 	rep, err := s.opts.scan(s.opts.root)

@@ -109,6 +109,23 @@ func (ts *testServer) waitScan(t *testing.T) {
 	}
 }
 
+// waitMetric polls /metrics until series has the value want, failing the
+// test after 10 s.
+func (ts *testServer) waitMetric(t *testing.T, series, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, body := ts.get(t, "/metrics")
+		if metric(body, series) == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not become %q within 10s:\n%s", series, want, body)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // metric is the value of the sample named by series (name{labels} as the
 // text format writes it), or "" when there is none.
 func metric(body, series string) string {
@@ -265,17 +282,7 @@ func TestServeRescansOnMountChange(t *testing.T) {
 	ts := startServer(t, k.root, watchMountTable(ctx, ktesting.NewLogger(t, ktesting.NewConfig())))
 	ts.waitScan(t)
 	mounttest.Tmpfs(t, nas, "size=1m")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, body := ts.get(t, "/metrics")
-		if metric(body, dangerSeries) == "1" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no danger volume in /metrics within 10s of the mount:\n%s", body)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	ts.waitMetric(t, dangerSeries, "1")
 }
 
 // watchMountTable reports every change, once: 50 mounts and 50 unmounts,

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/go-logr/logr"
 	"golang.org/x/sys/unix"
@@ -99,20 +98,6 @@ func TestServeThroughHostToContainer(t *testing.T) {
 		t.Errorf("nodevol_host_mounts_visible = %q; want 1\n%s", got, body)
 	}
 	danger := `nodevol_scan_danger_volumes{root="` + hostRoot + `"}`
-	waitMetric := func(want string) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			_, body := ts.get(t, "/metrics")
-			if metric(body, danger) == want {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s did not become %s within 10s:\n%s", danger, want, body)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
 	mounttest.Tmpfs(t, nas, "size=1m") // on the host's side
 	// Through the propagation, not only through the scan's matching of
 	// mounts by where they lie: the NAS is a mount point in the view.
@@ -120,9 +105,9 @@ func TestServeThroughHostToContainer(t *testing.T) {
 	if ok, _, err := mountdetect.IsMountPoint(inView); err != nil || !ok {
 		t.Fatalf("the NAS did not propagate to the container's view %s: IsMountPoint = %v, %v", inView, ok, err)
 	}
-	waitMetric("1")
+	ts.waitMetric(t, danger, "1")
 	mounttest.Unmount(t, nas)
-	waitMetric("0")
+	ts.waitMetric(t, danger, "0")
 }
 
 // The same agent with a private root (mountPropagation None): it says it
