@@ -398,10 +398,12 @@ func (remove) entered(*walk, *dirNode) bool { return true }
 // files unlinks a batch of n's non-directories in inode order (as GNU rm
 // does for large directories: on ext4 and XFS it keeps inode-table updates
 // local).
-func (remove) files(w *walk, n *dirNode, buf []byte, files []dirent, subdir func(name []byte)) {
+func (remove) files(w *walk, n *dirNode, sc *scratch, files []dirent, subdir func(name []byte)) {
 	slices.SortFunc(files, func(a, b dirent) int { return cmp.Compare(a.ino, b.ino) })
 	removed := false
+	buf := sc.buf
 	for _, d := range files {
+		sc.pace()
 		// DT_UNKNOWN and every other type: try unlink; EISDIR says it is a
 		// directory after all.
 		switch err := unlinkatPtr(n.fd, d.cstr(buf), 0); err {

@@ -86,6 +86,7 @@ func (w *walk) parallel(root *dirNode, workers int) {
 }
 
 func (w *walk) process(q *taskQueue, t task, sc *scratch) {
+	sc.pace()
 	n := t.relist
 	if n == nil {
 		if w.aborted.Load() {

@@ -50,9 +50,10 @@ func (a *usage) entered(w *walk, n *dirNode) bool {
 }
 
 // files counts a batch of n's non-directories, looked at by name.
-func (a *usage) files(w *walk, n *dirNode, _ []byte, files []dirent, subdir func(name []byte)) {
+func (a *usage) files(w *walk, n *dirNode, sc *scratch, files []dirent, subdir func(name []byte)) {
 	var sx unix.Statx_t
 	for _, d := range files {
+		sc.pace()
 		name := string(d.name)
 		err := fsat.Retry(func() error {
 			// AT_STATX_DONT_SYNC: no effect on a local filesystem, and a
