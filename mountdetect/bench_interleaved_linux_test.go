@@ -26,7 +26,11 @@ import (
 // sub-benchmarks of BenchmarkRemoveAll run one remover's rounds after
 // another's). It reports each remover's median milliseconds per tree, and
 // the ratios the issue asks for: nodevol (one worker) against rm -rf and
-// against the floor.
+// against the floor (ratios of the medians; "-paired" is the median of the
+// per-round ratios).
+//
+// nodevol-cli is the nodevol binary's rm command, started as rm -rf is
+// (the issue's comparison: process start-up counts for both).
 //
 // The floor is the least any removal of the tree does: one unlinkat per
 // entry, in inode order, over names and directory descriptors listed
@@ -47,22 +51,20 @@ import (
 //
 //	go test -run '^$' -bench 'RemoveInterleaved' -benchtime 5x -timeout 3h ./mountdetect   # as root
 func BenchmarkRemoveInterleaved(b *testing.B) {
-	// prepare runs untimed and returns the timed removal.
 	ready := func(fn func(string) error) func(string) (func() error, error) {
 		return func(p string) (func() error, error) { return func() error { return fn(p) }, nil }
 	}
-	all := []struct {
-		name    string
-		prepare func(string) (func() error, error)
-	}{
+	var bin string // the nodevol command, built below when selected
+	all := []remover{
 		{"nodevol", ready(func(p string) error { return RemoveAll(p) })},
+		{"nodevol-cli", ready(func(p string) error { return runQuiet(bin, "rm", "--allow-foreign-mount-namespace", p) })},
 		{"nodevol-workers=2", ready(func(p string) error { return RemoveAll(p, Workers(2)) })},
-		{"rm-rf", ready(func(p string) error { return exec.Command("rm", "-rf", p).Run() })},
+		{"rm-rf", ready(func(p string) error { return runQuiet("rm", "-rf", p) })},
 		{"os.RemoveAll", ready(os.RemoveAll)},
 		{"floor", func(p string) (func() error, error) { return unlinkFloor(p, true) }},
 		{"floor-go", func(p string) (func() error, error) { return unlinkFloor(p, false) }},
 	}
-	removers := all[:0:0]
+	var removers []remover
 	want := os.Getenv("NODEVOL_BENCH_REMOVERS")
 	for _, r := range all {
 		if want == "" || slices.Contains(strings.Split(want, ","), r.name) {
@@ -70,12 +72,13 @@ func BenchmarkRemoveInterleaved(b *testing.B) {
 		}
 	}
 	index := func(name string) int {
-		return slices.IndexFunc(removers, func(r struct {
-			name    string
-			prepare func(string) (func() error, error)
-		}) bool {
-			return r.name == name
-		})
+		return slices.IndexFunc(removers, func(r remover) bool { return r.name == name })
+	}
+	if index("nodevol-cli") >= 0 {
+		bin = filepath.Join(b.TempDir(), "nodevol")
+		if out, err := exec.Command("go", "build", "-o", bin, "github.com/nodevol/nodevol/cmd/nodevol").CombinedOutput(); err != nil {
+			b.Fatalf("go build ./cmd/nodevol: %v\n%s", err, out)
+		}
 	}
 	sizes := []int{10_000, 100_000}
 	if s := os.Getenv("NODEVOL_BENCH_MAX"); s != "" {
@@ -93,31 +96,33 @@ func BenchmarkRemoveInterleaved(b *testing.B) {
 				b.Run(fmt.Sprintf("fs=%s/shape=%s/files=%d", fs.name, shape, n), func(b *testing.B) {
 					took := make([][]time.Duration, len(removers))
 					round := 0
+					// Small trees take milliseconds, where run-to-run noise
+					// is largest: each iteration runs up to 5 rounds of them.
+					repeat := min(5, max(1, 100_000/n))
 					for b.Loop() {
 						b.StopTimer()
-						// One tree at a time: six trees of a million
-						// files would not fit the images' inodes.
-						for k := range removers {
-							i := (k + round) % len(removers)
-							root := filepath.Join(fs.dir, fmt.Sprintf("r%d-%d", round, i))
-							makeShape(b, root, shape, n)
-							unix.Sync()
-							run, err := removers[i].prepare(root)
-							if err != nil {
-								b.Fatalf("%s: %v", removers[i].name, err)
-							}
-							start := time.Now()
-							if err := run(); err != nil {
-								b.Fatalf("%s: %v", removers[i].name, err)
-							}
-							took[i] = append(took[i], time.Since(start))
-							if _, err := os.Lstat(root); !os.IsNotExist(err) {
-								b.Fatalf("%s left %s behind (%v)", removers[i].name, root, err)
-							}
+						for range repeat {
+							removeRound(b, fs.dir, shape, n, round, removers, took)
+							round++
 						}
-						round++
 						b.StartTimer()
 					}
+					// Paired: the median of the per-round ratios, which
+					// cancels the machine's drift between rounds.
+					paired := func(a, c string) {
+						i, j := index(a), index(c)
+						if i < 0 || j < 0 {
+							return
+						}
+						r := make([]float64, len(took[i]))
+						for k := range r {
+							r[k] = took[i][k].Seconds() / took[j][k].Seconds()
+						}
+						slices.Sort(r)
+						b.ReportMetric(r[len(r)/2], a+"/"+c+"-paired")
+					}
+					paired("nodevol", "rm-rf")
+					paired("nodevol-cli", "rm-rf")
 					med := make([]float64, len(removers))
 					for i, r := range removers {
 						slices.Sort(took[i])
@@ -130,6 +135,7 @@ func BenchmarkRemoveInterleaved(b *testing.B) {
 						}
 					}
 					ratio("nodevol", "rm-rf")
+					ratio("nodevol-cli", "rm-rf")
 					ratio("nodevol", "floor")
 					ratio("rm-rf", "floor")
 					ratio("floor-go", "floor")
@@ -138,6 +144,46 @@ func BenchmarkRemoveInterleaved(b *testing.B) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// runQuiet runs a command and returns its failure with what it printed.
+func runQuiet(name string, args ...string) error {
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// A remover is one way of removing a tree: prepare runs untimed and returns
+// the timed removal.
+type remover struct {
+	name    string
+	prepare func(root string) (func() error, error)
+}
+
+// removeRound builds one tree per remover, one at a time (six trees of a
+// million files would not fit the images' inodes), each just before its
+// remover runs, and appends each remover's time to took. round rotates
+// which remover goes first.
+func removeRound(b *testing.B, base, shape string, n, round int, removers []remover, took [][]time.Duration) {
+	for k := range removers {
+		i := (k + round) % len(removers)
+		root := filepath.Join(base, fmt.Sprintf("r%d-%d", round, i))
+		makeShape(b, root, shape, n)
+		unix.Sync()
+		run, err := removers[i].prepare(root)
+		if err != nil {
+			b.Fatalf("%s: %v", removers[i].name, err)
+		}
+		start := time.Now()
+		if err := run(); err != nil {
+			b.Fatalf("%s: %v", removers[i].name, err)
+		}
+		took[i] = append(took[i], time.Since(start))
+		if _, err := os.Lstat(root); !os.IsNotExist(err) {
+			b.Fatalf("%s left %s behind (%v)", removers[i].name, root, err)
 		}
 	}
 }
@@ -213,12 +259,18 @@ func unlinkFloor(root string, raw bool) (func() error, error) {
 	var dirs []dir // post-order: a directory after everything in it
 	closeAll := func() {
 		for _, d := range dirs {
-			unix.Close(d.fd)
+			if d.fd >= 0 {
+				unix.Close(d.fd)
+			}
 		}
 	}
-	buf := make([]byte, 1<<20)
-	var list func(fd int) error
-	list = func(fd int) error {
+	var bufs [][]byte // one getdents buffer per depth: the walk recurses mid-batch
+	var list func(fd, depth int) error
+	list = func(fd, depth int) error {
+		if depth == len(bufs) {
+			bufs = append(bufs, make([]byte, 1<<20))
+		}
+		buf := bufs[depth]
 		var entries []entry
 		for {
 			n, err := unix.Getdents(fd, buf)
@@ -244,7 +296,7 @@ func unlinkFloor(root string, raw bool) (func() error, error) {
 					if err != nil {
 						return err
 					}
-					if err := list(sub); err != nil {
+					if err := list(sub, depth+1); err != nil {
 						unix.Close(sub)
 						return err
 					}
@@ -260,7 +312,7 @@ func unlinkFloor(root string, raw bool) (func() error, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := list(fd); err != nil {
+	if err := list(fd, 0); err != nil {
 		closeAll()
 		return nil, err
 	}
@@ -280,11 +332,17 @@ func unlinkFloor(root string, raw bool) (func() error, error) {
 		defer closeAll()
 		// A directory's subdirectories come before it in dirs, so its
 		// entries (files, then the emptied subdirectories) all go at once.
-		for _, d := range dirs {
+		// Each directory is closed once emptied, before its parent
+		// removes it (as a walk that keeps few descriptors does).
+		for i, d := range dirs {
 			for _, e := range d.entries {
 				if err := unlink(d.fd, &e.name[0], e.flags); err != nil {
 					return fmt.Errorf("unlinkat %s: %w", e.name[:len(e.name)-1], err)
 				}
+			}
+			if i < len(dirs)-1 {
+				unix.Close(d.fd)
+				dirs[i].fd = -1
 			}
 		}
 		return unix.Rmdir(root)
