@@ -225,9 +225,9 @@ func removeAt(pfd int, base, shown, path string, c *config) error {
 	if c.workers > 1 {
 		w.parallel(root, c.workers)
 	} else {
-		sc := scratchPool.Get().(*scratch)
+		sc := getScratch()
 		w.serial(root, sc)
-		scratchPool.Put(sc)
+		putScratch(sc)
 	}
 	return w.result(path)
 }

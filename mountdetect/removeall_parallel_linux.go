@@ -70,8 +70,8 @@ func (w *walk) parallel(root *dirNode, workers int) {
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			sc := scratchPool.Get().(*scratch)
-			defer scratchPool.Put(sc)
+			sc := getScratch()
+			defer putScratch(sc)
 			for {
 				t, ok := q.pop()
 				if !ok {

@@ -126,9 +126,9 @@ func diskUsage(path string, c *config) (Usage, error) {
 	// The pseudo-node above the start directory is never used: the start
 	// directory is never evicted, nor removed from it.
 	root := &dirNode{parent: &dirNode{fd: -1, shown: path}, name: path, fd: fd, depth: 1, shown: path}
-	sc := scratchPool.Get().(*scratch)
+	sc := getScratch()
 	w.serial(root, sc) // closes every fd it holds
-	scratchPool.Put(sc)
+	putScratch(sc)
 	if len(w.errs) > 0 {
 		return a.u, w.errs[0]
 	}

@@ -1,0 +1,119 @@
+package mountdetect
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/internal/mounttest"
+)
+
+// makeBigDir creates files files with 40-byte names (64-byte getdents64
+// records) and dirs subdirectories holding one file each in dir: with
+// 50,000 files about 3 MiB of records, three times the standard buffer.
+func makeBigDir(t *testing.T, dir string, files, dirs int) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	pad := strings.Repeat("x", 32)
+	for i := range files {
+		f, err := unix.Openat(fd, fmt.Sprintf("%s%08d", pad, i), unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(f)
+	}
+	for i := range dirs {
+		sub := filepath.Join(dir, fmt.Sprintf("sub%d", i))
+		if err := os.Mkdir(sub, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(sub, "f"), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestScratchReadGrowsForLargeDirectory: a directory whose records fill
+// the 1 MiB buffer is read on into a grown buffer (one batch sorted by
+// inode covers it), never past maxBatchSize, and a grown scratch does not
+// go back to the pool.
+func TestScratchReadGrowsForLargeDirectory(t *testing.T) {
+	dir := filepath.Join(mounttest.MemTempDir(t), "big")
+	makeBigDir(t, dir, 50_000, 0)
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	sc := &scratch{buf: make([]byte, direntBufSize)}
+	n, err := sc.read(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n <= direntBufSize || len(sc.buf) != 4*direntBufSize {
+		t.Fatalf("read %d bytes into a %d-byte buffer; want more than %d bytes, buffer grown to %d", n, len(sc.buf), direntBufSize, 4*direntBufSize)
+	}
+	names := 0
+	for off := 0; off < n; {
+		d, next, err := nextDirent(sc.buf[:n], off)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !isDotOrDotDot(d.name) {
+			names++
+		}
+		off = next
+	}
+	if names != 50_000 {
+		t.Fatalf("one batch holds %d names; want all 50000", names)
+	}
+	if n, err := sc.read(fd); n != 0 || err != nil {
+		t.Fatalf("read after the end = %d, %v; want 0, nil", n, err)
+	}
+
+	// The cap: a buffer already at maxBatchSize is not grown further.
+	big := &scratch{buf: make([]byte, maxBatchSize)}
+	if _, err := unix.Seek(fd, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := big.read(fd); err != nil || len(big.buf) != maxBatchSize {
+		t.Fatalf("read with a full-size buffer: %v, buffer %d bytes; want %d", err, len(big.buf), maxBatchSize)
+	}
+	putScratch(big) // dropped, not pooled: nothing to observe but no panic
+}
+
+// TestRemoveAllLargeDirectory removes and measures a directory larger than
+// one standard batch, with subdirectories among the files, serially and in
+// parallel.
+func TestRemoveAllLargeDirectory(t *testing.T) {
+	for _, workers := range []int{1, 2} {
+		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
+			dir := filepath.Join(mounttest.MemTempDir(t), "big")
+			makeBigDir(t, dir, 50_000, 20)
+			u, err := DiskUsage(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := int64(50_000 + 2*20 + 1); u.Inodes != want {
+				t.Fatalf("DiskUsage(%s).Inodes = %d; want %d", dir, u.Inodes, want)
+			}
+			if err := RemoveAll(dir, Workers(workers)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+				t.Fatalf("%s still there after RemoveAll: %v", dir, err)
+			}
+		})
+	}
+}
