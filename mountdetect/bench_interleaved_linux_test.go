@@ -30,14 +30,19 @@ import (
 // per-round ratios).
 //
 // nodevol-cli is the nodevol binary's rm command, started as rm -rf is
-// (the comparison: process start-up counts for both).
+// (the comparison: process start-up counts for both). nodevol-child
+// is RemoveAll in a child process of its own (this test binary, started
+// with NODEVOL_BENCH_REMOVE=path): like rm -rf, it does not run on the
+// thread and CPU that just built the tree, which favours the in-process
+// removers (the kernel objects of the tree were allocated there).
 //
 // The floor is the least any removal of the tree does: one unlinkat per
 // entry, in inode order, over names and directory descriptors listed
 // beforehand (untimed), through raw system calls — the loop a C program
 // would run, with no check and no Go scheduler. floor-go is the same loop
 // through the ordinary syscall path (unix.Unlinkat), to show what the Go
-// runtime's bookkeeping around each call costs.
+// runtime's bookkeeping around each call costs. io_uring is the floor with
+// the unlinks submitted in batches through io_uring (bench_uring_linux_test.go).
 //
 // Shapes: flat is one directory of n files; nested is n/100 directories of
 // 100 files, two levels deep (√(n/100) directories of √(n/100)). Sizes are
@@ -58,11 +63,13 @@ func BenchmarkRemoveInterleaved(b *testing.B) {
 	all := []remover{
 		{"nodevol", ready(func(p string) error { return RemoveAll(p) })},
 		{"nodevol-cli", ready(func(p string) error { return runQuiet(bin, "rm", "--allow-foreign-mount-namespace", p) })},
+		{"nodevol-child", ready(func(p string) error { return runChild(p) })},
 		{"nodevol-workers=2", ready(func(p string) error { return RemoveAll(p, Workers(2)) })},
 		{"rm-rf", ready(func(p string) error { return runQuiet("rm", "-rf", p) })},
 		{"os.RemoveAll", ready(os.RemoveAll)},
 		{"floor", func(p string) (func() error, error) { return unlinkFloor(p, true) }},
 		{"floor-go", func(p string) (func() error, error) { return unlinkFloor(p, false) }},
+		{"io_uring", unlinkRing},
 	}
 	var removers []remover
 	want := os.Getenv("NODEVOL_BENCH_REMOVERS")
@@ -70,6 +77,14 @@ func BenchmarkRemoveInterleaved(b *testing.B) {
 		if want == "" || slices.Contains(strings.Split(want, ","), r.name) {
 			removers = append(removers, r)
 		}
+	}
+	if r, err := newUring(uringDepth); err != nil {
+		// Disabled (kernel.io_uring_disabled, a seccomp filter) or older
+		// than 5.1: measured without it.
+		b.Logf("io_uring remover left out: %v", err)
+		removers = slices.DeleteFunc(removers, func(r remover) bool { return r.name == "io_uring" })
+	} else {
+		r.close()
 	}
 	index := func(name string) int {
 		return slices.IndexFunc(removers, func(r remover) bool { return r.name == name })
@@ -123,6 +138,7 @@ func BenchmarkRemoveInterleaved(b *testing.B) {
 					}
 					paired("nodevol", "rm-rf")
 					paired("nodevol-cli", "rm-rf")
+					paired("nodevol-child", "rm-rf")
 					med := make([]float64, len(removers))
 					for i, r := range removers {
 						slices.Sort(took[i])
@@ -136,6 +152,7 @@ func BenchmarkRemoveInterleaved(b *testing.B) {
 					}
 					ratio("nodevol", "rm-rf")
 					ratio("nodevol-cli", "rm-rf")
+					ratio("nodevol-child", "rm-rf")
 					ratio("nodevol", "floor")
 					ratio("rm-rf", "floor")
 					ratio("floor-go", "floor")
@@ -146,6 +163,20 @@ func BenchmarkRemoveInterleaved(b *testing.B) {
 			}
 		}
 	}
+}
+
+// runChild removes root with RemoveAll in a child process (benchChild).
+func runChild(root string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), benchChildEnv+"="+root)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("child RemoveAll %s: %v: %s", root, err, out)
+	}
+	return nil
 }
 
 // runQuiet runs a command and returns its failure with what it printed.
@@ -241,37 +272,36 @@ func makeShape(b *testing.B, root, shape string, n int) {
 	}
 }
 
-// unlinkFloor lists the tree under root (untimed: prepare), keeping every
-// directory open, and returns the timed part: each directory's entries
-// unlinked in inode order relative to its descriptor, directories after
-// their contents, root last. raw: through RawSyscall, the loop a C program
-// runs; otherwise through unix.Unlinkat, the Go runtime's syscall path.
-func unlinkFloor(root string, raw bool) (func() error, error) {
-	type entry struct {
-		ino   uint64
-		name  []byte // NUL-terminated
-		flags int    // AT_REMOVEDIR for a directory
-	}
-	type dir struct {
-		fd      int
-		entries []entry
-	}
-	var dirs []dir // post-order: a directory after everything in it
-	closeAll := func() {
-		for _, d := range dirs {
-			if d.fd >= 0 {
-				unix.Close(d.fd)
-			}
-		}
-	}
-	var bufs [][]byte // one getdents buffer per depth: the walk recurses mid-batch
+// floorTree is a tree listed beforehand for the floor removers: every
+// directory open, its entries sorted by inode, in post-order (a directory
+// after everything in it).
+type floorTree struct {
+	root string
+	dirs []floorDir
+}
+
+type floorDir struct {
+	fd      int
+	entries []floorEntry
+}
+
+type floorEntry struct {
+	ino   uint64
+	name  []byte // NUL-terminated
+	flags int    // AT_REMOVEDIR for a directory
+}
+
+// listTree lists the tree under root, untimed (the removers' prepare).
+func listTree(root string) (*floorTree, error) {
+	t := &floorTree{root: root}
+	var bufs [][]byte // one getdents buffer per depth: the listing recurses mid-batch
 	var list func(fd, depth int) error
 	list = func(fd, depth int) error {
 		if depth == len(bufs) {
 			bufs = append(bufs, make([]byte, 1<<20))
 		}
 		buf := bufs[depth]
-		var entries []entry
+		var entries []floorEntry
 		for {
 			n, err := unix.Getdents(fd, buf)
 			if err != nil {
@@ -289,7 +319,7 @@ func unlinkFloor(root string, raw bool) (func() error, error) {
 				if isDotOrDotDot(d.name) {
 					continue
 				}
-				e := entry{ino: d.ino, name: append(slices.Clip(d.name), 0)}
+				e := floorEntry{ino: d.ino, name: append(slices.Clip(d.name), 0)}
 				if d.typ == unix.DT_DIR {
 					e.flags = unix.AT_REMOVEDIR
 					sub, err := unix.Openat(fd, string(d.name), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -304,8 +334,8 @@ func unlinkFloor(root string, raw bool) (func() error, error) {
 				entries = append(entries, e)
 			}
 		}
-		slices.SortFunc(entries, func(a, b entry) int { return cmp.Compare(a.ino, b.ino) })
-		dirs = append(dirs, dir{fd, entries})
+		slices.SortFunc(entries, func(a, b floorEntry) int { return cmp.Compare(a.ino, b.ino) })
+		t.dirs = append(t.dirs, floorDir{fd, entries})
 		return nil
 	}
 	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -313,38 +343,60 @@ func unlinkFloor(root string, raw bool) (func() error, error) {
 		return nil, err
 	}
 	if err := list(fd, 0); err != nil {
-		closeAll()
+		t.close()
 		return nil, err
 	}
-	unlink := func(fd int, name *byte, flags int) error {
-		var e unix.Errno
-		if raw {
-			_, _, e = unix.RawSyscall(unix.SYS_UNLINKAT, uintptr(fd), uintptr(unsafe.Pointer(name)), uintptr(flags))
-		} else {
-			_, _, e = unix.Syscall(unix.SYS_UNLINKAT, uintptr(fd), uintptr(unsafe.Pointer(name)), uintptr(flags))
+	return t, nil
+}
+
+// close closes the directories still open.
+func (t *floorTree) close() {
+	for _, d := range t.dirs {
+		if d.fd >= 0 {
+			unix.Close(d.fd)
 		}
-		if e != 0 {
-			return e
+	}
+}
+
+// remove removes the listed tree, each directory's entries (files, then
+// its emptied subdirectories: they come before it) with unlinkDir, each
+// directory closed once emptied, before its parent removes it (as a walk
+// that keeps few descriptors does), and the root last.
+func (t *floorTree) remove(unlinkDir func(d floorDir) error) error {
+	defer t.close()
+	for i, d := range t.dirs {
+		if err := unlinkDir(d); err != nil {
+			return err
 		}
-		return nil
+		if i < len(t.dirs)-1 {
+			unix.Close(d.fd)
+			t.dirs[i].fd = -1
+		}
+	}
+	return unix.Rmdir(t.root)
+}
+
+// unlinkFloor lists the tree under root (untimed: prepare) and returns the
+// timed part: each directory's entries unlinked in inode order relative to
+// its descriptor. raw: through RawSyscall, the loop a C program runs;
+// otherwise through unix.Syscall, the Go runtime's syscall path.
+func unlinkFloor(root string, raw bool) (func() error, error) {
+	t, err := listTree(root)
+	if err != nil {
+		return nil, err
+	}
+	call := unix.Syscall
+	if raw {
+		call = unix.RawSyscall
 	}
 	return func() error {
-		defer closeAll()
-		// A directory's subdirectories come before it in dirs, so its
-		// entries (files, then the emptied subdirectories) all go at once.
-		// Each directory is closed once emptied, before its parent
-		// removes it (as a walk that keeps few descriptors does).
-		for i, d := range dirs {
+		return t.remove(func(d floorDir) error {
 			for _, e := range d.entries {
-				if err := unlink(d.fd, &e.name[0], e.flags); err != nil {
-					return fmt.Errorf("unlinkat %s: %w", e.name[:len(e.name)-1], err)
+				if _, _, errno := call(unix.SYS_UNLINKAT, uintptr(d.fd), uintptr(unsafe.Pointer(&e.name[0])), uintptr(e.flags)); errno != 0 {
+					return fmt.Errorf("unlinkat %s: %w", e.name[:len(e.name)-1], errno)
 				}
 			}
-			if i < len(dirs)-1 {
-				unix.Close(d.fd)
-				dirs[i].fd = -1
-			}
-		}
-		return unix.Rmdir(root)
+			return nil
+		})
 	}, nil
 }
