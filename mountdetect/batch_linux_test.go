@@ -57,7 +57,7 @@ func TestScratchReadGrowsForLargeDirectory(t *testing.T) {
 	}
 	defer unix.Close(fd)
 	sc := &scratch{buf: make([]byte, direntBufSize)}
-	n, err := sc.read(fd)
+	n, err := sc.read(fd, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestScratchReadGrowsForLargeDirectory(t *testing.T) {
 	if names != 50_000 {
 		t.Fatalf("one batch holds %d names; want all 50000", names)
 	}
-	if n, err := sc.read(fd); n != 0 || err != nil {
+	if n, err := sc.read(fd, true); n != 0 || err != nil {
 		t.Fatalf("read after the end = %d, %v; want 0, nil", n, err)
 	}
 
@@ -87,33 +87,51 @@ func TestScratchReadGrowsForLargeDirectory(t *testing.T) {
 	if _, err := unix.Seek(fd, 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := big.read(fd); err != nil || len(big.buf) != maxBatchSize {
+	if _, err := big.read(fd, true); err != nil || len(big.buf) != maxBatchSize {
 		t.Fatalf("read with a full-size buffer: %v, buffer %d bytes; want %d", err, len(big.buf), maxBatchSize)
 	}
 	putScratch(big) // dropped, not pooled: nothing to observe but no panic
+
+	// Without grow (tmpfs, DiskUsage) a batch is one standard buffer.
+	if _, err := unix.Seek(fd, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	std := &scratch{buf: make([]byte, direntBufSize)}
+	if n, err := std.read(fd, false); err != nil || n > direntBufSize || len(std.buf) != direntBufSize {
+		t.Fatalf("read without grow = %d, %v, buffer %d bytes; want at most one %d-byte buffer", n, err, len(std.buf), direntBufSize)
+	}
 }
 
 // TestRemoveAllLargeDirectory removes and measures a directory larger than
 // one standard batch, with subdirectories among the files, serially and in
 // parallel.
+// On tmpfs the walk keeps the listed order in standard batches; on ext4 it
+// sorts grown batches by inode (the path the benchmark's million-file
+// directories take).
 func TestRemoveAllLargeDirectory(t *testing.T) {
-	for _, workers := range []int{1, 2} {
-		t.Run(fmt.Sprintf("workers=%d", workers), func(t *testing.T) {
-			dir := filepath.Join(mounttest.MemTempDir(t), "big")
-			makeBigDir(t, dir, 50_000, 20)
-			u, err := DiskUsage(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if want := int64(50_000 + 2*20 + 1); u.Inodes != want {
-				t.Fatalf("DiskUsage(%s).Inodes = %d; want %d", dir, u.Inodes, want)
-			}
-			if err := RemoveAll(dir, Workers(workers)); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := os.Lstat(dir); !os.IsNotExist(err) {
-				t.Fatalf("%s still there after RemoveAll: %v", dir, err)
-			}
-		})
+	bases := map[string]func(t *testing.T) string{
+		"tmpfs": func(t *testing.T) string { return mounttest.MemTempDir(t) },
+		"ext4":  func(t *testing.T) string { return mounttest.LoopFS(t, "ext4", 512<<20, "", "-q", "-F", "-N", "60000") },
+	}
+	for _, fs := range []string{"tmpfs", "ext4"} {
+		for _, workers := range []int{1, 2} {
+			t.Run(fmt.Sprintf("fs=%s/workers=%d", fs, workers), func(t *testing.T) {
+				dir := filepath.Join(bases[fs](t), "big")
+				makeBigDir(t, dir, 50_000, 20)
+				u, err := DiskUsage(dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := int64(50_000 + 2*20 + 1); u.Inodes != want {
+					t.Fatalf("DiskUsage(%s).Inodes = %d; want %d", dir, u.Inodes, want)
+				}
+				if err := RemoveAll(dir, Workers(workers)); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+					t.Fatalf("%s still there after RemoveAll: %v", dir, err)
+				}
+			})
+		}
 	}
 }

@@ -221,6 +221,10 @@ func removeAt(pfd int, base, shown, path string, c *config) error {
 		return err
 	}
 
+	var sfs unix.Statfs_t
+	// The start directory is on the walk's own mount (refuseMounts), so
+	// asking its filesystem asks nothing foreign.
+	w.inodeOrder = fsat.Retry(func() error { return unix.Fstatfs(fd, &sfs) }) != nil || sfs.Type != unix.TMPFS_MAGIC
 	closeRoot = false // the walk owns fd now
 	if c.workers > 1 {
 		w.parallel(root, c.workers)
@@ -397,9 +401,11 @@ func (remove) entered(*walk, *dirNode) bool { return true }
 
 // files unlinks a batch of n's non-directories in inode order (as GNU rm
 // does for large directories: on ext4 and XFS it keeps inode-table updates
-// local).
+// local), or on tmpfs in the order listed.
 func (remove) files(w *walk, n *dirNode, sc *scratch, files []dirent, subdir func(name []byte)) {
-	slices.SortFunc(files, func(a, b dirent) int { return cmp.Compare(a.ino, b.ino) })
+	if w.inodeOrder {
+		slices.SortFunc(files, func(a, b dirent) int { return cmp.Compare(a.ino, b.ino) })
+	}
 	removed := false
 	buf := sc.buf
 	for _, d := range files {

@@ -135,6 +135,12 @@ type walk struct {
 	rootMnt uint64
 	maxOpen int
 	hook    testhook.Hook // called after each removal; nil outside tests
+	// inodeOrder: RemoveAll unlinks each batch in inode order, and a large
+	// directory is read in batches grown up to maxBatchSize (see
+	// scratch.read). Off on tmpfs, where inode numbers are not the
+	// directory's order and sorting by them only scatters the unlinks
+	// (docs/benchmarks.md), and for DiskUsage, which unlinks nothing.
+	inodeOrder bool
 
 	mu      sync.Mutex
 	crossed []Mount
@@ -316,14 +322,14 @@ func putScratch(sc *scratch) {
 }
 
 // read lists the directory fd into sc.buf and returns how many bytes of
-// records it holds. A directory whose records fill the buffer is read on,
-// into a buffer grown up to maxBatchSize, so that one batch — sorted by
+// records it holds. With grow, a directory whose records fill the buffer
+// is read on, into a buffer grown up to maxBatchSize, so that one batch — sorted by
 // inode before its unlinks — covers as much of a large directory as
 // memory allows: a directory of a million files on ext4 took 1.16x rm -rf's
 // time in 1 MiB batches, whose inode order spans the whole inode table
 // (docs/benchmarks.md). An error after some records were read is left for
 // the next call, which meets it again.
-func (sc *scratch) read(fd int) (int, error) {
+func (sc *scratch) read(fd int, grow bool) (int, error) {
 	nread := 0
 	for {
 		var m int
@@ -340,7 +346,7 @@ func (sc *scratch) read(fd int) (int, error) {
 		nread += m
 		// getdents64 fills the buffer while entries fit: room left
 		// for the longest record means the directory ended.
-		if m == 0 || len(sc.buf)-nread >= maxDirentSize || len(sc.buf) >= maxBatchSize {
+		if !grow || m == 0 || len(sc.buf)-nread >= maxDirentSize || len(sc.buf) >= maxBatchSize {
 			return nread, nil
 		}
 		grown := make([]byte, min(4*len(sc.buf), maxBatchSize))
@@ -353,7 +359,7 @@ func (sc *scratch) read(fd int) (int, error) {
 // once, subdirectories are passed to subdir. It returns false at the end of
 // the directory.
 func (w *walk) list(n *dirNode, sc *scratch, subdir func(name []byte)) bool {
-	nread, err := sc.read(n.fd)
+	nread, err := sc.read(n.fd, w.inodeOrder)
 	if err == unix.ENOENT {
 		// The kernel refuses so to list a dead directory: one emptied and
 		// removed since the walk opened it, as a concurrent RemoveAll
