@@ -224,7 +224,12 @@ func removeAt(pfd int, base, shown, path string, c *config) error {
 	var sfs unix.Statfs_t
 	// The start directory is on the walk's own mount (refuseMounts), so
 	// asking its filesystem asks nothing foreign.
-	w.inodeOrder = fsat.Retry(func() error { return unix.Fstatfs(fd, &sfs) }) != nil || sfs.Type != unix.TMPFS_MAGIC
+	if fsat.Retry(func() error { return unix.Fstatfs(fd, &sfs) }) == nil {
+		w.inodeOrder = sfs.Type != unix.TMPFS_MAGIC
+		w.growBatches = sfs.Type == unix.EXT4_SUPER_MAGIC
+	} else {
+		w.inodeOrder = true
+	}
 	closeRoot = false // the walk owns fd now
 	if c.workers > 1 {
 		w.parallel(root, c.workers)
