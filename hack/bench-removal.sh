@@ -2,8 +2,9 @@
 # bench-removal.sh: issue 16's removal benchmark, reproducible on any Linux
 # machine as root. It prints the machine, the kernel and the tools, then
 # runs BenchmarkRemoveInterleaved (mountdetect/bench_interleaved_linux_test.go):
-# nodevol (library, one and two workers, and the CLI), rm -rf, os.RemoveAll
-# and the raw unlink floor, interleaved round by round, on tmpfs, ext4 and
+# nodevol (library with one and two workers, in a child process, and the
+# CLI), rm -rf, os.RemoveAll, the raw unlink floor (and its Go-syscall and
+# io_uring variants), interleaved round by round, on tmpfs, ext4 and
 # XFS, flat and nested, 10,000 and 100,000 files. Then the peak memory of
 # `nodevol rm` and `rm -rf` on one flat directory of BIG files.
 #
