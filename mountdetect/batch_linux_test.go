@@ -17,22 +17,8 @@ import (
 // 50,000 files about 3 MiB of records, three times the standard buffer.
 func makeBigDir(t *testing.T, dir string, files, dirs int) {
 	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
 	pad := strings.Repeat("x", 32)
-	for i := range files {
-		f, err := unix.Openat(fd, fmt.Sprintf("%s%08d", pad, i), unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		unix.Close(f)
-	}
+	makeFiles(t, dir, files, func(i int) string { return fmt.Sprintf("%s%08d", pad, i) })
 	for i := range dirs {
 		sub := filepath.Join(dir, fmt.Sprintf("sub%d", i))
 		if err := os.Mkdir(sub, 0o755); err != nil {

@@ -319,6 +319,13 @@ func TestRemoveAllHugeDirectory(t *testing.T) {
 
 func makeFlatDir(t testing.TB, dir string, n int) {
 	t.Helper()
+	makeFiles(t, dir, n, func(i int) string { return "file-" + fmt.Sprint(i) })
+}
+
+// makeFiles creates dir (and its parents) and n empty files in it, named
+// by name(i).
+func makeFiles(t testing.TB, dir string, n int, name func(i int) string) {
+	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -328,7 +335,7 @@ func makeFlatDir(t testing.TB, dir string, n int) {
 	}
 	defer unix.Close(fd)
 	for i := range n {
-		f, err := unix.Openat(fd, "file-"+fmt.Sprint(i), unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+		f, err := unix.Openat(fd, name(i), unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
 		if err != nil {
 			t.Fatal(err)
 		}
