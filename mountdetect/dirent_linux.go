@@ -59,5 +59,22 @@ func isDotOrDotDot(name []byte) bool {
 	return (len(name) == 1 && name[0] == '.') || (len(name) == 2 && name[0] == '.' && name[1] == '.')
 }
 
-// cstr returns a pointer to the NUL-terminated name of d inside buf.
-func (d dirent) cstr(buf []byte) *byte { return (*byte)(unsafe.Pointer(&buf[d.nameStart])) }
+// fileEnt is a batch entry kept for the action: the record's inode and
+// where its name lies in the read buffer, 16 bytes instead of a dirent's
+// 48, since a batch of a large directory holds hundreds of thousands.
+type fileEnt struct {
+	ino   uint64
+	start uint32 // offset of the name in the buffer (a batch is at most maxBatchSize)
+	len   uint8  // a name is at most 255 bytes
+	typ   uint8
+}
+
+func (d dirent) fileEnt() fileEnt {
+	return fileEnt{ino: d.ino, start: uint32(d.nameStart), len: uint8(len(d.name)), typ: d.typ}
+}
+
+// name is the entry's name inside buf, the buffer it was read into.
+func (e fileEnt) name(buf []byte) []byte { return buf[e.start : e.start+uint32(e.len)] }
+
+// cstr returns a pointer to the NUL-terminated name inside buf.
+func (e fileEnt) cstr(buf []byte) *byte { return (*byte)(unsafe.Pointer(&buf[e.start])) }

@@ -68,8 +68,8 @@
 // with getdents64 into a pooled 1 MiB buffer; on disk filesystems the files
 // of a batch are unlinked in inode order, which is markedly faster on ext4
 // and XFS (on ext4 a directory too large for the buffer is read in batches
-// of up to 16 MiB, up to ~500,000 entries and some 40 MiB with their parsed
-// records, so that the order spans most of it); on tmpfs, where inode
+// of up to 16 MiB, up to ~500,000 entries and some 24 MiB with their parsed
+// entries, so that the order spans most of it); on tmpfs, where inode
 // numbers say nothing of locality, in the order listed. The walk uses an
 // explicit stack and keeps at most 128 directory fds open, reopening
 // shallower directories through ".." (verified by device and inode) on the

@@ -407,9 +407,9 @@ func (remove) entered(*walk, *dirNode) bool { return true }
 // files unlinks a batch of n's non-directories in inode order (as GNU rm
 // does for large directories: on ext4 and XFS it keeps inode-table updates
 // local), or on tmpfs in the order listed.
-func (remove) files(w *walk, n *dirNode, sc *scratch, files []dirent, subdir func(name []byte)) {
+func (remove) files(w *walk, n *dirNode, sc *scratch, files []fileEnt, subdir func(name []byte)) {
 	if w.inodeOrder {
-		slices.SortFunc(files, func(a, b dirent) int { return cmp.Compare(a.ino, b.ino) })
+		slices.SortFunc(files, func(a, b fileEnt) int { return cmp.Compare(a.ino, b.ino) })
 	}
 	removed := false
 	buf := sc.buf
@@ -421,13 +421,13 @@ func (remove) files(w *walk, n *dirNode, sc *scratch, files []dirent, subdir fun
 		case nil:
 			removed = true
 			if w.hook != nil {
-				w.hook(testhook.RemoveAllRemoved, n.path()+"/"+string(d.name))
+				w.hook(testhook.RemoveAllRemoved, n.path()+"/"+string(d.name(buf)))
 			}
 		case unix.ENOENT:
 		case unix.EISDIR:
-			subdir(d.name)
+			subdir(d.name(buf))
 		default:
-			w.entryFailed(n, string(d.name), "unlinkat", err)
+			w.entryFailed(n, string(d.name(buf)), "unlinkat", err)
 		}
 	}
 	if removed {

@@ -50,11 +50,11 @@ func (a *usage) entered(w *walk, n *dirNode) bool {
 }
 
 // files counts a batch of n's non-directories, looked at by name.
-func (a *usage) files(w *walk, n *dirNode, sc *scratch, files []dirent, subdir func(name []byte)) {
+func (a *usage) files(w *walk, n *dirNode, sc *scratch, files []fileEnt, subdir func(name []byte)) {
 	var sx unix.Statx_t
 	for _, d := range files {
 		sc.pace()
-		name := string(d.name)
+		name := string(d.name(sc.buf))
 		err := fsat.Retry(func() error {
 			// AT_STATX_DONT_SYNC: no effect on a local filesystem, and a
 			// FUSE mounted on a file here is not asked.
@@ -66,7 +66,7 @@ func (a *usage) files(w *walk, n *dirNode, sc *scratch, files []dirent, subdir f
 			w.abort(&os.PathError{Op: "statx", Path: n.child(name), Err: err})
 			return
 		case sx.Mode&unix.S_IFMT == unix.S_IFDIR:
-			subdir(d.name) // DT_UNKNOWN directory
+			subdir(d.name(sc.buf)) // DT_UNKNOWN directory
 		case sx.Mnt_id != w.rootMnt && w.s.statxMask() != 0:
 			a.skip(n.child(name)) // a bind-mounted file
 		case sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0:

@@ -30,8 +30,8 @@ const (
 	// a call, so that sorting a batch by inode approaches a full sort.
 	direntBufSize = 1 << 20
 	// maxBatchSize bounds the buffer one listing batch may grow to for a
-	// large directory (see scratch.read): about 500,000 entries, which
-	// with their parsed records take some 40 MiB per walk goroutine.
+	// large directory (see scratch.read): up to ~500,000 entries, which
+	// with their 16-byte parsed entries take some 24 MiB per walk goroutine.
 	maxBatchSize = 16 << 20
 	// maxDirentSize is the longest getdents64 record: the header and a
 	// 255-byte name with its NUL, 8-byte aligned.
@@ -166,7 +166,7 @@ type action interface {
 	// it chooses (files may be reordered; names alias sc.buf, NUL-terminated
 	// there), calling sc.pace once per entry. An entry that turns out to be
 	// a directory is handed to subdir.
-	files(w *walk, n *dirNode, sc *scratch, files []dirent, subdir func(name []byte))
+	files(w *walk, n *dirNode, sc *scratch, files []fileEnt, subdir func(name []byte))
 	// mount records the mount met at the entry name of n, not entered.
 	mount(w *walk, n *dirNode, name string)
 	// replaced is called when the entry name of n, listed as a directory,
@@ -282,9 +282,9 @@ func (w *walk) enter(parent *dirNode, name string) *dirNode {
 // scratch is one goroutine's reusable memory for listing directories, and
 // its pacing.
 type scratch struct {
-	buf   []byte   // getdents64 records
-	files []dirent // the batch's non-directories, for the action
-	ops   int      // system calls since the goroutine last yielded (see pace)
+	buf   []byte    // getdents64 records
+	files []fileEnt // the batch's non-directories, for the action
+	ops   int       // system calls since the goroutine last yielded (see pace)
 }
 
 // paceOps is how many system calls a walk goroutine makes between yields:
@@ -321,7 +321,7 @@ var scratchPool = sync.Pool{New: func() any { return &scratch{buf: make([]byte, 
 func getScratch() *scratch { return scratchPool.Get().(*scratch) }
 
 func putScratch(sc *scratch) {
-	if len(sc.buf) == direntBufSize && cap(sc.files) <= direntBufSize/direntNameOff {
+	if len(sc.buf) == direntBufSize && cap(sc.files) <= direntBufSize/(direntNameOff+1) {
 		scratchPool.Put(sc)
 	}
 }
@@ -401,7 +401,7 @@ func (w *walk) list(n *dirNode, sc *scratch, subdir func(name []byte)) bool {
 		case d.typ == unix.DT_DIR:
 			subdir(d.name)
 		default:
-			files = append(files, d)
+			files = append(files, d.fileEnt())
 		}
 	}
 	sc.pace()
