@@ -61,11 +61,16 @@ type LocationRecord struct {
 	PodUID string `json:"podUID"`
 	Plugin string `json:"plugin"`
 	Dir    string `json:"dir"`
+	Sub    string `json:"sub,omitempty"`
 	Meta   string `json:"meta"`
 }
 
 func (l *LocationRecord) describe() string {
-	return fmt.Sprintf("pod %s, plugin %s, directory %q, metadata %q", l.PodUID, l.Plugin, l.Dir, l.Meta)
+	dir := l.Dir
+	if l.Sub != "" {
+		dir += "/" + l.Sub
+	}
+	return fmt.Sprintf("pod %s, plugin %s, directory %q, metadata %q", l.PodUID, l.Plugin, dir, l.Meta)
 }
 
 // MountRecord identifies one mount. TearDown unmounts the volume's

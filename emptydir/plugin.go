@@ -3,6 +3,7 @@ package emptydir
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 
 	"github.com/nodevol/nodevol/fsquota"
 	"github.com/nodevol/nodevol/internal/testhook"
@@ -133,7 +134,9 @@ func (p *Plugin) ConstructSpec(vol, volumePath string) (*volume.Spec, error) {
 // Location places an emptyDir in another plugin's volume directory, as the
 // kubelet's secret, configMap, downwardAPI, projected (Memory) and gitRepo
 // (Default) plugins do through their wrapper mounter: the volume directory
-// is <root>/pods/<uid>/volumes/<escaped Plugin>/<Dir>, and the ready marker
+// is <root>/pods/<uid>/volumes/<escaped Plugin>/<Dir> (or <Dir>/<Sub>: a
+// CSI driver's target path is volumes/kubernetes.io~csi/<volume>/mount),
+// and the ready marker
 // and nodevol.json are in <root>/pods/<uid>/plugins/kubernetes.io~empty-dir/<Meta>
 // (the kubelet names that "wrapped_<volume>").
 //
@@ -160,6 +163,13 @@ type Location struct {
 	// Dir is the volume directory's name in volumes/<escaped Plugin>: one
 	// path element (volume.ValidateVolumeDirName).
 	Dir string
+	// Sub, when set, is the volume directory's name in Dir, one path
+	// element: the volume is volumes/<escaped Plugin>/<Dir>/<Sub>, as a
+	// CSI node plugin's target path <volume>/mount, whose parent
+	// directory the kubelet makes (and removes after the teardown). Only
+	// Sub itself is made, mounted on and removed; Dir is made (mode 0750)
+	// when missing and otherwise left alone.
+	Sub string
 	// Meta is the metadata directory's name in
 	// plugins/kubernetes.io~empty-dir: one path element that is not a valid
 	// volume name (volume.ValidateVolumeName must fail), such as
@@ -178,8 +188,8 @@ var ErrInvalidLocation = errors.New("invalid emptyDir location")
 var ErrOtherVolumesRecord = errors.New("the metadata records another volume")
 
 // ErrLocatedUnsupported is matched by the error of the operations a
-// located volume does not have (Usage, resize, reconstruction go by an
-// ordinary volume's name and never reach one).
+// located volume does not have (resize and reconstruction go by an
+// ordinary volume's name and never reach one; Usage has UsageAt).
 var ErrLocatedUnsupported = errors.New("not supported for an emptyDir in another plugin's directory")
 
 func (l Location) validate() error {
@@ -192,6 +202,11 @@ func (l Location) validate() error {
 	}
 	if err := volume.ValidateVolumeDirName(l.Dir); err != nil {
 		return bad(err)
+	}
+	if l.Sub != "" {
+		if err := volume.ValidateVolumeDirName(l.Sub); err != nil {
+			return bad(err)
+		}
 	}
 	if err := volume.ValidateVolumeDirName(l.Meta); err != nil {
 		return bad(err)
@@ -209,6 +224,7 @@ type volRef struct {
 	podUID  string
 	plugin  string // unescaped plugin of the volumes directory
 	dir     string // the volume directory's name in volumes/<plugin>
+	sub     string // located: the volume directory's name in dir ("" when dir is it)
 	meta    string // the metadata directory's name in plugins/kubernetes.io~empty-dir
 	located bool
 }
@@ -218,7 +234,7 @@ func ordinaryRef(podUID, vol string) volRef {
 }
 
 func locatedRef(podUID string, loc Location) volRef {
-	return volRef{podUID: podUID, plugin: loc.Plugin, dir: loc.Dir, meta: loc.Meta, located: true}
+	return volRef{podUID: podUID, plugin: loc.Plugin, dir: loc.Dir, sub: loc.Sub, meta: loc.Meta, located: true}
 }
 
 // record is what a located volume's nodevol.json says about its location;
@@ -227,7 +243,7 @@ func (r volRef) record() *LocationRecord {
 	if !r.located {
 		return nil
 	}
-	return &LocationRecord{PodUID: r.podUID, Plugin: r.plugin, Dir: r.dir, Meta: r.meta}
+	return &LocationRecord{PodUID: r.podUID, Plugin: r.plugin, Dir: r.dir, Sub: r.sub, Meta: r.meta}
 }
 
 // owns returns an error matching ErrOtherVolumesRecord unless m (read from
@@ -250,6 +266,9 @@ func (p *Plugin) refPaths(r volRef) (dir, metaDir string, err error) {
 	l := p.host.Layout()
 	if dir, err = l.VolumeDir(r.podUID, r.plugin, r.dir); err != nil {
 		return "", "", err
+	}
+	if r.sub != "" {
+		dir = filepath.Join(dir, r.sub)
 	}
 	if metaDir, err = l.PluginVolumeDir(r.podUID, PluginName, r.meta); err != nil {
 		return "", "", err

@@ -38,4 +38,15 @@ type FSStats struct {
 // of the volume that stays on its mount and counts hard links once; with
 // the capacity of the filesystem it lives on (FS). The volume and its
 // metadata are reached by descriptors from the kubelet root.
-func (p *Plugin) Usage(podUID, vol string) (Usage, error) { return p.usage(podUID, vol) }
+func (p *Plugin) Usage(podUID, vol string) (Usage, error) { return p.usage(ordinaryRef(podUID, vol)) }
+
+// UsageAt is Usage for an emptyDir in another plugin's volume directory
+// (see Location), such as a CSI node plugin's volume, with the same care:
+// only a mount proven the volume's own is asked anything, and another
+// location's record is an error (ErrOtherVolumesRecord).
+func (p *Plugin) UsageAt(podUID string, loc Location) (Usage, error) {
+	if err := loc.validate(); err != nil {
+		return Usage{}, err
+	}
+	return p.usage(locatedRef(podUID, loc))
+}

@@ -14,12 +14,12 @@ import (
 	"github.com/nodevol/nodevol/volume"
 )
 
-func (p *Plugin) usage(podUID, vol string) (Usage, error) {
-	dir, _, err := p.paths(podUID, vol)
+func (p *Plugin) usage(r volRef) (Usage, error) {
+	dir, _, err := p.refPaths(r)
 	if err != nil {
 		return Usage{}, err
 	}
-	v, err := p.openVolume(ordinaryRef(podUID, vol), false)
+	v, err := p.openVolume(r, false)
 	if err != nil {
 		return Usage{}, err
 	}
@@ -63,7 +63,7 @@ func (p *Plugin) usage(podUID, vol string) (Usage, error) {
 		if meta != nil {
 			rec = meta.Mount
 		}
-		ours, err := recordedMountOn(e, dir, rec, ordinaryRef(podUID, vol))
+		ours, err := recordedMountOn(e, dir, rec, r)
 		if err != nil {
 			return Usage{}, err
 		}

@@ -39,7 +39,7 @@ type podVolume struct {
 
 	root       *fsat.Dir
 	pod        *fsat.Dir // <root>/pods/<uid>; nil when missing
-	vols       *fsat.Dir // <pod>/volumes/<escaped plugin>; nil when missing
+	vols       *fsat.Dir // <pod>/volumes/<escaped plugin> (located with Sub: .../<dir>); nil when missing
 	metaParent *fsat.Dir // <pod>/plugins/kubernetes.io~empty-dir; nil when missing
 	meta       *fsat.Dir // <metaParent>/<meta name>; nil when missing
 
@@ -62,6 +62,13 @@ func (p *Plugin) openVolume(r volRef, create bool) (_ *podVolume, err error) {
 		return nil, err
 	}
 	v := &podVolume{ref: r, name: r.dir, metaName: r.meta, dir: dir, metaDir: metaDir, hook: p.hook}
+	volsRel := "volumes/" + volsEscaped
+	if r.sub != "" {
+		// The volume is a directory in <plugin>/<dir> (a CSI target path,
+		// <volume>/mount): vols is <dir>, reached the same way.
+		volsRel += "/" + r.dir
+		v.name = r.sub
+	}
 	defer func() {
 		if err != nil {
 			v.Close()
@@ -106,7 +113,7 @@ func (p *Plugin) openVolume(r volRef, create bool) (_ *podVolume, err error) {
 	if v.pod, err = open(pods, r.podUID, fsat.SameMount); err != nil {
 		return nil, err
 	}
-	if v.vols, err = open(v.pod, "volumes/"+volsEscaped, fsat.SameMount); err != nil {
+	if v.vols, err = open(v.pod, volsRel, fsat.SameMount); err != nil {
 		return nil, err
 	}
 	if v.metaParent, err = open(v.pod, "plugins/"+escaped, fsat.SameMount); err != nil {
@@ -331,7 +338,12 @@ func refSourceFor(nonce string, r volRef) string {
 	if !r.located {
 		return sourceFor(nonce, r.podUID, r.dir)
 	}
-	return locatedSourceFor(nonce, r.podUID, r.plugin, r.dir, r.meta)
+	dir := r.dir
+	if r.sub != "" {
+		// "/" is in no name: dir/sub is no other location's dir.
+		dir += "/" + r.sub
+	}
+	return locatedSourceFor(nonce, r.podUID, r.plugin, dir, r.meta)
 }
 
 // locatedSourceFor is the source with the random part nonce for the
