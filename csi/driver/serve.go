@@ -1,0 +1,155 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"google.golang.org/grpc"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+)
+
+// ServeOptions says where the driver serves.
+type ServeOptions struct {
+	// Endpoint is the CSI socket's path as this process sees it
+	// (/csi/csi.sock in the DaemonSet).
+	Endpoint string
+	// KubeletEndpoint is the same socket's path as the kubelet sees it,
+	// which the registration gives the kubelet
+	// (/var/lib/kubelet/plugins/<driver name>/csi.sock); Endpoint when empty.
+	KubeletEndpoint string
+	// RegistrationDir is the kubelet's plugin-registration directory
+	// (<kubelet root>/plugins_registry) as this process sees it; the
+	// driver serves the registration API on <name>-reg.sock there, so no
+	// node-driver-registrar sidecar is needed. Empty: no registration (a
+	// test, or a registrar of one's own).
+	RegistrationDir string
+	// ShutdownGrace bounds how long in-flight calls may finish once the
+	// context is done; 10 s when zero.
+	ShutdownGrace time.Duration
+}
+
+// ErrSocketPath is matched by Serve's error when a socket path holds
+// something that is not a socket (it is never removed).
+var ErrSocketPath = errors.New("socket path holds something other than a socket")
+
+// Serve serves the CSI Identity and Node services on opts.Endpoint and, with
+// opts.RegistrationDir, the kubelet's plugin-registration API, until ctx is
+// done. Then it stops accepting calls, lets the calls in flight finish
+// (up to ShutdownGrace) and removes both sockets: the kubelet drops the
+// registration, and takes it again when the driver is back. A socket left
+// by an earlier run is replaced; anything else at a socket path is an
+// error.
+func (d *Driver) Serve(ctx context.Context, opts ServeOptions) error {
+	if opts.KubeletEndpoint == "" {
+		opts.KubeletEndpoint = opts.Endpoint
+	}
+	if opts.ShutdownGrace <= 0 {
+		opts.ShutdownGrace = 10 * time.Second
+	}
+	csiSrv := grpc.NewServer(grpc.UnaryInterceptor(d.Interceptor()))
+	d.Register(csiSrv)
+	csiLis, err := listenUnix(opts.Endpoint)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(opts.Endpoint)
+	servers := []*grpc.Server{csiSrv}
+	errc := make(chan error, 2)
+	go func() { errc <- csiSrv.Serve(csiLis) }()
+	if opts.RegistrationDir != "" {
+		regSrv := grpc.NewServer()
+		registerapi.RegisterRegistrationServer(regSrv, &registration{d: d, endpoint: opts.KubeletEndpoint})
+		regPath := filepath.Join(opts.RegistrationDir, d.name+"-reg.sock")
+		regLis, err := listenUnix(regPath)
+		if err != nil {
+			csiSrv.Stop()
+			return err
+		}
+		defer os.Remove(regPath)
+		servers = append(servers, regSrv)
+		go func() { errc <- regSrv.Serve(regLis) }()
+		d.log.Info("Serving the plugin-registration API", "socket", regPath, "endpoint", opts.KubeletEndpoint)
+	}
+	d.log.Info("Serving CSI", "driver", d.name, "version", d.version, "node", d.nodeID, "socket", opts.Endpoint, "kubeletRoot", d.root)
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	for _, s := range servers {
+		stopGracefully(s, opts.ShutdownGrace)
+	}
+	if err != nil {
+		return fmt.Errorf("serving CSI: %w", err)
+	}
+	d.log.Info("Stopped serving")
+	return nil
+}
+
+// stopGracefully stops s, letting calls in flight finish for up to grace.
+func stopGracefully(s *grpc.Server, grace time.Duration) {
+	done := make(chan struct{})
+	go func() { s.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		s.Stop()
+	}
+}
+
+// listenUnix listens on the unix socket path, replacing a socket an earlier
+// run left there (never anything else), accessible to its owner only.
+func listenUnix(path string) (net.Listener, error) {
+	fi, err := os.Lstat(path)
+	switch {
+	case err == nil && fi.Mode().Type() == fs.ModeSocket:
+		if err := os.Remove(path); err != nil {
+			return nil, err
+		}
+	case err == nil:
+		return nil, fmt.Errorf("%w: %s is a %s", ErrSocketPath, path, fi.Mode().Type())
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, err
+	}
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		lis.Close()
+		return nil, err
+	}
+	return lis, nil
+}
+
+// registration is the kubelet's plugin-registration API: the kubelet finds
+// <name>-reg.sock in its plugins_registry directory, asks GetInfo, checks
+// the driver over its endpoint (NodeGetInfo), and reports the outcome.
+type registration struct {
+	registerapi.UnimplementedRegistrationServer
+	d        *Driver
+	endpoint string
+}
+
+// SupportedVersions are the CSI versions the kubelet may speak to the
+// driver.
+var supportedVersions = []string{"1.0.0"}
+
+func (r *registration) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
+	return &registerapi.PluginInfo{Type: registerapi.CSIPlugin, Name: r.d.name, Endpoint: r.endpoint, SupportedVersions: supportedVersions}, nil
+}
+
+func (r *registration) NotifyRegistrationStatus(_ context.Context, st *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
+	r.d.registered.Store(st.GetPluginRegistered())
+	if st.GetPluginRegistered() {
+		r.d.log.Info("Registered with the kubelet")
+	} else {
+		r.d.log.Error(errors.New(st.GetError()), "The kubelet refused the registration")
+	}
+	return &registerapi.RegistrationStatusResponse{}, nil
+}
