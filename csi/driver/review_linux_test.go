@@ -325,3 +325,73 @@ func TestReviewConcurrentSameTarget(t *testing.T) {
 		t.Errorf("target left: %v", err)
 	}
 }
+
+// TestReviewUnpublishWithoutRecord: NodeUnpublishVolume on a target this
+// driver never published (another CSI driver's inline volume whose
+// target is a plain directory, or a client's mistake): there is no
+// csi_<volume> record, and the emptyDir teardown treats it like a stock
+// kubelet's Default volume and removes the tree (stopping at mounts).
+// Every volume of this driver has a record, so without one nothing but
+// an empty directory should go.
+func TestReviewUnpublishWithoutRecord(t *testing.T) {
+	e := newReviewEnv(t)
+	_, target := e.vol(t, reviewUID, "other-driver")
+	snap := mounttest.Sentinels(t, target)
+	_, err := e.d.NodeUnpublishVolume(e.ctx, unpubReq(target))
+	t.Logf("unpublish of a target with no record: %v", err)
+	if _, lerr := os.Lstat(target); lerr != nil {
+		t.Errorf("unpublish removed the tree of a target this driver never published (err %v)", err)
+		return
+	}
+	mounttest.Intact(t, target, snap)
+}
+
+// TestReviewStatsDuringUnpublish: the kubelet polls NodeGetVolumeStats
+// (not serialised with the target's lock) while it unpublishes. A
+// Memory volume's stats hold the tmpfs open; the unpublish must never
+// leave a tmpfs without a record, and the next retry must finish.
+func TestReviewStatsDuringUnpublish(t *testing.T) {
+	mounttest.RequireMounts(t)
+	e := newReviewEnv(t)
+	_, target := e.vol(t, reviewUID, "polled")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, _ = e.d.NodeGetVolumeStats(e.ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: "v", VolumePath: target})
+		}
+	}()
+	var failed int
+	for i := 0; i < 300; i++ {
+		e.publish(t, reviewUID, target, AttrMedium, "Memory")
+		mounttest.Build(t, target, "file a x")
+		for try := 0; ; try++ {
+			_, err := e.d.NodeUnpublishVolume(e.ctx, unpubReq(target))
+			if err == nil {
+				break
+			}
+			failed++
+			if failed < 4 {
+				t.Logf("iteration %d: %v", i, err)
+			}
+			if try == 50 {
+				close(stop)
+				wg.Wait()
+				t.Fatalf("iteration %d: unpublish keeps failing: %v", i, err)
+			}
+		}
+		if _, err := os.Lstat(target); !os.IsNotExist(err) {
+			t.Fatalf("iteration %d: target left after a successful unpublish", i)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("%d failed unpublishes retried", failed)
+}
