@@ -381,6 +381,7 @@ func TestReviewStatsDuringUnpublish(t *testing.T) {
 			if failed < 4 {
 				t.Logf("iteration %d: %v", i, err)
 			}
+			time.Sleep(time.Millisecond) // the kubelet backs off
 			if try == 50 {
 				close(stop)
 				wg.Wait()
