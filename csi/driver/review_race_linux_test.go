@@ -253,3 +253,33 @@ func TestReviewRenamedTmpfsForgotten(t *testing.T) {
 		}
 	}
 }
+
+// TestReviewRenamedTmpfsRepublished: as TestReviewRenamedTmpfsForgotten,
+// but the kubelet publishes again (a restarted kubelet's reconstruction,
+// or a retry): SetUp "repairs" the volume whose mount vanished, mounts a
+// new tmpfs and overwrites the record of the first, which is still
+// mounted where the pod moved it, with nothing left naming it.
+func TestReviewRenamedTmpfsRepublished(t *testing.T) {
+	mounttest.RequireMounts(t)
+	e := newReviewEnv(t)
+	px, tx := e.vol(t, reviewUID, "x")
+	fd, err := unix.Open(px, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	a := mounttest.StartAttackerOnce(t, func() error { return unix.Renameat(fd, "mount", fd, "elsewhere") })
+	e.publish(t, reviewUID, tx, AttrMedium, "Memory", AttrSizeLimit, "4Mi")
+	id := mounttest.UniqueMountID(t, tx)
+	if !a.StepWithin(5 * time.Second) {
+		t.Fatal("the rename failed")
+	}
+	moved := filepath.Join(px, "elsewhere")
+	t.Cleanup(func() { _ = unix.Unmount(moved, unix.MNT_DETACH) })
+	_, err = e.d.NodePublishVolume(e.ctx, pubReq(reviewUID, tx, AttrMedium, "Memory", AttrSizeLimit, "4Mi"))
+	t.Logf("publish again: %v", err)
+	t.Cleanup(func() { _ = unix.Unmount(tx, unix.MNT_DETACH) })
+	if p, found := mounttest.MountPointOfUnique(t, id); found && err == nil {
+		t.Errorf("publish made a new tmpfs and overwrote the record of the first, still mounted at %s", p)
+	}
+}
