@@ -93,6 +93,11 @@ func TestReviewRepublishOtherMedium(t *testing.T) {
 			e := newReviewEnv(t)
 			_, target := e.vol(t, reviewUID, "scratch")
 			e.publish(t, reviewUID, target, AttrMedium, tc.first, AttrSizeLimit, "4Mi")
+			t.Cleanup(func() { // what a failed check left mounted
+				for mounttest.IsMountRoot(t, target) {
+					_ = unix.Unmount(target, unix.MNT_DETACH)
+				}
+			})
 			snap := mounttest.Sentinels(t, filepath.Join(target, "data"))
 			_, err := e.d.NodePublishVolume(e.ctx, pubReq(reviewUID, target, AttrMedium, tc.second, AttrSizeLimit, "4Mi"))
 			t.Logf("second publish (%s): %v", tc.second, err)
