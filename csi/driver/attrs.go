@@ -3,6 +3,7 @@ package driver
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -66,6 +67,10 @@ func parseAttributes(vc map[string]string) (attributes, error) {
 			errs = append(errs, fmt.Errorf("%s %q: %w", AttrSizeLimit, s, err))
 		case q.Sign() <= 0:
 			errs = append(errs, fmt.Errorf("%s %q: must be positive", AttrSizeLimit, s))
+		case q.Cmp(*resource.NewQuantity(math.MaxInt64, resource.BinarySI)) > 0:
+			// Value would wrap to a negative number or give 0 (no
+			// limit at all).
+			errs = append(errs, fmt.Errorf("%s %q: too large (at most %d bytes)", AttrSizeLimit, s, int64(math.MaxInt64)))
 		default:
 			// Value rounds a fraction of a byte up, as the API server
 			// does for sizeLimit.

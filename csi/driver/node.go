@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/emptydir"
+	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -215,6 +216,11 @@ func statusOf(err error) error {
 		return status.Errorf(codes.FailedPrecondition, "mounts inside the volume: %s (%v)", mountList(crossed.Mounts), err)
 	case errors.Is(err, emptydir.ErrForeignMount), errors.Is(err, emptydir.ErrOtherVolumesRecord), errors.Is(err, emptydir.ErrUnexpectedMetadata):
 		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, fsat.ErrOtherMount):
+		// Something is mounted on a directory above the volume (the pod
+		// directory, volumes/, kubernetes.io~csi, the volume's own
+		// directory): the volume is not reached, nothing was changed.
+		return status.Errorf(codes.FailedPrecondition, "a filesystem is mounted on a directory above the volume, where none belongs; unmount it and the next retry proceeds (%v)", err)
 	case errors.Is(err, fs.ErrNotExist):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, emptydir.ErrInvalidLocation), errors.Is(err, volume.ErrInvalidName):

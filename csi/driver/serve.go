@@ -54,11 +54,11 @@ func (d *Driver) Serve(ctx context.Context, opts ServeOptions) error {
 	}
 	csiSrv := grpc.NewServer(grpc.UnaryInterceptor(d.Interceptor()))
 	d.Register(csiSrv)
-	csiLis, err := listenUnix(opts.Endpoint)
+	csiLis, removeCSI, err := listenUnix(opts.Endpoint)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(opts.Endpoint)
+	defer removeCSI()
 	servers := []*grpc.Server{csiSrv}
 	errc := make(chan error, 2)
 	go func() { errc <- csiSrv.Serve(csiLis) }()
@@ -66,12 +66,12 @@ func (d *Driver) Serve(ctx context.Context, opts ServeOptions) error {
 		regSrv := grpc.NewServer()
 		registerapi.RegisterRegistrationServer(regSrv, &registration{d: d, endpoint: opts.KubeletEndpoint})
 		regPath := filepath.Join(opts.RegistrationDir, d.name+"-reg.sock")
-		regLis, err := listenUnix(regPath)
+		regLis, removeReg, err := listenUnix(regPath)
 		if err != nil {
 			csiSrv.Stop()
 			return err
 		}
-		defer os.Remove(regPath)
+		defer removeReg()
 		servers = append(servers, regSrv)
 		go func() { errc <- regSrv.Serve(regLis) }()
 		d.log.Info("Serving the plugin-registration API", "socket", regPath, "endpoint", opts.KubeletEndpoint)
@@ -103,28 +103,47 @@ func stopGracefully(s *grpc.Server, grace time.Duration) {
 }
 
 // listenUnix listens on the unix socket path, replacing a socket an earlier
-// run left there (never anything else), accessible to its owner only.
-func listenUnix(path string) (net.Listener, error) {
+// run left there (never anything else), accessible to its owner only. The
+// listener does not unlink the path when it closes; remove does, only
+// while the path still holds the socket made here: a file put there
+// meanwhile, or the socket of a newer instance of the driver that
+// replaced this one's, stays.
+func listenUnix(path string) (lis net.Listener, remove func(), err error) {
 	fi, err := os.Lstat(path)
 	switch {
 	case err == nil && fi.Mode().Type() == fs.ModeSocket:
 		if err := os.Remove(path); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	case err == nil:
-		return nil, fmt.Errorf("%w: %s is a %s", ErrSocketPath, path, fi.Mode().Type())
+		return nil, nil, fmt.Errorf("%w: %s is a %s", ErrSocketPath, path, fi.Mode().Type())
 	case !errors.Is(err, fs.ErrNotExist):
-		return nil, err
+		return nil, nil, err
 	}
-	lis, err := net.Listen("unix", path)
+	ul, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	ul.SetUnlinkOnClose(false)
+	made, err := os.Lstat(path)
+	if err == nil && made.Mode().Type() != fs.ModeSocket {
+		err = fmt.Errorf("%w: %s was replaced by a %s", ErrSocketPath, path, made.Mode().Type())
+	}
+	if err != nil {
+		ul.Close()
+		return nil, nil, err
+	}
+	remove = func() {
+		if cur, err := os.Lstat(path); err == nil && os.SameFile(cur, made) {
+			os.Remove(path)
+		}
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
-		lis.Close()
-		return nil, err
+		ul.Close()
+		remove()
+		return nil, nil, err
 	}
-	return lis, nil
+	return ul, remove, nil
 }
 
 // registration is the kubelet's plugin-registration API: the kubelet finds

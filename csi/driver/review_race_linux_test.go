@@ -1,0 +1,285 @@
+package driver
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/nodevol/nodevol/internal/mounttest"
+)
+
+// TestReviewRaceSwapVolumeDirs: the pod exchanges its CSI volume
+// directory x (this driver's) with y (another driver's, whose target
+// y/mount is a NAS) in a loop, while x is published and unpublished
+// thousands of times, both media. The NAS must stay mounted and intact
+// byte for byte; every unpublish either succeeds or refuses.
+func TestReviewRaceSwapVolumeDirs(t *testing.T) {
+	mounttest.RequireMounts(t)
+	iterations := 1500
+	if testing.Short() {
+		iterations = 100
+	}
+	for _, medium := range []string{"Default", "Memory"} {
+		t.Run(medium, func(t *testing.T) {
+			e := newReviewEnv(t)
+			_, tx := e.vol(t, reviewUID, "x")
+			py, ty := e.vol(t, reviewUID, "y")
+			nas := t.TempDir()
+			mounttest.Sentinels(t, nas)
+			if err := os.Mkdir(ty, 0o750); err != nil {
+				t.Fatal(err)
+			}
+			mounttest.Bind(t, nas, ty)
+			// and a second NAS deeper in y's volume
+			nas2 := filepath.Join(ty, "deep")
+			if err := os.Mkdir(nas2, 0o750); err != nil {
+				t.Fatal(err)
+			}
+			mounttest.Tmpfs(t, nas2, "size=1m")
+			snap2 := mounttest.Sentinels(t, nas2)
+			snap := mounttest.Snapshot(t, ty) // both NAS
+			nasID := mounttest.UniqueMountID(t, ty)
+			csiDir := filepath.Dir(py)
+			fd, err := unix.Open(csiDir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(fd)
+			a := mounttest.StartAttacker(t, func() error { return mounttest.Exchange(fd, "x", "y") })
+			var ok, refused, other int
+			for i := 0; i < iterations; i++ {
+				a.Resume()
+				_, perr := e.d.NodePublishVolume(e.ctx, pubReq(reviewUID, tx, AttrMedium, medium))
+				_, uerr := e.d.NodeUnpublishVolume(e.ctx, unpubReq(tx))
+				a.Pause()
+				switch c := status.Code(uerr); {
+				case uerr == nil && perr == nil:
+					ok++
+				case c == codes.FailedPrecondition:
+					refused++
+				default:
+					other++
+					if other < 5 {
+						t.Logf("iteration %d: publish %v; unpublish %v", i, perr, uerr)
+					}
+				}
+				// The NAS must be where it was mounted, whatever the names.
+				for _, n := range []string{"x", "y"} {
+					p := filepath.Join(csiDir, n, "mount")
+					if mounttest.IsMountRoot(t, p) && mounttest.UniqueMountID(t, p) == nasID {
+						mounttest.Intact(t, p, snap)
+						mounttest.Intact(t, filepath.Join(p, "deep"), snap2)
+					}
+				}
+				if t.Failed() {
+					t.Fatalf("iteration %d: the NAS changed", i)
+				}
+			}
+			// Put y back in place and check the NAS mounts are both there.
+			if _, err := os.Lstat(filepath.Join(csiDir, "y", "mount", "deep")); err != nil {
+				if err := mounttest.Exchange(fd, "x", "y"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !mounttest.IsMountRoot(t, ty) || !mounttest.IsMountRoot(t, filepath.Join(ty, "deep")) {
+				t.Fatal("a NAS was unmounted")
+			}
+			mounttest.Intact(t, ty, snap)
+			mounttest.Intact(t, filepath.Join(ty, "deep"), snap2)
+			// Once the pod stops, the volume must go: no tmpfs of ours left.
+			if _, err := e.d.NodeUnpublishVolume(e.ctx, unpubReq(tx)); err != nil {
+				t.Errorf("unpublish after the attack: %v", err)
+			}
+			if _, err := os.Lstat(tx); !os.IsNotExist(err) {
+				t.Errorf("x/mount left after the final unpublish (mounted: %v)", mounttest.IsMountRoot(t, tx))
+				_ = unix.Unmount(tx, unix.MNT_DETACH)
+			}
+			t.Logf("%d iterations: %d published and unpublished, %d refused, %d other errors; %d swaps", iterations, ok, refused, other, a.Steps())
+		})
+	}
+}
+
+// TestReviewRaceSwapTarget: the pod exchanges the target x/mount with a
+// NAS mount point (decoy) or with a symlink to outside data (link), and
+// kubernetes.io~csi with a symlink to an outside tree, while x is
+// published and unpublished in a loop. Nothing outside, and no NAS, may
+// change.
+func TestReviewRaceSwapTarget(t *testing.T) {
+	mounttest.RequireMounts(t)
+	iterations := 1000
+	if testing.Short() {
+		iterations = 100
+	}
+	for _, medium := range []string{"Default", "Memory"} {
+		t.Run(medium, func(t *testing.T) {
+			e := newReviewEnv(t)
+			px, tx := e.vol(t, reviewUID, "x")
+			outside := t.TempDir()
+			mounttest.Sentinels(t, filepath.Join(outside, "x", "mount"))
+			outSnap := mounttest.Snapshot(t, outside)
+			if err := os.Symlink(outside, filepath.Join(px, "link")); err != nil {
+				t.Fatal(err)
+			}
+			csiDir := filepath.Dir(px)
+			pvols := filepath.Dir(csiDir)
+			if err := os.Symlink(outside, filepath.Join(pvols, "csilink")); err != nil {
+				t.Fatal(err)
+			}
+			xfd, err := unix.Open(px, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(xfd)
+			vfd, err := unix.Open(pvols, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(vfd)
+			var n int
+			a := mounttest.StartAttacker(t, func() error {
+				n++
+				switch n % 3 {
+				case 0:
+					return mounttest.Exchange(xfd, "mount", "decoy")
+				case 1:
+					return mounttest.Exchange(xfd, "mount", "link")
+				}
+				return mounttest.Exchange(vfd, "kubernetes.io~csi", "csilink")
+			})
+			// The NAS is mounted after the attacker started: not a mount
+			// point in its namespace, so it can rename it.
+			decoy := filepath.Join(px, "decoy")
+			if err := os.Mkdir(decoy, 0o750); err != nil {
+				t.Fatal(err)
+			}
+			nas := t.TempDir()
+			mounttest.Sentinels(t, nas)
+			mounttest.Bind(t, nas, decoy)
+			nasSnap := mounttest.Snapshot(t, decoy)
+			nasID := mounttest.UniqueMountID(t, decoy)
+			var ok, failed int
+			for i := 0; i < iterations; i++ {
+				a.Resume()
+				_, perr := e.d.NodePublishVolume(e.ctx, pubReq(reviewUID, tx, AttrMedium, medium))
+				_, uerr := e.d.NodeUnpublishVolume(e.ctx, unpubReq(tx))
+				a.Pause()
+				if perr == nil && uerr == nil {
+					ok++
+				} else {
+					failed++
+				}
+				mounttest.Intact(t, outside, outSnap)
+				p, found := mounttest.MountPointOfUnique(t, nasID)
+				if !found {
+					t.Fatalf("iteration %d: the NAS was unmounted", i)
+				}
+				mounttest.Intact(t, p, nasSnap)
+				if t.Failed() {
+					t.Fatalf("iteration %d: changed", i)
+				}
+			}
+			// Put the names back, tear down what is ours, detach the NAS.
+			if fi, err := os.Lstat(filepath.Join(pvols, "csilink")); err == nil && fi.IsDir() {
+				if err := mounttest.Exchange(vfd, "kubernetes.io~csi", "csilink"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if fi, err := os.Lstat(filepath.Join(px, "link")); err == nil && fi.Mode()&os.ModeSymlink == 0 && !mounttest.IsMountRoot(t, filepath.Join(px, "link")) {
+				if err := mounttest.Exchange(xfd, "mount", "link"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if mounttest.IsMountRoot(t, tx) && mounttest.UniqueMountID(t, tx) == nasID {
+				if err := mounttest.Exchange(xfd, "mount", "decoy"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := e.d.NodeUnpublishVolume(e.ctx, unpubReq(tx)); err != nil {
+				t.Errorf("unpublish after the attack: %v", err)
+			}
+			if p, found := mounttest.MountPointOfUnique(t, nasID); found {
+				mounttest.Intact(t, p, nasSnap)
+				_ = unix.Unmount(p, unix.MNT_DETACH)
+			}
+			for _, n := range []string{"mount", "link", "decoy"} {
+				for p := filepath.Join(px, n); mounttest.IsMountRoot(t, p); {
+					t.Logf("left mounted at %s after a successful unpublish (a tmpfs of ours the pod renamed: its record is gone)", p)
+					_ = unix.Unmount(p, unix.MNT_DETACH)
+				}
+			}
+			t.Logf("%d iterations: %d clean, %d failed; %d swaps", iterations, ok, failed, a.Steps())
+		})
+	}
+}
+
+// TestReviewRenamedTmpfsForgotten: the pod renames the target of a
+// published Memory volume (mount -> elsewhere, in its own mount
+// namespace) and leaves a symlink or nothing as mount. Unpublish then
+// succeeds and removes the record, while the tmpfs it made is still
+// mounted, sized, holding the pod's data: no record names it any more,
+// and nothing will unmount it until the node reboots (a memory leak the
+// pod can repeat). Expected: the record is kept and unpublish refuses
+// while the recorded mount (its unique ID) is still mounted somewhere.
+func TestReviewRenamedTmpfsForgotten(t *testing.T) {
+	mounttest.RequireMounts(t)
+	e := newReviewEnv(t)
+	px, tx := e.vol(t, reviewUID, "x")
+	fd, err := unix.Open(px, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	a := mounttest.StartAttackerOnce(t, func() error { return unix.Renameat(fd, "mount", fd, "elsewhere") })
+	e.publish(t, reviewUID, tx, AttrMedium, "Memory", AttrSizeLimit, "4Mi")
+	id := mounttest.UniqueMountID(t, tx)
+	if !a.StepWithin(5 * time.Second) {
+		t.Fatal("the rename failed")
+	}
+	moved := filepath.Join(px, "elsewhere")
+	t.Cleanup(func() { _ = unix.Unmount(moved, unix.MNT_DETACH) })
+	_, err = e.d.NodeUnpublishVolume(e.ctx, unpubReq(tx))
+	t.Logf("unpublish with the target renamed away: %v", err)
+	if p, found := mounttest.MountPointOfUnique(t, id); found {
+		if err == nil {
+			t.Errorf("unpublish succeeded and forgot the record, but the volume's tmpfs is still mounted at %s", p)
+		}
+		if _, err := os.Stat(filepath.Join(e.root, "pods", reviewUID, "plugins", "kubernetes.io~empty-dir", "csi_x", "nodevol.json")); err != nil {
+			t.Errorf("the record of a mount still mounted is gone: %v", err)
+		}
+	}
+}
+
+// TestReviewRenamedTmpfsRepublished: as TestReviewRenamedTmpfsForgotten,
+// but the kubelet publishes again (a restarted kubelet's reconstruction,
+// or a retry): SetUp "repairs" the volume whose mount vanished, mounts a
+// new tmpfs and overwrites the record of the first, which is still
+// mounted where the pod moved it, with nothing left naming it.
+func TestReviewRenamedTmpfsRepublished(t *testing.T) {
+	mounttest.RequireMounts(t)
+	e := newReviewEnv(t)
+	px, tx := e.vol(t, reviewUID, "x")
+	fd, err := unix.Open(px, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	a := mounttest.StartAttackerOnce(t, func() error { return unix.Renameat(fd, "mount", fd, "elsewhere") })
+	e.publish(t, reviewUID, tx, AttrMedium, "Memory", AttrSizeLimit, "4Mi")
+	id := mounttest.UniqueMountID(t, tx)
+	if !a.StepWithin(5 * time.Second) {
+		t.Fatal("the rename failed")
+	}
+	moved := filepath.Join(px, "elsewhere")
+	t.Cleanup(func() { _ = unix.Unmount(moved, unix.MNT_DETACH) })
+	_, err = e.d.NodePublishVolume(e.ctx, pubReq(reviewUID, tx, AttrMedium, "Memory", AttrSizeLimit, "4Mi"))
+	t.Logf("publish again: %v", err)
+	t.Cleanup(func() { _ = unix.Unmount(tx, unix.MNT_DETACH) })
+	if p, found := mounttest.MountPointOfUnique(t, id); found && err == nil {
+		t.Errorf("publish made a new tmpfs and overwrote the record of the first, still mounted at %s", p)
+	}
+}
