@@ -104,10 +104,12 @@ func stopGracefully(s *grpc.Server, grace time.Duration) {
 
 // listenUnix listens on the unix socket path, replacing a socket an earlier
 // run left there (never anything else), accessible to its owner only. The
-// listener does not unlink the path when it closes; remove does, only
-// while the path still holds the socket made here: a file put there
-// meanwhile, or the socket of a newer instance of the driver that
-// replaced this one's, stays.
+// socket is made in a private (0700) directory beside path, given mode
+// 0600 and only then linked into place, so that it is never reachable
+// with the umask's mode. The listener does not unlink the path when it
+// closes; remove does, only while the path still holds the socket made
+// here: a file put there meanwhile, or the socket of a newer instance of
+// the driver that replaced this one's, stays.
 func listenUnix(path string) (lis net.Listener, remove func(), err error) {
 	fi, err := os.Lstat(path)
 	switch {
@@ -120,14 +122,29 @@ func listenUnix(path string) (lis net.Listener, remove func(), err error) {
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, nil, err
 	}
-	ul, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	private, err := os.MkdirTemp(filepath.Dir(path), ".socket-")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer os.RemoveAll(private) // holds nothing once the socket is renamed
+	tmp := filepath.Join(private, "s")
+	ul, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
 	if err != nil {
 		return nil, nil, err
 	}
 	ul.SetUnlinkOnClose(false)
-	made, err := os.Lstat(path)
-	if err == nil && made.Mode().Type() != fs.ModeSocket {
-		err = fmt.Errorf("%w: %s was replaced by a %s", ErrSocketPath, path, made.Mode().Type())
+	made, err := os.Lstat(tmp)
+	if err == nil {
+		err = os.Chmod(tmp, 0o600)
+	}
+	if err == nil {
+		// A hard link never replaces: whatever took the path since the
+		// check above stays, and this is an error. (The private name
+		// goes with its directory.)
+		err = os.Link(tmp, path)
+		if errors.Is(err, fs.ErrExist) {
+			err = fmt.Errorf("%w: something was put at %s meanwhile", ErrSocketPath, path)
+		}
 	}
 	if err != nil {
 		ul.Close()
@@ -137,11 +154,6 @@ func listenUnix(path string) (lis net.Listener, remove func(), err error) {
 		if cur, err := os.Lstat(path); err == nil && os.SameFile(cur, made) {
 			os.Remove(path)
 		}
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ul.Close()
-		remove()
-		return nil, nil, err
 	}
 	return ul, remove, nil
 }
