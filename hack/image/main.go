@@ -1,16 +1,23 @@
-// Command image builds nodevol's container image without a registry, a
-// Docker daemon or a base image: a static nodevol at /nodevol on a base of
+// Command image builds nodevol's container images without a registry, a
+// Docker daemon or a base image: a static nodevol at /nodevol (or, with
+// -binary nodevol-csi, the CSI node plugin at /nodevol-csi) on a base of
 // three entries written here (/etc/passwd and /etc/group with root and
 // nobody, /tmp with mode 1777), as an OCI image layout tarball, the form
 // `ctr -n k8s.io images import` and `docker load` read.
 //
 //	go run ./hack/image -o nodevol-image.tar [-name REF] [-arch amd64|arm64]
+//	go run ./hack/image -o nodevol-csi-image.tar -binary nodevol-csi [-name REF] [-arch amd64|arm64]
 //
 // It prints the image's (manifest) digest on stdout and writes it to
 // FILE.digest; a summary goes to stderr. Run it in a checkout of the root
-// module. The default name is ghcr.io/nodevol/nodevol:<version>, the
+// module. The default name is ghcr.io/nodevol/<binary>:<version>, the
 // version the binary reports (a Go pseudo-version such as
 // v0.0.0-20261123183751-c2cf21255ef4, "+dirty" spelled "-dirty").
+//
+// nodevol is built from ./cmd/nodevol in the root module; nodevol-csi from
+// ./cmd/nodevol-csi in the csi/ module (its own go.mod, with gRPC and the
+// CSI spec), so that build needs that module's dependencies. Everything
+// else below holds for both.
 //
 // Reproducible: the same commit built with the same Go gives the same
 // bytes. The binary is built as `go build ./cmd/nodevol` is, with its VCS
@@ -37,8 +44,10 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -50,6 +59,52 @@ const (
 	source     = "https://github.com/nodevol/nodevol"
 	repository = "ghcr.io/nodevol/nodevol"
 )
+
+// binary is what an image holds and how it is built.
+type binary struct {
+	name       string   // -binary; the file /<name> in the image, the entrypoint
+	moduleDir  string   // the module it is built in, relative to the root module's directory
+	modulePath string   // that module's path
+	pkg        string   // the main package, relative to moduleDir
+	cmd        []string // the image's Cmd: the entrypoint's default arguments
+	repository string   // the default name's repository
+	title      string   // org.opencontainers.image.title
+	desc       string   // org.opencontainers.image.description
+}
+
+// binaries are the images hack/image builds, by -binary.
+var binaries = map[string]binary{
+	"nodevol": {
+		name: "nodevol", moduleDir: ".", modulePath: modulePath, pkg: "./cmd/nodevol",
+		cmd: []string{"serve"}, repository: repository, title: "nodevol",
+		desc: "nodevol serve: a read-only node agent that exports which pod volumes a teardown would destroy data on another mount through",
+	},
+	// The CSI node plugin (deploy/csi): its flags are all in the
+	// DaemonSet's args, so no Cmd.
+	"nodevol-csi": {
+		name: "nodevol-csi", moduleDir: "csi", modulePath: modulePath + "/csi", pkg: "./cmd/nodevol-csi",
+		repository: repository + "-csi", title: "nodevol-csi",
+		desc: "nodevol-csi: a CSI node plugin serving inline ephemeral volumes with emptyDir semantics, whose teardown never deletes data on another mount",
+	},
+}
+
+// ErrUnknownBinary is matched by binaryNamed's error for a -binary that
+// hack/image does not build.
+var ErrUnknownBinary = errors.New("unknown binary")
+
+// binaryNamed is the binary -binary names.
+func binaryNamed(name string) (binary, error) {
+	b, ok := binaries[name]
+	if !ok {
+		known := make([]string, 0, len(binaries))
+		for k := range binaries {
+			known = append(known, k)
+		}
+		slices.Sort(known)
+		return binary{}, fmt.Errorf("-binary %q: %w; want one of %s", name, ErrUnknownBinary, strings.Join(known, ", "))
+	}
+	return b, nil
+}
 
 // The base the binary runs on: root for the agent, nobody for whoever
 // runs it unprivileged; no shell, no home.
@@ -64,8 +119,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("image", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	out := fs.String("o", "", "write the image layout tarball to `FILE` (and its digest to FILE.digest)")
-	name := fs.String("name", "", "the image's name (default "+repository+":<version>)")
+	name := fs.String("name", "", "the image's name (default ghcr.io/nodevol/<binary>:<version>)")
 	arch := fs.String("arch", runtime.GOARCH, "the image's architecture: amd64 or arm64")
+	binName := fs.String("binary", "nodevol", "what the image runs: nodevol (./cmd/nodevol) or nodevol-csi (./cmd/nodevol-csi in the csi/ module)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -73,22 +129,28 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *out == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: go run ./hack/image -o FILE [-name REF] [-arch amd64|arm64]")
+		fmt.Fprintln(stderr, "usage: go run ./hack/image -o FILE [-binary nodevol|nodevol-csi] [-name REF] [-arch amd64|arm64]")
 		return 2
 	}
-	b, err := build(buildOptions{out: *out, name: *name, arch: *arch, warn: stderr})
+	bin, err := binaryNamed(*binName)
+	if err != nil {
+		fmt.Fprintf(stderr, "image: %v\n", err)
+		return 2
+	}
+	b, err := build(buildOptions{out: *out, name: *name, arch: *arch, bin: bin, warn: stderr})
 	if err != nil {
 		fmt.Fprintf(stderr, "image: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stderr, "image: %s (%s, linux/%s, %d bytes, nodevol %s, revision %s)\n",
-		b.out, b.name, *arch, b.size, b.version, b.revision)
+	fmt.Fprintf(stderr, "image: %s (%s, linux/%s, %d bytes, %s %s, revision %s)\n",
+		b.out, b.name, *arch, b.size, bin.name, b.version, b.revision)
 	fmt.Fprintln(stdout, b.digest)
 	return 0
 }
 
 type buildOptions struct {
 	out, name, arch string
+	bin             binary    // what the image runs; nodevol when zero
 	warn            io.Writer // warnings
 }
 
@@ -109,7 +171,8 @@ var goarchLevel = map[string]string{
 }
 
 // pinnedEnv is the environment, on top of the builder's, that the go
-// command builds nodevol with. Each variable is set to a non-empty value:
+// command builds the image's binary with, in moduleDir (the binary's
+// module). Each variable is set to a non-empty value:
 // the go command reads an empty one from the builder's go env file
 // (`go env -w`) instead. GOFLAGS is pinned because -ldflags (-s, -X) is
 // not recorded in the build info of a -trimpath build, so checkSettings
@@ -127,7 +190,7 @@ func pinnedEnv(arch, moduleDir string) []string {
 		"GOFLAGS=" + mod, "GOFIPS140=off"}
 }
 
-// wantSettings are the build settings the image's nodevol may carry, with
+// wantSettings are the build settings the image's binary may carry, with
 // their values ("" for any: the VCS stamp, and DefaultGODEBUG, which the
 // go.mod's go line decides). Anything else (GOEXPERIMENT, -tags, -gcflags,
 // ...) came from the builder's environment or go env file and would make
@@ -143,6 +206,10 @@ func wantSettings(arch string) map[string]string {
 
 // checkSettings refuses a binary built with a setting outside wantSettings.
 func checkSettings(info *buildinfo.BuildInfo, arch string) error {
+	name := path.Base(info.Path)
+	if name == "." || name == "/" {
+		name = "the binary"
+	}
 	want := wantSettings(arch)
 	var bad []string
 	for _, s := range info.Settings {
@@ -151,8 +218,8 @@ func checkSettings(info *buildinfo.BuildInfo, arch string) error {
 		}
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("nodevol was built with %s, from the builder's environment or go env file: "+
-			"the image would differ from a clean builder's; unset them", strings.Join(bad, " "))
+		return fmt.Errorf("%s was built with %s, from the builder's environment or go env file: "+
+			"the image would differ from a clean builder's; unset them", name, strings.Join(bad, " "))
 	}
 	return nil
 }
@@ -161,29 +228,36 @@ func build(o buildOptions) (*built, error) {
 	if _, ok := goarchLevel[o.arch]; !ok {
 		return nil, fmt.Errorf("-arch %q: want amd64 or arm64", o.arch)
 	}
+	if o.bin.name == "" {
+		o.bin = binaries["nodevol"]
+	}
 	goCmd, err := exec.LookPath("go")
 	if err != nil {
 		return nil, err
 	}
-	dir, err := moduleDir(goCmd)
+	root, err := moduleDir(goCmd)
 	if err != nil {
 		return nil, err
 	}
+	dir := filepath.Join(root, filepath.FromSlash(o.bin.moduleDir))
 	tmp, err := os.MkdirTemp("", "nodevol-image-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, "nodevol")
-	cmd := exec.Command(goCmd, "build", "-trimpath", "-buildvcs=auto", "-o", bin, "./cmd/nodevol")
+	bin := filepath.Join(tmp, o.bin.name)
+	cmd := exec.Command(goCmd, "build", "-trimpath", "-buildvcs=auto", "-o", bin, o.bin.pkg)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), pinnedEnv(o.arch, dir)...)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build ./cmd/nodevol: %w\n%s", err, out)
+		return nil, fmt.Errorf("go build %s (in %s): %w\n%s", o.bin.pkg, dir, err, out)
 	}
 	info, err := buildinfo.ReadFile(bin)
 	if err != nil {
-		return nil, fmt.Errorf("reading the build info of nodevol: %w", err)
+		return nil, fmt.Errorf("reading the build info of %s: %w", o.bin.name, err)
+	}
+	if info.Main.Path != o.bin.modulePath {
+		return nil, fmt.Errorf("%s was built in module %q; want %s", o.bin.name, info.Main.Path, o.bin.modulePath)
 	}
 	if err := checkSettings(info, o.arch); err != nil {
 		return nil, err
@@ -193,20 +267,20 @@ func build(o buildOptions) (*built, error) {
 		return nil, err
 	}
 	if !src.stamped {
-		fmt.Fprintf(o.warn, "image: warning: the go command stamped no VCS state into nodevol (a linked git worktree?): "+
-			"`nodevol version` in the image says unknown, and the image differs from one built in a clone of the same commit; the labels come from git\n")
+		fmt.Fprintf(o.warn, "image: warning: the go command stamped no VCS state into %s (a linked git worktree?): "+
+			"its version in the image says unknown, and the image differs from one built in a clone of the same commit; the labels come from git\n", o.bin.name)
 	}
 	name := o.name
 	if name == "" {
-		name = repository + ":" + tagOf(src.version)
+		name = o.bin.repository + ":" + tagOf(src.version)
 	}
-	bin0, err := ociimage.FileFrom(bin, "/nodevol", 0o755)
+	bin0, err := ociimage.FileFrom(bin, "/"+o.bin.name, 0o755)
 	if err != nil {
 		return nil, err
 	}
 	meta := map[string]string{
-		"org.opencontainers.image.title":       "nodevol",
-		"org.opencontainers.image.description": "nodevol serve: a read-only node agent that exports which pod volumes a teardown would destroy data on another mount through",
+		"org.opencontainers.image.title":       o.bin.title,
+		"org.opencontainers.image.description": o.bin.desc,
 		"org.opencontainers.image.source":      source,
 		"org.opencontainers.image.licenses":    "Apache-2.0",
 		"org.opencontainers.image.version":     src.version,
@@ -218,8 +292,8 @@ func build(o buildOptions) (*built, error) {
 		Platform: ociimage.Platform{Architecture: o.arch, OS: "linux"},
 		Created:  src.created,
 		Config: ociimage.Config{
-			Entrypoint: []string{"/nodevol"},
-			Cmd:        []string{"serve"},
+			Entrypoint: []string{"/" + o.bin.name},
+			Cmd:        o.bin.cmd,
 			WorkingDir: "/",
 			Labels:     meta,
 		},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"debug/buildinfo"
 	"debug/elf"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -229,7 +230,7 @@ func TestDocumentedOutputIgnored(t *testing.T) {
 	}
 	outFlag := regexp.MustCompile(`hack/image\s+-o\s+([^\s\x60]+)`)
 	var outs []string
-	for _, doc := range []string{"README.md", "docs/deploy.md", "deploy/nodevol.yaml", "hack/image/main.go"} {
+	for _, doc := range []string{"README.md", "docs/deploy.md", "deploy/nodevol.yaml", "deploy/csi/nodevol-csi.yaml", "hack/image/main.go"} {
 		b, err := os.ReadFile(filepath.Join(root, doc))
 		if err != nil {
 			t.Fatal(err)
@@ -246,6 +247,62 @@ func TestDocumentedOutputIgnored(t *testing.T) {
 	for _, f := range outs {
 		if err := exec.Command("git", "-C", root, "check-ignore", "-q", "--no-index", f).Run(); err != nil {
 			t.Errorf("git check-ignore %s: %v; want it ignored, or the next image built in this checkout is +dirty", f, err)
+		}
+	}
+}
+
+// -binary picks what the image runs; an unknown one is a usage error
+// (status 2) naming the known ones, before anything is built. Nothing
+// here builds nodevol-csi: its module's dependencies (gRPC, the CSI spec)
+// are not the root module's, and the unprivileged CI run has no network.
+func TestBinaryFlag(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	out := filepath.Join(t.TempDir(), "x.tar")
+	if code := run([]string{"-o", out, "-binary", "nodevol-cs"}, &stdout, &stderr); code != 2 ||
+		!strings.Contains(stderr.String(), `-binary "nodevol-cs": unknown binary; want one of nodevol, nodevol-csi`) {
+		t.Errorf("run(-binary nodevol-cs) = %d, stderr %q; want 2 and the known binaries", code, stderr.String())
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("run(-binary nodevol-cs) left %s: %v", out, err)
+	}
+	if _, err := binaryNamed(""); !errors.Is(err, ErrUnknownBinary) {
+		t.Errorf("binaryNamed(\"\") = %v; want ErrUnknownBinary", err)
+	}
+
+	csi, err := binaryNamed("nodevol-csi")
+	if err != nil {
+		t.Fatalf("binaryNamed(nodevol-csi) = %v", err)
+	}
+	if csi.name != "nodevol-csi" || csi.moduleDir != "csi" || csi.pkg != "./cmd/nodevol-csi" || len(csi.cmd) != 0 ||
+		csi.repository != "ghcr.io/nodevol/nodevol-csi" || csi.title != "nodevol-csi" {
+		t.Errorf("binaryNamed(nodevol-csi) = %+v; want ./cmd/nodevol-csi in csi/, no Cmd, ghcr.io/nodevol/nodevol-csi", csi)
+	}
+	nodevol, err := binaryNamed("nodevol")
+	if err != nil {
+		t.Fatalf("binaryNamed(nodevol) = %v", err)
+	}
+	if nodevol.moduleDir != "." || nodevol.pkg != "./cmd/nodevol" || !slices.Equal(nodevol.cmd, []string{"serve"}) || nodevol.repository != repository {
+		t.Errorf("binaryNamed(nodevol) = %+v; want ./cmd/nodevol in the root module, Cmd [serve], %s", nodevol, repository)
+	}
+
+	// Each binary's module is where it says, with the path it says, and
+	// holds its main package: read from the checkout, not built.
+	root := filepath.Join("..", "..")
+	for name, b := range binaries {
+		dir := filepath.Join(root, filepath.FromSlash(b.moduleDir))
+		mod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if first, _, _ := strings.Cut(string(mod), "\n"); first != "module "+b.modulePath {
+			t.Errorf("%s: %s/go.mod begins %q; want module %s", name, b.moduleDir, first, b.modulePath)
+		}
+		if _, err := os.Stat(filepath.Join(dir, filepath.FromSlash(b.pkg), "main.go")); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		if b.name != name || b.title == "" || b.desc == "" {
+			t.Errorf("binaries[%q] = %+v; want its name, a title and a description", name, b)
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -31,6 +32,9 @@ import (
 	"k8s.io/kubernetes/pkg/apis/core"
 	coreinstall "k8s.io/kubernetes/pkg/apis/core/install"
 	corevalidation "k8s.io/kubernetes/pkg/apis/core/validation"
+	"k8s.io/kubernetes/pkg/apis/storage"
+	storageinstall "k8s.io/kubernetes/pkg/apis/storage/install"
+	storagevalidation "k8s.io/kubernetes/pkg/apis/storage/validation"
 	psaapi "k8s.io/pod-security-admission/api"
 	psapolicy "k8s.io/pod-security-admission/policy"
 	"sigs.k8s.io/yaml"
@@ -38,8 +42,13 @@ import (
 	"github.com/nodevol/nodevol/internal/cli"
 )
 
-// deployDir is deploy/ at the repository's root.
-const deployDir = "../../deploy"
+// deployDir is deploy/ at the repository's root; the exporter's manifests
+// are there and in its subdirectories but csiDir, nodevol-csi's (checked
+// by csi_test.go with a policy of its own).
+const (
+	deployDir = "../../deploy"
+	csiDir    = "csi"
+)
 
 // doc is one YAML document of a manifest file.
 type doc struct {
@@ -51,12 +60,20 @@ type doc struct {
 func (d doc) String() string { return fmt.Sprintf("%s#%d", d.file, d.index) }
 
 // readManifests reads every .yaml and .yml file under dir, split into
-// documents; documents that hold only comments are left out.
-func readManifests(dir string) ([]doc, error) {
+// documents, except under the subdirectories skip names (relative to dir,
+// slash-separated), which hold manifests with a policy of their own;
+// documents that hold only comments are left out.
+func readManifests(dir string, skip ...string) ([]doc, error) {
 	var docs []doc
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
+		if err != nil {
 			return err
+		}
+		if d.IsDir() {
+			if rel, err := filepath.Rel(dir, p); err == nil && slices.Contains(skip, filepath.ToSlash(rel)) {
+				return filepath.SkipDir
+			}
+			return nil
 		}
 		if ext := filepath.Ext(p); ext != ".yaml" && ext != ".yml" {
 			return fmt.Errorf("%s: not a .yaml manifest: `kubectl apply -f deploy/` would skip it (docs go in docs/deploy.md)", p)
@@ -110,6 +127,7 @@ func newAPIServer() *apiServer {
 	scheme := runtime.NewScheme()
 	coreinstall.Install(scheme)
 	appsinstall.Install(scheme)
+	storageinstall.Install(scheme)
 	codecs := serializer.NewCodecFactory(scheme, serializer.EnableStrict)
 	return &apiServer{scheme: scheme, decode: codecs.UniversalDeserializer()}
 }
@@ -122,6 +140,7 @@ type objects struct {
 	daemonSets      map[*appsv1.DaemonSet]doc
 	services        map[*corev1.Service]doc
 	serviceMonitors map[*serviceMonitor]doc
+	csiDrivers      map[*storagev1.CSIDriver]doc
 }
 
 // load decodes and validates every document; it returns every error, each
@@ -133,6 +152,7 @@ func (s *apiServer) load(docs []doc) (*objects, []error) {
 		daemonSets:      map[*appsv1.DaemonSet]doc{},
 		services:        map[*corev1.Service]doc{},
 		serviceMonitors: map[*serviceMonitor]doc{},
+		csiDrivers:      map[*storagev1.CSIDriver]doc{},
 	}
 	var errs []error
 	for _, d := range docs {
@@ -186,6 +206,11 @@ func (s *apiServer) loadOne(d doc, objs *objects) error {
 		// As the DaemonSet strategy's Validate does on create.
 		errs = appsvalidation.ValidateDaemonSet(in, pod.GetValidationOptionsFromPodTemplate(&in.Spec.Template, nil))
 		objs.daemonSets[obj.(*appsv1.DaemonSet)] = d
+	case *storage.CSIDriver:
+		// The CSIDriver strategy's PrepareForCreate only clears fields of
+		// disabled features; its Validate is this.
+		errs = storagevalidation.ValidateCSIDriver(in)
+		objs.csiDrivers[obj.(*storagev1.CSIDriver)] = d
 	default:
 		return fmt.Errorf("%s: no validation here for this kind; add it to loadOne", gvk)
 	}
@@ -284,9 +309,9 @@ func policyErrors(objs *objects) []error {
 	bad := func(d doc, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%v: %s", d, fmt.Sprintf(format, a...)))
 	}
-	if len(objs.namespaces) != 1 || len(objs.daemonSets) != 1 || len(objs.services) != 1 || len(objs.serviceAccounts) != 1 || len(objs.serviceMonitors) != 1 {
-		errs = append(errs, fmt.Errorf("deploy/ holds %d Namespaces, %d ServiceAccounts, %d DaemonSets, %d Services, %d ServiceMonitors; want one of each",
-			len(objs.namespaces), len(objs.serviceAccounts), len(objs.daemonSets), len(objs.services), len(objs.serviceMonitors)))
+	if len(objs.namespaces) != 1 || len(objs.daemonSets) != 1 || len(objs.services) != 1 || len(objs.serviceAccounts) != 1 || len(objs.serviceMonitors) != 1 || len(objs.csiDrivers) != 0 {
+		errs = append(errs, fmt.Errorf("deploy/ holds %d Namespaces, %d ServiceAccounts, %d DaemonSets, %d Services, %d ServiceMonitors, %d CSIDrivers; want one of each but no CSIDriver (deploy/csi/)",
+			len(objs.namespaces), len(objs.serviceAccounts), len(objs.daemonSets), len(objs.services), len(objs.serviceMonitors), len(objs.csiDrivers)))
 		return errs
 	}
 	var ns string
@@ -304,13 +329,13 @@ func policyErrors(objs *objects) []error {
 	for ds, d := range objs.daemonSets {
 		errs = append(errs, daemonSetPolicy(ds, d, ns, objs)...)
 		for n := range objs.namespaces {
-			errs = append(errs, podSecurityErrors(ds, d, n)...)
+			errs = append(errs, podSecurityErrors(ds, d, n, restrictedExceptions)...)
 		}
 	}
 	return errs
 }
 
-// restrictedExceptions are the Pod Security Standard checks the pod fails
+// restrictedExceptions are the Pod Security Standard checks the exporter's pod fails
 // at "restricted", each for a privilege docs/deploy.md explains: the
 // kubelet root's hostPath (also outside "baseline"), uid 0, and
 // DAC_READ_SEARCH. Any other failure (a host port, AppArmor Unconfined,
@@ -326,8 +351,9 @@ var restrictedExceptions = []string{
 // podSecurityErrors evaluates the pod template with the PodSecurity
 // admission's own checks: the Namespace's enforce level must admit it
 // (or `kubectl apply` creates a DaemonSet whose pods are all refused),
-// and at "restricted" it may fail only restrictedExceptions.
-func podSecurityErrors(ds *appsv1.DaemonSet, d doc, ns *corev1.Namespace) []error {
+// and at "restricted" it may fail only the checks exceptions names (each
+// a privilege docs/deploy.md explains).
+func podSecurityErrors(ds *appsv1.DaemonSet, d doc, ns *corev1.Namespace, exceptions []string) []error {
 	var errs []error
 	bad := func(format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%v: DaemonSet %s: %s", d, ds.Name, fmt.Sprintf(format, a...)))
@@ -352,7 +378,7 @@ func podSecurityErrors(ds *appsv1.DaemonSet, d doc, ns *corev1.Namespace) []erro
 		bad("Namespace %s enforces Pod Security %q, which refuses the pods: %s", ns.Name, enforce, strings.Join(r, "; "))
 	}
 	for _, r := range forbidden(psaapi.LevelRestricted) {
-		if !slices.ContainsFunc(restrictedExceptions, func(e string) bool { return strings.HasPrefix(r, e+" (") }) {
+		if !slices.ContainsFunc(exceptions, func(e string) bool { return strings.HasPrefix(r, e+" (") }) {
 			bad("Pod Security \"restricted\" forbids %s: a privilege docs/deploy.md does not explain", r)
 		}
 	}
@@ -419,16 +445,9 @@ func daemonSetPolicy(ds *appsv1.DaemonSet, d doc, ns string, objs *objects) []er
 		bad("runAsUser %v; want 0 (the kubelet root and pod directories are root's, mode 0750)", ptrString(sc.RunAsUser))
 	}
 
-	// The image's entrypoint, /nodevol, runs serve: a command would
-	// replace it (and the image has no shell). A tag that moves (latest,
-	// none) runs whatever the node pulled last under it.
-	if len(c.Command) > 0 {
-		bad("command %q; want the image's entrypoint (args only)", c.Command)
-	}
-	if ref, digest, _ := strings.Cut(c.Image, "@"); digest == "" {
-		if i := strings.LastIndex(ref, ":"); i < 0 || strings.Contains(ref[i:], "/") || ref[i+1:] == "latest" {
-			bad("image %q; want a version tag or a digest, not latest or none", c.Image)
-		}
+	// The image's entrypoint, /nodevol, runs serve.
+	for _, e := range imageErrors(c, "nodevol") {
+		bad("%s", e)
 	}
 
 	// The kubelet root.
@@ -528,6 +547,30 @@ func daemonSetPolicy(ds *appsv1.DaemonSet, d doc, ns string, objs *objects) []er
 	return errs
 }
 
+// imageErrors checks that the container runs the image's entrypoint with
+// args only (a command would replace it, and the image has no shell), of
+// an image whose repository's last element is repo (hack/image's name for
+// that binary's image), by a version tag or a digest: a tag that moves
+// (latest, none) runs whatever the node pulled last under it.
+func imageErrors(c *corev1.Container, repo string) []string {
+	var errs []string
+	if len(c.Command) > 0 {
+		errs = append(errs, fmt.Sprintf("command %q; want the image's entrypoint (args only)", c.Command))
+	}
+	ref, digest, _ := strings.Cut(c.Image, "@")
+	name, tag := ref, ""
+	if i := strings.LastIndex(ref, ":"); i >= 0 && !strings.Contains(ref[i:], "/") {
+		name, tag = ref[:i], ref[i+1:]
+	}
+	if digest == "" && (tag == "" || tag == "latest") {
+		errs = append(errs, fmt.Sprintf("image %q; want a version tag or a digest, not latest or none", c.Image))
+	}
+	if name[strings.LastIndex(name, "/")+1:] != repo {
+		errs = append(errs, fmt.Sprintf("image %q; want an image of repository .../%s (go run ./hack/image builds it)", c.Image, repo))
+	}
+	return errs
+}
+
 // argValues is the value of each --name=value flag.
 func argValues(args []string) map[string]string {
 	m := map[string]string{}
@@ -568,7 +611,7 @@ func check(docs []doc) []error {
 // TestManifests: deploy/ as it is passes the API server's validation and
 // the policy.
 func TestManifests(t *testing.T) {
-	docs, err := readManifests(deployDir)
+	docs, err := readManifests(deployDir, csiDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -583,15 +626,11 @@ func TestManifests(t *testing.T) {
 // TestManifestsMutated: each mistake, made in a copy of deploy/'s text,
 // is caught, with an error that names it.
 func TestManifestsMutated(t *testing.T) {
-	docs, err := readManifests(deployDir)
+	docs, err := readManifests(deployDir, csiDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tests := []struct {
-		name     string
-		old, new string // replaced once, in the one document holding old
-		want     string // in one of the errors
-	}{
+	tests := []mutation{
 		{"typo in a field name", "readOnlyRootFilesystem: true", "readOnlyRootFilesytem: true", `unknown field "spec.template.spec.containers[0].securityContext.readOnlyRootFilesytem"`},
 		{"duplicated field", "      enableServiceLinks: false\n", "      enableServiceLinks: false\n      enableServiceLinks: true\n", `key "enableServiceLinks" already set`},
 		{"missing selector", "  selector:\n    matchLabels:\n      app.kubernetes.io/name: nodevol\n  updateStrategy:", "  updateStrategy:", "`selector` does not match template `labels`"},
@@ -614,11 +653,28 @@ func TestManifestsMutated(t *testing.T) {
 		{"a command replacing the entrypoint", "          args:\n", "          command: [/bin/sh]\n          args:\n", "want the image's entrypoint"},
 		{"image tag latest", "image: ghcr.io/nodevol/nodevol:v0.0.0-dev", "image: ghcr.io/nodevol/nodevol:latest", "not latest or none"},
 		{"image without a tag", "image: ghcr.io/nodevol/nodevol:v0.0.0-dev", "image: ghcr.io/nodevol/nodevol", "not latest or none"},
+		{"nodevol-csi's image", "image: ghcr.io/nodevol/nodevol:v0.0.0-dev", "image: ghcr.io/nodevol/nodevol-csi:v0.0.0-dev", "want an image of repository .../nodevol "},
 		{"AppArmor unconfined", "            privileged: false\n", "            privileged: false\n            appArmorProfile:\n              type: Unconfined\n", `forbids forbidden AppArmor profile`},
 		{"a host port", "              containerPort: 9477\n", "              containerPort: 9477\n              hostPort: 9477\n", `forbids hostPort`},
 		{"a namespace enforcing baseline", "pod-security.kubernetes.io/enforce: privileged", "pod-security.kubernetes.io/enforce: baseline", `enforces Pod Security "baseline", which refuses the pods`},
 		{"Service selecting nothing of ours", "  selector:\n    app.kubernetes.io/name: nodevol\n", "  selector:\n    app.kubernetes.io/name: nodevo\n", "does not select the pods"},
 	}
+	runMutations(t, "deploy/", docs, check, tests)
+}
+
+// mutation is one mistake made in a copy of the manifests' text: old
+// replaced by new, once, in the one document holding old; want is in one
+// of the errors that catch it.
+type mutation struct {
+	name     string
+	old, new string
+	want     string
+}
+
+// runMutations checks each mutation of docs with check: it must be
+// caught, by an error naming it.
+func runMutations(t *testing.T, where string, docs []doc, check func([]doc) []error, tests []mutation) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			mutated := slices.Clone(docs)
@@ -630,11 +686,11 @@ func TestManifestsMutated(t *testing.T) {
 				}
 			}
 			if found != 1 {
-				t.Fatalf("%q occurs %d times in deploy/; the mutation needs it exactly once", tt.old, found)
+				t.Fatalf("%q occurs %d times in %s; the mutation needs it exactly once", tt.old, found, where)
 			}
 			errs := check(mutated)
 			if len(errs) == 0 {
-				t.Fatalf("check() of deploy/ with %q replaced by %q found nothing wrong", tt.old, tt.new)
+				t.Fatalf("check() of %s with %q replaced by %q found nothing wrong", where, tt.old, tt.new)
 			}
 			if !slices.ContainsFunc(errs, func(err error) bool { return strings.Contains(err.Error(), tt.want) }) {
 				t.Errorf("check() = %v; want an error containing %q", errs, tt.want)

@@ -14,6 +14,15 @@
 // fields it uses of monitoring.coreos.com/v1 (see serviceMonitor for why
 // not the Prometheus Operator's own Go types).
 //
+// deploy/csi (nodevol-csi, a privileged CSI node plugin) is checked
+// separately, with a policy of its own (csi_test.go): the CSIDriver's
+// fields (ValidateCSIDriver, then what the driver serves), privileged for
+// the Bidirectional propagation of the kubelet root and the three hostPaths
+// it needs and nothing else, and the args parsed by a flag set built from
+// nodevol-csi's own flag definitions (read from its source: the csi/ module
+// is not a dependency of this one), so a misspelt or missing flag fails.
+// Both are validated as by an API server run with --allow-privileged=true.
+//
 // TestDaemonSetPrivilegeSuffices then runs nodevol itself with exactly the
 // DaemonSet's uid and capabilities (setpriv, as root, in a private mount
 // namespace) against a kubelet root that needs them.
