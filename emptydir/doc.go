@@ -107,7 +107,11 @@
 // back.
 //
 // SetUp is idempotent, and repairs a ready volume whose directory or mount
-// vanished. A ready volume in place is left as it is — its mode, and the
+// vanished. A volume recorded as another medium than the spec asks for is
+// an error (ErrMediumChanged) and nothing changes: a pod's spec cannot
+// change, but a CSI driver's caller picks the medium per request, and
+// mounting over a Default volume would hide its data and drop its quota
+// project from the record. A ready volume in place is left as it is — its mode, and the
 // size of a tmpfs resized since ([Plugin.ResizeVolume]); only a SetUp that
 // has to mount again computes the size from the spec it is given.
 //
@@ -146,7 +150,16 @@
 // same without acting, and CheckTearDown ([volume.TearDownChecker]) on the
 // Unmounter returns the refusal alone, so that a volume manager can check
 // everything (subpaths included) before it changes anything.
-//   - nothing there: success (leftover metadata is removed);
+//   - nothing there: success (leftover metadata is removed) — unless the
+//     recorded mount is still mounted elsewhere (its directory renamed, or
+//     the mount moved, by whoever can write in the pod directory; found
+//     in the mount table by its unique source): refused, naming where it
+//     is, so that the record of a mount nothing else would ever unmount
+//     is never dropped (SetUp refuses to mount again too,
+//     [ErrMountElsewhere]);
+//   - a located volume with [Location.RecordRequired] and no record: its
+//     directory goes only when empty, otherwise [ErrNoRecord] and nothing
+//     changes;
 //   - any mount beneath the volume directory: refused, nothing changes —
 //     ready marker and metadata stay, so a retry or a restart sees the same
 //     state — and the error (a [*RefusedError] wrapping a

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nodevol/nodevol/internal/mounttest"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
@@ -137,4 +139,106 @@ func TestLocationSubValidation(t *testing.T) {
 			t.Errorf("UsageAt(%+v) = %v; want ErrInvalidLocation", loc, err)
 		}
 	}
+}
+
+// TestLocationRecordRequired: at a location whose volumes are always
+// recorded by SetUp, a volume directory without a record is not this
+// plugin's: TearDown removes it only when empty (a SetUp cut short), and
+// otherwise refuses with ErrNoRecord, removing nothing. Without
+// RecordRequired the same directory is torn down as a Default volume.
+func TestLocationRecordRequired(t *testing.T) {
+	e := newEnv(t, t.TempDir(), nil)
+	loc := csiLoc("other")
+	loc.RecordRequired = true
+	dir := filepath.Join(e.locDir(t, loc), "mount")
+	mounttest.Build(t, dir, "file a precious", "file b/c more")
+	snap := mounttest.Snapshot(t, filepath.Dir(dir))
+	if err := e.tearDownAt(loc); !errors.Is(err, ErrNoRecord) {
+		t.Fatalf("TearDown of an unrecorded, non-empty volume = %v; want ErrNoRecord", err)
+	}
+	mounttest.Intact(t, filepath.Dir(dir), snap)
+
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.tearDownAt(loc); err != nil {
+		t.Fatalf("TearDown of an unrecorded, empty volume = %v", err)
+	}
+	mustNotExist(t, dir)
+
+	// A recorded volume at such a location is torn down as usual.
+	m := e.setUpAt(t, loc, "")
+	mounttest.Build(t, m.Path(), "file x y")
+	if err := e.tearDownAt(loc); err != nil {
+		t.Fatalf("TearDown of a recorded volume = %v", err)
+	}
+	mustNotExist(t, m.Path())
+
+	loc.RecordRequired = false
+	mounttest.Build(t, dir, "file a b")
+	if err := e.tearDownAt(loc); err != nil {
+		t.Fatalf("TearDown without RecordRequired = %v", err)
+	}
+	mustNotExist(t, dir)
+}
+
+// TestMountMovedAwayRefused: whoever can write in the pod directory
+// renames a Memory volume's directory, tmpfs and all. TearDown must not
+// drop the record of a mount that is still mounted (nothing would ever
+// unmount it): it refuses, naming where the mount is now, and SetUp does
+// not mount a second tmpfs over a new record. Once the tmpfs is gone,
+// TearDown finishes.
+func TestMountMovedAwayRefused(t *testing.T) {
+	mounttest.RequireMounts(t)
+	e := newEnv(t, t.TempDir(), nil)
+	pod, vol := e.memoryVolume(t)
+	// Moved as a pod in another mount namespace renames the directory (a
+	// mount point cannot be renamed in its own): the same mount, at
+	// another path.
+	moved := vol + "-moved"
+	if err := os.Mkdir(moved, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(vol, moved, "", unix.MS_MOVE, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(vol); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for mounttest.IsMountRoot(t, moved) {
+			_ = detach(moved)
+		}
+	})
+	if err := os.Mkdir(vol, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	err := e.tearDown("cache")
+	var refused *RefusedError
+	if !errors.As(err, &refused) || len(refused.Plan.Mounts) != 1 || refused.Plan.Mounts[0].MountPoint != moved {
+		t.Fatalf("TearDown with the tmpfs renamed away = %v; want a refusal naming %s", err, moved)
+	}
+	if md, _ := readMetadata(e.metaDir(t, "cache")); md == nil || md.Mount == nil {
+		t.Fatalf("the record of the mount still mounted was dropped: %+v", md)
+	}
+	m, err := e.plugin.NewMounter(&pod.Volumes[0], pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetUp(e.ctx, volume.MounterArgs{}); !errors.Is(err, ErrMountElsewhere) {
+		t.Fatalf("SetUp with the tmpfs renamed away = %v; want ErrMountElsewhere", err)
+	}
+	if mounttest.IsMountRoot(t, vol) {
+		t.Fatal("SetUp mounted a second tmpfs")
+	}
+	if err := detach(moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.tearDown("cache"); err != nil {
+		t.Fatalf("TearDown once the tmpfs is gone = %v", err)
+	}
+	mustNotExist(t, vol)
 }

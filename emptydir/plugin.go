@@ -170,6 +170,13 @@ type Location struct {
 	// Sub itself is made, mounted on and removed; Dir is made (mode 0750)
 	// when missing and otherwise left alone.
 	Sub string
+	// RecordRequired says that every volume at this location is made by
+	// SetUp, which records it before anything is in it (a CSI node
+	// plugin's target): TearDown of one without a record removes its
+	// directory only if it is empty, and otherwise refuses (ErrNoRecord),
+	// removing nothing. Without it a volume with no record is torn down
+	// as a Default one, as a kubelet that ran before nodevol left it.
+	RecordRequired bool
 	// Meta is the metadata directory's name in
 	// plugins/kubernetes.io~empty-dir: one path element that is not a valid
 	// volume name (volume.ValidateVolumeName must fail), such as
@@ -186,6 +193,22 @@ var ErrInvalidLocation = errors.New("invalid emptyDir location")
 // ordinary volume where a located one is expected, and the reverse):
 // nothing is changed, the record is left in place.
 var ErrOtherVolumesRecord = errors.New("the metadata records another volume")
+
+// ErrMediumChanged is matched by the error of SetUp for a volume whose
+// record says it was set up as another medium than the spec asks for:
+// nothing is changed.
+var ErrMediumChanged = errors.New("the volume was set up as another medium")
+
+// ErrMountElsewhere is matched by the error of SetUp for a volume whose
+// recorded mount is no longer on its directory but mounted elsewhere (the
+// directory renamed, the mount moved): nothing is changed. TearDown
+// refuses such a volume too (a plan with ActionRefuse naming the mount).
+var ErrMountElsewhere = errors.New("the volume's mount is elsewhere")
+
+// ErrNoRecord is matched by the error of TearDown for a located volume
+// with RecordRequired that has no record and is not empty: it was not
+// made by SetUp at this location, and nothing is removed.
+var ErrNoRecord = errors.New("the volume has no record of its SetUp")
 
 // ErrLocatedUnsupported is matched by the error of the operations a
 // located volume does not have (resize and reconstruction go by an
@@ -221,12 +244,14 @@ func (l Location) validate() error {
 // (volumes/kubernetes.io~empty-dir/<name>, metadata under the same name)
 // or a located one (see Location).
 type volRef struct {
-	podUID  string
-	plugin  string // unescaped plugin of the volumes directory
-	dir     string // the volume directory's name in volumes/<plugin>
-	sub     string // located: the volume directory's name in dir ("" when dir is it)
-	meta    string // the metadata directory's name in plugins/kubernetes.io~empty-dir
-	located bool
+	podUID string
+	plugin string // unescaped plugin of the volumes directory
+	dir    string // the volume directory's name in volumes/<plugin>
+	sub    string // located: the volume directory's name in dir ("" when dir is it)
+	// recordRequired: see Location.RecordRequired.
+	recordRequired bool
+	meta           string // the metadata directory's name in plugins/kubernetes.io~empty-dir
+	located        bool
 }
 
 func ordinaryRef(podUID, vol string) volRef {
@@ -234,7 +259,7 @@ func ordinaryRef(podUID, vol string) volRef {
 }
 
 func locatedRef(podUID string, loc Location) volRef {
-	return volRef{podUID: podUID, plugin: loc.Plugin, dir: loc.Dir, sub: loc.Sub, meta: loc.Meta, located: true}
+	return volRef{podUID: podUID, plugin: loc.Plugin, dir: loc.Dir, sub: loc.Sub, meta: loc.Meta, located: true, recordRequired: loc.RecordRequired}
 }
 
 // record is what a located volume's nodevol.json says about its location;

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/internal/testhook"
+	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -53,6 +55,15 @@ func (m *mounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
 		// only trace of a quota project or a mount.
 		return m.setUpErr(volume.Uncertain, fmt.Errorf("read metadata: %w", err))
 	}
+	if meta != nil && meta.Medium != plan.medium {
+		// The volume was set up as another medium (a pod's spec cannot
+		// change, so only a caller that picks the medium per request, a
+		// CSI driver's, gets here): mounting over a Default volume would
+		// hide its data and drop its quota project from the record, and
+		// a Default volume over a Memory one would be set up on a
+		// mount. Nothing is changed.
+		return m.setUpErr(volume.Final, fmt.Errorf("%w: %s was set up as %s and is asked for as %s; nothing was changed", ErrMediumChanged, m.dir, meta.Medium, plan.medium))
+	}
 	if v.isReady() {
 		ok, err := m.inPlace(v, plan, meta)
 		if err != nil {
@@ -67,6 +78,22 @@ func (m *mounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
 			return nil
 		}
 		logger.V(1).Info("Ready marker present but the volume is not in place; setting it up again", "medium", plan.medium)
+	}
+	if meta != nil && meta.Mount != nil && !m.mountedOnDir(v) {
+		// Not in place, and nothing is mounted on the directory (what is
+		// — the recorded mount under a pending record, or a foreign one
+		// — setUpMount deals with), but the recorded mount may be
+		// mounted elsewhere (its directory renamed, the mount moved): a
+		// new mount and record would leave it mounted for good,
+		// unprovable.
+		var tab *mountdetect.MountTable
+		elsewhere, err := recordedMountElsewhere(meta, &tab)
+		if err != nil {
+			return m.setUpErr(volume.Uncertain, err)
+		}
+		if len(elsewhere) > 0 {
+			return m.setUpErr(volume.Uncertain, fmt.Errorf("%w: %s: %s", ErrMountElsewhere, m.dir, movedReason(elsewhere)))
+		}
 	}
 	switch plan.medium {
 	case volume.MediumDefault:
@@ -83,6 +110,19 @@ func (m *mounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
 	v.hook.At(testhook.SetUpReady, m.dir)
 	logger.V(2).Info("emptyDir set up", "medium", plan.medium, "size", plan.size, "hugePageSize", plan.pageSize)
 	return nil
+}
+
+// mountedOnDir reports whether the volume directory is a mount root (true
+// too when that cannot be told: the checks after it decide).
+func (m *mounter) mountedOnDir(v *podVolume) bool {
+	if v.vols == nil {
+		return false
+	}
+	mi, err := identify(v.vols.Fd(), v.name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	return err != nil || mi.root
 }
 
 // inPlace reports whether the volume SetUp would create is there already:

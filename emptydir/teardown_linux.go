@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/internal/plural"
 	"github.com/nodevol/nodevol/internal/testhook"
 	"github.com/nodevol/nodevol/mountdetect"
@@ -54,6 +56,20 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		return p, e, nil
 	}
 	self := []mountdetect.Mount{{MountPoint: v.dir}}
+	if !(e.kind == entryDir && e.mi.root) {
+		// The volume directory is not a mount: if the recorded mount is
+		// still mounted somewhere (the directory was renamed, or the
+		// mount moved, by someone who can write in the pod directory),
+		// dropping the record would leave it mounted for good, unprovable.
+		elsewhere, err := recordedMountElsewhere(p.Meta, &tab)
+		if err != nil {
+			return p, e, err
+		}
+		if len(elsewhere) > 0 {
+			p.Exists = e.kind != entryMissing
+			return refuse(movedReason(elsewhere), elsewhere)
+		}
+	}
 	switch e.kind {
 	case entryMissing:
 		p.Action, p.Reason = ActionNone, "the volume directory does not exist"
@@ -147,6 +163,26 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 	return p, e, nil
 }
 
+// recordedMountElsewhere lists where the mount meta records is mounted,
+// found in the mount table by its source (a unique random name SetUp gave
+// it); none when meta records no provable mount. *tab is read when nil.
+func recordedMountElsewhere(meta *Metadata, tab **mountdetect.MountTable) ([]mountdetect.Mount, error) {
+	if meta == nil || meta.Mount == nil || !isNodevolSource(meta.Mount.Source) {
+		return nil, nil
+	}
+	t, err := (*tab).OrRead()
+	if err != nil {
+		return nil, err
+	}
+	*tab = t
+	return t.MountsFromSource(meta.Mount.Source), nil
+}
+
+// movedReason says why a volume whose mount is elsewhere is left alone.
+func movedReason(at []mountdetect.Mount) string {
+	return fmt.Sprintf("the volume's own %s mount is no longer on the volume directory but at %s (renamed or moved); it is never unmounted elsewhere: move it back or unmount it, then try again", at[0].FSType, at[0].MountPoint)
+}
+
 // infoFromTable describes the mount on the volume directory from the
 // mount table alone (the top of at), without asking its filesystem. The
 // magic number is filled in for the types MediumOf looks at (tmpfs and
@@ -208,6 +244,19 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 			logger.Info("Refusing emptyDir teardown", "reason", plan.Reason, "mounts", len(plan.Mounts))
 		}
 		return plan, fail(kind, err)
+	}
+	if r.recordRequired && plan.Meta == nil && plan.Action == ActionRemove {
+		// Not made by SetUp here: only an empty directory goes (a SetUp
+		// cut short before its record), anything else is not ours.
+		err := fsat.Retry(func() error { return unix.Unlinkat(v.vols.Fd(), v.name, unix.AT_REMOVEDIR) })
+		switch err {
+		case nil, unix.ENOENT:
+			plan.Action = ActionNone
+		case unix.ENOTEMPTY, unix.EEXIST:
+			return plan, fail(volume.Final, fmt.Errorf("%w: %s is not empty and no record says SetUp made it; nothing was removed", ErrNoRecord, dir))
+		default:
+			return plan, fail(volume.Transient, &os.PathError{Op: "rmdir", Path: dir, Err: err})
+		}
 	}
 	switch plan.Action {
 	case ActionUnmountAndRemove:

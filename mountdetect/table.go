@@ -40,3 +40,14 @@ func (t *MountTable) NestedMounts(path string) ([]Mount, error) {
 
 // Detect is Detect with the hugetlbfs page size taken from the table.
 func (t *MountTable) Detect(path string) (FSInfo, error) { return detect(path, t) }
+
+// MountsFromSource lists the mounts in the table whose source is source,
+// wherever they are: how a mount made with a unique source name (an
+// emptyDir's tmpfs) is found after it was moved or its directory renamed.
+// Nil on a nil table.
+func (t *MountTable) MountsFromSource(source string) []Mount {
+	if t == nil {
+		return nil
+	}
+	return t.fromSource(source)
+}

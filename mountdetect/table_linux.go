@@ -216,3 +216,13 @@ func (t *MountTable) hugePageSizeOf(fd int, path string) (int64, error) {
 	}
 	return 0, nil // mounted after the table was read: fall back to the block size
 }
+
+func (t *MountTable) fromSource(source string) []Mount {
+	var out []Mount
+	for _, e := range t.entries {
+		if e.Source == source {
+			out = append(out, e.Mount)
+		}
+	}
+	return out
+}

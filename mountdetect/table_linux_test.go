@@ -84,3 +84,28 @@ func TestNilMountTable(t *testing.T) {
 		t.Errorf("(*MountTable)(nil).NestedMounts(%q) after a second mount = %q; want both", vol, mountPoints(got))
 	}
 }
+
+// TestMountsFromSource: a mount is found by its source wherever it is,
+// after its directory was renamed too; a nil table finds nothing.
+func TestMountsFromSource(t *testing.T) {
+	mounttest.RequireMounts(t)
+	base := t.TempDir()
+	mounttest.Build(t, base, "dir a", "dir b")
+	mounttest.Mount(t, "nodevol-test-source-1", filepath.Join(base, "a"), "tmpfs", 0, "size=1m")
+	mounttest.Mount(t, "nodevol-test-source-1", filepath.Join(base, "b"), "tmpfs", 0, "size=1m")
+	tab, err := ReadMountTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := mountPoints(tab.MountsFromSource("nodevol-test-source-1"))
+	if !slices.Equal(got, []string{filepath.Join(base, "a"), filepath.Join(base, "b")}) {
+		t.Errorf("MountsFromSource = %q; want both mounts", got)
+	}
+	if m := tab.MountsFromSource("nodevol-test-source-none"); len(m) != 0 {
+		t.Errorf("MountsFromSource of an unknown source = %v", m)
+	}
+	var none *MountTable
+	if m := none.MountsFromSource("nodevol-test-source-1"); m != nil {
+		t.Errorf("nil table: %v", m)
+	}
+}

@@ -18,6 +18,8 @@ func readMountTable() (*MountTable, error) { return nil, ErrUnsupported }
 
 func (t *MountTable) nestedMounts(string) ([]Mount, error) { return nil, ErrUnsupported }
 
+func (t *MountTable) fromSource(string) []Mount { return nil }
+
 func isMountPoint(string, strategy) (mounted, sure bool, err error) {
 	return false, false, ErrUnsupported
 }

@@ -204,7 +204,9 @@ func (d *Driver) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.Nod
 
 // statusOf maps an error of the emptydir plugin to a gRPC status: a
 // refusal (a foreign mount in or on the volume) is FAILED_PRECONDITION
-// naming every mount, a volume that is not there NOT_FOUND, a final error
+// naming every mount, as is a target this driver did not publish (no
+// record, not empty); a publish over a volume of the other medium is
+// ALREADY_EXISTS; a volume that is not there NOT_FOUND, a final error
 // about the request INVALID_ARGUMENT, anything else INTERNAL.
 func statusOf(err error) error {
 	var refused *emptydir.RefusedError
@@ -214,7 +216,11 @@ func statusOf(err error) error {
 		return status.Errorf(codes.FailedPrecondition, "%s (%v)", refusalMessage(refused.Plan), err)
 	case errors.As(err, &crossed):
 		return status.Errorf(codes.FailedPrecondition, "mounts inside the volume: %s (%v)", mountList(crossed.Mounts), err)
-	case errors.Is(err, emptydir.ErrForeignMount), errors.Is(err, emptydir.ErrOtherVolumesRecord), errors.Is(err, emptydir.ErrUnexpectedMetadata):
+	case errors.Is(err, emptydir.ErrMediumChanged):
+		// CSI's answer to a publish at a target that holds an
+		// incompatible volume.
+		return status.Error(codes.AlreadyExists, err.Error())
+	case errors.Is(err, emptydir.ErrForeignMount), errors.Is(err, emptydir.ErrOtherVolumesRecord), errors.Is(err, emptydir.ErrUnexpectedMetadata), errors.Is(err, emptydir.ErrNoRecord), errors.Is(err, emptydir.ErrMountElsewhere):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, fsat.ErrOtherMount):
 		// Something is mounted on a directory above the volume (the pod

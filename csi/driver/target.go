@@ -34,7 +34,10 @@ type target struct {
 
 // location is where the emptydir plugin keeps the volume.
 func (t target) location() emptydir.Location {
-	return emptydir.Location{Plugin: csiPlugin, Dir: t.volume, Sub: targetName, Meta: metaPrefix + t.volume}
+	// Every volume of this driver is recorded by its publish before
+	// anything is in it: a target without a record is not ours
+	// (another driver's, a misrouted call), and only an empty one goes.
+	return emptydir.Location{Plugin: csiPlugin, Dir: t.volume, Sub: targetName, Meta: metaPrefix + t.volume, RecordRequired: true}
 }
 
 // parseTarget checks that path is exactly the kubelet's target path for an
