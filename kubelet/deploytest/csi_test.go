@@ -246,29 +246,8 @@ func csiDaemonSetPolicy(ds *appsv1.DaemonSet, d doc, ns string, driver *storagev
 	bad := func(format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%v: DaemonSet %s: %s", d, ds.Name, fmt.Sprintf(format, a...)))
 	}
-	if ds.Namespace != ns {
-		bad("namespace %q; want %q", ds.Namespace, ns)
-	}
+	daemonSetBasics(ds, ns, objs, "pods using the volume on tainted nodes and control planes could not start", bad)
 	spec := &ds.Spec.Template.Spec
-	for sa := range objs.serviceAccounts {
-		if spec.ServiceAccountName != sa.Name {
-			bad("serviceAccountName %q; want %q", spec.ServiceAccountName, sa.Name)
-		}
-	}
-	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
-		bad("automountServiceAccountToken is not false")
-	}
-	if spec.HostPID || spec.HostNetwork || spec.HostIPC {
-		bad("hostPID %v, hostNetwork %v, hostIPC %v; want none", spec.HostPID, spec.HostNetwork, spec.HostIPC)
-	}
-	if !slices.ContainsFunc(spec.Tolerations, func(t corev1.Toleration) bool {
-		return t.Key == "" && t.Operator == corev1.TolerationOpExists && t.Effect == ""
-	}) {
-		bad("no toleration {operator: Exists}: pods using the volume on tainted nodes and control planes could not start")
-	}
-	if u := ds.Spec.UpdateStrategy; u.Type != appsv1.RollingUpdateDaemonSetStrategyType || u.RollingUpdate == nil || u.RollingUpdate.MaxUnavailable == nil {
-		bad("updateStrategy %+v; want RollingUpdate with maxUnavailable", u)
-	}
 	if g := spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second < csiShutdownGrace+5*time.Second {
 		bad("terminationGracePeriodSeconds %s; want at least %v: the driver lets calls in flight finish for up to %v, then removes its sockets",
 			ptrString(g), (csiShutdownGrace + 5*time.Second).Seconds(), csiShutdownGrace)

@@ -385,11 +385,11 @@ func podSecurityErrors(ds *appsv1.DaemonSet, d doc, ns *corev1.Namespace, except
 	return errs
 }
 
-func daemonSetPolicy(ds *appsv1.DaemonSet, d doc, ns string, objs *objects) []error {
-	var errs []error
-	bad := func(format string, a ...any) {
-		errs = append(errs, fmt.Errorf("%v: DaemonSet %s: %s", d, ds.Name, fmt.Sprintf(format, a...)))
-	}
+// daemonSetBasics are the checks every DaemonSet of deploy/ passes: its
+// namespace and service account, no token, no host namespaces, a
+// toleration of every taint (noTaints says why it needs one), and a
+// rolling update with maxUnavailable.
+func daemonSetBasics(ds *appsv1.DaemonSet, ns string, objs *objects, noTaints string, bad func(string, ...any)) {
 	if ds.Namespace != ns {
 		bad("namespace %q; want %q", ds.Namespace, ns)
 	}
@@ -408,11 +408,20 @@ func daemonSetPolicy(ds *appsv1.DaemonSet, d doc, ns string, objs *objects) []er
 	if !slices.ContainsFunc(spec.Tolerations, func(t corev1.Toleration) bool {
 		return t.Key == "" && t.Operator == corev1.TolerationOpExists && t.Effect == ""
 	}) {
-		bad("no toleration {operator: Exists}: it would not run on tainted nodes and control planes")
+		bad("no toleration {operator: Exists}: %s", noTaints)
 	}
 	if u := ds.Spec.UpdateStrategy; u.Type != appsv1.RollingUpdateDaemonSetStrategyType || u.RollingUpdate == nil || u.RollingUpdate.MaxUnavailable == nil {
 		bad("updateStrategy %+v; want RollingUpdate with maxUnavailable", u)
 	}
+}
+
+func daemonSetPolicy(ds *appsv1.DaemonSet, d doc, ns string, objs *objects) []error {
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%v: DaemonSet %s: %s", d, ds.Name, fmt.Sprintf(format, a...)))
+	}
+	daemonSetBasics(ds, ns, objs, "it would not run on tainted nodes and control planes", bad)
+	spec := &ds.Spec.Template.Spec
 	if len(spec.Containers) != 1 || len(spec.InitContainers) != 0 {
 		bad("%d containers, %d init containers; want one container", len(spec.Containers), len(spec.InitContainers))
 		return errs
