@@ -247,6 +247,31 @@ func TestReviewRaceSwapTarget(t *testing.T) {
 	}
 }
 
+// renamedTmpfs publishes a Memory volume and has the pod rename its
+// target, tmpfs and all, to "elsewhere" (from a mount namespace of its
+// own, where the target is not a mount point); it returns the target and
+// the tmpfs's unique mount ID.
+func renamedTmpfs(t *testing.T) (*reviewEnv, string, uint64) {
+	t.Helper()
+	mounttest.RequireMounts(t)
+	e := newReviewEnv(t)
+	px, tx := e.vol(t, reviewUID, "x")
+	fd, err := unix.Open(px, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	a := mounttest.StartAttackerOnce(t, func() error { return unix.Renameat(fd, "mount", fd, "elsewhere") })
+	e.publish(t, reviewUID, tx, AttrMedium, "Memory", AttrSizeLimit, "4Mi")
+	id := mounttest.UniqueMountID(t, tx)
+	if !a.StepWithin(5 * time.Second) {
+		t.Fatal("the rename failed")
+	}
+	moved := filepath.Join(px, "elsewhere")
+	t.Cleanup(func() { _ = unix.Unmount(moved, unix.MNT_DETACH) })
+	return e, tx, id
+}
+
 // TestReviewRenamedTmpfsForgotten: the pod renames the target of a
 // published Memory volume (mount -> elsewhere, in its own mount
 // namespace) and leaves a symlink or nothing as mount. Unpublish then
@@ -256,23 +281,8 @@ func TestReviewRaceSwapTarget(t *testing.T) {
 // pod can repeat). Expected: the record is kept and unpublish refuses
 // while the recorded mount (its unique ID) is still mounted somewhere.
 func TestReviewRenamedTmpfsForgotten(t *testing.T) {
-	mounttest.RequireMounts(t)
-	e := newReviewEnv(t)
-	px, tx := e.vol(t, reviewUID, "x")
-	fd, err := unix.Open(px, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	a := mounttest.StartAttackerOnce(t, func() error { return unix.Renameat(fd, "mount", fd, "elsewhere") })
-	e.publish(t, reviewUID, tx, AttrMedium, "Memory", AttrSizeLimit, "4Mi")
-	id := mounttest.UniqueMountID(t, tx)
-	if !a.StepWithin(5 * time.Second) {
-		t.Fatal("the rename failed")
-	}
-	moved := filepath.Join(px, "elsewhere")
-	t.Cleanup(func() { _ = unix.Unmount(moved, unix.MNT_DETACH) })
-	_, err = e.d.NodeUnpublishVolume(e.ctx, unpubReq(tx))
+	e, tx, id := renamedTmpfs(t)
+	_, err := e.d.NodeUnpublishVolume(e.ctx, unpubReq(tx))
 	t.Logf("unpublish with the target renamed away: %v", err)
 	if p, found := mounttest.MountPointOfUnique(t, id); found {
 		if err == nil {
@@ -290,23 +300,8 @@ func TestReviewRenamedTmpfsForgotten(t *testing.T) {
 // new tmpfs and overwrites the record of the first, which is still
 // mounted where the pod moved it, with nothing left naming it.
 func TestReviewRenamedTmpfsRepublished(t *testing.T) {
-	mounttest.RequireMounts(t)
-	e := newReviewEnv(t)
-	px, tx := e.vol(t, reviewUID, "x")
-	fd, err := unix.Open(px, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	a := mounttest.StartAttackerOnce(t, func() error { return unix.Renameat(fd, "mount", fd, "elsewhere") })
-	e.publish(t, reviewUID, tx, AttrMedium, "Memory", AttrSizeLimit, "4Mi")
-	id := mounttest.UniqueMountID(t, tx)
-	if !a.StepWithin(5 * time.Second) {
-		t.Fatal("the rename failed")
-	}
-	moved := filepath.Join(px, "elsewhere")
-	t.Cleanup(func() { _ = unix.Unmount(moved, unix.MNT_DETACH) })
-	_, err = e.d.NodePublishVolume(e.ctx, pubReq(reviewUID, tx, AttrMedium, "Memory", AttrSizeLimit, "4Mi"))
+	e, tx, id := renamedTmpfs(t)
+	_, err := e.d.NodePublishVolume(e.ctx, pubReq(reviewUID, tx, AttrMedium, "Memory", AttrSizeLimit, "4Mi"))
 	t.Logf("publish again: %v", err)
 	t.Cleanup(func() { _ = unix.Unmount(tx, unix.MNT_DETACH) })
 	if p, found := mounttest.MountPointOfUnique(t, id); found && err == nil {
