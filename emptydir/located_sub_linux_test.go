@@ -1,7 +1,9 @@
 package emptydir
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -241,4 +243,64 @@ func TestMountMovedAwayRefused(t *testing.T) {
 		t.Fatalf("TearDown once the tmpfs is gone = %v", err)
 	}
 	mustNotExist(t, vol)
+}
+
+// TestAnyMountNamespace: a driver restarted in a new mount namespace sees
+// the tmpfs its predecessor made as a propagated copy, with other mount
+// IDs. With AnyMountNamespace the record proves it by type, source and
+// device; without, the changed IDs are a refusal. A tmpfs carrying the
+// recorded source but another superblock is never proven.
+func TestAnyMountNamespace(t *testing.T) {
+	mounttest.RequireMounts(t)
+	// rewrite changes the recorded mount IDs, as another namespace shows
+	// the same mount.
+	rewrite := func(t *testing.T, e *env, loc Location, change func(*MountRecord)) {
+		t.Helper()
+		path := filepath.Join(e.metaDir(t, loc.Meta), metaFileName)
+		md, err := readMetadata(e.metaDir(t, loc.Meta))
+		if err != nil || md == nil || md.Mount == nil {
+			t.Fatalf("record: %+v, %v", md, err)
+		}
+		change(md.Mount)
+		b, err := json.Marshal(md)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	otherIDs := func(r *MountRecord) { r.ID += 1000; r.UniqueID += 1000 }
+	for _, anyNS := range []bool{false, true} {
+		t.Run(fmt.Sprintf("AnyMountNamespace=%v", anyNS), func(t *testing.T) {
+			e := newEnv(t, t.TempDir(), nil)
+			loc := csiLoc("scratch")
+			loc.AnyMountNamespace = anyNS
+			m := e.setUpAt(t, loc, "Memory")
+			rewrite(t, e, loc, otherIDs)
+			err := e.tearDownAt(loc)
+			if anyNS {
+				if err != nil {
+					t.Fatalf("TearDown with the mount's IDs of another namespace = %v", err)
+				}
+				if mounttest.IsMountRoot(t, m.Path()) {
+					t.Fatal("still mounted")
+				}
+				return
+			}
+			if !errors.Is(err, mountdetect.ErrCrossesMount) || !mounttest.IsMountRoot(t, m.Path()) {
+				t.Fatalf("TearDown with other mount IDs, by ID = %v; want a refusal, the mount kept", err)
+			}
+		})
+	}
+	t.Run("another superblock", func(t *testing.T) {
+		e := newEnv(t, t.TempDir(), nil)
+		loc := csiLoc("scratch")
+		loc.AnyMountNamespace = true
+		m := e.setUpAt(t, loc, "Memory")
+		rewrite(t, e, loc, func(r *MountRecord) { otherIDs(r); r.Dev++ })
+		if err := e.tearDownAt(loc); !errors.Is(err, mountdetect.ErrCrossesMount) || !mounttest.IsMountRoot(t, m.Path()) {
+			t.Fatalf("TearDown of a tmpfs with the recorded source on another device = %v; want a refusal, the mount kept", err)
+		}
+	})
 }

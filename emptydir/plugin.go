@@ -177,6 +177,18 @@ type Location struct {
 	// removing nothing. Without it a volume with no record is torn down
 	// as a Default one, as a kubelet that ran before nodevol left it.
 	RecordRequired bool
+	// AnyMountNamespace says that the process tearing the volume down may
+	// run in another mount namespace than the one that set it up: a CSI
+	// node plugin in a container, restarted, has a new namespace, where
+	// the tmpfs its predecessor made is a propagated copy with mount IDs
+	// of its own. A mount is then proven by its type, its source (a
+	// random name bound to this location) and its superblock's device
+	// number, not by its mount ID. Weaker: the device number of a tmpfs
+	// is reused after an unmount, so a tmpfs someone mounted in its place
+	// with the recorded source would pass (as with a pending record, see
+	// the package documentation: that takes mounting in the host's
+	// namespace, and puts nobody's data but the mounter's at stake).
+	AnyMountNamespace bool
 	// Meta is the metadata directory's name in
 	// plugins/kubernetes.io~empty-dir: one path element that is not a valid
 	// volume name (volume.ValidateVolumeName must fail), such as
@@ -248,10 +260,10 @@ type volRef struct {
 	plugin string // unescaped plugin of the volumes directory
 	dir    string // the volume directory's name in volumes/<plugin>
 	sub    string // located: the volume directory's name in dir ("" when dir is it)
-	// recordRequired: see Location.RecordRequired.
-	recordRequired bool
-	meta           string // the metadata directory's name in plugins/kubernetes.io~empty-dir
-	located        bool
+	// recordRequired and anyMountNamespace: see Location.
+	recordRequired, anyMountNamespace bool
+	meta                              string // the metadata directory's name in plugins/kubernetes.io~empty-dir
+	located                           bool
 }
 
 func ordinaryRef(podUID, vol string) volRef {
@@ -259,7 +271,8 @@ func ordinaryRef(podUID, vol string) volRef {
 }
 
 func locatedRef(podUID string, loc Location) volRef {
-	return volRef{podUID: podUID, plugin: loc.Plugin, dir: loc.Dir, sub: loc.Sub, meta: loc.Meta, located: true, recordRequired: loc.RecordRequired}
+	return volRef{podUID: podUID, plugin: loc.Plugin, dir: loc.Dir, sub: loc.Sub, meta: loc.Meta, located: true,
+		recordRequired: loc.RecordRequired, anyMountNamespace: loc.AnyMountNamespace}
 }
 
 // record is what a located volume's nodevol.json says about its location;

@@ -373,7 +373,7 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 	if err != nil {
 		return err
 	}
-	if top.kind != entryDir || !top.mi.root || !rec.sameMount(top.mi) {
+	if top.kind != entryDir || !top.mi.root || !rec.sameMount(top.mi, m.ref) {
 		return fmt.Errorf("after attaching %s (%s) to %s, the directory shows something else (%s)", fstype, rec.describe(), m.dir, top.mi.describe())
 	}
 	return m.setMode(top.fd, plan, args)

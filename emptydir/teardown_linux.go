@@ -213,7 +213,13 @@ func (rec *MountRecord) describe() string {
 // sameMount compares the identity statx gives, without the mount table:
 // the unique mount ID where the kernel has them (a record without one does
 // not match then), else the classic ID and the device.
-func (rec *MountRecord) sameMount(mi mountIdentity) bool {
+func (rec *MountRecord) sameMount(mi mountIdentity, r volRef) bool {
+	if r.anyMountNamespace {
+		// Mount IDs are those of the namespace that made the mount; in
+		// another one it is a propagated copy with IDs of its own. Its
+		// superblock (device) is the same everywhere.
+		return rec.Dev != 0 && rec.Dev == mi.dev
+	}
 	if mi.uniqueID != 0 {
 		return rec.UniqueID == mi.uniqueID
 	}
@@ -319,7 +325,7 @@ func (v *podVolume) unmount(plan Plan) error {
 	if err != nil {
 		return fmt.Errorf("statx %s: %w", v.dir, err)
 	}
-	if !mi.root || !rec.sameMount(mi) {
+	if !mi.root || !rec.sameMount(mi, v.ref) {
 		plan.Action, plan.Reason = ActionRefuse, "the mount on the volume directory changed while it was examined"
 		plan.Mounts = []mountdetect.Mount{{MountPoint: v.dir}}
 		return plan.refusal()
@@ -337,7 +343,7 @@ func (v *podVolume) unmount(plan Plan) error {
 		return fmt.Errorf("statx %s after unmount: %w", v.dir, err)
 	}
 	if after.root {
-		if rec.sameMount(after) {
+		if rec.sameMount(after, v.ref) {
 			return fmt.Errorf("unmount %s: a mount stacked on the volume's own mount at the last moment was unmounted instead of it (%s is still mounted); nothing was removed", v.dir, rec.describe())
 		}
 		return fmt.Errorf("unmount %s: another mount (%s) is on the volume directory after the volume's own was unmounted; nothing was removed", v.dir, after.describe())

@@ -307,7 +307,7 @@ func (rec *MountRecord) provenBy(mi mountIdentity, fsType, source string, r volR
 	if !isSourceFor(rec.Source, r) || rec.Source != source || rec.FSType != fsType {
 		return false
 	}
-	return rec.Pending || rec.sameMount(mi)
+	return rec.Pending || rec.sameMount(mi, r)
 }
 
 // pin returns the pending record rec completed with the IDs of the mount

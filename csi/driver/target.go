@@ -37,7 +37,11 @@ func (t target) location() emptydir.Location {
 	// Every volume of this driver is recorded by its publish before
 	// anything is in it: a target without a record is not ours
 	// (another driver's, a misrouted call), and only an empty one goes.
-	return emptydir.Location{Plugin: csiPlugin, Dir: t.volume, Sub: targetName, Meta: metaPrefix + t.volume, RecordRequired: true}
+	// The driver runs in a container: restarted, it is in a new mount
+	// namespace, where the tmpfs its predecessor made has other mount
+	// IDs (AnyMountNamespace).
+	return emptydir.Location{Plugin: csiPlugin, Dir: t.volume, Sub: targetName, Meta: metaPrefix + t.volume,
+		RecordRequired: true, AnyMountNamespace: true}
 }
 
 // parseTarget checks that path is exactly the kubelet's target path for an
