@@ -148,6 +148,9 @@ func startControlPlane(ctx context.Context, dir, apiserverBin string, log *logge
 		"--service-account-key-file", p(saPublicFile),
 		"--service-account-signing-key-file", p(saPrivateFile),
 		"--authorization-mode", "Node,RBAC",
+		// As kubeadm and managed clusters run it: without it no privileged
+		// container, and so no CSI node plugin (deploy/csi), is admitted.
+		"--allow-privileged=true",
 		"--cert-dir", filepath.Join(dir, "apiserver-certs"),
 		"--profiling=false", "--v=1")
 	if err != nil {

@@ -26,6 +26,9 @@ func scenarios() []scenario {
 		{num: 6, name: "subpath", expect: expectSubPath, run: subPathScenario},
 		{num: 7, name: exporterScenarioName, sched: alone, expect: expectExporter, run: exporterScenario},
 		{num: 8, name: exporterControlName, sched: alone, kubelets: []flavor{nodevolKubelet}, expect: expectExporterControl, run: exporterControlScenario},
+		// nodevol-csi serves stock kubelets: the nodevol kubelet's row would
+		// add nothing.
+		{num: 9, name: csiScenarioName, sched: alone, kubelets: []flavor{stockKubelet}, nodevolOnStock: true, expect: expectCSI, run: csiScenario},
 	}
 }
 
@@ -47,11 +50,14 @@ type innerConfig struct {
 	Images    []string          `json:"images"`
 	// Exporter is the exporter scenario's image and DaemonSet; nil when
 	// the scenario is not selected.
-	Exporter   *exporterInputs `json:"exporter,omitempty"`
-	CgroupName string          `json:"cgroupName"`
-	Run        string          `json:"run"`
-	Start      time.Time       `json:"start"`
-	Deadline   time.Time       `json:"deadline"`
+	Exporter *exporterInputs `json:"exporter,omitempty"`
+	// CSI is the CSI scenario's image and manifests; nil when the
+	// scenario is not selected.
+	CSI        *csiInputs `json:"csi,omitempty"`
+	CgroupName string     `json:"cgroupName"`
+	Run        string     `json:"run"`
+	Start      time.Time  `json:"start"`
+	Deadline   time.Time  `json:"deadline"`
 }
 
 // innerResult is what it hands back.
@@ -184,6 +190,12 @@ func runFlavor(ctx context.Context, cfg innerConfig, cp *controlPlane, f flavor,
 		}
 		log.Printf("containerd imported %s as %s, the digest recorded beside %s", cfg.Exporter.Image.Name, cfg.Exporter.Image.Digest, filepath.Base(cfg.Exporter.Image.Tar))
 	}
+	if cfg.CSI != nil {
+		if err := c.checkImage(ctx, cfg.CSI.Image); err != nil {
+			return nil, err
+		}
+		log.Printf("containerd imported %s as %s, the digest recorded beside %s", cfg.CSI.Image.Name, cfg.CSI.Image.Digest, filepath.Base(cfg.CSI.Image.Tar))
+	}
 	k, err := newKubelet(cfg.Kubelets[f.String()], filepath.Join(dir, "kubelet"), c.socket, "/"+cfg.CgroupName+"/"+f.String(), cp.kubeconfig, log)
 	if err != nil {
 		return nil, err
@@ -217,7 +229,7 @@ func runFlavor(ctx context.Context, cfg innerConfig, cp *controlPlane, f flavor,
 		if err != nil {
 			o.harness(err)
 		} else {
-			env := &scenarioEnv{flavor: f, kubelet: k, api: cp, dir: sdir, uid: podUID(f, s.num), podName: fmt.Sprintf("s%d-%s", s.num, s.name), exporter: cfg.Exporter, log: slog}
+			env := &scenarioEnv{flavor: f, kubelet: k, api: cp, dir: sdir, uid: podUID(f, s.num), podName: fmt.Sprintf("s%d-%s", s.num, s.name), exporter: cfg.Exporter, csi: cfg.CSI, log: slog}
 			s.run(ctx, env, &o)
 		}
 		o.time("scenario", time.Since(t))
@@ -248,6 +260,7 @@ func makeRow(s scenario, f flavor, o *outcome) row {
 	return row{
 		Scenario: s.id(),
 		Kubelet:  f.String(),
+		Peer:     f == stockKubelet && !s.nodevolOnStock,
 		Expected: s.expect(f),
 		Observed: strings.Join(o.observed, "; "),
 		Details:  o.facts,
@@ -261,9 +274,9 @@ func makeRow(s scenario, f flavor, o *outcome) row {
 // stock row records the peer result or says it was not the expected one.
 func verdict(r row) string {
 	switch {
-	case r.Kubelet == stockKubelet.String() && r.OK:
+	case r.Peer && r.OK:
 		return "peer recorded"
-	case r.Kubelet == stockKubelet.String():
+	case r.Peer:
 		return "UNEXPECTED"
 	case r.OK:
 		return "PASS"

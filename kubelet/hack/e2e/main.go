@@ -8,9 +8,11 @@
 // emptyDir); a subPath mount; and issue 15's exporter: deploy/'s
 // DaemonSet run as a static pod, reporting a NAS mounted inside an
 // emptyDir on /metrics, and its control without mount propagation, which
-// misses it.
+// misses it; and issue 17's nodevol-csi on the stock kubelet: deploy/csi
+// applied through the API, a NAS inside its Default inline volume kept
+// across a driver restart, the volume gone once the NAS is.
 //
-//	go run ./hack/e2e -stock KUBELET -nodevol KUBELET -apiserver KUBE-APISERVER [-run REGEXP] [-timeout 15m] [-workdir DIR] [-nodevol-image FILE] [-deploy DIR]
+//	go run ./hack/e2e -stock KUBELET -nodevol KUBELET -apiserver KUBE-APISERVER [-run REGEXP] [-timeout 15m] [-workdir DIR] [-nodevol-image FILE] [-deploy DIR] [-csi-image FILE] [-csi-deploy DIR]
 //
 // (as root, from the kubelet/ directory). It installs containerd, runc,
 // busybox-static and etcd-server with apt-get when missing, builds a pause
@@ -64,9 +66,13 @@ type options struct {
 	// ./hack/image.
 	nodevolImage string
 	deploy       string // the manifests directory holding the DaemonSet
+	// csiImage is nodevol-csi's image tarball (with FILE.digest beside
+	// it); empty: the driver builds it with the root module's ./hack/image.
+	csiImage  string
+	csiDeploy string // deploy/csi: the CSI scenario's manifests
 }
 
-const usageLine = "usage: go run ./hack/e2e -stock KUBELET -nodevol KUBELET -apiserver KUBE-APISERVER [-run REGEXP] [-timeout 15m] [-workdir DIR] [-nodevol-image FILE] [-deploy DIR]"
+const usageLine = "usage: go run ./hack/e2e -stock KUBELET -nodevol KUBELET -apiserver KUBE-APISERVER [-run REGEXP] [-timeout 15m] [-workdir DIR] [-nodevol-image FILE] [-deploy DIR] [-csi-image FILE] [-csi-deploy DIR]"
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
@@ -84,6 +90,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.workdir, "workdir", "", "work directory, kept afterwards (default: a temporary one, removed when the run passes)")
 	fs.StringVar(&o.nodevolImage, "nodevol-image", "", "the nodevol image, an OCI layout tarball with `FILE`.digest beside it, from the root module's ./hack/image (default: built by the driver)")
 	fs.StringVar(&o.deploy, "deploy", "../deploy", "the `DIR`ectory of nodevol's manifests, whose DaemonSet the exporter scenario runs")
+	fs.StringVar(&o.csiImage, "csi-image", "", "the nodevol-csi image, an OCI layout tarball with `FILE`.digest beside it, from the root module's ./hack/image -binary nodevol-csi (default: built by the driver)")
+	fs.StringVar(&o.csiDeploy, "csi-deploy", "../deploy/csi", "the `DIR`ectory of nodevol-csi's manifests, which the CSI scenario applies")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -101,7 +109,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		}
 		*p = abs
 	}
-	for _, p := range []*string{&o.nodevolImage, &o.deploy} {
+	for _, p := range []*string{&o.nodevolImage, &o.deploy, &o.csiImage, &o.csiDeploy} {
 		if *p == "" {
 			continue
 		}
@@ -213,6 +221,13 @@ func drive(ctx context.Context, opts options, start time.Time, log *logger) (res
 	if exporter != nil {
 		images = append(images, exporter.Image.Tar)
 	}
+	csi, err := prepareCSI(ctx, opts, filepath.Join(workdir, "images"), log)
+	if err != nil {
+		return nil, err
+	}
+	if csi != nil {
+		images = append(images, csi.Image.Tar)
+	}
 	log.Printf("packages and images ready in %.1fs", time.Since(t).Seconds())
 
 	cgroupName := fmt.Sprintf("nodevol-e2e-%d", os.Getpid())
@@ -224,7 +239,7 @@ func drive(ctx context.Context, opts options, start time.Time, log *logger) (res
 	if err != nil {
 		return nil, err
 	}
-	nsErr := runNamespace(ctx, opts, workdir, images, exporter, cgroupName, cgroups, start, log)
+	nsErr := runNamespace(ctx, opts, workdir, images, exporter, csi, cgroupName, cgroups, start, log)
 	cleanErr := cleanHost(before, cgroups)
 	after, err := snapshotHost(workdir, cgroups, cgroupName)
 	if err != nil {
@@ -255,7 +270,7 @@ func drive(ctx context.Context, opts options, start time.Time, log *logger) (res
 // needs, re-executes the binary as PID 1 of new mount, pid and network
 // namespaces and waits for it, killing it when ctx ends (the watchdog:
 // with its PID 1 gone, the kernel kills everything in the namespace).
-func runNamespace(ctx context.Context, opts options, workdir string, images []string, exporter *exporterInputs, cgroupName string, cgroups []string, start time.Time, log *logger) error {
+func runNamespace(ctx context.Context, opts options, workdir string, images []string, exporter *exporterInputs, csi *csiInputs, cgroupName string, cgroups []string, start time.Time, log *logger) error {
 	for _, d := range hostDirs {
 		if _, err := os.Lstat(d); os.IsNotExist(err) {
 			if err := os.Mkdir(d, 0o755); err != nil {
@@ -286,6 +301,7 @@ func runNamespace(ctx context.Context, opts options, workdir string, images []st
 		Versions:   versions,
 		Images:     images,
 		Exporter:   exporter,
+		CSI:        csi,
 		CgroupName: cgroupName,
 		Run:        opts.run,
 		Start:      start,

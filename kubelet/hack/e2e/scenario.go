@@ -50,6 +50,9 @@ type scenario struct {
 	// kubelets are the kubelets it runs against; nil: every one. A
 	// scenario that does not depend on the kubelet (a control) runs once.
 	kubelets []flavor
+	// nodevolOnStock: the stock kubelet's row is nodevol's own result
+	// (nodevol-csi on a stock kubelet), not a peer's.
+	nodevolOnStock bool
 	// expect says what the kubelet of the flavor should do, in words.
 	expect func(flavor) string
 	run    func(ctx context.Context, env *scenarioEnv, o *outcome)
@@ -69,7 +72,10 @@ type scenarioEnv struct {
 	// exporter is the exporter scenario's image and DaemonSet (nil when
 	// that scenario is not selected).
 	exporter *exporterInputs
-	log      *logger
+	// csi is the CSI scenario's image and manifests (nil when that
+	// scenario is not selected).
+	csi *csiInputs
+	log *logger
 }
 
 // timing is one measured step.
@@ -118,8 +124,11 @@ func (o *outcome) time(step string, d time.Duration) {
 
 // row is one line of the result table.
 type row struct {
-	Scenario string   `json:"scenario"`
-	Kubelet  string   `json:"kubelet"`
+	Scenario string `json:"scenario"`
+	Kubelet  string `json:"kubelet"`
+	// Peer: the row records a peer's behaviour (the stock kubelet's own
+	// emptyDir), not nodevol's.
+	Peer     bool     `json:"peer"`
 	Expected string   `json:"expected"`
 	Observed string   `json:"observed"`
 	Details  []string `json:"details,omitempty"`
