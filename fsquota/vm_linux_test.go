@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/internal/mounttest"
 )
 
 // The TestVM* tests need a kernel with project quotas and an XFS or ext4
@@ -61,79 +62,6 @@ func vmMount(t *testing.T) string {
 func vmManager(t *testing.T, firstID uint32, opts ...Option) (*Manager, bookkeeping) {
 	bk := newBookkeeping(t)
 	return New(append([]Option{WithProjectsFile(bk.projects), WithProjidFile(bk.projid), WithFirstID(firstID)}, opts...)...), bk
-}
-
-// fill writes to path until the write fails or max bytes are written and
-// returns what was written and the error.
-func fill(t *testing.T, path string, max int64) (int64, error) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fillFile(f, max)
-}
-
-// fillWithoutCapSysResource is fill from a thread without
-// CAP_SYS_RESOURCE, like a pod's container (the default capability set
-// lacks it). The VFS quota code that ext4 uses lets a task with that
-// capability exceed hard limits (ignore_hardlimit in fs/quota/dquot.c), so
-// a root test process would never see the limit on ext4; XFS enforces
-// project limits for root as well.
-func fillWithoutCapSysResource(t *testing.T, path string, max int64) (int64, error) {
-	t.Helper()
-	type result struct {
-		n   int64
-		err error
-	}
-	done := make(chan result)
-	go func() {
-		// Capabilities belong to a thread. This goroutine keeps its thread
-		// locked to the end, so the runtime discards the thread with the
-		// dropped capability instead of reusing it.
-		runtime.LockOSThread()
-		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-		var caps [2]unix.CapUserData
-		if err := unix.Capget(&hdr, &caps[0]); err != nil {
-			done <- result{err: fmt.Errorf("capget: %w", err)}
-			return
-		}
-		caps[unix.CAP_SYS_RESOURCE/32].Effective &^= 1 << (unix.CAP_SYS_RESOURCE % 32)
-		if err := unix.Capset(&hdr, &caps[0]); err != nil {
-			done <- result{err: fmt.Errorf("capset: %w", err)}
-			return
-		}
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			done <- result{err: err}
-			return
-		}
-		n, err := fillFile(f, max)
-		done <- result{n, err}
-	}()
-	r := <-done
-	return r.n, r.err
-}
-
-func fillFile(f *os.File, max int64) (int64, error) {
-	defer f.Close()
-	buf := make([]byte, 64<<10)
-	for i := range buf {
-		buf[i] = byte(i)
-	}
-	var total int64
-	for total < max {
-		chunk := buf
-		if rest := max - total; rest < int64(len(chunk)) {
-			chunk = chunk[:rest]
-		}
-		n, err := f.Write(chunk)
-		total += int64(n)
-		if err != nil {
-			return total, err
-		}
-	}
-	return total, f.Sync()
 }
 
 func syncfs(t *testing.T, path string) {
@@ -209,7 +137,7 @@ func TestVMAssignUsageEnforceClear(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(vol, "a/b"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fill(t, filepath.Join(vol, "a/b/four"), 4<<20); err != nil {
+	if _, err := mounttest.Fill(t, filepath.Join(vol, "a/b/four"), 4<<20); err != nil {
 		t.Fatal(err)
 	}
 	bytes, inodes, err := m.Usage(vol)
@@ -241,7 +169,7 @@ func TestVMAssignUsageEnforceClear(t *testing.T) {
 	// XFS reports an exceeded project quota as ENOSPC (like a full
 	// filesystem, which is what the project's statfs shows), ext4 as
 	// EDQUOT.
-	written, err := fillWithoutCapSysResource(t, filepath.Join(vol, "big"), 2*limit)
+	written, err := mounttest.FillWithoutCapSysResource(t, filepath.Join(vol, "big"), 2*limit)
 	total := written + 4<<20
 	t.Logf("writes stopped after %d bytes in the volume: %v", total, err)
 	wantErr := map[string]error{"xfs": unix.ENOSPC, "ext4": unix.EDQUOT}[vmFS()]
@@ -258,7 +186,7 @@ func TestVMAssignUsageEnforceClear(t *testing.T) {
 	// hard limit (documented on Enforce).
 	// (Appending to the file that hit the limit: XFS refuses even to
 	// create a new inode in a project over its block limit.)
-	n, err := fill(t, filepath.Join(vol, "big"), 1<<20)
+	n, err := mounttest.Fill(t, filepath.Join(vol, "big"), 1<<20)
 	t.Logf("a writer with CAP_SYS_RESOURCE at the limit: %d bytes, %v", n, err)
 	switch vmFS() {
 	case "xfs":
@@ -318,7 +246,7 @@ func TestVMMonitoringOnly(t *testing.T) {
 	if _, err := m.Assign(vol, 1<<20); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := fill(t, filepath.Join(vol, "f"), 3<<20); err != nil {
+	if n, err := mounttest.Fill(t, filepath.Join(vol, "f"), 3<<20); err != nil {
 		t.Errorf("monitoring-only: writing 3 MiB under sizeLimit 1 MiB stopped at %d: %v", n, err)
 	}
 	if u, err := m.ProjectUsage(vol); err != nil || u.Bytes < 3<<20 || u.LimitBytes != 0 {
@@ -335,7 +263,7 @@ func TestVMRestartAdoption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fill(t, filepath.Join(vol, "f"), 1<<20); err != nil {
+	if _, err := mounttest.Fill(t, filepath.Join(vol, "f"), 1<<20); err != nil {
 		t.Fatal(err)
 	}
 	// A restarted process: a new Manager on the same files knows nothing
@@ -378,7 +306,7 @@ func TestVMSkipsIDsWithUsage(t *testing.T) {
 	if err := SetProjectID(foreign, first); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fill(t, filepath.Join(foreign, "f"), 64<<10); err != nil {
+	if _, err := mounttest.Fill(t, filepath.Join(foreign, "f"), 64<<10); err != nil {
 		t.Fatal(err)
 	}
 	vol := filepath.Join(root, "vol")

@@ -10,7 +10,9 @@
 # tests for the Default medium (TestCrash/Default: a child SIGKILLed at
 # each step of SetUp and TearDown, a new volume manager after it, no
 # project leaked in the files or the kernel) with the kernel's own quotas,
-# and reads the result lines from the serial console. The kernel package
+# and nodevol-csi's TestVMSizeLimitEnforced (a Default inline volume's
+# sizeLimit stops a pod's writer: issue 17), and reads the result lines
+# from the serial console. The kernel package
 # is only downloaded and unpacked into a work directory; nothing is
 # installed as the host's kernel.
 #
@@ -106,7 +108,8 @@ grep -q 'quota_v2' "$root/modules/order" ||
 
 CGO_ENABLED=0 go test -c -o "$root/fsquota.test" ./fsquota
 CGO_ENABLED=0 go test -c -o "$root/emptydir.test" ./emptydir
-say "test binaries built (fsquota $(du -h "$root/fsquota.test" | cut -f1), emptydir $(du -h "$root/emptydir.test" | cut -f1))"
+(cd csi && CGO_ENABLED=0 go test -c -o "$root/csi.test" ./driver)
+say "test binaries built (fsquota $(du -h "$root/fsquota.test" | cut -f1), emptydir $(du -h "$root/emptydir.test" | cut -f1), csi $(du -h "$root/csi.test" | cut -f1))"
 
 cat >"$root/init" <<'EOF'
 #!/bin/busybox sh
@@ -140,6 +143,7 @@ suite() {
     failed=
     run "$fs" fsquota /fsquota.test '^TestVM' || failed="$failed fsquota"
     run "$fs" emptydir /emptydir.test '^TestCrash$/^Default$/' || failed="$failed emptydir-crash"
+    run "$fs" csi /csi.test '^TestVM' || failed="$failed csi"
     if [ -z "$failed" ]; then r=PASS; else r="FAIL (go test failed:$failed)"; fi
     umount "$mnt" || r="FAIL (umount $mnt)"
   fi
@@ -190,7 +194,9 @@ for fs in xfs ext4; do
   [ "$n" -gt 0 ] || die "no TestVM test ran on $fs"
   c=$(grep -ac -- "^\[$fs\]     --- PASS: TestCrash/Default/" "$work/serial.log" || true)
   [ "$c" -gt 0 ] || die "no TestCrash/Default case ran on $fs"
-  say "ok: $n VM tests and $c crash cases passed on $fs"
+  v=$(grep -ac -- "^\[$fs\] --- PASS: TestVMSizeLimitEnforced" "$work/serial.log" || true)
+  [ "$v" -gt 0 ] || die "nodevol-csi's TestVMSizeLimitEnforced did not pass on $fs"
+  say "ok: $n VM tests, $c crash cases and nodevol-csi's sizeLimit test passed on $fs"
 done
 [ "$result" = PASS ] || die "quota VM tests failed: ${result:-no result line on the serial console}"
 if grep -aqE -- '--- SKIP: (TestVM|TestCrash)' "$work/serial.log"; then die "a TestVM or TestCrash test skipped inside the VM"; fi
