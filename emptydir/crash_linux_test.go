@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -27,7 +26,6 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/nodevol/nodevol/fsquota"
-	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/internal/mounttest"
 	"github.com/nodevol/nodevol/internal/testhook"
 	"github.com/nodevol/nodevol/mountdetect"
@@ -233,7 +231,7 @@ func newWorld(t *testing.T, ctx context.Context, c crashCase, hook testhook.Hook
 		fsquota.Enforce(), fsquota.WithFirstID(c.FirstID), fsquota.WithTestHook(hook),
 	}
 	if !c.RealQuota {
-		qopts = append(qopts, fsquota.WithTestKernel(&fileKernel{path: filepath.Join(c.Files, "limits.json")}))
+		qopts = append(qopts, fsquota.WithTestKernel(&mounttest.FileQuotaKernel{Path: filepath.Join(c.Files, "limits.json")}))
 	}
 	w := &crashWorld{c: c, layout: l, quotas: fsquota.New(qopts...), metrics: prometheus.NewRegistry()}
 	var sm volume.SystemMounter
@@ -687,7 +685,7 @@ func checkProjects(t *testing.T, w *crashWorld, want map[string]uint32) {
 		t.Errorf("projid file = %v; want %v", got, wantProjid)
 	}
 	if !w.c.RealQuota {
-		limits, err := (&fileKernel{path: filepath.Join(w.c.Files, "limits.json")}).load()
+		limits, err := (&mounttest.FileQuotaKernel{Path: filepath.Join(w.c.Files, "limits.json")}).Limits()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -773,57 +771,6 @@ func waitGone(ctx context.Context, dir string) error {
 			}
 		}
 	}
-}
-
-// fileKernel is the quota kernel's stand-in: project limits in a JSON
-// file, replaced atomically, so that they outlive a killed process as the
-// kernel's would.
-type fileKernel struct {
-	path string
-	mu   sync.Mutex // one Manager's concurrent calls; processes never overlap
-}
-
-func (k *fileKernel) load() (map[uint32]int64, error) {
-	limits := map[uint32]int64{}
-	b, err := os.ReadFile(k.path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return limits, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return limits, json.Unmarshal(b, &limits)
-}
-
-func (k *fileKernel) Limit(id uint32) (int64, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	limits, err := k.load()
-	return limits[id], err
-}
-
-func (k *fileKernel) SetLimit(id uint32, hard int64) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	limits, err := k.load()
-	if err != nil {
-		return err
-	}
-	if hard == 0 {
-		delete(limits, id)
-	} else {
-		limits[id] = hard
-	}
-	b, err := json.Marshal(limits)
-	if err != nil {
-		return err
-	}
-	d, err := fsat.OpenRoot(filepath.Dir(k.path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.WriteFileAtomic(filepath.Base(k.path), b, 0o644)
 }
 
 // syscallMounter is an embedder's volume.SystemMounter that calls mount(2)

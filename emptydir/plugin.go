@@ -55,6 +55,12 @@ func (f optionFunc) apply(p *Plugin) { f(p) }
 // TearDown clear them.
 func WithQuotas(q Quotas) Option { return optionFunc(func(p *Plugin) { p.quotas = q }) }
 
+// WithTestHook makes SetUp and TearDown call h at their crash points
+// (testhook's points; RemoveAll after each entry), for nodevol's crash
+// tests, the CSI driver's among them. Its parameter's type is internal to
+// this module: elsewhere only nil can be passed, which changes nothing.
+func WithTestHook(h testhook.Hook) Option { return optionFunc(func(p *Plugin) { p.hook = h }) }
+
 // New returns the plugin for host.
 func New(host volume.Host, opts ...Option) *Plugin {
 	p := &Plugin{host: host}
