@@ -20,7 +20,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/klog/v2/textlogger"
 )
 
@@ -377,18 +376,7 @@ func csiDaemonSetPolicy(ds *appsv1.DaemonSet, d doc, ns string, driver *storagev
 	if len(c.Ports) != 1 || c.Ports[0].Name != "http" || fmt.Sprint(c.Ports[0].ContainerPort) != port || c.Ports[0].HostPort != 0 {
 		bad("ports %+v; want one named http on --http-address's port %s, no hostPort", c.Ports, port)
 	}
-	probe := func(name string, p *corev1.Probe, path string) {
-		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || (p.HTTPGet.Port != intstr.FromString("http") && p.HTTPGet.Port.String() != port) {
-			bad("%s probe %+v; want an HTTP GET of %s on the http port", name, p, path)
-		}
-	}
-	probe("liveness", c.LivenessProbe, "/healthz")
-	probe("readiness", c.ReadinessProbe, "/readyz")
-
-	r := c.Resources
-	if r.Requests.Cpu().IsZero() || r.Requests.Memory().IsZero() || r.Limits.Memory().IsZero() || !r.Limits.Cpu().IsZero() {
-		bad("resources %+v; want CPU and memory requests, a memory limit and no CPU limit", r)
-	}
+	probesAndResources(c, "http", port, bad)
 	return errs
 }
 

@@ -385,6 +385,24 @@ func podSecurityErrors(ds *appsv1.DaemonSet, d doc, ns *corev1.Namespace, except
 	return errs
 }
 
+// probesAndResources checks a container's probes — liveness /healthz and
+// readiness /readyz, HTTP GETs on its port named portName (or its number,
+// port) — and its resources: CPU and memory requests, a memory limit, no
+// CPU limit.
+func probesAndResources(c *corev1.Container, portName, port string, bad func(string, ...any)) {
+	probe := func(name string, p *corev1.Probe, path string) {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || (p.HTTPGet.Port != intstr.FromString(portName) && p.HTTPGet.Port.String() != port) {
+			bad("%s probe %+v; want an HTTP GET of %s on the %s port", name, p, path, portName)
+		}
+	}
+	probe("liveness", c.LivenessProbe, "/healthz")
+	probe("readiness", c.ReadinessProbe, "/readyz")
+	r := c.Resources
+	if r.Requests.Cpu().IsZero() || r.Requests.Memory().IsZero() || r.Limits.Memory().IsZero() || !r.Limits.Cpu().IsZero() {
+		bad("resources %+v; want CPU and memory requests, a memory limit and no CPU limit", r)
+	}
+}
+
 // daemonSetBasics are the checks every DaemonSet of deploy/ passes: its
 // namespace and service account, no token, no host namespaces, a
 // toleration of every taint (noTaints says why it needs one), and a
@@ -512,19 +530,7 @@ func daemonSetPolicy(ds *appsv1.DaemonSet, d doc, ns string, objs *objects) []er
 	if metrics == nil || fmt.Sprint(metrics.ContainerPort) != listenPort {
 		bad("ports %+v; want one named metrics on --listen's port %s", c.Ports, listenPort)
 	}
-	probe := func(name string, p *corev1.Probe, path string) {
-		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || (p.HTTPGet.Port != intstr.FromString("metrics") && p.HTTPGet.Port.String() != listenPort) {
-			bad("%s probe %+v; want an HTTP GET of %s on the metrics port", name, p, path)
-		}
-	}
-	probe("liveness", c.LivenessProbe, "/healthz")
-	probe("readiness", c.ReadinessProbe, "/readyz")
-
-	// Resources: requests, a memory limit, no CPU limit.
-	r := c.Resources
-	if r.Requests.Cpu().IsZero() || r.Requests.Memory().IsZero() || r.Limits.Memory().IsZero() || !r.Limits.Cpu().IsZero() {
-		bad("resources %+v; want CPU and memory requests, a memory limit and no CPU limit", r)
-	}
+	probesAndResources(c, "metrics", listenPort, bad)
 
 	// The Service reaches the pods' metrics port.
 	for svc, sd := range objs.services {
