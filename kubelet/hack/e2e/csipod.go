@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -48,23 +46,9 @@ type csiManifests struct {
 // DaemonSet of the manifests (*.yaml, *.yml) in dir. A field the API does
 // not know is an error, as is any other kind.
 func readCSIManifests(dir string) (*csiManifests, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("the CSI manifests directory: %w", err)
-	}
 	m := &csiManifests{Src: dir}
-	for _, e := range ents {
-		if e.IsDir() || (filepath.Ext(e.Name()) != ".yaml" && filepath.Ext(e.Name()) != ".yml") {
-			continue
-		}
-		path := filepath.Join(dir, e.Name())
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return nil, err
-		}
-		if err := m.add(b); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
+	if err := eachManifest(dir, func(_ string, b []byte) error { return m.add(b) }); err != nil {
+		return nil, err
 	}
 	var missing []string
 	for kind, v := range map[string]bool{"CSIDriver": m.Driver != nil, "Namespace": m.Namespace != nil, "ServiceAccount": m.ServiceAccount != nil, "DaemonSet": m.DaemonSet != nil} {

@@ -38,12 +38,38 @@ var ErrUnfitDaemonSet = errors.New("the DaemonSet cannot be run as the exporter"
 // in dir, decoded strictly: a field the API does not know is an error,
 // not silently dropped. Documents of other kinds are skipped.
 func readDaemonSet(dir string) (*appsv1.DaemonSet, string, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, "", fmt.Errorf("the manifests directory: %w", err)
-	}
 	var found *appsv1.DaemonSet
 	var from string
+	err := eachManifest(dir, func(path string, b []byte) error {
+		dss, err := daemonSetsIn(b)
+		if err != nil {
+			return err
+		}
+		for _, ds := range dss {
+			if found != nil {
+				return fmt.Errorf("%w: two DaemonSets, %s/%s in %s and %s/%s in %s", ErrUnfitDaemonSet, found.Namespace, found.Name, from, ds.Namespace, ds.Name, path)
+			}
+			found, from = ds, path
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	if found == nil {
+		return nil, "", fmt.Errorf("%w: no DaemonSet in %s", ErrUnfitDaemonSet, dir)
+	}
+	return found, from, nil
+}
+
+// eachManifest calls fn with the path and contents of each manifest file
+// (*.yaml, *.yml) directly in dir, in name order; fn's error is returned
+// naming the file.
+func eachManifest(dir string, fn func(path string, b []byte) error) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("the manifests directory: %w", err)
+	}
 	for _, e := range ents {
 		if e.IsDir() || (filepath.Ext(e.Name()) != ".yaml" && filepath.Ext(e.Name()) != ".yml") {
 			continue
@@ -51,23 +77,13 @@ func readDaemonSet(dir string) (*appsv1.DaemonSet, string, error) {
 		path := filepath.Join(dir, e.Name())
 		b, err := os.ReadFile(path)
 		if err != nil {
-			return nil, "", err
+			return err
 		}
-		dss, err := daemonSetsIn(b)
-		if err != nil {
-			return nil, "", fmt.Errorf("%s: %w", path, err)
-		}
-		for _, ds := range dss {
-			if found != nil {
-				return nil, "", fmt.Errorf("%w: two DaemonSets, %s/%s in %s and %s/%s in %s", ErrUnfitDaemonSet, found.Namespace, found.Name, from, ds.Namespace, ds.Name, path)
-			}
-			found, from = ds, path
+		if err := fn(path, b); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
 		}
 	}
-	if found == nil {
-		return nil, "", fmt.Errorf("%w: no DaemonSet in %s", ErrUnfitDaemonSet, dir)
-	}
-	return found, from, nil
+	return nil
 }
 
 // daemonSetsIn decodes the DaemonSets of a multi-document YAML file.
