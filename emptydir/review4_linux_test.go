@@ -1,0 +1,104 @@
+package emptydir
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/internal/mounttest"
+)
+
+// detachAll detaches every mount stacked on path (test cleanup).
+func detachAll(t *testing.T, path string) {
+	t.Cleanup(func() {
+		for i := 0; i < 8 && mounttest.IsMountRoot(t, path); i++ {
+			_ = detach(path)
+		}
+	})
+}
+
+// TestReviewAnyNSBindOfOwnTmpfs (failing): with AnyMountNamespace a mount
+// is proven by type, source and device only. Whoever can mount in the pod
+// directory moves the volume's tmpfs away (as in TestMountMovedAwayRefused)
+// and bind-mounts it — its root, or a subdirectory — back onto the volume
+// directory. The bind carries the tmpfs's source and device, so TearDown
+// proves it as the volume's own, unmounts the bind (a mount it did not
+// make), and drops the record, while the real tmpfs stays mounted elsewhere
+// with nothing left to ever unmount it: exactly what c7a6c68's elsewhere
+// check is meant to prevent, bypassed because that check runs only when the
+// volume directory is not a mount root.
+func TestReviewAnyNSBindOfOwnTmpfs(t *testing.T) {
+	mounttest.RequireMounts(t)
+	for _, sub := range []string{"", "sub"} {
+		t.Run("bind of /"+sub, func(t *testing.T) {
+			e := newEnv(t, t.TempDir(), nil)
+			loc := csiLoc("scratch")
+			loc.AnyMountNamespace, loc.RecordRequired = true, true
+			m := e.setUpAt(t, loc, "Memory")
+			vol := m.Path()
+			mounttest.Build(t, vol, "file sub/precious data")
+			moved := filepath.Join(filepath.Dir(vol), "moved")
+			if err := os.Mkdir(moved, 0o750); err != nil {
+				t.Fatal(err)
+			}
+			detachAll(t, moved)
+			detachAll(t, vol)
+			if err := unix.Mount(vol, moved, "", unix.MS_MOVE, ""); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Mount(filepath.Join(moved, sub), vol, "", unix.MS_BIND, ""); err != nil {
+				t.Fatal(err)
+			}
+			err := e.tearDownAt(loc)
+			md, _ := readMetadata(e.metaDir(t, loc.Meta))
+			if mounttest.IsMountRoot(t, moved) && (md == nil || md.Mount == nil) {
+				t.Fatalf("TearDown = %v: it unmounted a bind it did not make and dropped the record while the volume's tmpfs is still mounted at %s", err, moved)
+			}
+			var refused *RefusedError
+			if !errors.As(err, &refused) {
+				t.Fatalf("TearDown = %v; want a refusal naming %s", err, moved)
+			}
+		})
+	}
+}
+
+// TestReviewOwnTmpfsAlsoBoundElsewhere (failing): the volume's tmpfs stays
+// on the volume directory, and whoever can mount in the pod directory binds
+// it somewhere else too (a second mount with the same unique source).
+// TearDown unmounts the one on the volume directory and drops the record:
+// the tmpfs, still mounted through the bind, is then unprovable forever.
+// Without AnyMountNamespace too (the proof is by mount ID there, and the
+// original is the one proven).
+func TestReviewOwnTmpfsAlsoBoundElsewhere(t *testing.T) {
+	mounttest.RequireMounts(t)
+	for _, anyNS := range []bool{false, true} {
+		name := "byID"
+		if anyNS {
+			name = "AnyMountNamespace"
+		}
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, t.TempDir(), nil)
+			loc := csiLoc("scratch")
+			loc.AnyMountNamespace, loc.RecordRequired = anyNS, true
+			m := e.setUpAt(t, loc, "Memory")
+			vol := m.Path()
+			mounttest.Build(t, vol, "file precious data")
+			other := filepath.Join(filepath.Dir(vol), "other")
+			if err := os.Mkdir(other, 0o750); err != nil {
+				t.Fatal(err)
+			}
+			detachAll(t, other)
+			if err := unix.Mount(vol, other, "", unix.MS_BIND, ""); err != nil {
+				t.Fatal(err)
+			}
+			err := e.tearDownAt(loc)
+			md, _ := readMetadata(e.metaDir(t, loc.Meta))
+			if mounttest.IsMountRoot(t, other) && (md == nil || md.Mount == nil) {
+				t.Fatalf("TearDown = %v: the record was dropped while the volume's tmpfs is still mounted at %s", err, other)
+			}
+		})
+	}
+}
