@@ -1,6 +1,7 @@
 package emptydir
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -100,5 +101,57 @@ func TestReviewOwnTmpfsAlsoBoundElsewhere(t *testing.T) {
 				t.Fatalf("TearDown = %v: the record was dropped while the volume's tmpfs is still mounted at %s", err, other)
 			}
 		})
+	}
+}
+
+// TestReviewForgedSourceElsewhere (failing): the elsewhere check of
+// c7a6c68 looks a record's source up in the mount table after checking
+// only that it has a nodevol source's form, not that it is a source made
+// for this volume (isSourceFor), which provenBy requires. Whoever writes in
+// the pod directory forges volume a's record to name volume b's source
+// (visible in any mount table b's tmpfs propagates to): a's TearDown then
+// refuses forever, and its reason calls b's tmpfs "the volume's own" and
+// tells the operator to unmount it — another volume's data.
+func TestReviewForgedSourceElsewhere(t *testing.T) {
+	mounttest.RequireMounts(t)
+	e := newEnv(t, t.TempDir(), nil)
+	la, lb := csiLoc("a"), csiLoc("b")
+	ma := e.setUpAt(t, la, "Memory")
+	mb := e.setUpAt(t, lb, "Memory")
+	rb, err := readMetadata(e.metaDir(t, lb.Meta))
+	if err != nil || rb == nil || rb.Mount == nil {
+		t.Fatalf("b's record: %+v, %v", rb, err)
+	}
+	// a's tmpfs is gone (unmounted by hand); its record is forged.
+	if err := detach(ma.Path()); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(e.metaDir(t, la.Meta), metaFileName)
+	ra, err := readMetadata(e.metaDir(t, la.Meta))
+	if err != nil || ra == nil || ra.Mount == nil {
+		t.Fatalf("a's record: %+v, %v", ra, err)
+	}
+	ra.Mount.Source = rb.Mount.Source
+	b, err := json.Marshal(ra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err = e.tearDownAt(la)
+	var refused *RefusedError
+	if errors.As(err, &refused) {
+		for _, m := range refused.Plan.Mounts {
+			if m.MountPoint == mb.Path() {
+				t.Fatalf("TearDown of a with a record forged to name b's source = %v: refused, calling b's tmpfs a's own", err)
+			}
+		}
+	}
+	if err != nil {
+		t.Fatalf("TearDown of a = %v", err)
+	}
+	if !mounttest.IsMountRoot(t, mb.Path()) {
+		t.Fatal("b's tmpfs is gone")
 	}
 }
