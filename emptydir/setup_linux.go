@@ -87,7 +87,7 @@ func (m *mounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
 		// new mount and record would leave it mounted for good,
 		// unprovable.
 		var tab *mountdetect.MountTable
-		elsewhere, err := recordedMountElsewhere(meta, &tab)
+		elsewhere, err := recordedMountElsewhere(meta, m.ref, &tab)
 		if err != nil {
 			return m.setUpErr(volume.Uncertain, err)
 		}
