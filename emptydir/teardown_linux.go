@@ -262,6 +262,10 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 			plan.Action = ActionNone
 		case unix.ENOTEMPTY, unix.EEXIST:
 			return plan, fail(volume.Final, fmt.Errorf("%w: %s is not empty and no record says SetUp made it; nothing was removed", ErrNoRecord, dir))
+		case unix.ENOTDIR:
+			// A symlink or a file at the volume path: not an empty
+			// directory either, and no retry changes that.
+			return plan, fail(volume.Final, fmt.Errorf("%w: %s is not a directory and no record says SetUp made it; nothing was removed", ErrNoRecord, dir))
 		default:
 			return plan, fail(volume.Transient, &os.PathError{Op: "rmdir", Path: dir, Err: err})
 		}
