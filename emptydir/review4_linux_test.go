@@ -6,10 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // detachAll detaches every mount stacked on path (test cleanup).
@@ -191,4 +193,62 @@ func TestReviewRecordRequiredSymlink(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReviewSetUpElsewhereRace (failing when the race is won): SetUp runs
+// the elsewhere check only when mountedOnDir says nothing is mounted on
+// the volume directory ("what is, setUpMount deals with"); setUpMount then
+// opens the directory again. Whoever can mount in the pod directory moves
+// the tmpfs away and toggles a mount of their own on the directory: when
+// it is there for mountedOnDir and gone for setUpMount's open, SetUp skips
+// the check, mounts a second tmpfs and overwrites the record of the first,
+// still mounted elsewhere — the bug c7a6c68 fixed, back through a race.
+func TestReviewSetUpElsewhereRace(t *testing.T) {
+	mounttest.RequireMounts(t)
+	e := newEnv(t, t.TempDir(), nil)
+	pod, vol := e.memoryVolume(t)
+	moved := vol + "-moved"
+	if err := os.Mkdir(moved, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	detachAll(t, moved)
+	if err := unix.Mount(vol, moved, "", unix.MS_MOVE, ""); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if unix.Mount("attacker", vol, "tmpfs", 0, "size=1m") == nil {
+				_ = unix.Unmount(vol, unix.MNT_DETACH)
+			}
+		}
+	}()
+	m, err := e.plugin.NewMounter(&pod.Volumes[0], pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var won error
+	deadline := time.Now().Add(4 * time.Second)
+	tries := 0
+	for time.Now().Before(deadline) {
+		tries++
+		if err := m.SetUp(e.ctx, volume.MounterArgs{}); err == nil {
+			won = errors.New("SetUp succeeded")
+			break
+		}
+	}
+	close(stop)
+	<-done
+	if won != nil && mounttest.IsMountRoot(t, moved) {
+		md, _ := readMetadata(e.metaDir(t, "cache"))
+		t.Fatalf("after %d tries, %v while the recorded tmpfs is still mounted at %s; the record now names %+v", tries, won, moved, md.Mount)
+	}
+	t.Logf("race not won in %d tries", tries)
 }
