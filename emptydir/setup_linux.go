@@ -87,7 +87,7 @@ func (m *mounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
 		// new mount and record would leave it mounted for good,
 		// unprovable.
 		var tab *mountdetect.MountTable
-		elsewhere, err := recordedMountElsewhere(meta, &tab)
+		elsewhere, err := recordedMountElsewhere(meta, m.ref, &tab)
 		if err != nil {
 			return m.setUpErr(volume.Uncertain, err)
 		}
@@ -292,6 +292,22 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 			}
 		}
 		return fmt.Errorf("%s is already a mount point (%s) that SetUp did not record; not mounting %s over it", m.dir, e.mi.describe(), fstype)
+	}
+	if old != nil && old.Mount != nil {
+		// The directory as opened is not a mount root; SetUp's check
+		// before may have seen a mount there that is gone now (one
+		// toggled by whoever can mount in the pod directory). Any
+		// mount with the recorded source is elsewhere: a new mount and
+		// record would leave it mounted for good.
+		var tab *mountdetect.MountTable
+		elsewhere, err := recordedMountElsewhere(old, m.ref, &tab)
+		if err == nil && len(elsewhere) > 0 {
+			err = fmt.Errorf("%w: %s: %s", ErrMountElsewhere, m.dir, movedReason(elsewhere))
+		}
+		if err != nil {
+			e.close()
+			return err
+		}
 	}
 	var under unix.Stat_t
 	if err := unix.Fstat(e.fd, &under); err != nil {

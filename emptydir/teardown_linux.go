@@ -61,7 +61,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		// still mounted somewhere (the directory was renamed, or the
 		// mount moved, by someone who can write in the pod directory),
 		// dropping the record would leave it mounted for good, unprovable.
-		elsewhere, err := recordedMountElsewhere(p.Meta, &tab)
+		elsewhere, err := recordedMountElsewhere(p.Meta, v.ref, &tab)
 		if err != nil {
 			return p, e, err
 		}
@@ -165,9 +165,11 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 
 // recordedMountElsewhere lists where the mount meta records is mounted,
 // found in the mount table by its source (a unique random name SetUp gave
-// it); none when meta records no provable mount. *tab is read when nil.
-func recordedMountElsewhere(meta *Metadata, tab **mountdetect.MountTable) ([]mountdetect.Mount, error) {
-	if meta == nil || meta.Mount == nil || !isNodevolSource(meta.Mount.Source) {
+// it); none when meta records no provable mount. Only a source made for
+// the volume r counts: a record forged to name another volume's source
+// must not make that volume's mount this one's. *tab is read when nil.
+func recordedMountElsewhere(meta *Metadata, r volRef, tab **mountdetect.MountTable) ([]mountdetect.Mount, error) {
+	if meta == nil || meta.Mount == nil || !isSourceFor(meta.Mount.Source, r) {
 		return nil, nil
 	}
 	t, err := (*tab).OrRead()
@@ -260,6 +262,10 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 			plan.Action = ActionNone
 		case unix.ENOTEMPTY, unix.EEXIST:
 			return plan, fail(volume.Final, fmt.Errorf("%w: %s is not empty and no record says SetUp made it; nothing was removed", ErrNoRecord, dir))
+		case unix.ENOTDIR:
+			// A symlink or a file at the volume path: not an empty
+			// directory either, and no retry changes that.
+			return plan, fail(volume.Final, fmt.Errorf("%w: %s is not a directory and no record says SetUp made it; nothing was removed", ErrNoRecord, dir))
 		default:
 			return plan, fail(volume.Transient, &os.PathError{Op: "rmdir", Path: dir, Err: err})
 		}
