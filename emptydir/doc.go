@@ -157,6 +157,12 @@
 //     is, so that the record of a mount nothing else would ever unmount
 //     is never dropped (SetUp refuses to mount again too,
 //     [ErrMountElsewhere]);
+//   - the volume's own tmpfs or hugetlbfs on the directory, proven by its
+//     record, is unmounted only when it is the only mount of its source
+//     in the mount table and mounts the whole filesystem: a bind of it
+//     elsewhere (or the tmpfs moved away with a bind of it left in its
+//     place) would stay mounted with its record gone, so that is refused,
+//     naming the other mounts; SetUp never takes such a volume as in place;
 //   - a located volume with [Location.RecordRequired] and no record: its
 //     directory goes only when empty, otherwise [ErrNoRecord] and nothing
 //     changes;

@@ -87,7 +87,7 @@ func (m *mounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
 		// new mount and record would leave it mounted for good,
 		// unprovable.
 		var tab *mountdetect.MountTable
-		elsewhere, err := recordedMountElsewhere(meta, m.ref, &tab)
+		elsewhere, err := recordedMountElsewhere(meta, m.ref, 0, &tab)
 		if err != nil {
 			return m.setUpErr(volume.Uncertain, err)
 		}
@@ -300,7 +300,7 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 		// mount with the recorded source is elsewhere: a new mount and
 		// record would leave it mounted for good.
 		var tab *mountdetect.MountTable
-		elsewhere, err := recordedMountElsewhere(old, m.ref, &tab)
+		elsewhere, err := recordedMountElsewhere(old, m.ref, 0, &tab)
 		if err == nil && len(elsewhere) > 0 {
 			err = fmt.Errorf("%w: %s: %s", ErrMountElsewhere, m.dir, movedReason(elsewhere))
 		}

@@ -61,7 +61,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		// still mounted somewhere (the directory was renamed, or the
 		// mount moved, by someone who can write in the pod directory),
 		// dropping the record would leave it mounted for good, unprovable.
-		elsewhere, err := recordedMountElsewhere(p.Meta, v.ref, &tab)
+		elsewhere, err := recordedMountElsewhere(p.Meta, v.ref, 0, &tab)
 		if err != nil {
 			return p, e, err
 		}
@@ -147,6 +147,9 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		return refuse(fmt.Sprintf("%s is mounted on the volume directory itself (%s), but it is not the mount SetUp made (%s)",
 			what, e.mi.describe(), p.Meta.Mount.describe()), at)
 	}
+	if why, others := soleWholeMount(tab, p.Meta.Mount, e.mi.id); why != "" {
+		return refuse(why, append(at, others...))
+	}
 	if p.Meta.Mount.Pending {
 		// Proven by its source alone: the checks around umount2 hold it
 		// to the IDs seen now.
@@ -165,10 +168,12 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 
 // recordedMountElsewhere lists where the mount meta records is mounted,
 // found in the mount table by its source (a unique random name SetUp gave
-// it); none when meta records no provable mount. Only a source made for
-// the volume r counts: a record forged to name another volume's source
-// must not make that volume's mount this one's. *tab is read when nil.
-func recordedMountElsewhere(meta *Metadata, r volRef, tab **mountdetect.MountTable) ([]mountdetect.Mount, error) {
+// it), leaving out the mount with ID onDir (the one on the volume
+// directory, in this namespace; 0: none); none when meta records no
+// provable mount. Only a source made for the volume r counts: a record
+// forged to name another volume's source must not make that volume's
+// mount this one's. *tab is read when nil.
+func recordedMountElsewhere(meta *Metadata, r volRef, onDir uint64, tab **mountdetect.MountTable) ([]mountdetect.Mount, error) {
 	if meta == nil || meta.Mount == nil || !isSourceFor(meta.Mount.Source, r) {
 		return nil, nil
 	}
@@ -177,7 +182,40 @@ func recordedMountElsewhere(meta *Metadata, r volRef, tab **mountdetect.MountTab
 		return nil, err
 	}
 	*tab = t
-	return t.MountsFromSource(meta.Mount.Source), nil
+	var out []mountdetect.Mount
+	for _, m := range t.MountsFromSource(meta.Mount.Source) {
+		if onDir == 0 || uint64(m.ID) != onDir {
+			out = append(out, m.Mount)
+		}
+	}
+	return out, nil
+}
+
+// soleWholeMount checks the mount on the volume directory (mount ID onDir
+// in this namespace) that the record rec proves by its identity: it must
+// be the only mount of the recorded source anywhere in the table (a bind
+// of the volume's tmpfs elsewhere, or the tmpfs itself moved away with a
+// bind of it left in its place, would keep it mounted after the unmount,
+// with no record left) and it must mount the filesystem's root (a bind of
+// a subdirectory of it passes a superblock check). "" when it is; else
+// why not, and the other mounts.
+func soleWholeMount(tab *mountdetect.MountTable, rec *MountRecord, onDir uint64) (string, []mountdetect.Mount) {
+	var others []mountdetect.Mount
+	whole := false
+	for _, m := range tab.MountsFromSource(rec.Source) {
+		if uint64(m.ID) == onDir {
+			whole = m.Root == "/"
+			continue
+		}
+		others = append(others, m.Mount)
+	}
+	switch {
+	case len(others) > 0:
+		return fmt.Sprintf("the volume's own %s is also mounted at %s (a bind of it, or the tmpfs itself moved with a bind left in its place): unmounting the directory's would leave it mounted with no record; unmount the others first", rec.FSType, others[0].MountPoint), others
+	case !whole:
+		return fmt.Sprintf("the %s on the volume directory is not the whole filesystem SetUp mounted (a bind of a part of it, or not in the mount table)", rec.FSType), nil
+	}
+	return "", nil
 }
 
 // movedReason says why a volume whose mount is elsewhere is left alone.

@@ -399,7 +399,11 @@ func recordedMountOn(e entry, path string, rec *MountRecord, r volRef) (bool, er
 	if err != nil {
 		return false, err
 	}
-	return len(at) == 1 && rec.provenBy(e.mi, at[0].FSType, at[0].Source, r), nil
+	if len(at) != 1 || !rec.provenBy(e.mi, at[0].FSType, at[0].Source, r) {
+		return false, nil
+	}
+	why, _ := soleWholeMount(tab, rec, e.mi.id)
+	return why == "", nil
 }
 
 // describe names a mount identity for messages.

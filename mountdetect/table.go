@@ -41,11 +41,24 @@ func (t *MountTable) NestedMounts(path string) ([]Mount, error) {
 // Detect is Detect with the hugetlbfs page size taken from the table.
 func (t *MountTable) Detect(path string) (FSInfo, error) { return detect(path, t) }
 
+// SourceMount is a mount found by its source (MountsFromSource).
+type SourceMount struct {
+	Mount
+	// ID is the mount's ID in this mount namespace, as statx's
+	// STATX_MNT_ID gives it for a path on the mount.
+	ID int
+	// Root is the path, within its filesystem, of the directory mounted:
+	// "/" for the filesystem's root, another path for a bind mount of a
+	// subdirectory.
+	Root string
+}
+
 // MountsFromSource lists the mounts in the table whose source is source,
 // wherever they are: how a mount made with a unique source name (an
-// emptyDir's tmpfs) is found after it was moved or its directory renamed.
-// Nil on a nil table.
-func (t *MountTable) MountsFromSource(source string) []Mount {
+// emptyDir's tmpfs) is found after it was moved or its directory renamed,
+// and how a bind of it (which keeps the source) is seen. Nil on a nil
+// table.
+func (t *MountTable) MountsFromSource(source string) []SourceMount {
 	if t == nil {
 		return nil
 	}

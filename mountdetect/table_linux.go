@@ -217,11 +217,11 @@ func (t *MountTable) hugePageSizeOf(fd int, path string) (int64, error) {
 	return 0, nil // mounted after the table was read: fall back to the block size
 }
 
-func (t *MountTable) fromSource(source string) []Mount {
-	var out []Mount
+func (t *MountTable) fromSource(source string) []SourceMount {
+	var out []SourceMount
 	for _, e := range t.entries {
 		if e.Source == source {
-			out = append(out, e.Mount)
+			out = append(out, SourceMount{Mount: e.Mount, ID: e.id, Root: e.root})
 		}
 	}
 	return out

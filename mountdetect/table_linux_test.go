@@ -97,9 +97,30 @@ func TestMountsFromSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := mountPoints(tab.MountsFromSource("nodevol-test-source-1"))
+	found := tab.MountsFromSource("nodevol-test-source-1")
+	var got []string
+	for _, m := range found {
+		got = append(got, m.MountPoint)
+		if m.Root != "/" || m.ID == 0 {
+			t.Errorf("%s: root %q, ID %d; want / and the mount's ID", m.MountPoint, m.Root, m.ID)
+		}
+	}
 	if !slices.Equal(got, []string{filepath.Join(base, "a"), filepath.Join(base, "b")}) {
 		t.Errorf("MountsFromSource = %q; want both mounts", got)
+	}
+	// A bind of a subdirectory keeps the source; its root says which part.
+	mounttest.Build(t, base, "dir c", "dir a/sub")
+	mounttest.Bind(t, filepath.Join(base, "a/sub"), filepath.Join(base, "c"))
+	tab, err = ReadMountTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := map[string]string{}
+	for _, m := range tab.MountsFromSource("nodevol-test-source-1") {
+		roots[m.MountPoint] = m.Root
+	}
+	if roots[filepath.Join(base, "c")] != "/sub" {
+		t.Errorf("roots %v; want the bind of a/sub at c with root /sub", roots)
 	}
 	if m := tab.MountsFromSource("nodevol-test-source-none"); len(m) != 0 {
 		t.Errorf("MountsFromSource of an unknown source = %v", m)

@@ -18,7 +18,7 @@ func readMountTable() (*MountTable, error) { return nil, ErrUnsupported }
 
 func (t *MountTable) nestedMounts(string) ([]Mount, error) { return nil, ErrUnsupported }
 
-func (t *MountTable) fromSource(string) []Mount { return nil }
+func (t *MountTable) fromSource(string) []SourceMount { return nil }
 
 func isMountPoint(string, strategy) (mounted, sure bool, err error) {
 	return false, false, ErrUnsupported

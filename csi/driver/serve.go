@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
@@ -103,11 +104,13 @@ func stopGracefully(s *grpc.Server, grace time.Duration) {
 }
 
 // listenUnix listens on the unix socket path, replacing a socket an earlier
-// run left there (never anything else), accessible to its owner only. The
-// socket is made in a private (0700) directory beside path, given mode
-// 0600 and only then linked into place, so that it is never reachable
-// with the umask's mode. The listener does not unlink the path when it
-// closes; remove does, only while the path still holds the socket made
+// run left there (never anything else), accessible to its owner only: the
+// socket's mode is set to 0600 before bind(2) creates its file (Linux
+// gives the file the socket's mode), so it is never reachable with the
+// umask's, and no temporary name appears in the directory (the kubelet
+// watches the registration directory for sockets). bind never replaces
+// what took the path meanwhile. The listener does not unlink the path when
+// it closes; remove does, only while the path still holds the socket made
 // here: a file put there meanwhile, or the socket of a newer instance of
 // the driver that replaced this one's, stays.
 func listenUnix(path string) (lis net.Listener, remove func(), err error) {
@@ -122,32 +125,23 @@ func listenUnix(path string) (lis net.Listener, remove func(), err error) {
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, nil, err
 	}
-	private, err := os.MkdirTemp(filepath.Dir(path), ".socket-")
+	fd, err := unixSocket()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, os.NewSyscallError("socket", err)
 	}
-	defer os.RemoveAll(private) // holds nothing once the socket is renamed
-	tmp := filepath.Join(private, "s")
-	ul, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
-	if err != nil {
-		return nil, nil, err
+	f := os.NewFile(uintptr(fd), path) // closed below: the listener has its own descriptor
+	defer f.Close()
+	if err := unix.Fchmod(fd, 0o600); err != nil {
+		return nil, nil, os.NewSyscallError("fchmod", err)
 	}
-	ul.SetUnlinkOnClose(false)
-	made, err := os.Lstat(tmp)
-	if err == nil {
-		err = os.Chmod(tmp, 0o600)
-	}
-	if err == nil {
-		// A hard link never replaces: whatever took the path since the
-		// check above stays, and this is an error. (The private name
-		// goes with its directory.)
-		err = os.Link(tmp, path)
-		if errors.Is(err, fs.ErrExist) {
-			err = fmt.Errorf("%w: something was put at %s meanwhile", ErrSocketPath, path)
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		if errors.Is(err, unix.EADDRINUSE) {
+			return nil, nil, fmt.Errorf("%w: something was put at %s meanwhile", ErrSocketPath, path)
 		}
+		return nil, nil, &os.PathError{Op: "bind", Path: path, Err: err}
 	}
+	made, err := os.Lstat(path)
 	if err != nil {
-		ul.Close()
 		return nil, nil, err
 	}
 	remove = func() {
@@ -155,7 +149,20 @@ func listenUnix(path string) (lis net.Listener, remove func(), err error) {
 			os.Remove(path)
 		}
 	}
-	return ul, remove, nil
+	if made.Mode().Perm()&0o077 != 0 {
+		remove()
+		return nil, nil, fmt.Errorf("%s: mode %v after bind; want owner-only", path, made.Mode().Perm())
+	}
+	if err := unix.Listen(fd, unix.SOMAXCONN); err != nil {
+		remove()
+		return nil, nil, os.NewSyscallError("listen", err)
+	}
+	lis, err = net.FileListener(f)
+	if err != nil {
+		remove()
+		return nil, nil, err
+	}
+	return lis, remove, nil
 }
 
 // registration is the kubelet's plugin-registration API: the kubelet finds

@@ -3,8 +3,10 @@ package driver
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -37,5 +39,32 @@ func TestServeNeverRemovesAFile(t *testing.T) {
 		if b, err := os.ReadFile(p); err != nil || string(b) != "keep" {
 			t.Errorf("%s: %q, %v; want it kept", p, b, err)
 		}
+	}
+}
+
+// TestListenUnixOwnerOnly: the socket is 0600 whatever the umask, and
+// nothing else appears in its directory (the kubelet watches the
+// registration directory).
+func TestListenUnixOwnerOnly(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "s.sock")
+	lis, remove, err := listenUnix(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode().Type() != fs.ModeSocket || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket %v, %v; want a socket of mode 0600", fi.Mode(), err)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil || len(ents) != 1 {
+		t.Errorf("directory holds %v, %v; want the socket only", ents, err)
+	}
+	remove()
+	if _, err := os.Lstat(path); !os.IsNotExist(err) {
+		t.Errorf("after remove: %v", err)
 	}
 }
