@@ -245,25 +245,19 @@ func csiDaemonSetPolicy(ds *appsv1.DaemonSet, d doc, ns string, driver *storagev
 	bad := func(format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%v: DaemonSet %s: %s", d, ds.Name, fmt.Sprintf(format, a...)))
 	}
-	daemonSetBasics(ds, ns, objs, "pods using the volume on tainted nodes and control planes could not start", bad)
+	c := daemonSetBasics(ds, ns, objs, "pods using the volume on tainted nodes and control planes could not start", bad)
 	spec := &ds.Spec.Template.Spec
 	if g := spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second < csiShutdownGrace+5*time.Second {
 		bad("terminationGracePeriodSeconds %s; want at least %v: the driver lets calls in flight finish for up to %v, then removes its sockets",
 			ptrString(g), (csiShutdownGrace + 5*time.Second).Seconds(), csiShutdownGrace)
 	}
-	if len(spec.Containers) != 1 || len(spec.InitContainers) != 0 {
-		bad("%d containers, %d init containers; want one container", len(spec.Containers), len(spec.InitContainers))
+	if c == nil {
 		return errs
 	}
-	c := &spec.Containers[0]
 
 	// Privilege: privileged (the API server's condition for Bidirectional
 	// propagation), uid 0, nothing else writable.
 	sc := c.SecurityContext
-	if sc == nil {
-		bad("container %s has no securityContext", c.Name)
-		return errs
-	}
 	if sc.Privileged == nil || !*sc.Privileged {
 		bad("privileged %s; want true: Bidirectional propagation of the kubelet root needs it", ptrString(sc.Privileged))
 	}

@@ -406,8 +406,9 @@ func probesAndResources(c *corev1.Container, portName, port string, bad func(str
 // daemonSetBasics are the checks every DaemonSet of deploy/ passes: its
 // namespace and service account, no token, no host namespaces, a
 // toleration of every taint (noTaints says why it needs one), and a
-// rolling update with maxUnavailable.
-func daemonSetBasics(ds *appsv1.DaemonSet, ns string, objs *objects, noTaints string, bad func(string, ...any)) {
+// rolling update with maxUnavailable; and one container, with a security
+// context, which it returns (nil when there is not).
+func daemonSetBasics(ds *appsv1.DaemonSet, ns string, objs *objects, noTaints string, bad func(string, ...any)) *corev1.Container {
 	if ds.Namespace != ns {
 		bad("namespace %q; want %q", ds.Namespace, ns)
 	}
@@ -431,6 +432,16 @@ func daemonSetBasics(ds *appsv1.DaemonSet, ns string, objs *objects, noTaints st
 	if u := ds.Spec.UpdateStrategy; u.Type != appsv1.RollingUpdateDaemonSetStrategyType || u.RollingUpdate == nil || u.RollingUpdate.MaxUnavailable == nil {
 		bad("updateStrategy %+v; want RollingUpdate with maxUnavailable", u)
 	}
+	if len(spec.Containers) != 1 || len(spec.InitContainers) != 0 {
+		bad("%d containers, %d init containers; want one container", len(spec.Containers), len(spec.InitContainers))
+		return nil
+	}
+	c := &spec.Containers[0]
+	if c.SecurityContext == nil {
+		bad("container %s has no securityContext", c.Name)
+		return nil
+	}
+	return c
 }
 
 func daemonSetPolicy(ds *appsv1.DaemonSet, d doc, ns string, objs *objects) []error {
@@ -438,20 +449,14 @@ func daemonSetPolicy(ds *appsv1.DaemonSet, d doc, ns string, objs *objects) []er
 	bad := func(format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%v: DaemonSet %s: %s", d, ds.Name, fmt.Sprintf(format, a...)))
 	}
-	daemonSetBasics(ds, ns, objs, "it would not run on tainted nodes and control planes", bad)
-	spec := &ds.Spec.Template.Spec
-	if len(spec.Containers) != 1 || len(spec.InitContainers) != 0 {
-		bad("%d containers, %d init containers; want one container", len(spec.Containers), len(spec.InitContainers))
+	c := daemonSetBasics(ds, ns, objs, "it would not run on tainted nodes and control planes", bad)
+	if c == nil {
 		return errs
 	}
-	c := &spec.Containers[0]
+	spec := &ds.Spec.Template.Spec
 
 	// Privilege.
 	sc := c.SecurityContext
-	if sc == nil {
-		bad("container %s has no securityContext", c.Name)
-		return errs
-	}
 	isFalse := func(b *bool) bool { return b != nil && !*b }
 	isTrue := func(b *bool) bool { return b != nil && *b }
 	if !isFalse(sc.Privileged) || !isFalse(sc.AllowPrivilegeEscalation) || !isTrue(sc.ReadOnlyRootFilesystem) {
