@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the README's test command (go test ./...) once as an unprivileged
-# user (uid/gid 65534) on a copy of the checkout that it does not own, the
+# Runs the README's test command (go test ./...), and the csi/ module's,
+# once as an unprivileged user (uid/gid 65534) on a copy of the checkout
+# that it does not own, the
 # way a Go developer without root runs it. The mount tests skip there (CI
 # is unset for this run: they cannot run without root, and the root run of
 # .ci/run is the one that must not skip them); everything else must pass,
@@ -23,6 +24,7 @@ cp -a .git "$copy/.git"
 # The module cache is root's (under /root): vendor the dependencies so the
 # unprivileged run needs neither it nor the network.
 (cd "$copy" && go mod vendor)
+(cd "$copy/csi" && go mod vendor)
 chmod -R a+rX "$copy"
 install -d -m 0700 -o 65534 -g 65534 "$copy/.home"
 
@@ -30,4 +32,4 @@ gobin=$(dirname "$(command -v go)")
 setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all --reset-env \
   env -u CI HOME="$copy/.home" GOCACHE="$copy/.home/cache" GOFLAGS=-mod=vendor GOPROXY=off \
   GOTOOLCHAIN=local PATH="$gobin:/usr/bin:/bin:/usr/sbin:/sbin" \
-  bash -c 'cd "$1" && id && go test ./...' _ "$copy"
+  bash -c 'cd "$1" && id && go test ./... && cd csi && go test ./...' _ "$copy"
