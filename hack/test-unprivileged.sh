@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Runs the README's test command (go test ./...), and the csi/ module's,
 # once as an unprivileged user (uid/gid 65534) on a copy of the checkout
-# that it does not own, the
-# way a Go developer without root runs it. The mount tests skip there (CI
-# is unset for this run: they cannot run without root, and the root run of
-# .ci/run is the one that must not skip them); everything else must pass,
-# including the tests that build the CLI in a checkout owned by someone
-# else. Needs root (to switch users); the copy is removed afterwards.
+# that it does not own, the way a Go developer without root runs it. The
+# mount tests skip there (CI is unset for this run: they cannot run without
+# root, and the root run of .ci/run is the one that must not skip them);
+# everything else must pass, including the tests that build the CLI in a
+# checkout owned by someone else. Needs root (to switch users); the copy
+# is removed afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
