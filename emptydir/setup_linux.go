@@ -86,13 +86,8 @@ func (m *mounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
 		// mounted elsewhere (its directory renamed, the mount moved): a
 		// new mount and record would leave it mounted for good,
 		// unprovable.
-		var tab *mountdetect.MountTable
-		elsewhere, err := recordedMountElsewhere(meta, m.ref, 0, &tab)
-		if err != nil {
+		if err := m.mountElsewhere(meta); err != nil {
 			return m.setUpErr(volume.Uncertain, err)
-		}
-		if len(elsewhere) > 0 {
-			return m.setUpErr(volume.Uncertain, fmt.Errorf("%w: %s: %s", ErrMountElsewhere, m.dir, movedReason(elsewhere)))
 		}
 	}
 	switch plan.medium {
@@ -123,6 +118,21 @@ func (m *mounter) mountedOnDir(v *podVolume) bool {
 		return false
 	}
 	return err != nil || mi.root
+}
+
+// mountElsewhere is an error matching ErrMountElsewhere when the mount
+// that meta records is mounted somewhere (the caller knows it is not on the
+// volume directory), or the error of looking; nil when it is nowhere.
+func (m *mounter) mountElsewhere(meta *Metadata) error {
+	var tab *mountdetect.MountTable
+	elsewhere, err := recordedMountElsewhere(meta, m.ref, &tab)
+	if err != nil {
+		return err
+	}
+	if len(elsewhere) > 0 {
+		return fmt.Errorf("%w: %s: %s", ErrMountElsewhere, m.dir, movedReason(elsewhere))
+	}
+	return nil
 }
 
 // inPlace reports whether the volume SetUp would create is there already:
@@ -299,12 +309,7 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 		// toggled by whoever can mount in the pod directory). Any
 		// mount with the recorded source is elsewhere: a new mount and
 		// record would leave it mounted for good.
-		var tab *mountdetect.MountTable
-		elsewhere, err := recordedMountElsewhere(old, m.ref, 0, &tab)
-		if err == nil && len(elsewhere) > 0 {
-			err = fmt.Errorf("%w: %s: %s", ErrMountElsewhere, m.dir, movedReason(elsewhere))
-		}
-		if err != nil {
+		if err := m.mountElsewhere(old); err != nil {
 			e.close()
 			return err
 		}

@@ -61,7 +61,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		// still mounted somewhere (the directory was renamed, or the
 		// mount moved, by someone who can write in the pod directory),
 		// dropping the record would leave it mounted for good, unprovable.
-		elsewhere, err := recordedMountElsewhere(p.Meta, v.ref, 0, &tab)
+		elsewhere, err := recordedMountElsewhere(p.Meta, v.ref, &tab)
 		if err != nil {
 			return p, e, err
 		}
@@ -168,12 +168,11 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 
 // recordedMountElsewhere lists where the mount meta records is mounted,
 // found in the mount table by its source (a unique random name SetUp gave
-// it), leaving out the mount with ID onDir (the one on the volume
-// directory, in this namespace; 0: none); none when meta records no
-// provable mount. Only a source made for the volume r counts: a record
-// forged to name another volume's source must not make that volume's
-// mount this one's. *tab is read when nil.
-func recordedMountElsewhere(meta *Metadata, r volRef, onDir uint64, tab **mountdetect.MountTable) ([]mountdetect.Mount, error) {
+// it); the callers know that it is not on the volume directory. None when
+// meta records no provable mount. Only a source made for the volume r
+// counts: a record forged to name another volume's source must not make
+// that volume's mount this one's. *tab is read when nil.
+func recordedMountElsewhere(meta *Metadata, r volRef, tab **mountdetect.MountTable) ([]mountdetect.Mount, error) {
 	if meta == nil || meta.Mount == nil || !isSourceFor(meta.Mount.Source, r) {
 		return nil, nil
 	}
@@ -184,9 +183,7 @@ func recordedMountElsewhere(meta *Metadata, r volRef, onDir uint64, tab **mountd
 	*tab = t
 	var out []mountdetect.Mount
 	for _, m := range t.MountsFromSource(meta.Mount.Source) {
-		if onDir == 0 || uint64(m.ID) != onDir {
-			out = append(out, m.Mount)
-		}
+		out = append(out, m.Mount)
 	}
 	return out, nil
 }
