@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -53,7 +52,7 @@ func prepareCSI(ctx context.Context, opts options, dir string, log *logger) (*cs
 	if tarPath == "" {
 		tarPath = filepath.Join(dir, "nodevol-csi-image.tar")
 		t := time.Now()
-		if err := buildCSIImage(ctx, tarPath, m.DaemonSet.Spec.Template.Spec.Containers[0].Image); err != nil {
+		if err := buildNodevolImage(ctx, "nodevol-csi", tarPath, m.DaemonSet.Spec.Template.Spec.Containers[0].Image); err != nil {
 			return nil, err
 		}
 		log.Printf("nodevol-csi image built in %.1fs", time.Since(t).Seconds())
@@ -67,24 +66,6 @@ func prepareCSI(ctx context.Context, opts options, dir string, log *logger) (*cs
 	}
 	log.Printf("csi: CSIDriver %s and DaemonSet %s/%s from %s, image %s (%s)", m.Driver.Name, m.DaemonSet.Namespace, m.DaemonSet.Name, m.Src, img.Name, img.Digest)
 	return &csiInputs{Image: img, Manifests: m}, nil
-}
-
-// buildCSIImage writes the nodevol-csi image to out with the root module's
-// own image tool, named as the DaemonSet names it (as CI does).
-func buildCSIImage(ctx context.Context, out, name string) error {
-	root, err := rootModule(ctx)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return err
-	}
-	cmd := exec.CommandContext(ctx, "go", "run", "./hack/image", "-binary", "nodevol-csi", "-o", out, "-name", name)
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go run ./hack/image -binary nodevol-csi -o %s -name %s (in %s): %w\n%s", out, name, root, err, b)
-	}
-	return nil
 }
 
 func expectCSI(flavor) string {

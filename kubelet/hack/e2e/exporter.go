@@ -72,7 +72,7 @@ func prepareExporter(ctx context.Context, opts options, dir string, log *logger)
 		if len(ds.Spec.Template.Spec.Containers) == 0 {
 			return nil, fmt.Errorf("%w: %s/%s has no container", ErrUnfitDaemonSet, ds.Namespace, ds.Name)
 		}
-		if err := buildNodevolImage(ctx, tarPath, ds.Spec.Template.Spec.Containers[0].Image); err != nil {
+		if err := buildNodevolImage(ctx, "nodevol", tarPath, ds.Spec.Template.Spec.Containers[0].Image); err != nil {
 			return nil, err
 		}
 		log.Printf("nodevol image built in %.1fs", time.Since(t).Seconds())

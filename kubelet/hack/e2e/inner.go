@@ -184,17 +184,18 @@ func runFlavor(ctx context.Context, cfg innerConfig, cp *controlPlane, f flavor,
 		return nil, err
 	}
 	defer c.stop()
+	var ours []nodevolImage // nodevol's images the selected scenarios run
 	if cfg.Exporter != nil {
-		if err := c.checkImage(ctx, cfg.Exporter.Image); err != nil {
-			return nil, err
-		}
-		log.Printf("containerd imported %s as %s, the digest recorded beside %s", cfg.Exporter.Image.Name, cfg.Exporter.Image.Digest, filepath.Base(cfg.Exporter.Image.Tar))
+		ours = append(ours, cfg.Exporter.Image)
 	}
 	if cfg.CSI != nil {
-		if err := c.checkImage(ctx, cfg.CSI.Image); err != nil {
+		ours = append(ours, cfg.CSI.Image)
+	}
+	for _, img := range ours {
+		if err := c.checkImage(ctx, img); err != nil {
 			return nil, err
 		}
-		log.Printf("containerd imported %s as %s, the digest recorded beside %s", cfg.CSI.Image.Name, cfg.CSI.Image.Digest, filepath.Base(cfg.CSI.Image.Tar))
+		log.Printf("containerd imported %s as %s, the digest recorded beside %s", img.Name, img.Digest, filepath.Base(img.Tar))
 	}
 	k, err := newKubelet(cfg.Kubelets[f.String()], filepath.Join(dir, "kubelet"), c.socket, "/"+cfg.CgroupName+"/"+f.String(), cp.kubeconfig, log)
 	if err != nil {

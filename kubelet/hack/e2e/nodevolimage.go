@@ -36,12 +36,13 @@ func rootModule(ctx context.Context) (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// buildNodevolImage writes the nodevol image to out (and out.digest) with
-// the root module's own image tool, `go run ./hack/image -o out -name
-// name`: the image a release ships, not one of the harness's making,
-// named as the DaemonSet names it (as CI does), so that its pod spec's
-// image reference is the imported image.
-func buildNodevolImage(ctx context.Context, out, name string) error {
+// buildNodevolImage writes the image of one of nodevol's binaries to out
+// (and out.digest) with the root module's own image tool, `go run
+// ./hack/image -binary binary -o out -name name`: the image a release
+// ships, not one of the harness's making, named as the DaemonSet names it
+// (as CI does), so that its pod spec's image reference is the imported
+// image.
+func buildNodevolImage(ctx context.Context, binary, out, name string) error {
 	root, err := rootModule(ctx)
 	if err != nil {
 		return err
@@ -49,10 +50,11 @@ func buildNodevolImage(ctx context.Context, out, name string) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, "go", "run", "./hack/image", "-o", out, "-name", name)
+	args := []string{"run", "./hack/image", "-binary", binary, "-o", out, "-name", name}
+	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go run ./hack/image -o %s -name %s (in %s): %w\n%s", out, name, root, err, b)
+		return fmt.Errorf("go %s (in %s): %w\n%s", strings.Join(args, " "), root, err, b)
 	}
 	return nil
 }
