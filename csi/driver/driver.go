@@ -12,6 +12,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/nodevol/nodevol/emptydir"
 	"github.com/nodevol/nodevol/volume"
@@ -135,20 +137,18 @@ func (d *Driver) Register(s grpc.ServiceRegistrar) {
 // driver (see RegistrationServer).
 func (d *Driver) Registered() bool { return d.registered.Load() }
 
-// lock marks an operation on target path as in flight; false when one
-// already is (the CSI answer is then ABORTED: the CO retries).
-func (d *Driver) lock(path string) bool {
+// lock marks an operation on target path as in flight and returns what
+// ends it; when one already is, an ABORTED status (the CO retries).
+func (d *Driver) lock(path string) (unlock func(), err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.busy[path] {
-		return false
+		return nil, status.Errorf(codes.Aborted, "an operation on %s is in progress", path)
 	}
 	d.busy[path] = true
-	return true
-}
-
-func (d *Driver) unlock(path string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	delete(d.busy, path)
+	return func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		delete(d.busy, path)
+	}, nil
 }

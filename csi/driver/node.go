@@ -53,10 +53,11 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if len(errs) > 0 {
 		return nil, status.Error(codes.InvalidArgument, joinMessages(errs))
 	}
-	if !d.lock(t.path) {
-		return nil, status.Errorf(codes.Aborted, "an operation on %s is in progress", t.path)
+	unlock, err := d.lock(t.path)
+	if err != nil {
+		return nil, err
 	}
-	defer d.unlock(t.path)
+	defer unlock()
 
 	log := d.log.WithValues("volumeID", req.GetVolumeId(), "target", t.path, "pod", klog.KRef(attrs.podNamespace, attrs.podName), "podUID", t.podUID)
 	ctx = klog.NewContext(ctx, log)
@@ -132,10 +133,11 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	if len(errs) > 0 {
 		return nil, status.Error(codes.InvalidArgument, joinMessages(errs))
 	}
-	if !d.lock(t.path) {
-		return nil, status.Errorf(codes.Aborted, "an operation on %s is in progress", t.path)
+	unlock, err := d.lock(t.path)
+	if err != nil {
+		return nil, err
 	}
-	defer d.unlock(t.path)
+	defer unlock()
 
 	log := d.log.WithValues("volumeID", req.GetVolumeId(), "target", t.path, "podUID", t.podUID)
 	ctx = klog.NewContext(ctx, log)

@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -110,11 +113,15 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	if err != nil || d.Name() != DefaultName {
 		t.Fatalf("New = %v, %v", d, err)
 	}
-	if !d.lock("/x") || d.lock("/x") {
-		t.Error("a second operation on the same target was not refused while the first is in flight")
+	unlock, err := d.lock("/x")
+	if err != nil {
+		t.Fatal(err)
 	}
-	d.unlock("/x")
-	if !d.lock("/x") {
-		t.Error("the target stayed locked")
+	if _, err := d.lock("/x"); status.Code(err) != codes.Aborted {
+		t.Errorf("a second operation on the same target while the first is in flight: %v; want ABORTED", err)
+	}
+	unlock()
+	if _, err := d.lock("/x"); err != nil {
+		t.Errorf("the target stayed locked: %v", err)
 	}
 }
