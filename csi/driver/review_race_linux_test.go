@@ -205,11 +205,6 @@ func TestReviewRaceSwapTarget(t *testing.T) {
 			if p, found := mounttest.MountPointOfUnique(t, nasID); found {
 				mounttest.Intact(t, p, nasSnap)
 			}
-			for _, n := range []string{"mount", "link", "decoy"} {
-				for p := filepath.Join(px, n); mounttest.IsMountRoot(t, p); {
-					_ = unix.Unmount(p, unix.MNT_DETACH)
-				}
-			}
 			restored := true
 			if fi, err := os.Lstat(filepath.Join(pvols, "csilink")); err == nil && fi.IsDir() {
 				if err := mounttest.Exchange(vfd, "kubernetes.io~csi", "csilink"); err != nil {
@@ -217,6 +212,9 @@ func TestReviewRaceSwapTarget(t *testing.T) {
 					restored = false
 				}
 			}
+			// Only now is everything under x again (with the names of
+			// kubernetes.io~csi and csilink exchanged it is not).
+			detachUnder(px)
 			if fi, err := os.Lstat(filepath.Join(px, "link")); err == nil && fi.Mode()&os.ModeSymlink == 0 {
 				if err := mounttest.Exchange(xfd, "mount", "link"); err != nil {
 					// A detached mount's directory can stay busy for a
@@ -230,20 +228,23 @@ func TestReviewRaceSwapTarget(t *testing.T) {
 				t.Errorf("unpublish after the attack, with every mount gone and the names back: %v", err)
 			}
 			mounttest.Intact(t, outside, outSnap)
-			// Whatever the exchanges left mounted under x (a name the
-			// checks above did not cover), so that the temporary
-			// directories can be removed.
-			for {
-				ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(px))
-				if err != nil || len(ms) == 0 {
-					break
-				}
-				for _, m := range ms {
-					_ = unix.Unmount(m.Mountpoint, unix.MNT_DETACH)
-				}
-			}
+			detachUnder(px) // so that the temporary directories can be removed
 			t.Logf("%d iterations: %d clean, %d failed; %d swaps", iterations, ok, failed, a.Steps())
 		})
+	}
+}
+
+// detachUnder detaches every mount at or below dir in this namespace,
+// stacked ones included, whatever name an exchange left it under.
+func detachUnder(dir string) {
+	for {
+		ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+		if err != nil || len(ms) == 0 {
+			return
+		}
+		for _, m := range ms {
+			_ = unix.Unmount(m.Mountpoint, unix.MNT_DETACH)
+		}
 	}
 }
 
