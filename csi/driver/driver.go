@@ -60,10 +60,11 @@ type Driver struct {
 	csi.UnimplementedIdentityServer
 	csi.UnimplementedNodeServer
 
-	name, version, nodeID, root string
-	plugin                      *emptydir.Plugin
-	log                         logr.Logger
-	metrics                     *metrics
+	name, version, nodeID string
+	layout                volume.Layout // the kubelet root's
+	plugin                *emptydir.Plugin
+	log                   logr.Logger
+	metrics               *metrics
 
 	mu   sync.Mutex
 	busy map[string]bool // target paths with an operation in flight
@@ -116,7 +117,7 @@ func New(cfg Config) (*Driver, error) {
 		name:    cfg.Name,
 		version: cfg.Version,
 		nodeID:  cfg.NodeID,
-		root:    cfg.KubeletRoot,
+		layout:  layout,
 		plugin:  emptydir.New(volume.NewHost(layout, nil, cfg.MemoryBytes), opts...),
 		log:     cfg.Logger,
 		metrics: m,

@@ -45,7 +45,7 @@ func (d *Driver) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	var t target
 	if req.GetTargetPath() == "" {
 		errs = append(errs, errors.New("no target path"))
-	} else if t, err = parseTarget(d.root, req.GetTargetPath()); err != nil {
+	} else if t, err = parseTarget(d.layout, req.GetTargetPath()); err != nil {
 		errs = append(errs, err)
 	} else if attrs.podUID != "" && attrs.podUID != t.podUID {
 		errs = append(errs, fmt.Errorf("the target path is pod %s's, the volume context names pod %s", t.podUID, attrs.podUID))
@@ -127,7 +127,7 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 	var err error
 	if req.GetTargetPath() == "" {
 		errs = append(errs, errors.New("no target path"))
-	} else if t, err = parseTarget(d.root, req.GetTargetPath()); err != nil {
+	} else if t, err = parseTarget(d.layout, req.GetTargetPath()); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
@@ -174,7 +174,7 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 	if len(errs) > 0 {
 		return nil, status.Error(codes.InvalidArgument, joinMessages(errs))
 	}
-	t, err := parseTarget(d.root, req.GetVolumePath())
+	t, err := parseTarget(d.layout, req.GetVolumePath())
 	if err != nil {
 		return nil, status.Errorf(codes.NotFound, "no volume of this driver at %s: %v", req.GetVolumePath(), err)
 	}

@@ -15,7 +15,11 @@ const testRoot = "/var/lib/kubelet"
 func TestParseTarget(t *testing.T) {
 	const uid = "4f6b1d2e-0000-4000-8000-000000000001"
 	good := testRoot + "/pods/" + uid + "/volumes/kubernetes.io~csi/scratch/mount"
-	tg, err := parseTarget(testRoot, good)
+	layout, err := volume.NewLayout(testRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg, err := parseTarget(layout, good)
 	if err != nil || tg.podUID != uid || tg.volume != "scratch" || tg.path != good {
 		t.Fatalf("parseTarget(%s) = %+v, %v", good, tg, err)
 	}
@@ -44,7 +48,7 @@ func TestParseTarget(t *testing.T) {
 		"/var/lib/other/pods/" + uid + "/volumes/kubernetes.io~csi/scratch/mount",
 		"/pods/" + uid + "/volumes/kubernetes.io~csi/scratch/mount",
 	} {
-		if tg, err := parseTarget(testRoot, bad); err == nil {
+		if tg, err := parseTarget(layout, bad); err == nil {
 			t.Errorf("parseTarget(%q) = %+v; want an error", bad, tg)
 		}
 	}

@@ -77,7 +77,7 @@ func (d *Driver) Serve(ctx context.Context, opts ServeOptions) error {
 		go func() { errc <- regSrv.Serve(regLis) }()
 		d.log.Info("Serving the plugin-registration API", "socket", regPath, "endpoint", opts.KubeletEndpoint)
 	}
-	d.log.Info("Serving CSI", "driver", d.name, "version", d.version, "node", d.nodeID, "socket", opts.Endpoint, "kubeletRoot", d.root)
+	d.log.Info("Serving CSI", "driver", d.name, "version", d.version, "node", d.nodeID, "socket", opts.Endpoint, "kubeletRoot", d.layout.Root())
 	select {
 	case <-ctx.Done():
 	case err = <-errc:

@@ -3,7 +3,6 @@ package driver
 import (
 	"fmt"
 	"path/filepath"
-	"strings"
 
 	"github.com/nodevol/nodevol/emptydir"
 	"github.com/nodevol/nodevol/volume"
@@ -45,11 +44,13 @@ func (t target) location() emptydir.Location {
 }
 
 // parseTarget checks that path is exactly the kubelet's target path for an
-// inline CSI volume under root, <root>/pods/<uid>/volumes/kubernetes.io~csi/<volume>/mount,
+// inline CSI volume under the layout's root, <root>/pods/<uid>/volumes/kubernetes.io~csi/<volume>/mount,
 // as text: absolute, clean, no "." or ".." element, every element a valid
-// name. Nothing is looked at on disk here; the emptydir plugin reaches the
-// directories by descriptors from root, never following a symlink below it.
-func parseTarget(root, path string) (target, error) {
+// name (the volume directory's part parsed as the layout parses any
+// volume directory). Nothing is looked at on disk here; the emptydir
+// plugin reaches the directories by descriptors from the root, never
+// following a symlink below it.
+func parseTarget(l volume.Layout, path string) (target, error) {
 	if !filepath.IsAbs(path) {
 		return target{}, fmt.Errorf("target path %q is not absolute", path)
 	}
@@ -60,22 +61,21 @@ func parseTarget(root, path string) (target, error) {
 	if err != nil {
 		return target{}, err
 	}
-	want := filepath.Join(root, "pods", "<pod UID>", "volumes", escaped, "<volume>", targetName)
-	rest, ok := strings.CutPrefix(path, filepath.Join(root, "pods")+"/")
-	if !ok {
-		return target{}, fmt.Errorf("target path %q is not under the kubelet root's pods directory (want %s)", path, want)
-	}
-	parts := strings.Split(rest, "/")
-	if len(parts) != 5 || parts[1] != "volumes" || parts[2] != escaped || parts[4] != targetName {
+	want := filepath.Join(l.Root(), "pods", "<pod UID>", "volumes", escaped, "<volume>", targetName)
+	if filepath.Base(path) != targetName {
 		return target{}, fmt.Errorf("target path %q is not the kubelet's target path of an inline CSI volume (want %s)", path, want)
 	}
-	if err := volume.ValidatePodUID(parts[0]); err != nil {
-		return target{}, fmt.Errorf("target path %q: %w", path, err)
+	vp, err := l.ParseVolumePath(filepath.Dir(path))
+	if err != nil {
+		return target{}, fmt.Errorf("target path %q is not the kubelet's target path of an inline CSI volume (want %s): %w", path, want, err)
+	}
+	if vp.Plugin != csiPlugin {
+		return target{}, fmt.Errorf("target path %q is in the volume directory of %s, not of %s (want %s)", path, vp.Plugin, csiPlugin, want)
 	}
 	// An inline volume's directory is named after the pod's volume: a
 	// DNS label.
-	if err := volume.ValidateVolumeName(parts[3]); err != nil {
+	if err := volume.ValidateVolumeName(vp.Volume); err != nil {
 		return target{}, fmt.Errorf("target path %q: %w", path, err)
 	}
-	return target{path: path, podUID: parts[0], volume: parts[3]}, nil
+	return target{path: path, podUID: vp.PodUID, volume: vp.Volume}, nil
 }
