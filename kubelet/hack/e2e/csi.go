@@ -34,12 +34,8 @@ type csiInputs struct {
 // the root module's hack/image when no -csi-image is given), when the CSI
 // scenario is selected; nil otherwise.
 func prepareCSI(ctx context.Context, opts options, dir string, log *logger) (*csiInputs, error) {
-	selected, err := selectScenarios(opts.run)
-	if err != nil {
+	if on, err := scenarioSelected(opts.run, csiScenarioName); !on || err != nil {
 		return nil, err
-	}
-	if !slices.ContainsFunc(selected, func(s scenario) bool { return s.name == csiScenarioName }) {
-		return nil, nil
 	}
 	m, err := readCSIManifests(opts.csiDeploy)
 	if err != nil {
@@ -48,21 +44,13 @@ func prepareCSI(ctx context.Context, opts options, dir string, log *logger) (*cs
 	if len(m.DaemonSet.Spec.Template.Spec.Containers) == 0 {
 		return nil, fmt.Errorf("%w: the DaemonSet has no container", ErrUnfitCSIManifests)
 	}
-	tarPath := opts.csiImage
-	if tarPath == "" {
-		tarPath = filepath.Join(dir, "nodevol-csi-image.tar")
-		t := time.Now()
-		if err := buildNodevolImage(ctx, "nodevol-csi", tarPath, m.DaemonSet.Spec.Template.Spec.Containers[0].Image); err != nil {
-			return nil, err
-		}
-		log.Printf("nodevol-csi image built in %.1fs", time.Since(t).Seconds())
-	}
-	img, err := readNodevolImage(tarPath)
+	want := m.DaemonSet.Spec.Template.Spec.Containers[0].Image
+	img, err := imageOf(ctx, opts.csiImage, dir, "nodevol-csi", want, log)
 	if err != nil {
 		return nil, err
 	}
-	if want := m.DaemonSet.Spec.Template.Spec.Containers[0].Image; img.Name != want {
-		return nil, fmt.Errorf("%w: the image %s is named %s; the DaemonSet runs %s", ErrUnfitCSIManifests, tarPath, img.Name, want)
+	if img.Name != want {
+		return nil, fmt.Errorf("%w: the image %s is named %s; the DaemonSet runs %s", ErrUnfitCSIManifests, img.Tar, img.Name, want)
 	}
 	log.Printf("csi: CSIDriver %s and DaemonSet %s/%s from %s, image %s (%s)", m.Driver.Name, m.DaemonSet.Namespace, m.DaemonSet.Name, m.Src, img.Name, img.Digest)
 	return &csiInputs{Image: img, Manifests: m}, nil

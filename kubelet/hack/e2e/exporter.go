@@ -50,12 +50,8 @@ type exporterInputs struct {
 // -nodevol-image is given), when the exporter scenario is selected; nil
 // otherwise.
 func prepareExporter(ctx context.Context, opts options, dir string, log *logger) (*exporterInputs, error) {
-	selected, err := selectScenarios(opts.run)
-	if err != nil {
+	if on, err := scenarioSelected(opts.run, exporterScenarioName, exporterControlName); !on || err != nil {
 		return nil, err
-	}
-	if !slices.ContainsFunc(selected, func(s scenario) bool { return s.name == exporterScenarioName || s.name == exporterControlName }) {
-		return nil, nil
 	}
 	deploy := opts.deploy
 	if deploy == "" {
@@ -65,19 +61,10 @@ func prepareExporter(ctx context.Context, opts options, dir string, log *logger)
 	if err != nil {
 		return nil, err
 	}
-	tarPath := opts.nodevolImage
-	if tarPath == "" {
-		tarPath = filepath.Join(dir, "nodevol-image.tar")
-		t := time.Now()
-		if len(ds.Spec.Template.Spec.Containers) == 0 {
-			return nil, fmt.Errorf("%w: %s/%s has no container", ErrUnfitDaemonSet, ds.Namespace, ds.Name)
-		}
-		if err := buildNodevolImage(ctx, "nodevol", tarPath, ds.Spec.Template.Spec.Containers[0].Image); err != nil {
-			return nil, err
-		}
-		log.Printf("nodevol image built in %.1fs", time.Since(t).Seconds())
+	if len(ds.Spec.Template.Spec.Containers) == 0 {
+		return nil, fmt.Errorf("%w: %s/%s has no container", ErrUnfitDaemonSet, ds.Namespace, ds.Name)
 	}
-	img, err := readNodevolImage(tarPath)
+	img, err := imageOf(ctx, opts.nodevolImage, dir, "nodevol", ds.Spec.Template.Spec.Containers[0].Image, log)
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/nodevol/nodevol/internal/ociimage"
 )
@@ -57,6 +59,32 @@ func buildNodevolImage(ctx context.Context, binary, out, name string) error {
 		return fmt.Errorf("go %s (in %s): %w\n%s", strings.Join(args, " "), root, err, b)
 	}
 	return nil
+}
+
+// imageOf is the image of one of nodevol's binaries that a scenario runs:
+// read from the tarball given (a -*-image flag), or, when none is, built
+// into dir with buildNodevolImage and named ref, as the DaemonSet names it.
+func imageOf(ctx context.Context, given, dir, binary, ref string, log *logger) (nodevolImage, error) {
+	tarPath := given
+	if tarPath == "" {
+		tarPath = filepath.Join(dir, binary+"-image.tar")
+		t := time.Now()
+		if err := buildNodevolImage(ctx, binary, tarPath, ref); err != nil {
+			return nodevolImage{}, err
+		}
+		log.Printf("%s image built in %.1fs", binary, time.Since(t).Seconds())
+	}
+	return readNodevolImage(tarPath)
+}
+
+// scenarioSelected reports whether -run selects a scenario of one of the
+// names.
+func scenarioSelected(run string, names ...string) (bool, error) {
+	selected, err := selectScenarios(run)
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(selected, func(s scenario) bool { return slices.Contains(names, s.name) }), nil
 }
 
 // readNodevolImage reads the image's name and manifest digest from the
