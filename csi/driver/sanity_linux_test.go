@@ -125,19 +125,9 @@ func (e *safetyEnv) newPodVolume(name string) podVolume {
 }
 
 func (v podVolume) publishRequest(attrs ...string) *csi.NodePublishVolumeRequest {
-	vc := map[string]string{ctxEphemeral: "true", ctxPodName: "pod-" + v.name, ctxPodNamespace: "default", ctxPodUID: v.uid}
-	for i := 0; i+1 < len(attrs); i += 2 {
-		vc[attrs[i]] = attrs[i+1]
-	}
-	return &csi.NodePublishVolumeRequest{
-		VolumeId:   "csi-" + v.uid + "-" + v.name,
-		TargetPath: v.target,
-		VolumeCapability: &csi.VolumeCapability{
-			AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
-			AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
-		},
-		VolumeContext: vc,
-	}
+	req := pubReq(v.uid, v.target, append([]string{ctxPodName, "pod-" + v.name, ctxPodNamespace, "default"}, attrs...)...)
+	req.VolumeId = "csi-" + v.uid + "-" + v.name
+	return req
 }
 
 func (v podVolume) unpublishRequest() *csi.NodeUnpublishVolumeRequest {
