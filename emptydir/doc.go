@@ -252,7 +252,7 @@
 //     mounted). No instant leaves a project or a mount of SetUp's that no
 //     record names.
 //   - TearDown undoes before it forgets: the mount is unmounted, or the
-//     quota cleared (by path; clearing twice is harmless), before the
+//     quota cleared (clearing twice is harmless), before the
 //     directory is removed, and the metadata goes last. An interrupted
 //     RemoveAll resumes, and still refuses a mount that appeared meanwhile.
 //     A volume whose directory is gone keeps only metadata whose project,
@@ -280,8 +280,19 @@
 //     finds the recorded mount still there, another mount, or a directory
 //     other than the one SetUp mounted on (its device and inode are
 //     recorded too), and fails with an Uncertain error naming the event.
-//   - Quotas (fsquota) are assigned, read and cleared by the volume
-//     directory's path, as the kernel's project-quota bookkeeping needs.
+//   - Quotas (fsquota) are assigned, read and cleared through the
+//     volume directory's descriptor, never its path: the bookkeeping
+//     files record the path as text only. The record names the directory
+//     the project was assigned to (device and inode); TearDown takes the
+//     project off the volume directory only when it is that directory,
+//     and releases only what the bookkeeping files record for the
+//     volume's path, so a directory swapped into the volume's place, or a
+//     project ID planted in the record, never loses its project. A
+//     Default volume whose recorded project is no longer on its directory
+//     (a TearDown that released it and then failed) is set up again by
+//     the next SetUp. A container that owns the volume directory can still
+//     retag what it creates with another project ID (the kernel allows the
+//     owner that, outside a user namespace), as with the kubelet.
 //   - Mounts in other mount namespaces are invisible here; see
 //     mountdetect's documentation for the walk's own limits (a directory
 //     moved out of the volume while the walk is in it).

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/nodevol/nodevol/fsquota"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -37,12 +38,20 @@ type Metadata struct {
 	StickyBit      bool   `json:"stickyBit,omitempty"`
 	HugePageSize   int64  `json:"hugePageSize,omitempty"`
 	QuotaProjectID uint32 `json:"quotaProjectID,omitempty"`
+	// QuotaDirDev and QuotaDirIno identify the directory the project was
+	// assigned to (fsquota.Project's identity): TearDown takes the project
+	// off the volume directory only when it is that very directory. They
+	// are recorded with QuotaPending already, from the descriptor Assign
+	// is then handed.
+	QuotaDirDev uint64 `json:"quotaDirDev,omitempty"`
+	QuotaDirIno uint64 `json:"quotaDirIno,omitempty"`
 	// QuotaPending says SetUp is asking the quota manager for a project
 	// for the volume directory and has not recorded the answer. It is
 	// written before Assign, so that a crash after Assign recorded the
 	// project in the bookkeeping files, or tagged the directory, cannot
 	// leave a project that no record names: TearDown clears the
-	// directory's quota whenever it is set (Clear needs only the path).
+	// directory's quota whenever it is set (the bookkeeping files name
+	// the ID; QuotaDirDev and QuotaDirIno the directory).
 	QuotaPending bool `json:"quotaPending,omitempty"`
 	// Mount is the identity of the tmpfs or hugetlbfs SetUp mounted on the
 	// volume directory (nil for the Default medium). It is recorded before
@@ -103,6 +112,11 @@ type MountRecord struct {
 // an assigned one, or one SetUp was assigning when it stopped.
 func (m *Metadata) hasQuota() bool {
 	return m != nil && (m.QuotaProjectID != 0 || m.QuotaPending)
+}
+
+// quotaProject is the recorded project as fsquota.Clear takes it.
+func (m *Metadata) quotaProject() fsquota.Project {
+	return fsquota.Project{ID: m.QuotaProjectID, Dev: m.QuotaDirDev, Ino: m.QuotaDirIno}
 }
 
 // describeQuota names the recorded quota project for messages.

@@ -277,8 +277,10 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 		return Plan{Path: dir, MetaDir: metaDir}, fail(volume.Transient, err)
 	}
 	defer v.Close()
+	// The entry stays open for the quota's Clear, which acts on the
+	// directory the plan examined, never on a name.
 	plan, e, err := v.plan(nil)
-	e.close()
+	defer e.close()
 	if err != nil {
 		return plan, fail(volume.Transient, err)
 	}
@@ -307,6 +309,7 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 	}
 	switch plan.Action {
 	case ActionUnmountAndRemove:
+		e.close() // an open descriptor keeps the mount busy
 		if err := v.unmount(plan); err != nil {
 			var refused *RefusedError
 			if errors.As(err, &refused) {
@@ -325,10 +328,21 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 		// crash), but the metadata is the last record of its project ID;
 		// removing it without clearing would leak the ID in the
 		// bookkeeping files forever (Clear of a missing directory only
-		// undoes the bookkeeping).
+		// undoes the bookkeeping). A symlink or a file in the volume's
+		// place is not the directory: the limits are cleared on the
+		// parent's filesystem, no project ID is touched.
 		// (Without a quota manager, stop has refused already.)
 		if plan.Meta.hasQuota() {
-			if err := p.quotas.Clear(dir); err != nil {
+			dirFd := -1
+			switch {
+			case e.kind == entryDir:
+				dirFd = e.fd
+			case v.vols != nil && plan.Meta.QuotaDirIno != 0:
+				// Not the recorded directory (another inode): Clear
+				// only clears limits there.
+				dirFd = v.vols.Fd()
+			}
+			if err := p.quotas.Clear(dirFd, dir, plan.Meta.quotaProject()); err != nil {
 				return plan, fail(volume.Transient, fmt.Errorf("clear %s: %w", plan.Meta.describeQuota(), err))
 			}
 			v.hook.At(testhook.TearDownQuotaCleared, dir)

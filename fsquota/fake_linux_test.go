@@ -52,10 +52,10 @@ func (f *fakeQuota) setLimit(_ *fsRef, id uint32, hard int64) error {
 
 // fakeManager returns a Manager on the fake backend with its bookkeeping
 // files in a temporary directory.
-func fakeManager(t testing.TB, fake *fakeQuota, opts ...Option) (*Manager, bookkeeping) {
+func fakeManager(t testing.TB, fake *fakeQuota, opts ...Option) (*byPath, bookkeeping) {
 	t.Helper()
 	bk := newBookkeeping(t)
 	m := New(append([]Option{WithProjectsFile(bk.projects), WithProjidFile(bk.projid)}, opts...)...)
 	m.backend = fake
-	return m, bk
+	return paths(m), bk
 }

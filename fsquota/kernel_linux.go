@@ -137,10 +137,12 @@ func fsxattrErr(path, op string, err error) error {
 // its filesystem.
 type fsRef struct {
 	fd    int
+	owned bool // fd was opened for r (and is closed with it)
 	path  string
 	magic uint32
 	dev   uint64
-	isDir bool
+	ino   uint64
+	mode  uint32
 	key   mountKey
 }
 

@@ -48,33 +48,69 @@ func cleanPath(path string) (string, error) {
 	return abs, nil
 }
 
-// open opens the directory at path without following a final symlink and
-// learns its filesystem and mount.
-func (m *Manager) open(path string) (*fsRef, error) {
+// openPath opens the directory at path (resolved like any path, a final
+// symlink not followed) and describes it: for the path-taking calls,
+// which callers use on trusted paths.
+func (m *Manager) openPath(path string) (*fsRef, error) {
 	fd, err := openNoFollow(path, unix.O_DIRECTORY)
 	if err != nil {
 		return nil, err
 	}
-	r := &fsRef{fd: fd, path: path, isDir: true}
+	r, err := describe(fd, path)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	r.owned = true
+	return r, nil
+}
+
+// ref describes the directory open as dirFd, which the caller keeps: its
+// filesystem, mount and identity. An O_PATH descriptor (which the fsxattr
+// ioctls refuse) is reopened through its magic link: the same directory,
+// never a name resolved again.
+func ref(dirFd int, path string) (*fsRef, error) {
+	fl, err := unix.FcntlInt(uintptr(dirFd), unix.F_GETFL, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "fcntl", Path: path, Err: err}
+	}
+	if fl&unix.O_PATH == 0 {
+		return describe(dirFd, path)
+	}
+	fd, err := fsat.Reopen(dirFd, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NONBLOCK)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	r, err := describe(fd, path)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	r.owned = true
+	return r, nil
+}
+
+// describe learns the filesystem, mount and identity of the directory open
+// as fd.
+func describe(fd int, path string) (*fsRef, error) {
+	r := &fsRef{fd: fd, path: path}
 	var sfs unix.Statfs_t
 	if err := fsat.Retry(func() error { return unix.Fstatfs(fd, &sfs) }); err != nil {
-		unix.Close(fd)
 		return nil, &os.PathError{Op: "fstatfs", Path: path, Err: err}
 	}
 	r.magic = uint32(sfs.Type)
 	var sx unix.Statx_t
-	err = fsat.Retry(func() error {
-		return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID_UNIQUE|unix.STATX_MNT_ID, &sx)
+	err := fsat.Retry(func() error {
+		return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_TYPE|unix.STATX_INO|unix.STATX_MNT_ID_UNIQUE|unix.STATX_MNT_ID, &sx)
 	})
 	if err != nil {
 		var st unix.Stat_t
 		if err := unix.Fstat(fd, &st); err != nil {
-			unix.Close(fd)
 			return nil, &os.PathError{Op: "fstat", Path: path, Err: err}
 		}
-		r.dev = uint64(st.Dev)
+		r.dev, r.ino, r.mode = uint64(st.Dev), st.Ino, st.Mode
 	} else {
-		r.dev = unix.Mkdev(sx.Dev_major, sx.Dev_minor)
+		r.dev, r.ino, r.mode = unix.Mkdev(sx.Dev_major, sx.Dev_minor), sx.Ino, uint32(sx.Mode)
 		switch {
 		case sx.Mask&unix.STATX_MNT_ID_UNIQUE != 0:
 			r.key.mntID, r.key.unique = sx.Mnt_id, true
@@ -82,11 +118,25 @@ func (m *Manager) open(path string) (*fsRef, error) {
 			r.key.mntID = sx.Mnt_id
 		}
 	}
+	if r.mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil, &os.PathError{Op: "fsquota", Path: path, Err: unix.ENOTDIR}
+	}
 	r.key.dev = r.dev
 	return r, nil
 }
 
-func (r *fsRef) close() { unix.Close(r.fd) }
+// is reports whether r is the directory p identifies; a p without an
+// identity (recorded before Project had one) accepts any.
+func (r *fsRef) is(p Project) bool {
+	return (p.Dev == 0 && p.Ino == 0) || (r.dev == p.Dev && r.ino == p.Ino)
+}
+
+// close closes the descriptor r opened itself, never the caller's.
+func (r *fsRef) close() {
+	if r.owned {
+		unix.Close(r.fd)
+	}
+}
 
 // support answers whether r's filesystem has project quota accounting on,
 // from the cache or the kernel.
@@ -143,7 +193,7 @@ func (m *Manager) checkSupport(path string) error {
 	if err != nil {
 		return err
 	}
-	r, err := m.open(path)
+	r, err := m.openPath(path)
 	if err != nil {
 		return err
 	}
@@ -152,55 +202,41 @@ func (m *Manager) checkSupport(path string) error {
 	return err
 }
 
-// parentProjectID returns the project ID of path's parent directory, 0
-// when it has none or cannot be read.
-func parentProjectID(path string) uint32 {
-	id, err := projectID(filepath.Dir(path))
-	if err != nil {
-		return 0
-	}
-	return id
-}
-
-// owns reports whether project id on the directory at path belongs to that
-// directory: the projects file records it for path, or records it nowhere
-// and the parent does not carry it (so it was not inherited).
+// owns reports whether project id on the directory recorded as path
+// belongs to that directory: the projects file records it for path. An ID
+// recorded nowhere is not adopted — whoever can write in the directory's
+// parent may own the directory and tag it (FS_IOC_FSSETXATTR needs only
+// ownership), and nothing may then make its ID nodevol's to limit or to
+// clear.
 func owns(p *projectsFile, id uint32, path string) bool {
-	if id == 0 {
-		return false
-	}
-	paths := p.pathsForID(id)
-	if slices.Contains(paths, path) {
-		return true
-	}
-	return len(paths) == 0 && parentProjectID(path) != id
+	return id != 0 && slices.Contains(p.pathsForID(id), path)
 }
 
-func (m *Manager) assign(path string, limitBytes int64) (uint32, error) {
+func (m *Manager) assign(dirFd int, path string, limitBytes int64) (Project, error) {
 	path, err := cleanPath(path)
 	if err != nil {
-		return 0, err
+		return Project{}, err
 	}
 	if !validEntryPath(path) {
-		return 0, &ProjectError{Op: "assign", Path: path, Err: errors.New("the path cannot be recorded in a projects file")}
+		return Project{}, &ProjectError{Op: "assign", Path: path, Err: errors.New("the path cannot be recorded in a projects file")}
 	}
-	r, err := m.open(path)
+	r, err := ref(dirFd, path)
 	if err != nil {
-		return 0, err
+		return Project{}, err
 	}
 	defer r.close()
 	st, err := m.support(r)
 	if err != nil {
-		return 0, err
+		return Project{}, err
 	}
 	x, err := getFsxattr(r.fd)
 	if err != nil {
-		return 0, fsxattrErr(path, "FS_IOC_FSGETXATTR", err)
+		return Project{}, fsxattrErr(path, "FS_IOC_FSGETXATTR", err)
 	}
 
 	t, err := m.begin()
 	if err != nil {
-		return 0, &ProjectError{Op: "assign", Path: path, Err: err}
+		return Project{}, &ProjectError{Op: "assign", Path: path, Err: err}
 	}
 	defer t.close()
 
@@ -215,25 +251,28 @@ func (m *Manager) assign(path string, limitBytes int64) (uint32, error) {
 		m.log.V(2).Info("Reusing the recorded project ID", "path", path, "projectID", id)
 	default:
 		if id, err = m.allocate(r, t); err != nil {
-			return 0, err
+			return Project{}, err
 		}
-		m.log.V(2).Info("Allocated project ID", "path", path, "projectID", id, "inherited", x.Projid)
+		m.log.V(2).Info("Allocated project ID", "path", path, "projectID", id, "previous", x.Projid)
+	}
+	fail := func(err error) (Project, error) {
+		return Project{}, &ProjectError{Op: "assign", Path: path, ProjectID: id, Err: err}
 	}
 
 	// Bookkeeping first (projects, then projid), so that a crash at any
 	// point leaves a state the next Assign or Clear completes.
 	if changed, err := t.projects.add(id, path); err != nil {
-		return 0, &ProjectError{Op: "assign", Path: path, ProjectID: id, Err: err}
+		return fail(err)
 	} else if changed {
 		if err := t.writeProjects(); err != nil {
-			return 0, &ProjectError{Op: "assign", Path: path, ProjectID: id, Err: err}
+			return fail(err)
 		}
 	}
 	if changed, err := t.projid.add(m.nameFor(id), id); err != nil {
-		return 0, &ProjectError{Op: "assign", Path: path, ProjectID: id, Err: err}
+		return fail(err)
 	} else if changed {
 		if err := t.writeProjid(); err != nil {
-			return 0, &ProjectError{Op: "assign", Path: path, ProjectID: id, Err: err}
+			return fail(err)
 		}
 	}
 
@@ -247,13 +286,13 @@ func (m *Manager) assign(path string, limitBytes int64) (uint32, error) {
 		}
 	}
 	if err := m.quota().setLimit(r, id, hard); err != nil {
-		return 0, m.quotaErr(r, "set limit", id, err)
+		return Project{}, m.quotaErr(r, "set limit", id, err)
 	}
 	m.hook.At(testhook.QuotaLimited, path)
 	if err := setFdProjectID(r.fd, true, id); err != nil {
-		return 0, &ProjectError{Op: "assign", Path: path, ProjectID: id, Err: setFsxattrErr(r.fd, path, err)}
+		return fail(setFsxattrErr(r.fd, path, err))
 	}
-	return id, nil
+	return Project{ID: id, Dev: r.dev, Ino: r.ino}, nil
 }
 
 // allocate finds the lowest ID from firstID that neither file records and
@@ -280,10 +319,17 @@ func (m *Manager) allocate(r *fsRef, t *tx) (uint32, error) {
 	return 0, &ProjectError{Op: "allocate", Path: r.path, Err: fmt.Errorf("%w: probed %d IDs from %d", ErrNoFreeID, probes, m.firstID)}
 }
 
-func (m *Manager) clear(path string) error {
+func (m *Manager) clear(dirFd int, path string, p Project) error {
 	path, err := cleanPath(path)
 	if err != nil {
 		return err
+	}
+	var r *fsRef
+	if dirFd >= 0 {
+		if r, err = ref(dirFd, path); err != nil {
+			return &ProjectError{Op: "clear", Path: path, ProjectID: p.ID, Err: err}
+		}
+		defer r.close()
 	}
 	t, err := m.begin()
 	if err != nil {
@@ -291,41 +337,16 @@ func (m *Manager) clear(path string) error {
 	}
 	defer t.close()
 
+	// Only what the files record for path is released: they are
+	// nodevol's, unlike the directory (its owner can tag it) or p (from
+	// a record its caller keeps, perhaps where others write).
 	released := map[uint32]bool{}
 	for _, id := range t.projects.idsForPath(path) {
 		released[id] = true
 	}
-
-	r, err := m.open(path)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		// Gone already: only the bookkeeping is left to undo.
-	case err != nil:
-		return &ProjectError{Op: "clear", Path: path, Err: err}
-	default:
-		defer r.close()
-		x, xerr := getFsxattr(r.fd)
-		if xerr != nil && !isUnsupported(fsxattrErr(path, "", xerr)) {
-			return &ProjectError{Op: "clear", Path: path, Err: fsxattrErr(path, "FS_IOC_FSGETXATTR", xerr)}
-		}
-		if xerr == nil && owns(t.projects, x.Projid, path) {
-			released[x.Projid] = true
-		}
-		if len(released) > 0 {
-			if _, err := m.support(r); err == nil {
-				for _, id := range sortedIDs(released) {
-					if err := m.quota().setLimit(r, id, 0); err != nil && !isUnsupported(m.quotaErr(r, "clear limit", id, err)) {
-						return m.quotaErr(r, "clear limit", id, err)
-					}
-				}
-			} else if !isUnsupported(err) {
-				return err
-			}
-		}
-		if xerr == nil && released[x.Projid] {
-			if err := setFdProjectID(r.fd, true, 0); err != nil {
-				return &ProjectError{Op: "clear", Path: path, ProjectID: x.Projid, Err: fsxattrErr(path, "FS_IOC_FSSETXATTR", err)}
-			}
+	if r != nil && len(released) > 0 {
+		if err := m.clearDir(r, path, p, released); err != nil {
+			return err
 		}
 	}
 
@@ -356,31 +377,67 @@ func (m *Manager) clear(path string) error {
 	return nil
 }
 
-func (m *Manager) usage(path string) (Usage, error) {
-	path, err := cleanPath(path)
-	if err != nil {
-		return Usage{}, err
+// clearDir removes the limits of the released IDs on r's filesystem and
+// takes the project off r when r is the directory p identifies and carries
+// one of them. A directory that is not the assigned one keeps its project
+// (its ID, its flags) whatever it is.
+func (m *Manager) clearDir(r *fsRef, path string, p Project, released map[uint32]bool) error {
+	if !r.is(p) && r.dev != p.Dev {
+		// Not even the assigned directory's filesystem: the released IDs'
+		// limits are not this filesystem's to clear.
+		return &ProjectError{Op: "clear", Path: path, ProjectID: p.ID, Err: fmt.Errorf("%w: device %d:%d, not the assigned directory's %d:%d",
+			ErrNotAssignedDir, unix.Major(r.dev), unix.Minor(r.dev), unix.Major(p.Dev), unix.Minor(p.Dev))}
 	}
-	r, err := m.open(path)
+	x, xerr := getFsxattr(r.fd)
+	if xerr != nil && !isUnsupported(fsxattrErr(path, "", xerr)) {
+		return &ProjectError{Op: "clear", Path: path, Err: fsxattrErr(path, "FS_IOC_FSGETXATTR", xerr)}
+	}
+	if _, err := m.support(r); err == nil {
+		for _, id := range sortedIDs(released) {
+			if err := m.quota().setLimit(r, id, 0); err != nil && !isUnsupported(m.quotaErr(r, "clear limit", id, err)) {
+				return m.quotaErr(r, "clear limit", id, err)
+			}
+		}
+	} else if !isUnsupported(err) {
+		return err
+	}
+	switch {
+	case xerr != nil || !released[x.Projid]:
+	case !r.is(p):
+		m.log.Info("Not clearing the project of a directory that replaced the assigned one", "path", path, "projectID", x.Projid, "inode", r.ino, "assignedInode", p.Ino)
+	default:
+		if err := setFdProjectID(r.fd, true, 0); err != nil {
+			return &ProjectError{Op: "clear", Path: path, ProjectID: x.Projid, Err: fsxattrErr(path, "FS_IOC_FSSETXATTR", err)}
+		}
+	}
+	return nil
+}
+
+func (m *Manager) usage(dirFd int, path string) (Usage, error) {
+	r, err := ref(dirFd, path)
 	if err != nil {
 		return Usage{}, err
 	}
 	defer r.close()
+	return m.usageOf(r)
+}
+
+func (m *Manager) usageOf(r *fsRef) (Usage, error) {
 	if _, err := m.support(r); err != nil {
 		return Usage{}, err
 	}
 	x, err := getFsxattr(r.fd)
 	if err != nil {
-		return Usage{}, fsxattrErr(path, "FS_IOC_FSGETXATTR", err)
+		return Usage{}, fsxattrErr(r.path, "FS_IOC_FSGETXATTR", err)
 	}
 	if x.Projid == 0 {
-		return Usage{}, &ProjectError{Op: "usage", Path: path, Err: ErrNoProject}
+		return Usage{}, &ProjectError{Op: "usage", Path: r.path, Err: ErrNoProject}
 	}
 	d, err := m.quota().get(r, x.Projid)
 	if err != nil {
 		return Usage{}, m.quotaErr(r, "usage", x.Projid, err)
 	}
-	return Usage{Bytes: d.bytes, Inodes: d.inodes, LimitBytes: d.hardBytes}, nil
+	return Usage{Bytes: d.bytes, Inodes: d.inodes, LimitBytes: d.hardBytes, ProjectID: x.Projid}, nil
 }
 
 func sortedIDs(set map[uint32]bool) []uint32 {
