@@ -149,8 +149,8 @@ func TestVMAssignUsageEnforceClear(t *testing.T) {
 	generic := paths(New(WithProjectsFile(bk.projects), WithProjidFile(bk.projid)))
 	generic.backend = &kernelQuota{generic: true}
 	gu, err := generic.ProjectUsage(vol)
-	if err != nil || gu != (Usage{Bytes: bytes, Inodes: inodes, LimitBytes: limit}) {
-		t.Errorf("generic interface: %+v, %v; want %d bytes, %d inodes, limit %d", gu, err, bytes, inodes, limit)
+	if err != nil || gu != (Usage{Bytes: bytes, Inodes: inodes, LimitBytes: limit, ProjectID: id}) {
+		t.Errorf("generic interface: %+v, %v; want %d bytes, %d inodes, limit %d, project %d", gu, err, bytes, inodes, limit, id)
 	}
 
 	// So does quotactl(2) on the block device, the fallback for kernels
