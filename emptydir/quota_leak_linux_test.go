@@ -168,3 +168,44 @@ func TestOnePodCannotUseUpProjectIDs(t *testing.T) {
 		t.Fatalf("SetUp of another pod's volume after %d churned pods = %v; want a project for it", probes, err)
 	}
 }
+
+// TestTearDownReleasesTheProjectTheFilesRecord: nodevol.json lives in the
+// pod directory, so whoever writes there can rewrite it to name no quota
+// project. TearDown of such a volume, with a quota manager, must still
+// release the project the bookkeeping files record for the volume's
+// path — those are nodevol's, unlike the record — or refuse; it must not
+// succeed and leave the path's project (its entry and its limit) behind
+// for good, where no later TearDown of that path will ever come.
+func TestTearDownReleasesTheProjectTheFilesRecord(t *testing.T) {
+	w := newQuotaWorld(t)
+	m := w.e.setUp(t, w.e.pod(limitedSpec("cache")), "cache")
+	metaDir := w.e.metaDir(t, "cache")
+	path := filepath.Join(metaDir, metaFileName)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"quotaProjectID", "quotaPending", "quotaDirDev", "quotaDirIno"} {
+		delete(rec, k)
+	}
+	if b, err = json.Marshal(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.e.tearDown("cache"); err != nil {
+		t.Logf("TearDown: %v", err)
+		return // a refusal keeps everything for a later TearDown
+	}
+	mustNotExist(t, m.Path())
+	projects, projid := w.bookkeeping(t)
+	limits, _ := w.kernel.Limits()
+	if strings.Contains(projects, m.Path()) || projid != "" || len(limits) != 0 {
+		t.Errorf("after a successful TearDown: projects %q, projid %q, limits %v; want the volume's project released (nothing will ever release it now)", projects, projid, limits)
+	}
+}
