@@ -306,11 +306,13 @@ type fakeQuotas struct {
 	assigned  map[string]uint32
 	assignErr error // returned by Assign after it recorded the path
 	clearErr  error
-	cleared   []string
-	// clearedDirs is, per Clear, the identity of the directory it was
-	// handed (zero for -1) and the project it was asked to clear.
+	cleared   []string // paths Clear or Release was asked about
+	// clearedDirs is, per Clear or Release, the identity of the directory
+	// it was handed (zero for -1); clearedFor the project Clear was asked
+	// to clear, zero for a Release.
 	clearedDirs []fsquota.Project
 	clearedFor  []fsquota.Project
+	released    []bool // Release, not Clear
 }
 
 // fdIdentity is the device and inode of the open directory fd, as Assign
@@ -339,6 +341,14 @@ func (f *fakeQuotas) Assign(fd int, path string, limit int64) (fsquota.Project, 
 	return p, f.assignErr
 }
 func (f *fakeQuotas) Clear(fd int, path string, p fsquota.Project) error {
+	return f.clear(fd, path, p, false)
+}
+
+func (f *fakeQuotas) Release(fd int, path string) error {
+	return f.clear(fd, path, fsquota.Project{}, true)
+}
+
+func (f *fakeQuotas) clear(fd int, path string, p fsquota.Project, release bool) error {
 	if f.clearErr != nil {
 		return f.clearErr
 	}
@@ -349,6 +359,7 @@ func (f *fakeQuotas) Clear(fd int, path string, p fsquota.Project) error {
 	f.cleared = append(f.cleared, path)
 	f.clearedDirs = append(f.clearedDirs, dir)
 	f.clearedFor = append(f.clearedFor, p)
+	f.released = append(f.released, release)
 	return nil
 }
 func (f *fakeQuotas) Usage(fd int, _ string) (fsquota.Usage, error) {
@@ -390,7 +401,7 @@ func TestQuotaWiring(t *testing.T) {
 	if err := e.tearDown("cache"); err != nil || len(q.cleared) != 1 {
 		t.Fatalf("TearDown = %v, cleared %v", err, q.cleared)
 	}
-	if q.clearedFor[0] != want || q.clearedDirs[0] != (fsquota.Project{Dev: want.Dev, Ino: want.Ino}) {
+	if q.released[0] || q.clearedFor[0] != want || q.clearedDirs[0] != (fsquota.Project{Dev: want.Dev, Ino: want.Ino}) {
 		t.Errorf("Clear(directory %+v, project %+v); want the volume directory and %+v", q.clearedDirs[0], q.clearedFor[0], want)
 	}
 	// A recorded project without a quota manager is not silently leaked.
@@ -515,12 +526,15 @@ func TestQuotaClearedWhenDirectoryGone(t *testing.T) {
 	if len(q.cleared) != 1 || q.cleared[0] != m.Path() {
 		t.Errorf("cleared %v; want %s", q.cleared, m.Path())
 	}
-	// Clear is handed a directory on the volume's filesystem (the parent)
-	// to clear limits on: not the recorded one, so no project ID is taken
-	// off anything.
+	// Released, with a directory on the volume's filesystem (the parent)
+	// to clear limits on: no project ID is taken off anything.
 	if len(q.clearedDirs) == 1 {
-		if got, rec := q.clearedDirs[0], q.clearedFor[0]; got.Dev != rec.Dev || got.Ino == rec.Ino || rec.Ino == 0 {
-			t.Errorf("Clear of a gone directory was handed %+v for %+v; want another directory on its filesystem", got, rec)
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Dir(m.Path()), &st); err != nil {
+			t.Fatal(err)
+		}
+		if got := q.clearedDirs[0]; !q.released[0] || got.Dev != uint64(st.Dev) || got.Ino != st.Ino {
+			t.Errorf("the gone directory's project was cleared with %+v (released: %v); want Release with the parent, %d:%d", got, q.released[0], st.Dev, st.Ino)
 		}
 	}
 	if _, err := os.Lstat(e.metaDir(t, "cache")); !errors.Is(err, os.ErrNotExist) {

@@ -38,13 +38,15 @@ type Metadata struct {
 	StickyBit      bool   `json:"stickyBit,omitempty"`
 	HugePageSize   int64  `json:"hugePageSize,omitempty"`
 	QuotaProjectID uint32 `json:"quotaProjectID,omitempty"`
-	// QuotaDirDev and QuotaDirIno identify the directory the project was
-	// assigned to (fsquota.Project's identity): TearDown takes the project
-	// off the volume directory only when it is that very directory. They
-	// are recorded with QuotaPending already, from the descriptor Assign
-	// is then handed.
+	// QuotaDirDev, QuotaDirIno and QuotaDirGen identify the directory the
+	// project was assigned to (fsquota.Project's identity): TearDown takes
+	// the project off the volume directory only when it is that very
+	// directory. Device and inode are recorded with QuotaPending already,
+	// from the descriptor Assign is then handed; the generation with the
+	// project.
 	QuotaDirDev uint64 `json:"quotaDirDev,omitempty"`
 	QuotaDirIno uint64 `json:"quotaDirIno,omitempty"`
+	QuotaDirGen uint32 `json:"quotaDirGen,omitempty"` // inode generation, 0 when unknown
 	// QuotaPending says SetUp is asking the quota manager for a project
 	// for the volume directory and has not recorded the answer. It is
 	// written before Assign, so that a crash after Assign recorded the
@@ -116,7 +118,7 @@ func (m *Metadata) hasQuota() bool {
 
 // quotaProject is the recorded project as fsquota.Clear takes it.
 func (m *Metadata) quotaProject() fsquota.Project {
-	return fsquota.Project{ID: m.QuotaProjectID, Dev: m.QuotaDirDev, Ino: m.QuotaDirIno}
+	return fsquota.Project{ID: m.QuotaProjectID, Dev: m.QuotaDirDev, Ino: m.QuotaDirIno, Gen: m.QuotaDirGen}
 }
 
 // describeQuota names the recorded quota project for messages.

@@ -29,10 +29,13 @@ type Quotas interface {
 	// enforcing) a limit, and returns the project with the directory's
 	// identity.
 	Assign(dirFd int, path string, limitBytes int64) (fsquota.Project, error)
-	// Clear releases the project Assign returned as p; dirFd is -1 when
-	// the directory is gone. Only a directory that is the one p
-	// identifies loses its project ID.
+	// Clear releases the project Assign returned as p, recorded for path;
+	// only a directory that is the one p identifies loses its project ID.
 	Clear(dirFd int, path string, p fsquota.Project) error
+	// Release releases what is recorded for path when its directory is
+	// gone: fsFd is a directory on the same filesystem (-1: none left),
+	// where limits are cleared; no project ID is taken off anything.
+	Release(fsFd int, path string) error
 	// Usage returns the bytes and inodes charged to the directory's
 	// project, and which project that is.
 	Usage(dirFd int, path string) (fsquota.Usage, error)

@@ -173,13 +173,6 @@ func (m *mounter) quotaInPlace(e entry, meta *Metadata) (bool, error) {
 	if meta.QuotaPending {
 		return false, nil
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(e.fd, &st); err != nil {
-		return false, &os.PathError{Op: "fstat", Path: m.dir, Err: err}
-	}
-	if meta.QuotaDirIno != 0 && (uint64(st.Dev) != meta.QuotaDirDev || st.Ino != meta.QuotaDirIno) {
-		return false, nil // another directory than the one assigned
-	}
 	u, err := m.plugin.quotas.Usage(e.fd, m.dir)
 	switch {
 	case errors.Is(err, errors.ErrUnsupported):
@@ -259,7 +252,7 @@ func (m *mounter) setUpDir(logger klog.Logger, v *podVolume, plan setupPlan, arg
 			// left.
 			return fmt.Errorf("assign quota: %w", err)
 		default:
-			meta.QuotaProjectID = project.ID
+			meta.QuotaProjectID, meta.QuotaDirDev, meta.QuotaDirIno, meta.QuotaDirGen = project.ID, project.Dev, project.Ino, project.Gen
 		}
 		v.hook.At(testhook.SetUpQuotaAssigned, m.dir)
 	}

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/nodevol/nodevol/fsquota"
 	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/internal/plural"
 	"github.com/nodevol/nodevol/internal/testhook"
@@ -325,27 +326,18 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 		v.hook.At(testhook.TearDownRemoved, dir)
 	case ActionRemove, ActionNone:
 		// ActionNone too: the directory is gone (removed by hand, or a
-		// crash), but the metadata is the last record of its project ID;
-		// removing it without clearing would leak the ID in the
-		// bookkeeping files forever (Clear of a missing directory only
-		// undoes the bookkeeping). A symlink or a file in the volume's
-		// place is not the directory: the limits are cleared on the
-		// parent's filesystem, no project ID is touched.
-		// (Without a quota manager, stop has refused already.)
-		if plan.Meta.hasQuota() {
-			dirFd := -1
-			switch {
-			case e.kind == entryDir:
-				dirFd = e.fd
-			case v.vols != nil && plan.Meta.QuotaDirIno != 0:
-				// Not the recorded directory (another inode): Clear
-				// only clears limits there.
-				dirFd = v.vols.Fd()
-			}
-			if err := p.quotas.Clear(dirFd, dir, plan.Meta.quotaProject()); err != nil {
+		// crash), but its project may still be recorded. Whatever the
+		// record says (it is in the pod directory, where others write),
+		// what the bookkeeping files record for the volume's path is
+		// released: fsquota releases nothing else.
+		// (Without a quota manager, stop has refused a recorded project.)
+		if p.quotas != nil {
+			if err := p.releaseQuota(v, e, plan.Meta); err != nil {
 				return plan, fail(volume.Transient, fmt.Errorf("clear %s: %w", plan.Meta.describeQuota(), err))
 			}
-			v.hook.At(testhook.TearDownQuotaCleared, dir)
+			if plan.Meta.hasQuota() {
+				v.hook.At(testhook.TearDownQuotaCleared, dir)
+			}
 		}
 		if plan.Action == ActionRemove {
 			if err := v.removeTree(); err != nil {
@@ -360,6 +352,29 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 	v.hook.At(testhook.TearDownDone, dir)
 	logger.V(2).Info("emptyDir torn down", "action", plan.Action)
 	return plan, nil
+}
+
+// releaseQuota releases the project of the volume, whose entry the plan
+// found as e: through the volume directory when e is one (its project is
+// taken off it if it is the directory the record names), else through a
+// directory above it on the same filesystem, where only the limits are
+// cleared; with none left (the pods directory gone), only the
+// bookkeeping.
+func (p *Plugin) releaseQuota(v *podVolume, e entry, meta *Metadata) error {
+	q := p.quotas
+	if e.kind == entryDir {
+		var rec fsquota.Project
+		if meta != nil {
+			rec = meta.quotaProject()
+		}
+		return q.Clear(e.fd, v.dir, rec)
+	}
+	for _, d := range []*fsat.Dir{v.vols, v.pod, v.pods} {
+		if d != nil {
+			return q.Release(d.Fd(), v.dir)
+		}
+	}
+	return q.Release(-1, v.dir)
 }
 
 // unmount unmounts the volume's own mount, named through the volumes

@@ -42,6 +42,11 @@ func (p *Plugin) usage(r volRef) (Usage, error) {
 	if p.quotas != nil && meta != nil && meta.QuotaProjectID != 0 && !e.mi.root {
 		// The project of the directory open as e, asked through e.
 		u, err := p.quotas.Usage(e.fd, dir)
+		if err == nil && u.ProjectID != meta.QuotaProjectID {
+			// Retagged (its owner may): another project's numbers are
+			// not the volume's.
+			err = fmt.Errorf("%w: the directory carries project %d, not the recorded %d", fsquota.ErrNoProject, u.ProjectID, meta.QuotaProjectID)
+		}
 		if err == nil {
 			fs, _, err := statfs(e.fd, dir)
 			return Usage{Bytes: u.Bytes, Inodes: u.Inodes, Source: SourceQuota, FS: fs}, err

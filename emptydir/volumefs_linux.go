@@ -38,6 +38,7 @@ type podVolume struct {
 	metaDir  string
 
 	root       *fsat.Dir
+	pods       *fsat.Dir // <root>/pods; nil when missing
 	pod        *fsat.Dir // <root>/pods/<uid>; nil when missing
 	vols       *fsat.Dir // <pod>/volumes/<escaped plugin> (located with Sub: .../<dir>); nil when missing
 	metaParent *fsat.Dir // <pod>/plugins/kubernetes.io~empty-dir; nil when missing
@@ -105,12 +106,10 @@ func (p *Plugin) openVolume(r volRef, create bool) (_ *podVolume, err error) {
 	}
 	// The pods directory may be a mount of its own; a pod directory must
 	// be on it (nothing mounted on a pod directory is ever entered).
-	pods, err := open(v.root, "pods")
-	if err != nil {
+	if v.pods, err = open(v.root, "pods"); err != nil {
 		return nil, err
 	}
-	defer pods.Close()
-	if v.pod, err = open(pods, r.podUID, fsat.SameMount); err != nil {
+	if v.pod, err = open(v.pods, r.podUID, fsat.SameMount); err != nil {
 		return nil, err
 	}
 	if v.vols, err = open(v.pod, volsRel, fsat.SameMount); err != nil {
@@ -126,7 +125,7 @@ func (p *Plugin) openVolume(r volRef, create bool) (_ *podVolume, err error) {
 }
 
 func (v *podVolume) Close() {
-	for _, d := range []*fsat.Dir{v.meta, v.metaParent, v.vols, v.pod, v.root} {
+	for _, d := range []*fsat.Dir{v.meta, v.metaParent, v.vols, v.pod, v.pods, v.root} {
 		d.Close()
 	}
 }

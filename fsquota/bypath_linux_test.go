@@ -44,6 +44,9 @@ func (b *byPath) Assign(path string, limitBytes int64) (uint32, error) {
 
 func (b *byPath) Clear(path string) error {
 	_, err := withDir(path, func(fd int) (struct{}, error) {
+		if fd < 0 {
+			return struct{}{}, b.Manager.Release(-1, path)
+		}
 		return struct{}{}, b.Manager.Clear(fd, path, b.assigned[path])
 	})
 	return err

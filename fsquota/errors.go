@@ -19,12 +19,6 @@ var ErrUnsupported = fmt.Errorf("fsquota: %w", errors.ErrUnsupported)
 // project ID.
 var ErrNoProject = errors.New("directory has no project ID")
 
-// ErrNotAssignedDir is matched by Clear's error when the descriptor it
-// was handed is on another filesystem than the directory the project was
-// assigned to: nothing is cleared then, and the bookkeeping stays for a
-// Clear with the right directory.
-var ErrNotAssignedDir = errors.New("not the directory the project was assigned to")
-
 // ErrNoFreeID is returned when allocation probed its bound of candidate IDs
 // without finding one that is unrecorded and unused.
 var ErrNoFreeID = errors.New("no free project ID")

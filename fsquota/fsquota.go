@@ -81,8 +81,9 @@ func WithLogger(l klog.Logger) Option { return optionFunc(func(m *Manager) { m.l
 func WithFirstID(id uint32) Option { return optionFunc(func(m *Manager) { m.firstID = id }) }
 
 // WithMaxProbes bounds the candidate IDs one allocation checks for usage,
-// DefaultMaxProbes by default. IDs recorded in the bookkeeping files are
-// skipped without counting.
+// DefaultMaxProbes by default: half of them the lowest free ones from
+// WithFirstID, the rest at random above. IDs recorded in the bookkeeping
+// files are skipped without counting.
 func WithMaxProbes(n int) Option { return optionFunc(func(m *Manager) { m.maxProbes = n }) }
 
 // WithTestHook makes Assign and Clear call h at their crash points
@@ -139,12 +140,18 @@ type Usage struct {
 }
 
 // Project is a project ID and the directory Assign gave it to, identified
-// by device and inode: Clear takes the project off a directory only when
-// the descriptor it is handed is that very directory.
+// by its inode: Clear takes the project off a directory only when the
+// descriptor it is handed is that very directory. The inode is known by
+// its number and generation (FS_IOC_GETVERSION, which XFS and ext4 keep on
+// disk: a reused inode number has another generation), so the identity
+// survives a reboot that brings the disk back under another device
+// number; Dev is what the device was, and identifies the directory only
+// where the filesystem has no generations (Gen 0).
 type Project struct {
 	ID  uint32 `json:"id"`
-	Dev uint64 `json:"dev"` // st_dev of the directory
-	Ino uint64 `json:"ino"` // st_ino of the directory
+	Dev uint64 `json:"dev"`           // st_dev of the directory at Assign
+	Ino uint64 `json:"ino"`           // st_ino of the directory
+	Gen uint32 `json:"gen,omitempty"` // its generation, 0 when unknown
 }
 
 // CheckSupport returns nil when project quotas can be used on the
@@ -180,7 +187,9 @@ func (m *Manager) CheckSupport(path string) error { return m.checkSupport(path) 
 // the recorded ID back. Any other ID on the directory — one recorded for
 // another path, inherited, or recorded nowhere — is never adopted: the
 // directory gets a new ID. New IDs are allocated from WithFirstID upward,
-// skipping IDs in either file and IDs that have usage or limits. The
+// skipping IDs in either file and IDs that have usage or limits; past half
+// of the probes WithMaxProbes allows, at random from the rest of the range
+// (a run of IDs made to look used cannot exhaust allocation). The
 // bookkeeping is written before the directory is tagged, so a crash never
 // leaves a tagged directory that the files do not name.
 //
@@ -194,26 +203,32 @@ func (m *Manager) Assign(dirFd int, path string, limitBytes int64) (Project, err
 // IDs the projects file records for path lose their limits and their
 // bookkeeping entries, and the directory open as dirFd loses its project
 // ID and inherit flag — but only when it is the directory p identifies
-// (same device and inode) and carries one of those IDs. Nothing else is
-// ever cleared: not an ID the files record for another path or not at all
-// (p.ID alone proves nothing; it may come from a record someone else could
-// write), not a directory that replaced the assigned one. A p without an
-// identity (Dev and Ino 0, a record made before Project had them) accepts
-// the directory dirFd is, which the caller reached without following
-// symlinks.
+// and carries one of those IDs. Nothing else is ever cleared: not an ID
+// the files record for another path or not at all (p.ID alone proves
+// nothing; it may come from a record someone else could write), not a
+// directory that replaced the assigned one, whose project stays as it is.
+// A p without an identity (Ino 0, a record made before Project had one)
+// accepts the directory dirFd is, which the caller reached without
+// following symlinks.
 //
-// When the directory is gone, or something else is in its place, dirFd is
-// another directory on its filesystem (its parent): the limits are cleared
-// there, and no project ID is touched. With dirFd -1 only the bookkeeping
-// is undone (allocation skips IDs with limits, so such an ID is not handed
-// out again with a stale one). A dirFd on another filesystem than p's is
-// an error matching ErrNotAssignedDir, and nothing is changed. path is
-// never opened, as for Assign. Clearing twice is not an error.
+// dirFd must be on the filesystem the project was assigned on: limits
+// are cleared there. path is never opened, as for Assign. Clearing twice
+// is not an error.
 //
 // Files still inside the directory keep charging the ID until they are
 // removed; allocation skips IDs with usage, so the ID is not handed out
 // again before that.
-func (m *Manager) Clear(dirFd int, path string, p Project) error { return m.clear(dirFd, path, p) }
+func (m *Manager) Clear(dirFd int, path string, p Project) error { return m.clear(dirFd, path, &p) }
+
+// Release is Clear for a directory that is gone, or that the caller can
+// no longer reach: the IDs the projects file records for path lose their
+// limits and their bookkeeping entries, and no project ID is taken off
+// anything. fsFd is any directory on the filesystem the project was
+// assigned on (the volume directory's parent, say), where the limits are
+// cleared; with fsFd -1 only the bookkeeping is undone, and the limits
+// stay (allocation skips IDs with limits, so such an ID is not handed out
+// again with a stale one).
+func (m *Manager) Release(fsFd int, path string) error { return m.clear(fsFd, path, nil) }
 
 // Usage returns the bytes and inodes charged to the project of the
 // directory open as dirFd, the project's limit and its ID (the interface

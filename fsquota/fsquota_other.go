@@ -32,7 +32,7 @@ func (m *Manager) assign(dirFd int, path string, limitBytes int64) (Project, err
 	return Project{}, unsupportedOS(path)
 }
 
-func (m *Manager) clear(dirFd int, path string, p Project) error { return unsupportedOS(path) }
+func (m *Manager) clear(dirFd int, path string, p *Project) error { return unsupportedOS(path) }
 
 func (m *Manager) usage(dirFd int, path string) (Usage, error) { return Usage{}, unsupportedOS(path) }
 

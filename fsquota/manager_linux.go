@@ -3,6 +3,7 @@ package fsquota
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -122,13 +123,33 @@ func describe(fd int, path string) (*fsRef, error) {
 		return nil, &os.PathError{Op: "fsquota", Path: path, Err: unix.ENOTDIR}
 	}
 	r.key.dev = r.dev
+	// The generation where the filesystem keeps one (XFS and ext4 do);
+	// 0, "unknown", elsewhere.
+	if gen, err := generation(fd); err == nil {
+		r.gen = gen
+	}
 	return r, nil
 }
 
-// is reports whether r is the directory p identifies; a p without an
+// is reports whether r is the directory p identifies: the same inode
+// number and generation (the device number where there is no generation;
+// it may change across boots, generations do not); a p without an
 // identity (recorded before Project had one) accepts any.
-func (r *fsRef) is(p Project) bool {
-	return (p.Dev == 0 && p.Ino == 0) || (r.dev == p.Dev && r.ino == p.Ino)
+func (r *fsRef) is(p *Project) bool {
+	switch {
+	case p.Ino == 0:
+		return true
+	case r.ino != p.Ino:
+		return false
+	case p.Gen != 0:
+		return r.gen == p.Gen
+	}
+	return r.dev == p.Dev
+}
+
+// project is the Project Assign returns for r.
+func (r *fsRef) project(id uint32) Project {
+	return Project{ID: id, Dev: r.dev, Ino: r.ino, Gen: r.gen}
 }
 
 // close closes the descriptor r opened itself, never the caller's.
@@ -292,34 +313,60 @@ func (m *Manager) assign(dirFd int, path string, limitBytes int64) (Project, err
 	if err := setFdProjectID(r.fd, true, id); err != nil {
 		return fail(setFsxattrErr(r.fd, path, err))
 	}
-	return Project{ID: id, Dev: r.dev, Ino: r.ino}, nil
+	return r.project(id), nil
 }
 
-// allocate finds the lowest ID from firstID that neither file records and
-// that has no usage and no limits, probing at most maxProbes IDs.
+// allocate finds an ID that neither file records and that has no usage
+// and no limits, probing at most maxProbes IDs: the lowest ones from
+// firstID with half of them, as the kubelet and xfs_quota users expect,
+// then random ones from the rest of the range. Whoever can tag files may
+// make a run of consecutive IDs look used (a container's root can, outside
+// a user namespace), but not a noticeable share of four billion: one pod
+// cannot make allocation fail for the others.
 func (m *Manager) allocate(r *fsRef, t *tx) (uint32, error) {
 	probes := 0
-	for id := m.firstID; id >= m.firstID && id <= maxProjectID; id++ {
-		if t.projects.hasID(id) || t.projid.hasID(id) || t.projid.hasName(m.nameFor(id)) {
-			continue
-		}
-		if probes >= m.maxProbes {
-			break
-		}
+	recorded := func(id uint32) bool {
+		return t.projects.hasID(id) || t.projid.hasID(id) || t.projid.hasName(m.nameFor(id))
+	}
+	probe := func(id uint32) (bool, error) {
 		probes++
 		d, err := m.quota().get(r, id)
 		if err != nil {
-			return 0, m.quotaErr(r, "allocate", id, err)
+			return false, m.quotaErr(r, "allocate", id, err)
 		}
-		if d.unused() {
+		if !d.unused() {
+			m.log.V(3).Info("Skipping project ID in use", "projectID", id, "bytes", d.bytes, "inodes", d.inodes)
+		}
+		return d.unused(), nil
+	}
+	sequential := (m.maxProbes + 1) / 2
+	for id := m.firstID; id >= m.firstID && id <= maxProjectID && probes < sequential; id++ {
+		if recorded(id) {
+			continue
+		}
+		if ok, err := probe(id); err != nil {
+			return 0, err
+		} else if ok {
 			return id, nil
 		}
-		m.log.V(3).Info("Skipping project ID in use", "projectID", id, "bytes", d.bytes, "inodes", d.inodes)
+	}
+	for tries := 0; probes < m.maxProbes && tries < 4*m.maxProbes; tries++ {
+		id := m.firstID + rand.Uint32N(maxProjectID-m.firstID+1)
+		if recorded(id) {
+			continue
+		}
+		if ok, err := probe(id); err != nil {
+			return 0, err
+		} else if ok {
+			return id, nil
+		}
 	}
 	return 0, &ProjectError{Op: "allocate", Path: r.path, Err: fmt.Errorf("%w: probed %d IDs from %d", ErrNoFreeID, probes, m.firstID)}
 }
 
-func (m *Manager) clear(dirFd int, path string, p Project) error {
+// clear is Clear, or Release when p is nil: then dirFd is only where the
+// limits are cleared, never a directory to untag.
+func (m *Manager) clear(dirFd int, path string, p *Project) error {
 	path, err := cleanPath(path)
 	if err != nil {
 		return err
@@ -327,7 +374,7 @@ func (m *Manager) clear(dirFd int, path string, p Project) error {
 	var r *fsRef
 	if dirFd >= 0 {
 		if r, err = ref(dirFd, path); err != nil {
-			return &ProjectError{Op: "clear", Path: path, ProjectID: p.ID, Err: err}
+			return &ProjectError{Op: "clear", Path: path, Err: err}
 		}
 		defer r.close()
 	}
@@ -377,21 +424,11 @@ func (m *Manager) clear(dirFd int, path string, p Project) error {
 	return nil
 }
 
-// clearDir removes the limits of the released IDs on r's filesystem and
-// takes the project off r when r is the directory p identifies and carries
-// one of them. A directory that is not the assigned one keeps its project
-// (its ID, its flags) whatever it is.
-func (m *Manager) clearDir(r *fsRef, path string, p Project, released map[uint32]bool) error {
-	if !r.is(p) && r.dev != p.Dev {
-		// Not even the assigned directory's filesystem: the released IDs'
-		// limits are not this filesystem's to clear.
-		return &ProjectError{Op: "clear", Path: path, ProjectID: p.ID, Err: fmt.Errorf("%w: device %d:%d, not the assigned directory's %d:%d",
-			ErrNotAssignedDir, unix.Major(r.dev), unix.Minor(r.dev), unix.Major(p.Dev), unix.Minor(p.Dev))}
-	}
-	x, xerr := getFsxattr(r.fd)
-	if xerr != nil && !isUnsupported(fsxattrErr(path, "", xerr)) {
-		return &ProjectError{Op: "clear", Path: path, Err: fsxattrErr(path, "FS_IOC_FSGETXATTR", xerr)}
-	}
+// clearDir removes the limits of the released IDs on r's filesystem and,
+// when p is given, takes the project off r if r is the directory p
+// identifies and carries one of them. A directory that is not the
+// assigned one keeps its project (its ID, its flags) whatever it is.
+func (m *Manager) clearDir(r *fsRef, path string, p *Project, released map[uint32]bool) error {
 	if _, err := m.support(r); err == nil {
 		for _, id := range sortedIDs(released) {
 			if err := m.quota().setLimit(r, id, 0); err != nil && !isUnsupported(m.quotaErr(r, "clear limit", id, err)) {
@@ -401,8 +438,18 @@ func (m *Manager) clearDir(r *fsRef, path string, p Project, released map[uint32
 	} else if !isUnsupported(err) {
 		return err
 	}
+	if p == nil {
+		return nil
+	}
+	x, err := getFsxattr(r.fd)
+	if err != nil {
+		if err := fsxattrErr(path, "FS_IOC_FSGETXATTR", err); !isUnsupported(err) {
+			return &ProjectError{Op: "clear", Path: path, Err: err}
+		}
+		return nil
+	}
 	switch {
-	case xerr != nil || !released[x.Projid]:
+	case !released[x.Projid]:
 	case !r.is(p):
 		m.log.Info("Not clearing the project of a directory that replaced the assigned one", "path", path, "projectID", x.Projid, "inode", r.ino, "assignedInode", p.Ino)
 	default:

@@ -454,19 +454,45 @@ func TestAllocationSkips(t *testing.T) {
 func TestAllocationIsBounded(t *testing.T) {
 	root := xfsDir(t)
 	fake := newFake()
+	fake.usedFrom = 100 // every candidate in use
 	m, bk := fakeManager(t, fake, WithMaxProbes(5), WithFirstID(100))
-	for id := uint32(100); id < 200; id++ {
-		fake.usage[id] = dquot{inodes: 1}
-	}
 	dir := mkdir(t, filepath.Join(root, "v"))
 	if _, err := m.Assign(dir, 0); !errors.Is(err, ErrNoFreeID) {
 		t.Errorf("Assign with every probed ID in use = %v; want ErrNoFreeID", err)
+	}
+	if fake.gets != 5 {
+		t.Errorf("allocation asked about %d IDs; want the bound, 5", fake.gets)
 	}
 	if got := mustProjectID(t, dir); got != 0 {
 		t.Errorf("failed Assign tagged the directory with %d", got)
 	}
 	if p, q := bk.read(t); p != "" || q != "" {
 		t.Errorf("failed Assign wrote bookkeeping: %q %q", p, q)
+	}
+}
+
+// TestAllocationEscapesAUsedRun: a run of IDs from the first one made to
+// look used (files tagged with them, which a container's root can do) does
+// not exhaust allocation: past half of its probes it draws at random from
+// the whole range, within its bound.
+func TestAllocationEscapesAUsedRun(t *testing.T) {
+	root := xfsDir(t)
+	fake := newFake()
+	const first, run = 1048577, 100000
+	for id := uint32(first); id < first+run; id++ {
+		fake.usage[id] = dquot{inodes: 1}
+	}
+	m, _ := fakeManager(t, fake, WithMaxProbes(8))
+	for i := range 20 {
+		dir := mkdir(t, filepath.Join(root, fmt.Sprint("v", i)))
+		fake.gets = 0
+		id, err := m.Assign(dir, 0)
+		if err != nil || id < first+run || id > maxProjectID {
+			t.Fatalf("Assign past a run of %d used IDs = %d, %v; want an ID above the run", run, id, err)
+		}
+		if fake.gets > 8 {
+			t.Errorf("allocation asked about %d IDs; want at most 8", fake.gets)
+		}
 	}
 }
 
@@ -546,8 +572,7 @@ func TestDescriptorNotPath(t *testing.T) {
 // TestClearOnlyTheAssignedDirectory: Clear handed a directory other than
 // the one Assign returned the project for — one swapped into its place,
 // even carrying the same ID — releases the recorded ID (bookkeeping,
-// limit) and leaves that directory's project and flags alone; handed one
-// on another filesystem, it changes nothing and says so.
+// limit) and leaves that directory's project and flags alone.
 func TestClearOnlyTheAssignedDirectory(t *testing.T) {
 	root := xfsDir(t)
 	fake := newFake()
@@ -566,15 +591,6 @@ func TestClearOnlyTheAssignedDirectory(t *testing.T) {
 	if err := SetProjectID(other, p.ID); err != nil {
 		t.Fatal(err)
 	}
-	// On another filesystem (a tmpfs): refused, nothing changed.
-	tmp := t.TempDir()
-	mounttest.Tmpfs(t, tmp, "")
-	if err := m.Manager.Clear(openFd(t, tmp, unix.O_RDONLY|unix.O_DIRECTORY), vol, p); !errors.Is(err, ErrNotAssignedDir) {
-		t.Errorf("Clear with a directory on another filesystem = %v; want ErrNotAssignedDir", err)
-	}
-	if projects, _ := bk.read(t); !strings.Contains(projects, vol) || fake.limits[p.ID] != 1<<20 {
-		t.Errorf("refused Clear changed the bookkeeping (%q) or the limit (%d)", projects, fake.limits[p.ID])
-	}
 	if err := m.Manager.Clear(openFd(t, other, unix.O_RDONLY|unix.O_DIRECTORY), vol, p); err != nil {
 		t.Fatal(err)
 	}
@@ -586,6 +602,77 @@ func TestClearOnlyTheAssignedDirectory(t *testing.T) {
 	}
 	if projects, projid := bk.read(t); projects != "" || projid != "" || fake.limits[p.ID] != 0 {
 		t.Errorf("after Clear: files %q %q, limit %d; want the recorded ID released", projects, projid, fake.limits[p.ID])
+	}
+}
+
+// TestIdentitySurvivesRenumbering: the directory is known by its inode
+// number and generation, not the device number a reboot may change; with
+// no generation (a filesystem without one) the device decides; an inode
+// number reused by another directory has another generation.
+func TestIdentitySurvivesRenumbering(t *testing.T) {
+	root := xfsDir(t)
+	vol := mkdir(t, filepath.Join(root, "vol"))
+	r, err := ref(openFd(t, vol, unix.O_RDONLY|unix.O_DIRECTORY), vol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.gen == 0 {
+		t.Fatal("XFS gave no inode generation")
+	}
+	p := r.project(7)
+	for _, tc := range []struct {
+		name string
+		p    Project
+		want bool
+	}{
+		{"as assigned", p, true},
+		{"device renumbered", Project{ID: 7, Dev: p.Dev + 1, Ino: p.Ino, Gen: p.Gen}, true},
+		{"inode number reused", Project{ID: 7, Dev: p.Dev, Ino: p.Ino, Gen: p.Gen + 1}, false},
+		{"another inode", Project{ID: 7, Dev: p.Dev, Ino: p.Ino + 1, Gen: p.Gen}, false},
+		{"no generation, same device", Project{ID: 7, Dev: p.Dev, Ino: p.Ino}, true},
+		{"no generation, other device", Project{ID: 7, Dev: p.Dev + 1, Ino: p.Ino}, false},
+		{"no identity", Project{ID: 7}, true},
+	} {
+		if got := r.is(&tc.p); got != tc.want {
+			t.Errorf("%s: is(%+v) = %v; want %v", tc.name, tc.p, got, tc.want)
+		}
+	}
+}
+
+// TestRelease: Release, for a directory that is gone, clears the limits of
+// the IDs recorded for the path on the filesystem of the directory it is
+// handed and releases them, and takes no project off that directory even
+// when it carries one of them; with -1 only the bookkeeping goes.
+func TestRelease(t *testing.T) {
+	root := xfsDir(t)
+	fake := newFake()
+	m, bk := fakeManager(t, fake, Enforce())
+	vol := mkdir(t, filepath.Join(root, "vol"))
+	p, err := m.Manager.Assign(openFd(t, vol, unix.O_RDONLY|unix.O_DIRECTORY), vol, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := SetProjectID(root, p.ID); err != nil { // the parent, tagged by someone
+		t.Fatal(err)
+	}
+	if err := m.Manager.Release(openFd(t, root, unix.O_PATH|unix.O_DIRECTORY), vol); err != nil {
+		t.Fatal(err)
+	}
+	if projects, projid := bk.read(t); projects != "" || projid != "" || fake.limits[p.ID] != 0 {
+		t.Errorf("after Release: files %q %q, limit %d; want the ID released", projects, projid, fake.limits[p.ID])
+	}
+	if got := mustProjectID(t, root); got != p.ID {
+		t.Errorf("Release took the project off the directory it was handed (%d)", got)
+	}
+	q, err := m.Manager.Assign(openFd(t, vol, unix.O_RDONLY|unix.O_DIRECTORY), vol, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Manager.Release(-1, vol); err != nil {
+		t.Fatal(err)
+	}
+	if projects, _ := bk.read(t); projects != "" || fake.limits[q.ID] != 1<<20 {
+		t.Errorf("after Release(-1): projects %q, limit %d; want the bookkeeping gone and the limit kept", projects, fake.limits[q.ID])
 	}
 }
 
