@@ -573,7 +573,9 @@ the volume manager unmounts them before it tears the volume down.
 with "subpaths" a list of {"container","index","path","mountPoint","own"}
 and "mountNamespace" {"state","reason"}, then {"problem":PATH,"error":TEXT}
 per problem (with "overBudget": true where a bound stopped the scan) and
-{"leftover":PATH} per leftover pod directory.
+{"leftover":PATH} per leftover pod directory. A string that is not valid
+UTF-8 (JSON can only write U+FFFD for its bytes) is followed by the same
+name plus "Base64", its exact bytes, as in every command's --json.
 "safeToRemove" keeps its old meaning (the directory could be removed now
 without crossing a mount: false for an in-use CSI or secret volume); the
 verdict is what says whether a volume is healthy.
