@@ -34,7 +34,7 @@ type ScanResult struct {
 	Leftovers []string
 	// With ScanLimits: Budgets holds what each pod directory listed may
 	// still read, by pod UID, for the caller to read the rest of the pod
-	// with (subpath.Budget): what the caller reads for a pod then counts
+	// with (subpath.WithinBudget): what the caller reads for a pod then counts
 	// against that pod's share.
 	Budgets map[string]*EntryBudget
 	// OverBudget are the pod directories, in order, where a bound of
