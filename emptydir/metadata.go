@@ -16,6 +16,10 @@ const (
 	// file sits in the pod directory, where whoever can write there could
 	// replace it with something huge (or a symlink to /dev/zero).
 	maxMetadataSize = 64 << 10
+	// maxMetadataEntries bounds how many entries of the metadata
+	// directory are read: it holds two files and, after interrupted
+	// writes, a few temporary ones; more is someone else's doing.
+	maxMetadataEntries = 1024
 )
 
 // Metadata is what SetUp records beside the ready marker in

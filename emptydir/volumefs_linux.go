@@ -187,7 +187,11 @@ func (v *podVolume) checkMetadataDir() error {
 		return nil
 	}
 	var bad []string
+	n := 0
 	err := v.meta.EachEntry(func(e fsat.Entry) error {
+		if n++; n > maxMetadataEntries {
+			return fsat.ErrStop
+		}
 		own := e.Name == readyFileName || e.Name == metaFileName || fsat.IsTempOf(e.Name, metaFileName)
 		if !own || e.Type != 0 {
 			bad = append(bad, v.meta.Join(e.Name))
@@ -199,6 +203,13 @@ func (v *podVolume) checkMetadataDir() error {
 	})
 	if err != nil {
 		return err
+	}
+	if n > maxMetadataEntries {
+		// Only a flood of temporary names gets here: nodevol leaves one
+		// per interrupted write. Reading on would take as long as whoever
+		// made them wished.
+		return fmt.Errorf("%w: the metadata directory %s holds more than %d entries; it is never removed: move it away, then tear down again",
+			ErrUnexpectedMetadata, v.metaDir, maxMetadataEntries)
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("%w: the metadata directory %s holds what neither nodevol nor the kubelet writes there (%s); it is never removed: move it away, then tear down again",
