@@ -3,6 +3,7 @@ package fsquota
 import (
 	"errors"
 	"io/fs"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -14,6 +15,7 @@ import (
 // record from before identities).
 type byPath struct {
 	*Manager
+	mu       sync.Mutex // tests call Assign from several goroutines
 	assigned map[string]Project
 }
 
@@ -37,7 +39,9 @@ func withDir[T any](path string, fn func(fd int) (T, error)) (T, error) {
 func (b *byPath) Assign(path string, limitBytes int64) (uint32, error) {
 	p, err := withDir(path, func(fd int) (Project, error) { return b.Manager.Assign(fd, path, limitBytes) })
 	if err == nil {
+		b.mu.Lock()
 		b.assigned[path] = p
+		b.mu.Unlock()
 	}
 	return p.ID, err
 }
@@ -47,7 +51,10 @@ func (b *byPath) Clear(path string) error {
 		if fd < 0 {
 			return struct{}{}, b.Manager.Release(-1, path)
 		}
-		return struct{}{}, b.Manager.Clear(fd, path, b.assigned[path])
+		b.mu.Lock()
+		p := b.assigned[path]
+		b.mu.Unlock()
+		return struct{}{}, b.Manager.Clear(fd, path, p)
 	})
 	return err
 }
