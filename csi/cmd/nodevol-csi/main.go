@@ -26,7 +26,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,7 +34,13 @@ import (
 
 	"github.com/nodevol/nodevol/csi/driver"
 	"github.com/nodevol/nodevol/fsquota"
+	"github.com/nodevol/nodevol/httpserver"
 )
+
+// httpLimits are the limits of the HTTP server on --http-address:
+// httpserver's defaults (zero fields), as nodevol serve's: anything that
+// can reach the driver's pod can connect. Tests shorten them.
+var httpLimits httpserver.Limits
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -116,7 +121,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			log.Error(err, "Listening for HTTP")
 			return 1
 		}
-		srv := &http.Server{Handler: httpHandler(d, reg, *regDir != ""), ReadHeaderTimeout: 5 * time.Second}
+		srv := httpserver.New(httpHandler(d, reg, *regDir != ""), httpLimits)
 		go serveHTTP(srv, lis, log)
 		defer srv.Close()
 	}
