@@ -36,6 +36,9 @@ type DirUsage struct {
 	// Skipped lists, after a walk, the mounts beneath the directory,
 	// which are not counted.
 	Skipped []mountdetect.Mount
+	// UpperBound says, after a walk, that Bytes and Inodes may count some
+	// hard-linked files more than once (see mountdetect.Usage).
+	UpperBound bool
 	// NoQuota says, after a walk, why the quota was not used: an error
 	// that matches ErrNoProject (the directory carries no project ID, or
 	// the kernel knows no such project) or ErrUnsupported (no project
@@ -79,5 +82,6 @@ func (m *Manager) DirUsage(path string) (DirUsage, error) {
 		return DirUsage{ProjectID: d.ProjectID}, err
 	}
 	d.Bytes, d.Inodes, d.Source, d.Skipped = u.Bytes, u.Inodes, SourceWalk, u.Skipped
+	d.UpperBound = u.UpperBound
 	return d, nil
 }

@@ -137,44 +137,6 @@ func TestDiskUsageBoundsFds(t *testing.T) {
 	}
 }
 
-// linkedFiles makes n files of size bytes under dir, each with a second
-// hard link beside it ("f<i>" and "l<i>"), spread over subdirectories of
-// at most 10,000 entries, through directory fds (fast enough for a
-// million).
-func linkedFiles(tb testing.TB, dir string, n, size int) {
-	tb.Helper()
-	data := []byte(strings.Repeat("x", size))
-	const perDir = 5000
-	for d := 0; d*perDir < n; d++ {
-		sub := filepath.Join(dir, fmt.Sprintf("d%03d", d))
-		if err := os.Mkdir(sub, 0o755); err != nil {
-			tb.Fatal(err)
-		}
-		dfd, err := unix.Open(sub, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		for i := d * perDir; i < min(n, (d+1)*perDir); i++ {
-			name := fmt.Sprintf("f%d", i)
-			fd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o644)
-			if err == nil && size > 0 {
-				_, err = unix.Write(fd, data)
-			}
-			if fd >= 0 {
-				unix.Close(fd)
-			}
-			if err == nil {
-				err = unix.Linkat(dfd, name, dfd, fmt.Sprintf("l%d", i), 0)
-			}
-			if err != nil {
-				unix.Close(dfd)
-				tb.Fatalf("%s/%s: %v", sub, name, err)
-			}
-		}
-		unix.Close(dfd)
-	}
-}
-
 // TestDiskUsageHardLinkCap: DiskUsage remembers at most maxLinked
 // hard-linked inodes. Below the cap every inode counts once and the answer
 // is exact; past it each link of an inode it could not remember counts in
@@ -186,7 +148,7 @@ func TestDiskUsageHardLinkCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 10
-	linkedFiles(t, vol, n, 100)
+	mounttest.LinkedFiles(t, vol, n, 100)
 	for _, s := range walkStrategies(t) {
 		exact, err := diskUsage(vol, &config{strategy: s, maxLinked: n})
 		if err != nil {
@@ -227,7 +189,7 @@ func TestDiskUsageHardLinksBoundedMemory(t *testing.T) {
 	vol := filepath.Join(t.TempDir(), "vol")
 	mounttest.Tmpfs(t, vol, "")
 	n := 2 * MaxHardLinkedInodes
-	linkedFiles(t, vol, n, 0)
+	mounttest.LinkedFiles(t, vol, n, 0)
 	held, u := heldByDiskUsage(t, vol, &config{strategy: autoStrategy()})
 	if !u.UpperBound || u.Inodes < int64(n) {
 		t.Errorf("DiskUsage over %d hard-linked files = %+v; want at least %d inodes, an upper bound", n, u, n)
@@ -318,7 +280,7 @@ func BenchmarkDiskUsageHardLinks(b *testing.B) {
 		name string
 		make func(dir string)
 	}{
-		{fmt.Sprintf("files=%d/links=2", n), func(dir string) { mounttest.Build(b, dir, "dir ."); linkedFiles(b, dir, n, 0) }},
+		{fmt.Sprintf("files=%d/links=2", n), func(dir string) { mounttest.Build(b, dir, "dir ."); mounttest.LinkedFiles(b, dir, n, 0) }},
 		{fmt.Sprintf("files=4/links=%d", n), func(dir string) { linksToFew(b, dir, 4, n) }},
 	}
 	du, duErr := exec.LookPath("du")
