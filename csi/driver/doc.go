@@ -39,7 +39,11 @@
 //
 // NodeGetVolumeStats reports the use from the quota, the tmpfs or a walk
 // that stays on the volume's mount; a volume with a foreign mount on it is
-// not measured (FAILED_PRECONDITION).
+// not measured (FAILED_PRECONDITION). The walk counts a hard-linked file
+// once for the first mountdetect.MaxHardLinkedInodes of them (1 MiB of the
+// driver's memory at most per call); past that the numbers are an upper
+// bound, which the response header nodevol-usage-bound ("upper"), the log
+// and nodevol_csi_usage_upper_bound_total say.
 //
 // # Reached by descriptors
 //
