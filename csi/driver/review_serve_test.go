@@ -52,7 +52,7 @@ func serveAsync(t *testing.T, d *Driver, opts ServeOptions) (cancel func()) {
 //     the driver that is still running.
 func TestReviewServeShutdownRemovesWhatIsThere(t *testing.T) {
 	t.Run("file", func(t *testing.T) {
-		d, err := New(Config{NodeID: "n", KubeletRoot: "/var/lib/kubelet"})
+		d, err := New(Config{NodeID: "n", KubeletRoot: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,8 +84,11 @@ func TestReviewServeShutdownRemovesWhatIsThere(t *testing.T) {
 		}
 		sock := filepath.Join(dir, "csi.sock")
 		opts := ServeOptions{Endpoint: sock, RegistrationDir: reg}
-		d1, _ := New(Config{NodeID: "n", KubeletRoot: "/var/lib/kubelet"})
-		d2, _ := New(Config{NodeID: "n", KubeletRoot: "/var/lib/kubelet"})
+		// On one kubelet root the second instance is refused (its root
+		// lock, TestSecondDriverOnOneRootIsRefused); on two roots it
+		// serves, on the same sockets.
+		d1, _ := New(Config{NodeID: "n", KubeletRoot: t.TempDir()})
+		d2, _ := New(Config{NodeID: "n", KubeletRoot: t.TempDir()})
 		stop1 := serveAsync(t, d1, opts)
 		waitSocket(t, sock)
 		regSock := filepath.Join(reg, DefaultName+"-reg.sock")
