@@ -292,7 +292,8 @@ func (m *Manager) poke() {
 // Run reconstructs the actual state from disk, then reconciles until ctx
 // is done. The context's logger (klog.FromContext) is used when set.
 //
-// First it takes the kubelet root's volume-manager lock
+// First it makes the kubelet root if it is missing (mode 0750, as the
+// kubelet does) and takes the root's volume-manager lock
 // (volume.LockRoot with volume.LockVolumeManager), which it holds until it
 // returns, or the process ends: a second Manager on the same root — in
 // this process or another — would tear down every volume of the first's
@@ -308,6 +309,10 @@ func (m *Manager) poke() {
 func (m *Manager) Run(ctx context.Context) error {
 	if !m.ran.CompareAndSwap(false, true) {
 		return ErrRunTwice
+	}
+	// A new node's root may not exist yet: the kubelet makes it, 0750.
+	if err := os.MkdirAll(m.layout.Root(), 0o750); err != nil {
+		return fmt.Errorf("reconciler: %w", err)
 	}
 	lock, err := volume.LockRoot(m.layout, volume.LockVolumeManager, volume.LockOptions{Clock: m.clock})
 	if err != nil {
