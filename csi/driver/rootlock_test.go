@@ -18,15 +18,7 @@ import (
 // serves beside it; once the first stops, the second serves.
 func TestSecondDriverOnOneRootIsRefused(t *testing.T) {
 	root := t.TempDir()
-	dir, err := os.MkdirTemp("", "lk") // short: a socket path has at most 107 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	reg := filepath.Join(dir, "registry")
-	if err := os.Mkdir(reg, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	dir, reg := socketDirs(t)
 	opts := ServeOptions{Endpoint: filepath.Join(dir, "csi.sock"), RegistrationDir: reg}
 	regSock := filepath.Join(reg, DefaultName+"-reg.sock")
 	d1, _ := New(Config{NodeID: "n", KubeletRoot: root})
@@ -41,7 +33,7 @@ func TestSecondDriverOnOneRootIsRefused(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // a Serve that starts returns at once, having replaced the sockets
-	err = d2.Serve(ctx, opts)
+	err := d2.Serve(ctx, opts)
 	var locked *volume.RootLockedError
 	if !errors.As(err, &locked) || locked.HolderErr != nil || locked.Holder.PID != os.Getpid() || locked.Holder.Owner != volume.LockCSIDriver(DefaultName) {
 		t.Errorf("Serve of a second %s driver on %s = %v; want a *volume.RootLockedError naming this process", DefaultName, root, err)

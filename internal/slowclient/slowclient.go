@@ -1,8 +1,8 @@
 // Package slowclient holds the HTTP clients that tests set against
 // nodevol's HTTP servers to check their limits: one that keeps a
 // keep-alive connection idle, one that sends its request header or body
-// a byte at a time. Each reports whether the server closed the
-// connection within a wait; none needs root.
+// a byte at a time, one with a huge header. Each reports whether the
+// server ended it; none needs root.
 package slowclient
 
 import (
@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -62,6 +63,27 @@ func SlowBody(addr, path string, every, wait time.Duration) error {
 	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n", path, size)
 	body := string(make([]byte, size))
 	return trickle(addr, head, body, every, wait, "sending its body a byte every "+every.String())
+}
+
+// LargeHeader sends "GET path" to addr with a header of size bytes, and
+// returns nil when the server refuses it: 431, or the connection closed
+// before the client has written it all (net/http answers 431 and closes
+// without reading on).
+func LargeHeader(addr, path string, size int) error {
+	req, err := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("X-Junk", strings.Repeat("a", size))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil // refused before the client wrote it all
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		return fmt.Errorf("GET %s with a header of %d bytes = %d; want 431", path, size, resp.StatusCode)
+	}
+	return nil
 }
 
 // trickle writes head at once, then slow a byte every interval, until the
