@@ -587,7 +587,7 @@ func checkUsable(t *testing.T, w *crashWorld, dir string) {
 		if tag, err := fsquota.ProjectID(dir); err != nil || tag != id {
 			t.Errorf("re-added volume carries project %d, %v; want %d", tag, err, id)
 		}
-		if u, err := w.quotas.ProjectUsage(dir); err != nil || u.LimitBytes != limitA {
+		if u, err := w.quotas.Usage(openDirFd(t, dir), dir); err != nil || u.LimitBytes != limitA {
 			t.Errorf("re-added volume's quota = %+v, %v; want a %d-byte limit", u, err, limitA)
 		}
 	}
@@ -711,10 +711,12 @@ func checkProjects(t *testing.T, w *crashWorld, want map[string]uint32) {
 	if err := os.Mkdir(probe, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if id, err := w.quotas.Assign(probe, 0); err != nil || id != w.c.FirstID+1 {
-		t.Errorf("Assign(probe) = %d, %v; want %d, free again", id, err, w.c.FirstID+1)
+	probeFd := openDirFd(t, probe)
+	p, err := w.quotas.Assign(probeFd, probe, 0)
+	if err != nil || p.ID != w.c.FirstID+1 {
+		t.Errorf("Assign(probe) = %d, %v; want %d, free again", p.ID, err, w.c.FirstID+1)
 	}
-	if err := w.quotas.Clear(probe); err != nil {
+	if err := w.quotas.Clear(probeFd, probe, p); err != nil {
 		t.Error(err)
 	}
 	os.Remove(probe)

@@ -107,7 +107,9 @@
 // back.
 //
 // SetUp is idempotent, and repairs a ready volume whose directory or mount
-// vanished. A volume recorded as another medium than the spec asks for is
+// vanished, or a Default volume whose recorded quota project is no longer
+// on its directory (a TearDown that released it, then failed): that one
+// goes through SetUp again, its mode and group included. A volume recorded as another medium than the spec asks for is
 // an error (ErrMediumChanged) and nothing changes: a pod's spec cannot
 // change, but a CSI driver's caller picks the medium per request, and
 // mounting over a Default volume would hide its data and drop its quota
@@ -247,16 +249,19 @@
 //     ready marker is an fsynced empty file). The ready marker comes
 //     last.
 //   - The record comes before what it records: a quota project is
-//     recorded as pending before Assign, a tmpfs or hugetlbfs before it is
-//     attached (with an embedder's mounter, as pending, before it is
-//     mounted). No instant leaves a project or a mount of SetUp's that no
-//     record names.
+//     recorded as pending before Assign (and fsquota's bookkeeping files
+//     name it before the directory carries it), a tmpfs or hugetlbfs
+//     before it is attached (with an embedder's mounter, as pending,
+//     before it is mounted). No instant leaves a project or a mount of
+//     SetUp's that no record names.
 //   - TearDown undoes before it forgets: the mount is unmounted, or the
-//     quota cleared (by path; clearing twice is harmless), before the
-//     directory is removed, and the metadata goes last. An interrupted
-//     RemoveAll resumes, and still refuses a mount that appeared meanwhile.
-//     A volume whose directory is gone keeps only metadata whose project,
-//     if any, is already cleared.
+//     quota released (releasing twice is harmless), before the directory
+//     is removed, and the metadata goes last. The release asks fsquota for
+//     what its files record for the volume's path, whatever nodevol.json
+//     says (it sits where others write), through the volume directory, or
+//     a directory above it on the same filesystem when it is gone. An
+//     interrupted RemoveAll resumes, and still refuses a mount that
+//     appeared meanwhile.
 //
 // TestCrash kills a child process with SIGKILL at each step (and inside
 // fsquota's Assign and Clear, and after the first, a middle and the last
@@ -280,8 +285,20 @@
 //     finds the recorded mount still there, another mount, or a directory
 //     other than the one SetUp mounted on (its device and inode are
 //     recorded too), and fails with an Uncertain error naming the event.
-//   - Quotas (fsquota) are assigned, read and cleared by the volume
-//     directory's path, as the kernel's project-quota bookkeeping needs.
+//   - Quotas (fsquota) are assigned, read and released through the
+//     volume directory's descriptor, never its path: the bookkeeping
+//     files record the path as text only. The record names the directory
+//     the project was assigned to (inode number and generation); TearDown
+//     takes the project off the volume directory only when it is that
+//     directory, and releases only what the bookkeeping files record for
+//     the volume's path, so a directory swapped into the volume's place,
+//     or a project ID planted in the record, never loses its project, and
+//     a record rewritten to name no project still has the path's project
+//     released. Usage is read from the quota only while the directory
+//     carries the recorded project. A container that owns the volume
+//     directory can still retag what it creates with another project ID
+//     (the kernel allows the owner that, outside a user namespace), as
+//     with the kubelet.
 //   - Mounts in other mount namespaces are invisible here; see
 //     mountdetect's documentation for the walk's own limits (a directory
 //     moved out of the volume while the walk is in it).

@@ -306,24 +306,70 @@ type fakeQuotas struct {
 	assigned  map[string]uint32
 	assignErr error // returned by Assign after it recorded the path
 	clearErr  error
-	cleared   []string
+	cleared   []string // paths Clear or Release was asked about
+	// clearedDirs is, per Clear or Release, the identity of the directory
+	// it was handed (zero for -1); clearedFor the project Clear was asked
+	// to clear, zero for a Release.
+	clearedDirs []fsquota.Project
+	clearedFor  []fsquota.Project
+	released    []bool // Release, not Clear
 }
 
-func (f *fakeQuotas) Assign(path string, limit int64) (uint32, error) {
+// fdIdentity is the device and inode of the open directory fd, as Assign
+// reports them (zero for -1).
+func fdIdentity(fd int) (fsquota.Project, error) {
+	if fd < 0 {
+		return fsquota.Project{}, nil
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fsquota.Project{}, err
+	}
+	return fsquota.Project{Dev: uint64(st.Dev), Ino: st.Ino}, nil
+}
+
+func (f *fakeQuotas) Assign(fd int, path string, limit int64) (fsquota.Project, error) {
 	if f.assigned == nil {
 		f.assigned = map[string]uint32{}
 	}
 	f.assigned[path] = 1048577
-	return 1048577, f.assignErr
+	p, err := fdIdentity(fd)
+	if err != nil {
+		return fsquota.Project{}, err
+	}
+	p.ID = 1048577
+	return p, f.assignErr
 }
-func (f *fakeQuotas) Clear(path string) error {
+func (f *fakeQuotas) Clear(fd int, path string, p fsquota.Project) error {
+	return f.clear(fd, path, p, false)
+}
+
+func (f *fakeQuotas) Release(fd int, path string) error {
+	return f.clear(fd, path, fsquota.Project{}, true)
+}
+
+func (f *fakeQuotas) clear(fd int, path string, p fsquota.Project, release bool) error {
 	if f.clearErr != nil {
 		return f.clearErr
 	}
+	dir, err := fdIdentity(fd)
+	if err != nil {
+		return err
+	}
 	f.cleared = append(f.cleared, path)
+	f.clearedDirs = append(f.clearedDirs, dir)
+	f.clearedFor = append(f.clearedFor, p)
+	f.released = append(f.released, release)
 	return nil
 }
-func (f *fakeQuotas) Usage(string) (int64, int64, error) { return 0, 0, errors.New("unused") }
+func (f *fakeQuotas) Usage(fd int, _ string) (fsquota.Usage, error) {
+	// The directory carries the project Assign gave it, and nothing is
+	// charged to it.
+	if len(f.assigned) == 0 {
+		return fsquota.Usage{}, fsquota.ErrNoProject
+	}
+	return fsquota.Usage{ProjectID: 1048577}, nil
+}
 
 func TestQuotaWiring(t *testing.T) {
 	q := &fakeQuotas{clearErr: errors.New("quotactl: EIO")}
@@ -332,6 +378,16 @@ func TestQuotaWiring(t *testing.T) {
 	m := e.setUp(t, e.pod(volume.Spec{Name: "cache", EmptyDir: &volume.EmptyDirSource{SizeLimit: 1 << 20}}), "cache")
 	if q.assigned[m.Path()] != 1048577 {
 		t.Fatalf("quota not assigned: %v", q.assigned)
+	}
+	// The record names the project and the directory it is on; Clear is
+	// handed that directory, open, and that project.
+	var st unix.Stat_t
+	if err := unix.Stat(m.Path(), &st); err != nil {
+		t.Fatal(err)
+	}
+	want := fsquota.Project{ID: 1048577, Dev: uint64(st.Dev), Ino: st.Ino}
+	if md, err := readMetadata(e.metaDir(t, "cache")); err != nil || md.quotaProject() != want {
+		t.Fatalf("recorded quota = %+v, %v; want %+v", md, err, want)
 	}
 	// A failing Clear is returned, and nothing is removed.
 	err := e.tearDown("cache")
@@ -344,6 +400,9 @@ func TestQuotaWiring(t *testing.T) {
 	q.clearErr = nil
 	if err := e.tearDown("cache"); err != nil || len(q.cleared) != 1 {
 		t.Fatalf("TearDown = %v, cleared %v", err, q.cleared)
+	}
+	if q.released[0] || q.clearedFor[0] != want || q.clearedDirs[0] != (fsquota.Project{Dev: want.Dev, Ino: want.Ino}) {
+		t.Errorf("Clear(directory %+v, project %+v); want the volume directory and %+v", q.clearedDirs[0], q.clearedFor[0], want)
 	}
 	// A recorded project without a quota manager is not silently leaked.
 	e2 := newEnv(t, root, nil, WithQuotas(&fakeQuotas{}))
@@ -377,7 +436,9 @@ func TestUsageByWalk(t *testing.T) {
 
 type usageQuotas struct{ fakeQuotas }
 
-func (usageQuotas) Usage(string) (int64, int64, error) { return 12345, 6, nil }
+func (usageQuotas) Usage(int, string) (fsquota.Usage, error) {
+	return fsquota.Usage{Bytes: 12345, Inodes: 6, ProjectID: 1048577}, nil
+}
 
 func TestUsageByQuota(t *testing.T) {
 	e := newEnv(t, t.TempDir(), nil, WithQuotas(&usageQuotas{}))
@@ -403,8 +464,8 @@ func TestUsageByQuotaVolumeGone(t *testing.T) {
 
 type unsupportedQuotas struct{ fakeQuotas }
 
-func (unsupportedQuotas) Assign(string, int64) (uint32, error) {
-	return 0, fmt.Errorf("ext3: %w", errors.ErrUnsupported)
+func (unsupportedQuotas) Assign(int, string, int64) (fsquota.Project, error) {
+	return fsquota.Project{}, fmt.Errorf("ext3: %w", errors.ErrUnsupported)
 }
 
 // TestQuotaUnsupportedIsNotAFailure: on a filesystem without project
@@ -464,6 +525,17 @@ func TestQuotaClearedWhenDirectoryGone(t *testing.T) {
 	}
 	if len(q.cleared) != 1 || q.cleared[0] != m.Path() {
 		t.Errorf("cleared %v; want %s", q.cleared, m.Path())
+	}
+	// Released, with a directory on the volume's filesystem (the parent)
+	// to clear limits on: no project ID is taken off anything.
+	if len(q.clearedDirs) == 1 {
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Dir(m.Path()), &st); err != nil {
+			t.Fatal(err)
+		}
+		if got := q.clearedDirs[0]; !q.released[0] || got.Dev != uint64(st.Dev) || got.Ino != st.Ino {
+			t.Errorf("the gone directory's project was cleared with %+v (released: %v); want Release with the parent, %d:%d", got, q.released[0], st.Dev, st.Ino)
+		}
 	}
 	if _, err := os.Lstat(e.metaDir(t, "cache")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("metadata directory left: %v", err)

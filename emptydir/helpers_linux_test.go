@@ -51,3 +51,15 @@ func (e *env) volumesDir(t *testing.T) (vols string, vfd int) {
 	t.Cleanup(func() { unix.Close(vfd) })
 	return vols, vfd
 }
+
+// openDirFd opens the directory at path for a test, closed when it ends:
+// the descriptor fsquota's calls take.
+func openDirFd(t *testing.T, path string) int {
+	t.Helper()
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("open %s: %v", path, err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}

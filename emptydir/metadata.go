@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/nodevol/nodevol/fsquota"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -15,6 +16,10 @@ const (
 	// file sits in the pod directory, where whoever can write there could
 	// replace it with something huge (or a symlink to /dev/zero).
 	maxMetadataSize = 64 << 10
+	// maxMetadataEntries bounds how many entries of the metadata
+	// directory are read: it holds two files and, after interrupted
+	// writes, a few temporary ones; more is someone else's doing.
+	maxMetadataEntries = 1024
 )
 
 // Metadata is what SetUp records beside the ready marker in
@@ -37,12 +42,22 @@ type Metadata struct {
 	StickyBit      bool   `json:"stickyBit,omitempty"`
 	HugePageSize   int64  `json:"hugePageSize,omitempty"`
 	QuotaProjectID uint32 `json:"quotaProjectID,omitempty"`
+	// QuotaDirDev, QuotaDirIno and QuotaDirGen identify the directory the
+	// project was assigned to (fsquota.Project's identity): TearDown takes
+	// the project off the volume directory only when it is that very
+	// directory. Device and inode are recorded with QuotaPending already,
+	// from the descriptor Assign is then handed; the generation with the
+	// project.
+	QuotaDirDev uint64 `json:"quotaDirDev,omitempty"`
+	QuotaDirIno uint64 `json:"quotaDirIno,omitempty"`
+	QuotaDirGen uint32 `json:"quotaDirGen,omitempty"` // inode generation, 0 when unknown
 	// QuotaPending says SetUp is asking the quota manager for a project
 	// for the volume directory and has not recorded the answer. It is
 	// written before Assign, so that a crash after Assign recorded the
 	// project in the bookkeeping files, or tagged the directory, cannot
 	// leave a project that no record names: TearDown clears the
-	// directory's quota whenever it is set (Clear needs only the path).
+	// directory's quota whenever it is set (the bookkeeping files name
+	// the ID; QuotaDirDev and QuotaDirIno the directory).
 	QuotaPending bool `json:"quotaPending,omitempty"`
 	// Mount is the identity of the tmpfs or hugetlbfs SetUp mounted on the
 	// volume directory (nil for the Default medium). It is recorded before
@@ -103,6 +118,11 @@ type MountRecord struct {
 // an assigned one, or one SetUp was assigning when it stopped.
 func (m *Metadata) hasQuota() bool {
 	return m != nil && (m.QuotaProjectID != 0 || m.QuotaPending)
+}
+
+// quotaProject is the recorded project as fsquota.Clear takes it.
+func (m *Metadata) quotaProject() fsquota.Project {
+	return fsquota.Project{ID: m.QuotaProjectID, Dev: m.QuotaDirDev, Ino: m.QuotaDirIno, Gen: m.QuotaDirGen}
 }
 
 // describeQuota names the recorded quota project for messages.

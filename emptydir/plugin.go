@@ -18,14 +18,27 @@ const PluginName = "kubernetes.io/empty-dir"
 // failing with an error matching errors.ErrUnsupported (a filesystem
 // without project quotas) is not a SetUp failure: the volume simply has no
 // project, and its usage is measured by walking.
+//
+// Every call gets the volume directory open (dirFd, the descriptor the
+// plugin reached it by, one component at a time without following
+// symlinks) and acts on that descriptor; path is what bookkeeping records
+// and messages say, never a path to open: below the kubelet root a name
+// resolved again could lead somewhere else.
 type Quotas interface {
-	// Assign gives path a project ID and (when limitBytes > 0 and enforcing)
-	// a limit, and returns the ID.
-	Assign(path string, limitBytes int64) (projectID uint32, err error)
-	// Clear removes path's quota and releases its project ID.
-	Clear(path string) error
-	// Usage returns the bytes and inodes charged to path's project.
-	Usage(path string) (bytes, inodes int64, err error)
+	// Assign gives the directory a project ID and (when limitBytes > 0 and
+	// enforcing) a limit, and returns the project with the directory's
+	// identity.
+	Assign(dirFd int, path string, limitBytes int64) (fsquota.Project, error)
+	// Clear releases the project Assign returned as p, recorded for path;
+	// only a directory that is the one p identifies loses its project ID.
+	Clear(dirFd int, path string, p fsquota.Project) error
+	// Release releases what is recorded for path when its directory is
+	// gone: fsFd is a directory on the same filesystem (-1: none left),
+	// where limits are cleared; no project ID is taken off anything.
+	Release(fsFd int, path string) error
+	// Usage returns the bytes and inodes charged to the directory's
+	// project, and which project that is.
+	Usage(dirFd int, path string) (fsquota.Usage, error)
 }
 
 // Plugin is the kubernetes.io/empty-dir volume plugin.

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/nodevol/nodevol/fsquota"
 	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/internal/testhook"
 	"github.com/nodevol/nodevol/mountdetect"
@@ -144,7 +145,10 @@ func (m *mounter) inPlace(v *podVolume, plan setupPlan, meta *Metadata) (bool, e
 		return false, err
 	}
 	if plan.medium == volume.MediumDefault {
-		return !e.mi.root, nil
+		if e.mi.root {
+			return false, nil
+		}
+		return m.quotaInPlace(e, meta)
 	}
 	if !e.mi.root || meta == nil || meta.Medium != plan.medium || (plan.medium == volume.MediumHugePages && meta.HugePageSize != plan.pageSize) {
 		return false, nil
@@ -153,6 +157,34 @@ func (m *mounter) inPlace(v *podVolume, plan setupPlan, meta *Metadata) (bool, e
 		return false, nil // not until setUpMount has recorded its IDs
 	}
 	return recordedMountOn(e, m.dir, meta.Mount, m.ref)
+}
+
+// quotaInPlace reports whether the project meta records for a Default
+// volume is on its directory (open as e), so that SetUp may leave it as
+// it is. A TearDown that released the project and then failed (the tree
+// could not be removed) leaves the ready marker behind; SetUp then assigns
+// the project again instead of serving the volume without it. A record
+// without a project (no quota manager then, or a filesystem without
+// project quotas) asks nothing.
+func (m *mounter) quotaInPlace(e entry, meta *Metadata) (bool, error) {
+	if m.plugin.quotas == nil || meta == nil || !meta.hasQuota() {
+		return true, nil
+	}
+	if meta.QuotaPending {
+		return false, nil
+	}
+	u, err := m.plugin.quotas.Usage(e.fd, m.dir)
+	switch {
+	case errors.Is(err, errors.ErrUnsupported):
+		// The filesystem has no project quotas any more (remounted
+		// without prjquota): assigning again cannot help.
+		return true, nil
+	case errors.Is(err, fsquota.ErrNoProject):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("quota of %s: %w", m.dir, err)
+	}
+	return u.ProjectID == meta.QuotaProjectID, nil
 }
 
 // openDir creates the volume directory if needed and opens it; a symlink,
@@ -196,22 +228,31 @@ func (m *mounter) setUpDir(logger klog.Logger, v *podVolume, plan setupPlan, arg
 	if m.plugin.quotas != nil {
 		// Recorded before Assign: from the moment the bookkeeping files
 		// may name the directory until its ID is recorded, the record
-		// says a project may exist, and TearDown clears it by path.
-		if err := v.writeMeta(&Metadata{Medium: meta.Medium, SizeLimit: meta.SizeLimit, Mode: meta.Mode, StickyBit: meta.StickyBit, QuotaPending: true}); err != nil {
+		// says a project may exist, and which directory it is on.
+		var st unix.Stat_t
+		if err := unix.Fstat(e.fd, &st); err != nil {
+			return &os.PathError{Op: "fstat", Path: m.dir, Err: err}
+		}
+		meta.QuotaDirDev, meta.QuotaDirIno = uint64(st.Dev), st.Ino
+		pending := *meta
+		pending.QuotaPending = true
+		if err := v.writeMeta(&pending); err != nil {
 			return fmt.Errorf("record metadata: %w", err)
 		}
 		v.hook.At(testhook.SetUpQuotaIntent, m.dir)
-		meta.QuotaProjectID, err = m.plugin.quotas.Assign(m.dir, m.source.SizeLimit)
-		if errors.Is(err, errors.ErrUnsupported) {
+		project, err := m.plugin.quotas.Assign(e.fd, m.dir, m.source.SizeLimit)
+		switch {
+		case errors.Is(err, errors.ErrUnsupported):
 			// No project quotas on this filesystem: usage is measured by
 			// walking, and no project ID is recorded.
 			logger.V(2).Info("No project quota for the volume; usage will be measured by walking", "reason", err)
-			meta.QuotaProjectID, err = 0, nil
-		}
-		if err != nil {
+			meta.QuotaDirDev, meta.QuotaDirIno = 0, 0
+		case err != nil:
 			// The pending record stays: TearDown clears whatever Assign
 			// left.
 			return fmt.Errorf("assign quota: %w", err)
+		default:
+			meta.QuotaProjectID, meta.QuotaDirDev, meta.QuotaDirIno, meta.QuotaDirGen = project.ID, project.Dev, project.Ino, project.Gen
 		}
 		v.hook.At(testhook.SetUpQuotaAssigned, m.dir)
 	}
@@ -231,7 +272,7 @@ func (m *mounter) setMode(pathFd int, plan setupPlan, args volume.MounterArgs) e
 	// The volume's own mount root is held O_PATH (see openEntry); fchmod
 	// needs a real descriptor of the same directory, opened through the
 	// magic link of the one held (never by name).
-	fd, err := fsat.Openat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(pathFd), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	fd, err := fsat.Reopen(pathFd, unix.O_RDONLY|unix.O_DIRECTORY)
 	if err != nil {
 		return &os.PathError{Op: "open", Path: m.dir, Err: err}
 	}

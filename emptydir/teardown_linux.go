@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/nodevol/nodevol/fsquota"
 	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/internal/plural"
 	"github.com/nodevol/nodevol/internal/testhook"
@@ -277,8 +278,10 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 		return Plan{Path: dir, MetaDir: metaDir}, fail(volume.Transient, err)
 	}
 	defer v.Close()
+	// The entry stays open for the quota's Clear, which acts on the
+	// directory the plan examined, never on a name.
 	plan, e, err := v.plan(nil)
-	e.close()
+	defer e.close()
 	if err != nil {
 		return plan, fail(volume.Transient, err)
 	}
@@ -307,6 +310,7 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 	}
 	switch plan.Action {
 	case ActionUnmountAndRemove:
+		e.close() // an open descriptor keeps the mount busy
 		if err := v.unmount(plan); err != nil {
 			var refused *RefusedError
 			if errors.As(err, &refused) {
@@ -322,16 +326,18 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 		v.hook.At(testhook.TearDownRemoved, dir)
 	case ActionRemove, ActionNone:
 		// ActionNone too: the directory is gone (removed by hand, or a
-		// crash), but the metadata is the last record of its project ID;
-		// removing it without clearing would leak the ID in the
-		// bookkeeping files forever (Clear of a missing directory only
-		// undoes the bookkeeping).
-		// (Without a quota manager, stop has refused already.)
-		if plan.Meta.hasQuota() {
-			if err := p.quotas.Clear(dir); err != nil {
+		// crash), but its project may still be recorded. Whatever the
+		// record says (it is in the pod directory, where others write),
+		// what the bookkeeping files record for the volume's path is
+		// released: fsquota releases nothing else.
+		// (Without a quota manager, stop has refused a recorded project.)
+		if p.quotas != nil {
+			if err := p.releaseQuota(v, e, plan.Meta); err != nil {
 				return plan, fail(volume.Transient, fmt.Errorf("clear %s: %w", plan.Meta.describeQuota(), err))
 			}
-			v.hook.At(testhook.TearDownQuotaCleared, dir)
+			if plan.Meta.hasQuota() {
+				v.hook.At(testhook.TearDownQuotaCleared, dir)
+			}
 		}
 		if plan.Action == ActionRemove {
 			if err := v.removeTree(); err != nil {
@@ -346,6 +352,29 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 	v.hook.At(testhook.TearDownDone, dir)
 	logger.V(2).Info("emptyDir torn down", "action", plan.Action)
 	return plan, nil
+}
+
+// releaseQuota releases the project of the volume, whose entry the plan
+// found as e: through the volume directory when e is one (its project is
+// taken off it if it is the directory the record names), else through a
+// directory above it on the same filesystem, where only the limits are
+// cleared; with none left (the pods directory gone), only the
+// bookkeeping.
+func (p *Plugin) releaseQuota(v *podVolume, e entry, meta *Metadata) error {
+	q := p.quotas
+	if e.kind == entryDir {
+		var rec fsquota.Project
+		if meta != nil {
+			rec = meta.quotaProject()
+		}
+		return q.Clear(e.fd, v.dir, rec)
+	}
+	for _, d := range []*fsat.Dir{v.vols, v.pod, v.pods} {
+		if d != nil {
+			return q.Release(d.Fd(), v.dir)
+		}
+	}
+	return q.Release(-1, v.dir)
 }
 
 // unmount unmounts the volume's own mount, named through the volumes

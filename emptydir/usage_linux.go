@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"strconv"
 
 	"golang.org/x/sys/unix"
 
@@ -28,22 +27,6 @@ func (p *Plugin) usage(r volRef) (Usage, error) {
 	if err != nil {
 		return Usage{}, err
 	}
-	if p.quotas != nil && meta != nil && meta.QuotaProjectID != 0 {
-		bytes, inodes, err := p.quotas.Usage(dir)
-		if err == nil {
-			if v.vols == nil {
-				// The quota answered for a path whose directories are gone.
-				return Usage{}, &os.PathError{Op: "open", Path: dir, Err: fs.ErrNotExist}
-			}
-			// The volume is on the pod directory's mount, as its parent is.
-			fs, _, err := statfs(v.vols.Fd(), v.vols.Path())
-			return Usage{Bytes: bytes, Inodes: inodes, Source: SourceQuota, FS: fs}, err
-		}
-		// Unsupported, or the directory lost its project ID: walk instead.
-		if !errors.Is(err, errors.ErrUnsupported) && !errors.Is(err, fsquota.ErrNoProject) {
-			return Usage{}, fmt.Errorf("quota usage of %s: %w", dir, err)
-		}
-	}
 	e, err := v.openEntry()
 	defer e.close()
 	if err != nil {
@@ -55,6 +38,23 @@ func (p *Plugin) usage(r volRef) (Usage, error) {
 	case entryDir:
 	default:
 		return Usage{}, &os.PathError{Op: "open", Path: dir, Err: unix.ENOTDIR}
+	}
+	if p.quotas != nil && meta != nil && meta.QuotaProjectID != 0 && !e.mi.root {
+		// The project of the directory open as e, asked through e.
+		u, err := p.quotas.Usage(e.fd, dir)
+		if err == nil && u.ProjectID != meta.QuotaProjectID {
+			// Retagged (its owner may): another project's numbers are
+			// not the volume's.
+			err = fmt.Errorf("%w: the directory carries project %d, not the recorded %d", fsquota.ErrNoProject, u.ProjectID, meta.QuotaProjectID)
+		}
+		if err == nil {
+			fs, _, err := statfs(e.fd, dir)
+			return Usage{Bytes: u.Bytes, Inodes: u.Inodes, Source: SourceQuota, FS: fs}, err
+		}
+		// Unsupported, or the directory lost its project ID: walk instead.
+		if !errors.Is(err, errors.ErrUnsupported) && !errors.Is(err, fsquota.ErrNoProject) {
+			return Usage{}, fmt.Errorf("quota usage of %s: %w", dir, err)
+		}
 	}
 	if e.mi.root {
 		// Only the volume's own tmpfs or hugetlbfs is asked anything (a
@@ -77,7 +77,7 @@ func (p *Plugin) usage(r volRef) (Usage, error) {
 		return Usage{Bytes: int64(st.Blocks-st.Bfree) * int64(st.Bsize), Inodes: int64(st.Files - st.Ffree), Source: SourceStatfs, FS: fs}, nil
 	}
 	// The walk starts at the open directory, named by its descriptor.
-	u, err := mountdetect.DiskUsage("/proc/self/fd/" + strconv.Itoa(e.fd))
+	u, err := mountdetect.DiskUsageFile(e.fd, dir)
 	if err != nil {
 		return Usage{}, fmt.Errorf("usage of %s: %w", dir, err)
 	}

@@ -38,6 +38,7 @@ type podVolume struct {
 	metaDir  string
 
 	root       *fsat.Dir
+	pods       *fsat.Dir // <root>/pods; nil when missing
 	pod        *fsat.Dir // <root>/pods/<uid>; nil when missing
 	vols       *fsat.Dir // <pod>/volumes/<escaped plugin> (located with Sub: .../<dir>); nil when missing
 	metaParent *fsat.Dir // <pod>/plugins/kubernetes.io~empty-dir; nil when missing
@@ -105,12 +106,10 @@ func (p *Plugin) openVolume(r volRef, create bool) (_ *podVolume, err error) {
 	}
 	// The pods directory may be a mount of its own; a pod directory must
 	// be on it (nothing mounted on a pod directory is ever entered).
-	pods, err := open(v.root, "pods")
-	if err != nil {
+	if v.pods, err = open(v.root, "pods"); err != nil {
 		return nil, err
 	}
-	defer pods.Close()
-	if v.pod, err = open(pods, r.podUID, fsat.SameMount); err != nil {
+	if v.pod, err = open(v.pods, r.podUID, fsat.SameMount); err != nil {
 		return nil, err
 	}
 	if v.vols, err = open(v.pod, volsRel, fsat.SameMount); err != nil {
@@ -126,7 +125,7 @@ func (p *Plugin) openVolume(r volRef, create bool) (_ *podVolume, err error) {
 }
 
 func (v *podVolume) Close() {
-	for _, d := range []*fsat.Dir{v.meta, v.metaParent, v.vols, v.pod, v.root} {
+	for _, d := range []*fsat.Dir{v.meta, v.metaParent, v.vols, v.pod, v.pods, v.root} {
 		d.Close()
 	}
 }
@@ -188,7 +187,11 @@ func (v *podVolume) checkMetadataDir() error {
 		return nil
 	}
 	var bad []string
+	n := 0
 	err := v.meta.EachEntry(func(e fsat.Entry) error {
+		if n++; n > maxMetadataEntries {
+			return fsat.ErrStop
+		}
 		own := e.Name == readyFileName || e.Name == metaFileName || fsat.IsTempOf(e.Name, metaFileName)
 		if !own || e.Type != 0 {
 			bad = append(bad, v.meta.Join(e.Name))
@@ -200,6 +203,13 @@ func (v *podVolume) checkMetadataDir() error {
 	})
 	if err != nil {
 		return err
+	}
+	if n > maxMetadataEntries {
+		// Only a flood of temporary names gets here: nodevol leaves one
+		// per interrupted write. Reading on would take as long as whoever
+		// made them wished.
+		return fmt.Errorf("%w: the metadata directory %s holds more than %d entries; it is never removed: move it away, then tear down again",
+			ErrUnexpectedMetadata, v.metaDir, maxMetadataEntries)
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("%w: the metadata directory %s holds what neither nodevol nor the kubelet writes there (%s); it is never removed: move it away, then tear down again",

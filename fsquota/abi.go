@@ -57,6 +57,18 @@ func fsIocFsgetxattr(goarch string) uint32 { return ioc(goarch, iocRead, 'X', 31
 // fsIocFssetxattr returns FS_IOC_FSSETXATTR, _IOW('X', 32, struct fsxattr).
 func fsIocFssetxattr(goarch string) uint32 { return ioc(goarch, iocWrite, 'X', 32, sizeofFsxattr) }
 
+// fsIocGetversion returns FS_IOC_GETVERSION, _IOR('v', 1, long): an
+// inode's generation (the kernel writes an int; the request encodes the
+// size of a long).
+func fsIocGetversion(goarch string) uint32 {
+	size := uint32(8)
+	switch goarch {
+	case "386", "arm", "mips", "mipsle", "ppc":
+		size = 4
+	}
+	return ioc(goarch, iocRead, 'v', 1, size)
+}
+
 // quotactl command words: QCMD(cmd, type) = cmd<<8 | type. They are kept
 // uint32 because the generic ones (0x800007…) do not fit an int32.
 const prjQuota = 2 // PRJQUOTA

@@ -34,6 +34,19 @@ func TestIoctlRequestNumbers(t *testing.T) {
 	}
 }
 
+// TestGetversionRequest: FS_IOC_GETVERSION as <linux/fs.h> defines it,
+// _IOR('v', 1, long), on 64- and 32-bit architectures.
+func TestGetversionRequest(t *testing.T) {
+	for goarch, want := range map[string]uint32{
+		"amd64": 0x80087601, "arm64": 0x80087601, "386": 0x80047601, "arm": 0x80047601,
+		"ppc64le": 0x40087601, "mips": 0x40047601, "mips64": 0x40087601,
+	} {
+		if got := fsIocGetversion(goarch); got != want {
+			t.Errorf("FS_IOC_GETVERSION on %s = %#x; want %#x", goarch, got, want)
+		}
+	}
+}
+
 // TestIocAgainstKnownRequests checks the encoder on requests whose numbers
 // golang.org/x/sys publishes per architecture (copied from its zerrors
 // files): FS_IOC_GETFLAGS = _IOR('f', 1, long) and

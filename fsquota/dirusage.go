@@ -1,7 +1,6 @@
 package fsquota
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/nodevol/nodevol/mountdetect"
@@ -53,35 +52,8 @@ type DirUsage struct {
 // fallback is the emptyDir plugin's: an unsupported filesystem or a missing
 // project means a walk; any other failure is returned, with ProjectID set
 // when it could be read.
-func (m *Manager) DirUsage(path string) (DirUsage, error) {
-	var d DirUsage
-	id, err := ProjectID(path)
-	switch {
-	case err == nil:
-		d.ProjectID = id
-	case errors.Is(err, errors.ErrUnsupported):
-		d.NoQuota = err
-	default:
-		return DirUsage{}, err
-	}
-	if d.ProjectID != 0 {
-		u, err := m.ProjectUsage(path)
-		if err == nil {
-			d.Bytes, d.Inodes, d.Source = u.Bytes, u.Inodes, SourceQuota
-			return d, nil
-		}
-		if !errors.Is(err, errors.ErrUnsupported) && !errors.Is(err, ErrNoProject) {
-			return DirUsage{ProjectID: d.ProjectID}, err
-		}
-		d.NoQuota = err
-	} else if d.NoQuota == nil {
-		d.NoQuota = fmt.Errorf("the %w", ErrNoProject) // "the directory has no project ID"
-	}
-	u, err := mountdetect.DiskUsage(path)
-	if err != nil {
-		return DirUsage{ProjectID: d.ProjectID}, err
-	}
-	d.Bytes, d.Inodes, d.Source, d.Skipped = u.Bytes, u.Inodes, SourceWalk, u.Skipped
-	d.UpperBound = u.UpperBound
-	return d, nil
-}
+//
+// path is opened once (a final symlink is not followed): the project ID,
+// the quota and the walk are all asked of that one directory, so a path
+// someone changes meanwhile cannot make them describe different ones.
+func (m *Manager) DirUsage(path string) (DirUsage, error) { return m.dirUsage(path) }

@@ -6,6 +6,7 @@ import (
 	"runtime"
 
 	"github.com/nodevol/nodevol/internal/testhook"
+	"github.com/nodevol/nodevol/mountdetect"
 )
 
 // Project quotas are a Linux feature: every operation reports
@@ -27,13 +28,23 @@ func unsupportedOS(path string) error {
 
 func (m *Manager) checkSupport(path string) error { return unsupportedOS(path) }
 
-func (m *Manager) assign(path string, limitBytes int64) (uint32, error) {
-	return 0, unsupportedOS(path)
+func (m *Manager) assign(dirFd int, path string, limitBytes int64) (Project, error) {
+	return Project{}, unsupportedOS(path)
 }
 
-func (m *Manager) clear(path string) error { return unsupportedOS(path) }
+func (m *Manager) clear(dirFd int, path string, p *Project) error { return unsupportedOS(path) }
 
-func (m *Manager) usage(path string) (Usage, error) { return Usage{}, unsupportedOS(path) }
+func (m *Manager) usage(dirFd int, path string) (Usage, error) { return Usage{}, unsupportedOS(path) }
+
+func (m *Manager) dirUsage(path string) (DirUsage, error) {
+	d := DirUsage{NoQuota: unsupportedOS(path)}
+	u, err := mountdetect.DiskUsage(path)
+	if err != nil {
+		return DirUsage{}, err
+	}
+	d.Bytes, d.Inodes, d.Source, d.Skipped = u.Bytes, u.Inodes, SourceWalk, u.Skipped
+	return d, nil
+}
 
 func projectID(path string) (uint32, error) { return 0, unsupportedOS(path) }
 

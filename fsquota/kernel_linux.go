@@ -24,7 +24,18 @@ const (
 var (
 	reqFsgetxattr = uintptr(fsIocFsgetxattr(runtime.GOARCH))
 	reqFssetxattr = uintptr(fsIocFssetxattr(runtime.GOARCH))
+	reqGetversion = uintptr(fsIocGetversion(runtime.GOARCH))
 )
+
+// generation reads the inode generation of an open file.
+func generation(fd int) (uint32, error) {
+	var gen uint32 // the kernel writes an int, whatever the request's size
+	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), reqGetversion, uintptr(unsafe.Pointer(&gen)))
+	if e != 0 {
+		return 0, e
+	}
+	return gen, nil
+}
 
 // getFsxattr reads struct fsxattr of an open file.
 func getFsxattr(fd int) (fsxattr, error) {
@@ -137,10 +148,13 @@ func fsxattrErr(path, op string, err error) error {
 // its filesystem.
 type fsRef struct {
 	fd    int
+	owned bool // fd was opened for r (and is closed with it)
 	path  string
 	magic uint32
 	dev   uint64
-	isDir bool
+	ino   uint64
+	gen   uint32 // inode generation, 0 when the filesystem keeps none
+	mode  uint32
 	key   mountKey
 }
 

@@ -3,6 +3,7 @@ package fsquota
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,33 +49,69 @@ func cleanPath(path string) (string, error) {
 	return abs, nil
 }
 
-// open opens the directory at path without following a final symlink and
-// learns its filesystem and mount.
-func (m *Manager) open(path string) (*fsRef, error) {
+// openPath opens the directory at path (resolved like any path, a final
+// symlink not followed) and describes it: for the path-taking calls,
+// which callers use on trusted paths.
+func (m *Manager) openPath(path string) (*fsRef, error) {
 	fd, err := openNoFollow(path, unix.O_DIRECTORY)
 	if err != nil {
 		return nil, err
 	}
-	r := &fsRef{fd: fd, path: path, isDir: true}
+	r, err := describe(fd, path)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	r.owned = true
+	return r, nil
+}
+
+// ref describes the directory open as dirFd, which the caller keeps: its
+// filesystem, mount and identity. An O_PATH descriptor (which the fsxattr
+// ioctls refuse) is reopened through its magic link: the same directory,
+// never a name resolved again.
+func ref(dirFd int, path string) (*fsRef, error) {
+	fl, err := unix.FcntlInt(uintptr(dirFd), unix.F_GETFL, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "fcntl", Path: path, Err: err}
+	}
+	if fl&unix.O_PATH == 0 {
+		return describe(dirFd, path)
+	}
+	fd, err := fsat.Reopen(dirFd, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NONBLOCK)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	r, err := describe(fd, path)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	r.owned = true
+	return r, nil
+}
+
+// describe learns the filesystem, mount and identity of the directory open
+// as fd.
+func describe(fd int, path string) (*fsRef, error) {
+	r := &fsRef{fd: fd, path: path}
 	var sfs unix.Statfs_t
 	if err := fsat.Retry(func() error { return unix.Fstatfs(fd, &sfs) }); err != nil {
-		unix.Close(fd)
 		return nil, &os.PathError{Op: "fstatfs", Path: path, Err: err}
 	}
 	r.magic = uint32(sfs.Type)
 	var sx unix.Statx_t
-	err = fsat.Retry(func() error {
-		return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID_UNIQUE|unix.STATX_MNT_ID, &sx)
+	err := fsat.Retry(func() error {
+		return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_TYPE|unix.STATX_INO|unix.STATX_MNT_ID_UNIQUE|unix.STATX_MNT_ID, &sx)
 	})
 	if err != nil {
 		var st unix.Stat_t
 		if err := unix.Fstat(fd, &st); err != nil {
-			unix.Close(fd)
 			return nil, &os.PathError{Op: "fstat", Path: path, Err: err}
 		}
-		r.dev = uint64(st.Dev)
+		r.dev, r.ino, r.mode = uint64(st.Dev), st.Ino, st.Mode
 	} else {
-		r.dev = unix.Mkdev(sx.Dev_major, sx.Dev_minor)
+		r.dev, r.ino, r.mode = unix.Mkdev(sx.Dev_major, sx.Dev_minor), sx.Ino, uint32(sx.Mode)
 		switch {
 		case sx.Mask&unix.STATX_MNT_ID_UNIQUE != 0:
 			r.key.mntID, r.key.unique = sx.Mnt_id, true
@@ -82,11 +119,45 @@ func (m *Manager) open(path string) (*fsRef, error) {
 			r.key.mntID = sx.Mnt_id
 		}
 	}
+	if r.mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil, &os.PathError{Op: "fsquota", Path: path, Err: unix.ENOTDIR}
+	}
 	r.key.dev = r.dev
+	// The generation where the filesystem keeps one (XFS and ext4 do);
+	// 0, "unknown", elsewhere.
+	if gen, err := generation(fd); err == nil {
+		r.gen = gen
+	}
 	return r, nil
 }
 
-func (r *fsRef) close() { unix.Close(r.fd) }
+// is reports whether r is the directory p identifies: the same inode
+// number and generation (the device number where there is no generation;
+// it may change across boots, generations do not); a p without an
+// identity (recorded before Project had one) accepts any.
+func (r *fsRef) is(p *Project) bool {
+	switch {
+	case p.Ino == 0:
+		return true
+	case r.ino != p.Ino:
+		return false
+	case p.Gen != 0:
+		return r.gen == p.Gen
+	}
+	return r.dev == p.Dev
+}
+
+// project is the Project Assign returns for r.
+func (r *fsRef) project(id uint32) Project {
+	return Project{ID: id, Dev: r.dev, Ino: r.ino, Gen: r.gen}
+}
+
+// close closes the descriptor r opened itself, never the caller's.
+func (r *fsRef) close() {
+	if r.owned {
+		unix.Close(r.fd)
+	}
+}
 
 // support answers whether r's filesystem has project quota accounting on,
 // from the cache or the kernel.
@@ -143,7 +214,7 @@ func (m *Manager) checkSupport(path string) error {
 	if err != nil {
 		return err
 	}
-	r, err := m.open(path)
+	r, err := m.openPath(path)
 	if err != nil {
 		return err
 	}
@@ -152,55 +223,41 @@ func (m *Manager) checkSupport(path string) error {
 	return err
 }
 
-// parentProjectID returns the project ID of path's parent directory, 0
-// when it has none or cannot be read.
-func parentProjectID(path string) uint32 {
-	id, err := projectID(filepath.Dir(path))
-	if err != nil {
-		return 0
-	}
-	return id
-}
-
-// owns reports whether project id on the directory at path belongs to that
-// directory: the projects file records it for path, or records it nowhere
-// and the parent does not carry it (so it was not inherited).
+// owns reports whether project id on the directory recorded as path
+// belongs to that directory: the projects file records it for path. An ID
+// recorded nowhere is not adopted — whoever can write in the directory's
+// parent may own the directory and tag it (FS_IOC_FSSETXATTR needs only
+// ownership), and nothing may then make its ID nodevol's to limit or to
+// clear.
 func owns(p *projectsFile, id uint32, path string) bool {
-	if id == 0 {
-		return false
-	}
-	paths := p.pathsForID(id)
-	if slices.Contains(paths, path) {
-		return true
-	}
-	return len(paths) == 0 && parentProjectID(path) != id
+	return id != 0 && slices.Contains(p.pathsForID(id), path)
 }
 
-func (m *Manager) assign(path string, limitBytes int64) (uint32, error) {
+func (m *Manager) assign(dirFd int, path string, limitBytes int64) (Project, error) {
 	path, err := cleanPath(path)
 	if err != nil {
-		return 0, err
+		return Project{}, err
 	}
 	if !validEntryPath(path) {
-		return 0, &ProjectError{Op: "assign", Path: path, Err: errors.New("the path cannot be recorded in a projects file")}
+		return Project{}, &ProjectError{Op: "assign", Path: path, Err: errors.New("the path cannot be recorded in a projects file")}
 	}
-	r, err := m.open(path)
+	r, err := ref(dirFd, path)
 	if err != nil {
-		return 0, err
+		return Project{}, err
 	}
 	defer r.close()
 	st, err := m.support(r)
 	if err != nil {
-		return 0, err
+		return Project{}, err
 	}
 	x, err := getFsxattr(r.fd)
 	if err != nil {
-		return 0, fsxattrErr(path, "FS_IOC_FSGETXATTR", err)
+		return Project{}, fsxattrErr(path, "FS_IOC_FSGETXATTR", err)
 	}
 
 	t, err := m.begin()
 	if err != nil {
-		return 0, &ProjectError{Op: "assign", Path: path, Err: err}
+		return Project{}, &ProjectError{Op: "assign", Path: path, Err: err}
 	}
 	defer t.close()
 
@@ -215,25 +272,28 @@ func (m *Manager) assign(path string, limitBytes int64) (uint32, error) {
 		m.log.V(2).Info("Reusing the recorded project ID", "path", path, "projectID", id)
 	default:
 		if id, err = m.allocate(r, t); err != nil {
-			return 0, err
+			return Project{}, err
 		}
-		m.log.V(2).Info("Allocated project ID", "path", path, "projectID", id, "inherited", x.Projid)
+		m.log.V(2).Info("Allocated project ID", "path", path, "projectID", id, "previous", x.Projid)
+	}
+	fail := func(err error) (Project, error) {
+		return Project{}, &ProjectError{Op: "assign", Path: path, ProjectID: id, Err: err}
 	}
 
 	// Bookkeeping first (projects, then projid), so that a crash at any
 	// point leaves a state the next Assign or Clear completes.
 	if changed, err := t.projects.add(id, path); err != nil {
-		return 0, &ProjectError{Op: "assign", Path: path, ProjectID: id, Err: err}
+		return fail(err)
 	} else if changed {
 		if err := t.writeProjects(); err != nil {
-			return 0, &ProjectError{Op: "assign", Path: path, ProjectID: id, Err: err}
+			return fail(err)
 		}
 	}
 	if changed, err := t.projid.add(m.nameFor(id), id); err != nil {
-		return 0, &ProjectError{Op: "assign", Path: path, ProjectID: id, Err: err}
+		return fail(err)
 	} else if changed {
 		if err := t.writeProjid(); err != nil {
-			return 0, &ProjectError{Op: "assign", Path: path, ProjectID: id, Err: err}
+			return fail(err)
 		}
 	}
 
@@ -247,43 +307,76 @@ func (m *Manager) assign(path string, limitBytes int64) (uint32, error) {
 		}
 	}
 	if err := m.quota().setLimit(r, id, hard); err != nil {
-		return 0, m.quotaErr(r, "set limit", id, err)
+		return Project{}, m.quotaErr(r, "set limit", id, err)
 	}
 	m.hook.At(testhook.QuotaLimited, path)
 	if err := setFdProjectID(r.fd, true, id); err != nil {
-		return 0, &ProjectError{Op: "assign", Path: path, ProjectID: id, Err: setFsxattrErr(r.fd, path, err)}
+		return fail(setFsxattrErr(r.fd, path, err))
 	}
-	return id, nil
+	return r.project(id), nil
 }
 
-// allocate finds the lowest ID from firstID that neither file records and
-// that has no usage and no limits, probing at most maxProbes IDs.
+// allocate finds an ID that neither file records and that has no usage
+// and no limits, probing at most maxProbes IDs: the lowest ones from
+// firstID with half of them, as the kubelet and xfs_quota users expect,
+// then random ones from the rest of the range. Whoever can tag files may
+// make a run of consecutive IDs look used (a container's root can, outside
+// a user namespace), but not a noticeable share of four billion: one pod
+// cannot make allocation fail for the others.
 func (m *Manager) allocate(r *fsRef, t *tx) (uint32, error) {
 	probes := 0
-	for id := m.firstID; id >= m.firstID && id <= maxProjectID; id++ {
-		if t.projects.hasID(id) || t.projid.hasID(id) || t.projid.hasName(m.nameFor(id)) {
-			continue
-		}
-		if probes >= m.maxProbes {
-			break
-		}
+	recorded := func(id uint32) bool {
+		return t.projects.hasID(id) || t.projid.hasID(id) || t.projid.hasName(m.nameFor(id))
+	}
+	probe := func(id uint32) (bool, error) {
 		probes++
 		d, err := m.quota().get(r, id)
 		if err != nil {
-			return 0, m.quotaErr(r, "allocate", id, err)
+			return false, m.quotaErr(r, "allocate", id, err)
 		}
-		if d.unused() {
+		if !d.unused() {
+			m.log.V(3).Info("Skipping project ID in use", "projectID", id, "bytes", d.bytes, "inodes", d.inodes)
+		}
+		return d.unused(), nil
+	}
+	sequential := (m.maxProbes + 1) / 2
+	for id := m.firstID; id >= m.firstID && id <= maxProjectID && probes < sequential; id++ {
+		if recorded(id) {
+			continue
+		}
+		if ok, err := probe(id); err != nil {
+			return 0, err
+		} else if ok {
 			return id, nil
 		}
-		m.log.V(3).Info("Skipping project ID in use", "projectID", id, "bytes", d.bytes, "inodes", d.inodes)
+	}
+	for tries := 0; probes < m.maxProbes && tries < 4*m.maxProbes; tries++ {
+		id := m.firstID + rand.Uint32N(maxProjectID-m.firstID+1)
+		if recorded(id) {
+			continue
+		}
+		if ok, err := probe(id); err != nil {
+			return 0, err
+		} else if ok {
+			return id, nil
+		}
 	}
 	return 0, &ProjectError{Op: "allocate", Path: r.path, Err: fmt.Errorf("%w: probed %d IDs from %d", ErrNoFreeID, probes, m.firstID)}
 }
 
-func (m *Manager) clear(path string) error {
+// clear is Clear, or Release when p is nil: then dirFd is only where the
+// limits are cleared, never a directory to untag.
+func (m *Manager) clear(dirFd int, path string, p *Project) error {
 	path, err := cleanPath(path)
 	if err != nil {
 		return err
+	}
+	var r *fsRef
+	if dirFd >= 0 {
+		if r, err = ref(dirFd, path); err != nil {
+			return &ProjectError{Op: "clear", Path: path, Err: err}
+		}
+		defer r.close()
 	}
 	t, err := m.begin()
 	if err != nil {
@@ -291,41 +384,16 @@ func (m *Manager) clear(path string) error {
 	}
 	defer t.close()
 
+	// Only what the files record for path is released: they are
+	// nodevol's, unlike the directory (its owner can tag it) or p (from
+	// a record its caller keeps, perhaps where others write).
 	released := map[uint32]bool{}
 	for _, id := range t.projects.idsForPath(path) {
 		released[id] = true
 	}
-
-	r, err := m.open(path)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		// Gone already: only the bookkeeping is left to undo.
-	case err != nil:
-		return &ProjectError{Op: "clear", Path: path, Err: err}
-	default:
-		defer r.close()
-		x, xerr := getFsxattr(r.fd)
-		if xerr != nil && !isUnsupported(fsxattrErr(path, "", xerr)) {
-			return &ProjectError{Op: "clear", Path: path, Err: fsxattrErr(path, "FS_IOC_FSGETXATTR", xerr)}
-		}
-		if xerr == nil && owns(t.projects, x.Projid, path) {
-			released[x.Projid] = true
-		}
-		if len(released) > 0 {
-			if _, err := m.support(r); err == nil {
-				for _, id := range sortedIDs(released) {
-					if err := m.quota().setLimit(r, id, 0); err != nil && !isUnsupported(m.quotaErr(r, "clear limit", id, err)) {
-						return m.quotaErr(r, "clear limit", id, err)
-					}
-				}
-			} else if !isUnsupported(err) {
-				return err
-			}
-		}
-		if xerr == nil && released[x.Projid] {
-			if err := setFdProjectID(r.fd, true, 0); err != nil {
-				return &ProjectError{Op: "clear", Path: path, ProjectID: x.Projid, Err: fsxattrErr(path, "FS_IOC_FSSETXATTR", err)}
-			}
+	if r != nil && len(released) > 0 {
+		if err := m.clearDir(r, path, p, released); err != nil {
+			return err
 		}
 	}
 
@@ -356,31 +424,67 @@ func (m *Manager) clear(path string) error {
 	return nil
 }
 
-func (m *Manager) usage(path string) (Usage, error) {
-	path, err := cleanPath(path)
-	if err != nil {
-		return Usage{}, err
+// clearDir removes the limits of the released IDs on r's filesystem and,
+// when p is given, takes the project off r if r is the directory p
+// identifies and carries one of them. A directory that is not the
+// assigned one keeps its project (its ID, its flags) whatever it is.
+func (m *Manager) clearDir(r *fsRef, path string, p *Project, released map[uint32]bool) error {
+	if _, err := m.support(r); err == nil {
+		for _, id := range sortedIDs(released) {
+			if err := m.quota().setLimit(r, id, 0); err != nil && !isUnsupported(m.quotaErr(r, "clear limit", id, err)) {
+				return m.quotaErr(r, "clear limit", id, err)
+			}
+		}
+	} else if !isUnsupported(err) {
+		return err
 	}
-	r, err := m.open(path)
+	if p == nil {
+		return nil
+	}
+	x, err := getFsxattr(r.fd)
+	if err != nil {
+		if err := fsxattrErr(path, "FS_IOC_FSGETXATTR", err); !isUnsupported(err) {
+			return &ProjectError{Op: "clear", Path: path, Err: err}
+		}
+		return nil
+	}
+	switch {
+	case !released[x.Projid]:
+	case !r.is(p):
+		m.log.Info("Not clearing the project of a directory that replaced the assigned one", "path", path, "projectID", x.Projid, "inode", r.ino, "assignedInode", p.Ino)
+	default:
+		if err := setFdProjectID(r.fd, true, 0); err != nil {
+			return &ProjectError{Op: "clear", Path: path, ProjectID: x.Projid, Err: fsxattrErr(path, "FS_IOC_FSSETXATTR", err)}
+		}
+	}
+	return nil
+}
+
+func (m *Manager) usage(dirFd int, path string) (Usage, error) {
+	r, err := ref(dirFd, path)
 	if err != nil {
 		return Usage{}, err
 	}
 	defer r.close()
+	return m.usageOf(r)
+}
+
+func (m *Manager) usageOf(r *fsRef) (Usage, error) {
 	if _, err := m.support(r); err != nil {
 		return Usage{}, err
 	}
 	x, err := getFsxattr(r.fd)
 	if err != nil {
-		return Usage{}, fsxattrErr(path, "FS_IOC_FSGETXATTR", err)
+		return Usage{}, fsxattrErr(r.path, "FS_IOC_FSGETXATTR", err)
 	}
 	if x.Projid == 0 {
-		return Usage{}, &ProjectError{Op: "usage", Path: path, Err: ErrNoProject}
+		return Usage{}, &ProjectError{Op: "usage", Path: r.path, Err: ErrNoProject}
 	}
 	d, err := m.quota().get(r, x.Projid)
 	if err != nil {
 		return Usage{}, m.quotaErr(r, "usage", x.Projid, err)
 	}
-	return Usage{Bytes: d.bytes, Inodes: d.inodes, LimitBytes: d.hardBytes}, nil
+	return Usage{Bytes: d.bytes, Inodes: d.inodes, LimitBytes: d.hardBytes, ProjectID: x.Projid}, nil
 }
 
 func sortedIDs(set map[uint32]bool) []uint32 {

@@ -85,12 +85,12 @@ func TestTestKernelAndCrashPoints(t *testing.T) {
 			opts := []Option{WithProjectsFile(bk.projects), WithProjidFile(bk.projid), Enforce(), WithTestKernel(k)}
 			other := mkdir(t, filepath.Join(root, string(tc.at)+"-other"))
 			dir := mkdir(t, filepath.Join(root, string(tc.at)))
-			m := New(opts...)
+			m := paths(New(opts...))
 			if id, err := m.Assign(other, 2<<20); err != nil || id != FirstProjectID || k.limits[id] != 2<<20 {
 				t.Fatalf("Assign = %d, %v, limit %d; want %d with a 2 MiB limit in the kernel stand-in", id, err, k.limits[id], FirstProjectID)
 			}
 			otherProjects, otherProjid := bk.read(t)
-			crashing := New(append(opts, WithTestHook(crashAt(tc.at, dir)))...)
+			crashing := paths(New(append(opts, WithTestHook(crashAt(tc.at, dir)))...))
 			if tc.assign {
 				if !crashed(t, func() error { _, err := crashing.Assign(dir, 1<<20); return err }) {
 					t.Fatalf("Assign never reached %s", tc.at)
@@ -110,13 +110,13 @@ func TestTestKernelAndCrashPoints(t *testing.T) {
 				}
 			}
 			// A new process clears what is left.
-			if err := New(opts...).Clear(dir); err != nil {
+			if err := paths(New(opts...)).Clear(dir); err != nil {
 				t.Fatal(err)
 			}
 			if p, q := bk.read(t); p != otherProjects || q != otherProjid || len(k.limits) != 1 || k.limits[FirstProjectID] != 2<<20 {
 				t.Errorf("after Clear: projects %q, projid %q, limits %v; want only the other project (%q, %q, 2 MiB)", p, q, k.limits, otherProjects, otherProjid)
 			}
-			if got, err := New(opts...).Assign(dir, 0); err != nil || got != FirstProjectID+1 {
+			if got, err := paths(New(opts...)).Assign(dir, 0); err != nil || got != FirstProjectID+1 {
 				t.Errorf("Assign after the clean-up = %d, %v; want %d, free again", got, err, FirstProjectID+1)
 			}
 		})

@@ -59,9 +59,9 @@ func vmMount(t *testing.T) string {
 
 // vmManager returns a real-kernel Manager with its own files and its own ID
 // range, so the VM tests do not see each other's projects.
-func vmManager(t *testing.T, firstID uint32, opts ...Option) (*Manager, bookkeeping) {
+func vmManager(t *testing.T, firstID uint32, opts ...Option) (*byPath, bookkeeping) {
 	bk := newBookkeeping(t)
-	return New(append([]Option{WithProjectsFile(bk.projects), WithProjidFile(bk.projid), WithFirstID(firstID)}, opts...)...), bk
+	return paths(New(append([]Option{WithProjectsFile(bk.projects), WithProjidFile(bk.projid), WithFirstID(firstID)}, opts...)...)), bk
 }
 
 func syncfs(t *testing.T, path string) {
@@ -82,7 +82,7 @@ func TestVMSupport(t *testing.T) {
 	if err := m.CheckSupport(root); err != nil {
 		t.Fatalf("CheckSupport(%q) = %v; want nil on a prjquota mount", root, err)
 	}
-	r, err := m.open(root)
+	r, err := m.openPath(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,16 +146,16 @@ func TestVMAssignUsageEnforceClear(t *testing.T) {
 		t.Errorf("Usage = %d, %d, %v; want about 4 MiB and 4 inodes", bytes, inodes, err)
 	}
 	// The generic quotactl interface reads the same numbers.
-	generic := New(WithProjectsFile(bk.projects), WithProjidFile(bk.projid))
+	generic := paths(New(WithProjectsFile(bk.projects), WithProjidFile(bk.projid)))
 	generic.backend = &kernelQuota{generic: true}
 	gu, err := generic.ProjectUsage(vol)
-	if err != nil || gu != (Usage{Bytes: bytes, Inodes: inodes, LimitBytes: limit}) {
-		t.Errorf("generic interface: %+v, %v; want %d bytes, %d inodes, limit %d", gu, err, bytes, inodes, limit)
+	if err != nil || gu != (Usage{Bytes: bytes, Inodes: inodes, LimitBytes: limit, ProjectID: id}) {
+		t.Errorf("generic interface: %+v, %v; want %d bytes, %d inodes, limit %d, project %d", gu, err, bytes, inodes, limit, id)
 	}
 
 	// So does quotactl(2) on the block device, the fallback for kernels
 	// without quotactl_fd.
-	viaDev := New(WithProjectsFile(bk.projects), WithProjidFile(bk.projid))
+	viaDev := paths(New(WithProjectsFile(bk.projects), WithProjidFile(bk.projid)))
 	kq := &kernelQuota{}
 	kq.noFD.Store(true)
 	viaDev.backend = kq
@@ -209,7 +209,7 @@ func TestVMAssignUsageEnforceClear(t *testing.T) {
 	if p, q := bk.read(t); p != "" || q != "" {
 		t.Errorf("bookkeeping after Clear = %q, %q; want empty", p, q)
 	}
-	if d, err := m.quota().get(mustOpen(t, m, root), id); err != nil || d.hardBytes != 0 {
+	if d, err := m.quota().get(mustOpen(t, m.Manager, root), id); err != nil || d.hardBytes != 0 {
 		t.Errorf("limit after Clear = %+v, %v; want none", d, err)
 	}
 
@@ -230,7 +230,7 @@ func TestVMAssignUsageEnforceClear(t *testing.T) {
 
 func mustOpen(t *testing.T, m *Manager, path string) *fsRef {
 	t.Helper()
-	r, err := m.open(path)
+	r, err := m.openPath(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,15 +268,16 @@ func TestVMRestartAdoption(t *testing.T) {
 	}
 	// A restarted process: a new Manager on the same files knows nothing
 	// else.
-	m2 := New(WithProjectsFile(bk.projects), WithProjidFile(bk.projid), WithFirstID(FirstProjectID+3000), Enforce())
+	m2 := paths(New(WithProjectsFile(bk.projects), WithProjidFile(bk.projid), WithFirstID(FirstProjectID+3000), Enforce()))
 	if got, err := m2.Assign(vol, 5<<20); err != nil || got != id {
 		t.Fatalf("Assign after restart = %d, %v; want the adopted %d", got, err, id)
 	}
 	if u, err := m2.ProjectUsage(vol); err != nil || u.Bytes < 1<<20 || u.LimitBytes != 5<<20 {
 		t.Errorf("usage after restart = %+v, %v; want ≥ 1 MiB under a 5 MiB limit", u, err)
 	}
-	// A directory carrying an ID the files forgot is adopted too, and its
-	// ID is not handed to anyone else.
+	// An ID the files forgot is not handed to anyone else (it has
+	// usage), and is not adopted either: nothing proves it nodevol's. The
+	// directory gets a new one.
 	os.WriteFile(bk.projects, nil, 0o644)
 	os.WriteFile(bk.projid, nil, 0o644)
 	other := filepath.Join(root, "other")
@@ -285,14 +286,15 @@ func TestVMRestartAdoption(t *testing.T) {
 	if err != nil || otherID == id {
 		t.Errorf("Assign(other) with the files wiped = %d, %v; want an ID other than the one in use (%d)", otherID, err, id)
 	}
-	if got, err := m2.Assign(vol, 5<<20); err != nil || got != id {
-		t.Errorf("Assign(vol) with the files wiped = %d, %v; want %d adopted", got, err, id)
+	newID, err := m2.Assign(vol, 5<<20)
+	if err != nil || newID == id || newID == otherID {
+		t.Errorf("Assign(vol) with the files wiped = %d, %v; want a new ID, neither the forgotten %d nor other's %d", newID, err, id, otherID)
 	}
 	if err := m2.Clear(vol); err != nil {
 		t.Fatal(err)
 	}
-	if p, _ := bk.read(t); strings.Contains(p, fmt.Sprintf("%d:", id)) {
-		t.Errorf("ID %d still recorded after Clear:\n%s", id, p)
+	if p, _ := bk.read(t); strings.Contains(p, fmt.Sprintf("%d:", newID)) {
+		t.Errorf("ID %d still recorded after Clear:\n%s", newID, p)
 	}
 }
 

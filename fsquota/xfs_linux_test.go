@@ -118,7 +118,7 @@ func TestRealKernelQuotaCalls(t *testing.T) {
 	root := xfsDir(t)
 	dir := mkdir(t, filepath.Join(root, "vol"))
 	bk := newBookkeeping(t)
-	m := New(WithProjectsFile(bk.projects), WithProjidFile(bk.projid), Enforce())
+	m := paths(New(WithProjectsFile(bk.projects), WithProjidFile(bk.projid), Enforce()))
 
 	err := m.CheckSupport(dir)
 	if err == nil {
@@ -163,7 +163,11 @@ func TestRealKernelQuotaCalls(t *testing.T) {
 	if _, _, err := m.Usage(dir); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("Usage = %v; want ErrUnsupported (emptydir then walks)", err)
 	}
-	// Clear still undoes what it can without quotas: the ID and the files.
+	// Clear still undoes what it can without quotas: the ID the files
+	// record for the directory, and the files.
+	if err := os.WriteFile(bk.projects, fmt.Appendf(nil, "1048599:%s\n", dir), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := m.Clear(dir); err != nil {
 		t.Errorf("Clear on an unsupported filesystem = %v; want nil", err)
 	}
@@ -311,7 +315,7 @@ func TestAdoptionAfterRestart(t *testing.T) {
 	p1, q1 := bk.read(t)
 
 	// A new process: new Manager, same files, same directory.
-	m2 := New(WithProjectsFile(bk.projects), WithProjidFile(bk.projid))
+	m2 := paths(New(WithProjectsFile(bk.projects), WithProjidFile(bk.projid)))
 	m2.backend = fake
 	if got, err := m2.Assign(dir, 0); err != nil || got != id {
 		t.Errorf("Assign after restart = %d, %v; want the adopted %d", got, err, id)
@@ -328,19 +332,43 @@ func TestAdoptionAfterRestart(t *testing.T) {
 	}
 }
 
-func TestAdoptUnrecordedID(t *testing.T) {
+// TestUnrecordedIDIsNotAdopted: a directory carrying an ID the files
+// record nowhere (its owner may tag it with anyone's project) gets an ID
+// of its own; the foreign project is neither recorded, limited nor
+// cleared.
+func TestUnrecordedIDIsNotAdopted(t *testing.T) {
 	root := xfsDir(t)
-	m, bk := fakeManager(t, newFake())
+	fake := newFake()
+	m, bk := fakeManager(t, fake, Enforce())
 	dir := mkdir(t, filepath.Join(root, "vol"))
 	const foreign = 2000000
+	fake.limits[foreign] = 5 << 20
 	if err := SetProjectID(dir, foreign); err != nil {
 		t.Fatal(err)
 	}
-	if id, err := m.Assign(dir, 0); err != nil || id != foreign {
-		t.Errorf("Assign of a directory carrying unrecorded ID %d = %d, %v; want it adopted", foreign, id, err)
+	id, err := m.Assign(dir, 1<<20)
+	if err != nil || id != FirstProjectID {
+		t.Errorf("Assign of a directory carrying unrecorded ID %d = %d, %v; want a new %d", foreign, id, err, FirstProjectID)
 	}
-	if p, _ := bk.read(t); p != fmt.Sprintf("%d:%s\n", foreign, dir) {
-		t.Errorf("projects = %q; want the adopted ID recorded", p)
+	if p, _ := bk.read(t); p != fmt.Sprintf("%d:%s\n", FirstProjectID, dir) {
+		t.Errorf("projects = %q; want only the new ID recorded", p)
+	}
+	if fake.limits[foreign] != 5<<20 || mustProjectID(t, dir) != FirstProjectID {
+		t.Errorf("foreign limit %d, directory's ID %d; want the foreign limit kept and the new ID on the directory", fake.limits[foreign], mustProjectID(t, dir))
+	}
+	// Tagged again with the foreign ID (by its owner): Clear releases its
+	// own ID and leaves the foreign one where it is.
+	if err := SetProjectID(dir, foreign); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Clear(dir); err != nil {
+		t.Fatal(err)
+	}
+	if fake.limits[foreign] != 5<<20 || mustProjectID(t, dir) != foreign || xflags(t, dir)&fsXflagProjinherit == 0 {
+		t.Errorf("after Clear: foreign limit %d, ID %d, flags %#x; want the foreign project untouched", fake.limits[foreign], mustProjectID(t, dir), xflags(t, dir))
+	}
+	if p, q := bk.read(t); p != "" || q != "" {
+		t.Errorf("files after Clear = %q, %q; want empty", p, q)
 	}
 }
 
@@ -426,13 +454,14 @@ func TestAllocationSkips(t *testing.T) {
 func TestAllocationIsBounded(t *testing.T) {
 	root := xfsDir(t)
 	fake := newFake()
+	fake.usedFrom = 100 // every candidate in use
 	m, bk := fakeManager(t, fake, WithMaxProbes(5), WithFirstID(100))
-	for id := uint32(100); id < 200; id++ {
-		fake.usage[id] = dquot{inodes: 1}
-	}
 	dir := mkdir(t, filepath.Join(root, "v"))
 	if _, err := m.Assign(dir, 0); !errors.Is(err, ErrNoFreeID) {
 		t.Errorf("Assign with every probed ID in use = %v; want ErrNoFreeID", err)
+	}
+	if fake.gets != 5 {
+		t.Errorf("allocation asked about %d IDs; want the bound, 5", fake.gets)
 	}
 	if got := mustProjectID(t, dir); got != 0 {
 		t.Errorf("failed Assign tagged the directory with %d", got)
@@ -442,17 +471,208 @@ func TestAllocationIsBounded(t *testing.T) {
 	}
 }
 
-func TestAssignRefusesSymlink(t *testing.T) {
+// TestAllocationEscapesAUsedRun: a run of IDs from the first one made to
+// look used (files tagged with them, which a container's root can do) does
+// not exhaust allocation: past half of its probes it draws at random from
+// the whole range, within its bound.
+func TestAllocationEscapesAUsedRun(t *testing.T) {
 	root := xfsDir(t)
-	m, _ := fakeManager(t, newFake())
+	fake := newFake()
+	const first, run = 1048577, 100000
+	for id := uint32(first); id < first+run; id++ {
+		fake.usage[id] = dquot{inodes: 1}
+	}
+	m, _ := fakeManager(t, fake, WithMaxProbes(8))
+	for i := range 20 {
+		dir := mkdir(t, filepath.Join(root, fmt.Sprint("v", i)))
+		fake.gets = 0
+		id, err := m.Assign(dir, 0)
+		if err != nil || id < first+run || id > maxProjectID {
+			t.Fatalf("Assign past a run of %d used IDs = %d, %v; want an ID above the run", run, id, err)
+		}
+		if fake.gets > 8 {
+			t.Errorf("allocation asked about %d IDs; want at most 8", fake.gets)
+		}
+	}
+}
+
+// openFd opens path for a test with flags (O_CLOEXEC added), closed when
+// the test ends.
+func openFd(t *testing.T, path string, flags int) int {
+	t.Helper()
+	fd, err := unix.Open(path, flags|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("open %s: %v", path, err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+// TestAssignRefusesNonDirectory: a descriptor of a symlink (O_PATH,
+// O_NOFOLLOW) or a file is refused, and nothing it points to is tagged.
+func TestAssignRefusesNonDirectory(t *testing.T) {
+	root := xfsDir(t)
+	m, bk := fakeManager(t, newFake())
 	real := mkdir(t, filepath.Join(root, "real"))
 	link := filepath.Join(root, "link")
 	os.Symlink(real, link)
-	if _, err := m.Assign(link, 0); !errors.Is(err, unix.ELOOP) && !errors.Is(err, unix.ENOTDIR) {
-		t.Errorf("Assign(symlink) = %v; want ELOOP or ENOTDIR (O_NOFOLLOW|O_DIRECTORY)", err)
+	mounttest.Build(t, root, "file f data")
+	for _, fd := range []int{
+		openFd(t, link, unix.O_PATH|unix.O_NOFOLLOW),
+		openFd(t, filepath.Join(root, "f"), unix.O_RDONLY),
+	} {
+		if _, err := m.Manager.Assign(fd, link, 0); !errors.Is(err, unix.ENOTDIR) {
+			t.Errorf("Assign(non-directory) = %v; want ENOTDIR", err)
+		}
 	}
 	if got := mustProjectID(t, real); got != 0 {
-		t.Errorf("Assign through a symlink tagged its target with %d", got)
+		t.Errorf("Assign of a symlink's descriptor tagged its target with %d", got)
+	}
+	if p, q := bk.read(t); p != "" || q != "" {
+		t.Errorf("refused Assign wrote bookkeeping: %q %q", p, q)
+	}
+}
+
+// TestDescriptorNotPath: Assign, Usage and Clear act on the descriptor
+// they are handed (O_PATH ones included) and never open the path, which
+// here names another directory altogether: that one is never tagged.
+func TestDescriptorNotPath(t *testing.T) {
+	root := xfsDir(t)
+	fake := newFake()
+	m, bk := fakeManager(t, fake, Enforce())
+	vol, decoy := mkdir(t, filepath.Join(root, "vol")), mkdir(t, filepath.Join(root, "decoy"))
+	fd := openFd(t, vol, unix.O_PATH|unix.O_DIRECTORY)
+	p, err := m.Manager.Assign(fd, decoy, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	unix.Stat(vol, &st)
+	if p.ID != FirstProjectID || p.Dev != uint64(st.Dev) || p.Ino != st.Ino {
+		t.Errorf("Assign = %+v; want project %d on vol (device %d, inode %d)", p, FirstProjectID, st.Dev, st.Ino)
+	}
+	if got, dec := mustProjectID(t, vol), mustProjectID(t, decoy); got != p.ID || dec != 0 {
+		t.Errorf("vol carries %d, decoy %d; want %d on vol only", got, dec, p.ID)
+	}
+	if projects, _ := bk.read(t); projects != fmt.Sprintf("%d:%s\n", p.ID, decoy) {
+		t.Errorf("projects = %q; want the path recorded as given", projects)
+	}
+	fake.usage[p.ID] = dquot{bytes: 4096, inodes: 1}
+	if u, err := m.Manager.Usage(fd, decoy); err != nil || u.ProjectID != p.ID || u.Bytes != 4096 || u.LimitBytes != 1<<20 {
+		t.Errorf("Usage = %+v, %v; want vol's project, 4096 bytes, a 1 MiB limit", u, err)
+	}
+	if err := m.Manager.Clear(fd, decoy, p); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustProjectID(t, vol); got != 0 || fake.limits[p.ID] != 0 {
+		t.Errorf("after Clear: vol carries %d, limit %d; want both gone", got, fake.limits[p.ID])
+	}
+}
+
+// TestClearOnlyTheAssignedDirectory: Clear handed a directory other than
+// the one Assign returned the project for — one swapped into its place,
+// even carrying the same ID — releases the recorded ID (bookkeeping,
+// limit) and leaves that directory's project and flags alone.
+func TestClearOnlyTheAssignedDirectory(t *testing.T) {
+	root := xfsDir(t)
+	fake := newFake()
+	m, bk := fakeManager(t, fake, Enforce())
+	vol := mkdir(t, filepath.Join(root, "vol"))
+	p, err := m.Manager.Assign(openFd(t, vol, unix.O_RDONLY|unix.O_DIRECTORY), vol, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another directory, with the same ID and the inherit flag (its owner
+	// tagged it), takes the volume's name.
+	if err := os.Rename(vol, filepath.Join(root, "moved")); err != nil {
+		t.Fatal(err)
+	}
+	other := mkdir(t, vol)
+	if err := SetProjectID(other, p.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Manager.Clear(openFd(t, other, unix.O_RDONLY|unix.O_DIRECTORY), vol, p); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustProjectID(t, other); got != p.ID || xflags(t, other)&fsXflagProjinherit == 0 {
+		t.Errorf("the directory in the volume's place carries %d, flags %#x; want its own project and flags kept", got, xflags(t, other))
+	}
+	if got := mustProjectID(t, filepath.Join(root, "moved")); got != p.ID {
+		t.Errorf("the assigned directory, moved away, carries %d; want %d (Clear never reached it)", got, p.ID)
+	}
+	if projects, projid := bk.read(t); projects != "" || projid != "" || fake.limits[p.ID] != 0 {
+		t.Errorf("after Clear: files %q %q, limit %d; want the recorded ID released", projects, projid, fake.limits[p.ID])
+	}
+}
+
+// TestIdentitySurvivesRenumbering: the directory is known by its inode
+// number and generation, not the device number a reboot may change; with
+// no generation (a filesystem without one) the device decides; an inode
+// number reused by another directory has another generation.
+func TestIdentitySurvivesRenumbering(t *testing.T) {
+	root := xfsDir(t)
+	vol := mkdir(t, filepath.Join(root, "vol"))
+	r, err := ref(openFd(t, vol, unix.O_RDONLY|unix.O_DIRECTORY), vol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.gen == 0 {
+		t.Fatal("XFS gave no inode generation")
+	}
+	p := r.project(7)
+	for _, tc := range []struct {
+		name string
+		p    Project
+		want bool
+	}{
+		{"as assigned", p, true},
+		{"device renumbered", Project{ID: 7, Dev: p.Dev + 1, Ino: p.Ino, Gen: p.Gen}, true},
+		{"inode number reused", Project{ID: 7, Dev: p.Dev, Ino: p.Ino, Gen: p.Gen + 1}, false},
+		{"another inode", Project{ID: 7, Dev: p.Dev, Ino: p.Ino + 1, Gen: p.Gen}, false},
+		{"no generation, same device", Project{ID: 7, Dev: p.Dev, Ino: p.Ino}, true},
+		{"no generation, other device", Project{ID: 7, Dev: p.Dev + 1, Ino: p.Ino}, false},
+		{"no identity", Project{ID: 7}, true},
+	} {
+		if got := r.is(&tc.p); got != tc.want {
+			t.Errorf("%s: is(%+v) = %v; want %v", tc.name, tc.p, got, tc.want)
+		}
+	}
+}
+
+// TestRelease: Release, for a directory that is gone, clears the limits of
+// the IDs recorded for the path on the filesystem of the directory it is
+// handed and releases them, and takes no project off that directory even
+// when it carries one of them; with -1 only the bookkeeping goes.
+func TestRelease(t *testing.T) {
+	root := xfsDir(t)
+	fake := newFake()
+	m, bk := fakeManager(t, fake, Enforce())
+	vol := mkdir(t, filepath.Join(root, "vol"))
+	p, err := m.Manager.Assign(openFd(t, vol, unix.O_RDONLY|unix.O_DIRECTORY), vol, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := SetProjectID(root, p.ID); err != nil { // the parent, tagged by someone
+		t.Fatal(err)
+	}
+	if err := m.Manager.Release(openFd(t, root, unix.O_PATH|unix.O_DIRECTORY), vol); err != nil {
+		t.Fatal(err)
+	}
+	if projects, projid := bk.read(t); projects != "" || projid != "" || fake.limits[p.ID] != 0 {
+		t.Errorf("after Release: files %q %q, limit %d; want the ID released", projects, projid, fake.limits[p.ID])
+	}
+	if got := mustProjectID(t, root); got != p.ID {
+		t.Errorf("Release took the project off the directory it was handed (%d)", got)
+	}
+	q, err := m.Manager.Assign(openFd(t, vol, unix.O_RDONLY|unix.O_DIRECTORY), vol, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Manager.Release(-1, vol); err != nil {
+		t.Fatal(err)
+	}
+	if projects, _ := bk.read(t); projects != "" || fake.limits[q.ID] != 1<<20 {
+		t.Errorf("after Release(-1): projects %q, limit %d; want the bookkeeping gone and the limit kept", projects, fake.limits[q.ID])
 	}
 }
 

@@ -9,7 +9,9 @@
 # enforcement, clear, restart adoption, ID release) and emptydir's crash
 # tests for the Default medium (TestCrash/Default: a child SIGKILLed at
 # each step of SetUp and TearDown, a new volume manager after it, no
-# project leaked in the files or the kernel) with the kernel's own quotas,
+# project leaked in the files or the kernel) and its quota path-swap race
+# (no directory outside the volume changes its project, flags or limit)
+# with the kernel's own quotas,
 # and nodevol-csi's TestVMSizeLimitEnforced (a Default inline volume's
 # sizeLimit stops a pod's writer: issue 17), and reads the result lines
 # from the serial console. The kernel package
@@ -143,6 +145,7 @@ suite() {
     failed=
     run "$fs" fsquota /fsquota.test '^TestVM' || failed="$failed fsquota"
     run "$fs" emptydir /emptydir.test '^TestCrash$/^Default$/' || failed="$failed emptydir-crash"
+    run "$fs" emptydir /emptydir.test '^TestQuotaPathSwap$' || failed="$failed emptydir-quota-swap"
     run "$fs" csi /csi.test '^TestVM' || failed="$failed csi"
     if [ -z "$failed" ]; then r=PASS; else r="FAIL (go test failed:$failed)"; fi
     umount "$mnt" || r="FAIL (umount $mnt)"

@@ -38,3 +38,11 @@ const MaxHardLinkedInodes = 3 << 15 // 98,304: 3/4 of a table of 2^17 8-byte slo
 func DiskUsage(path string) (Usage, error) {
 	return diskUsage(path, &config{strategy: autoStrategy()})
 }
+
+// DiskUsageFile is DiskUsage for the directory open as fd, which it walks
+// from a descriptor of its own (the caller's, which may be O_PATH, is
+// neither moved nor closed). path only names the directory in errors and
+// in Skipped; it is never resolved.
+func DiskUsageFile(fd int, path string) (Usage, error) {
+	return diskUsageFile(fd, path, &config{strategy: autoStrategy()})
+}

@@ -230,6 +230,23 @@ func diskUsage(path string, c *config) (Usage, error) {
 	if err != nil {
 		return Usage{}, &os.PathError{Op: "open", Path: path, Err: err}
 	}
+	return diskUsageOpen(fd, path, s, c)
+}
+
+func diskUsageFile(dirFd int, path string, c *config) (Usage, error) {
+	s := c.strategy
+	if !s.walkSafe() {
+		return Usage{}, fmt.Errorf("disk usage of %s: %w: the kernel offers neither statx mount IDs nor openat2", path, ErrUnsupported)
+	}
+	fd, err := fsat.Reopen(dirFd, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return Usage{}, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return diskUsageOpen(fd, path, s, c)
+}
+
+// diskUsageOpen walks the directory open as fd, which it closes.
+func diskUsageOpen(fd int, path string, s strategy, c *config) (Usage, error) {
 	a := &usage{
 		mask:  unix.STATX_TYPE | unix.STATX_INO | unix.STATX_NLINK | unix.STATX_BLOCKS | s.statxMask(),
 		links: linkSet{max: c.maxLinked},

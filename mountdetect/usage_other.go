@@ -3,3 +3,5 @@
 package mountdetect
 
 func diskUsage(string, *config) (Usage, error) { return Usage{}, ErrUnsupported }
+
+func diskUsageFile(int, string, *config) (Usage, error) { return Usage{}, ErrUnsupported }

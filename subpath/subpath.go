@@ -134,15 +134,39 @@ func (c *Cleaner) Clean(ctx context.Context, podUID, plugin, vol string) error {
 // Examine is Check and List in one, answered from tab (nil: the mount
 // table is read now; a scan of many volumes reads it once): the entries,
 // and the error Clean would refuse with (nil when it would go ahead). err
-// is for what could not be examined at all.
-func (c *Cleaner) Examine(podUID, plugin, vol string, tab *mountdetect.MountTable) (entries []Entry, refusal, err error) {
+// is for what could not be examined at all: with WithinBudget, an error
+// matching volume.ErrTooManyEntries when the budget stopped the listing.
+func (c *Cleaner) Examine(podUID, plugin, vol string, tab *mountdetect.MountTable, opts ...ExamineOption) (entries []Entry, refusal, err error) {
 	t, err := c.open(podUID, plugin, vol)
 	if t == nil || err != nil {
 		return nil, nil, err
 	}
 	defer t.close()
-	return t.examineAll(tab)
+	var cfg examineConfig
+	for _, o := range opts {
+		o.applyExamine(&cfg)
+	}
+	return t.examineAll(tab, cfg.budget)
 }
+
+// ExamineOption configures Examine.
+type ExamineOption interface{ applyExamine(*examineConfig) }
+
+type examineConfig struct{ budget *volume.EntryBudget }
+
+type withinBudget struct{ b *volume.EntryBudget }
+
+func (w withinBudget) applyExamine(c *examineConfig) { c.budget = w.b }
+
+// WithinBudget makes Examine read at most what b allows of the subpath
+// tree (its container directories and their entries), taking what it
+// reads from b: a scan gives each pod one budget, of which the pod's
+// subPath trees are part (volume.ScanResult.Budgets). Whoever can write
+// into a pod directory can make any number of entries there; past the
+// budget the examination stops with an error matching
+// volume.ErrTooManyEntries, and nothing is concluded about the tree.
+// Check and Clean have no bound: they must see everything.
+func WithinBudget(b *volume.EntryBudget) ExamineOption { return withinBudget{b} }
 
 // List returns a pod volume's subpath entries (for `nodevol scan`), sorted
 // by container and index. Entries it could not examine are left out and

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/mountdetect"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // testHookAfterMountTable, when set by a test, runs right after the
@@ -152,6 +153,8 @@ func (t *tree) close() {
 // maxErrors failures are kept, the rest counted.
 type report struct {
 	collect  bool
+	budget   *volume.EntryBudget // what the listing may still read; nil: no bound
+	stop     error               // the budget stopped the listing here
 	entries  []entry
 	foreign  []mountdetect.Mount // every mount that is not an own bind
 	errs     []error             // what could not be examined
@@ -234,12 +237,13 @@ func mountRoot(dirfd int, name string) (root bool, id mountID, typ uint32, err e
 	return false, id, 0, fmt.Errorf("statx gives no mount ID or mount-root attribute (Linux < 5.8): %w", mountdetect.ErrUnsupported)
 }
 
-// examineAll is Examine for an open tree.
-func (t *tree) examineAll(tab *mountdetect.MountTable) ([]Entry, error, error) {
+// examineAll is Examine for an open tree, reading at most what b allows
+// (nil: everything).
+func (t *tree) examineAll(tab *mountdetect.MountTable, b *volume.EntryBudget) ([]Entry, error, error) {
 	if t.sub == nil && !t.mountedOn {
 		return nil, nil, nil
 	}
-	r, err := t.examineIn(tab, true)
+	r, err := t.examineIn(tab, true, b)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -247,12 +251,15 @@ func (t *tree) examineAll(tab *mountdetect.MountTable) ([]Entry, error, error) {
 }
 
 // examine looks at every entry and mount of the tree and changes nothing.
-func (t *tree) examine() (*report, error) { return t.examineIn(nil, false) }
+func (t *tree) examine() (*report, error) { return t.examineIn(nil, false, nil) }
 
 // examineIn is examine answered from tab (nil: read the table now); with
-// collect, every entry is kept for listing.
-func (t *tree) examineIn(tab *mountdetect.MountTable, collect bool) (*report, error) {
-	r := &report{collect: collect}
+// collect, every entry is kept for listing. It reads at most what b
+// allows (nil: everything), and past it returns an error matching
+// volume.ErrTooManyEntries: the mounts beneath the entries it did not
+// read were not told apart, so nothing is concluded.
+func (t *tree) examineIn(tab *mountdetect.MountTable, collect bool, b *volume.EntryBudget) (*report, error) {
+	r := &report{collect: collect, budget: b}
 	if t.mountedOn {
 		r.foreign = append(r.foreign, mountdetect.Mount{MountPoint: t.dir})
 		return r, nil
@@ -284,7 +291,13 @@ func (t *tree) examineIn(tab *mountdetect.MountTable, collect bool) (*report, er
 		return nil, err
 	}
 	seen := map[string]bool{} // mount points (the kernel's names) accounted for
+	read := 0
 	err = t.sub.EachEntry(func(ctr fsat.Entry) error {
+		if r.stop = b.Take(read); r.stop != nil {
+			r.stop = &os.PathError{Op: "readdir", Path: t.dir, Err: r.stop}
+			return fsat.ErrStop
+		}
+		read++
 		if ctr.Type != fs.ModeDir {
 			return nil // a symlink or file: Clean unlinks it
 		}
@@ -305,10 +318,16 @@ func (t *tree) examineIn(tab *mountdetect.MountTable, collect bool) (*report, er
 		}
 		t.examineContainer(r, tab, cdir, ctr.Name, real+"/"+ctr.Name, seen)
 		cdir.Close()
+		if r.stop != nil {
+			return fsat.ErrStop
+		}
 		return nil
 	})
 	if err != nil {
 		r.fail(err)
+	}
+	if r.stop != nil {
+		return nil, fmt.Errorf("%w; the subPath tree was not examined past it", r.stop)
 	}
 	for _, m := range beneath {
 		if !seen[m.MountPoint] {
@@ -330,7 +349,13 @@ func (t *tree) examineContainer(r *report, tab *mountdetect.MountTable, cdir *fs
 		seen[real] = true
 		return
 	}
+	read := 0
 	err := cdir.EachEntry(func(idx fsat.Entry) error {
+		if r.stop = r.budget.Take(read); r.stop != nil {
+			r.stop = &os.PathError{Op: "readdir", Path: cdir.Path(), Err: r.stop}
+			return fsat.ErrStop
+		}
+		read++
 		p := cdir.Join(idx.Name)
 		mounted, id, _, err := mountRoot(cdir.Fd(), idx.Name)
 		if errors.Is(err, unix.ENOENT) {
@@ -453,7 +478,7 @@ func (t *tree) list() ([]Entry, error) {
 	if t.sub == nil && !t.mountedOn {
 		return nil, nil
 	}
-	r, err := t.examineIn(nil, true)
+	r, err := t.examineIn(nil, true, nil)
 	if err != nil {
 		return nil, err
 	}

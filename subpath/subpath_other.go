@@ -6,6 +6,7 @@ import (
 	"context"
 
 	"github.com/nodevol/nodevol/mountdetect"
+	"github.com/nodevol/nodevol/volume"
 )
 
 type tree struct{}
@@ -19,6 +20,6 @@ func (t *tree) check() error                { return mountdetect.ErrUnsupported 
 func (t *tree) clean(context.Context) error { return mountdetect.ErrUnsupported }
 func (t *tree) list() ([]Entry, error)      { return nil, mountdetect.ErrUnsupported }
 
-func (t *tree) examineAll(*mountdetect.MountTable) ([]Entry, error, error) {
+func (t *tree) examineAll(*mountdetect.MountTable, *volume.EntryBudget) ([]Entry, error, error) {
 	return nil, nil, mountdetect.ErrUnsupported
 }

@@ -10,6 +10,12 @@
 //     so no Layout method can return a path outside the root, and
 //     [Layout.ParseVolumePath] turns a volume directory back into (pod UID, plugin,
 //     volume).
+//   - Scanning: [Layout.ScanVolumes] lists every volume directory on disk,
+//     by descriptors, without following symlinks. With [ScanLimits] it
+//     reads a bounded number of directory entries, the same share for
+//     every pod ([EntryBudget], handed on for the pod's subPath trees), so
+//     that a pod that fills its own directory is reported over its budget
+//     and hides no other pod; reconstruction sets no limits.
 //   - Types: [Spec] (with [EmptyDirSource]), [Pod], unique names, and
 //     the emptyDir [Medium] with its Kubernetes quantities.
 //   - Plugins: small interfaces — [Plugin], [Mounter], [Unmounter], the

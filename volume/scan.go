@@ -32,30 +32,133 @@ type ScanResult struct {
 	// Leftovers are pod directories that hold no volume directory (and
 	// nothing that failed to parse).
 	Leftovers []string
+	// With ScanLimits: Budgets holds what each pod directory listed may
+	// still read, by pod UID, for the caller to read the rest of the pod
+	// with (subpath.WithinBudget): what the caller reads for a pod then counts
+	// against that pod's share.
+	Budgets map[string]*EntryBudget
+	// OverBudget are the pod directories, in order, where a bound of
+	// ScanLimits stopped a listing: entries past it were not examined
+	// (their problems say where).
+	OverBudget []string
+	// Incomplete: a bound stopped a listing, in a pod (OverBudget) or in
+	// the pods directory.
+	Incomplete bool
 }
 
-// ErrTooManyEntries is matched by the problem ScanVolumes reports when it
-// stopped reading at the bound MaxScanEntries set.
+// ErrTooManyEntries is matched by the problem ScanVolumes reports where a
+// bound of ScanLimits stopped a listing, and by EntryBudget's errors.
 var ErrTooManyEntries = errors.New("too many entries")
 
 // ScanOption configures ScanVolumes.
 type ScanOption interface{ applyScan(*scanConfig) }
 
-type scanConfig struct{ maxEntries int }
+type scanConfig struct {
+	limits  ScanLimits
+	bounded bool
+}
 
-type maxScanEntries int
+// ScanLimits bound what ScanVolumes reads, in directory entries: whoever
+// can write into a pod directory can make any number of them there, each
+// one costs time to read and memory in the result (and in what the caller
+// makes of it), and no pod's entries may use up what protects the others.
+// A zero field is no bound of its kind.
+//
+// The pods directory yields at most PodsDir entries. Every pod directory
+// then gets the same budget, whatever the others hold:
+//
+//	min(Pod, (Node - entries of the pods directory) / pod directories)
+//
+// (ScanLimits.PodShare), of which one directory yields at most Dir. A pod
+// spends only its own budget: the listing of its volumes and plugin
+// directories, and what the caller reads with the budget ScanResult hands
+// on (its subPath tree, say). So the node as a whole reads at most Node
+// entries, however many pods there are and whatever they hold, and a pod
+// over its budget hides nothing of the others. Where a bound stops a
+// listing, a problem matching ErrTooManyEntries says so, the pod is in
+// ScanResult.OverBudget and the result is Incomplete. Reconstruction,
+// which must see every volume, sets no limits.
+type ScanLimits struct {
+	Node    int // entries in all, the pods directory's included
+	PodsDir int // entries of the pods directory
+	Pod     int // entries for one pod directory, at most
+	Dir     int // entries of any one directory below a pod directory
+}
 
-func (n maxScanEntries) applyScan(c *scanConfig) { c.maxEntries = int(n) }
+// DefaultScanLimits are the limits of "nodevol scan" and "nodevol serve":
+// 65,536 entries in all (about 100 MB of scan report at the worst: the
+// old node-wide bound, measured), 8,192 pod directories, 4,096 entries a
+// pod and 1,024 a directory. A pod's share is 594 entries on a node of
+// 110 pods (the kubelet's default maximum), 64 at 1,000; a pod as the
+// kubelet lays it out needs one per plugin, one per volume and two per
+// subPath mount.
+func DefaultScanLimits() ScanLimits {
+	return ScanLimits{Node: 1 << 16, PodsDir: 1 << 13, Pod: 1 << 12, Dir: 1 << 10}
+}
 
-// MaxScanEntries bounds the directory entries ScanVolumes reads, all
-// directories together, at n (n <= 0: no bound). Whoever can write into a
-// pod directory can make any number of entries there, and every one
-// costs memory in the result; at the bound the listing stops, and the
-// directory it stopped in is a problem matching ErrTooManyEntries (the
-// result is then incomplete, and says so). An agent that must not grow
-// without bound sets it; reconstruction, which must see every volume,
-// does not.
-func MaxScanEntries(n int) ScanOption { return maxScanEntries(n) }
+func (l ScanLimits) applyScan(c *scanConfig) { c.limits, c.bounded = l, true }
+
+// PodShare is the budget of each of pods pod directories once the pods
+// directory gave podsRead entries: min(Pod, (Node-podsRead)/pods), 0 for
+// none, -1 for no bound.
+func (l ScanLimits) PodShare(podsRead, pods int) int {
+	share := -1
+	if l.Node > 0 {
+		share = max(0, l.Node-podsRead) / max(1, pods)
+	}
+	if l.Pod > 0 && (share < 0 || l.Pod < share) {
+		share = l.Pod
+	}
+	return share
+}
+
+// EntryBudget is how many more directory entries a bounded scan may read
+// for one pod, and how many it may read from any one directory. A nil
+// *EntryBudget is no bound. It is not safe for concurrent use.
+type EntryBudget struct {
+	share  int // the pod's whole budget; < 0: none
+	left   int
+	perDir int // <= 0: none
+	spent  bool
+}
+
+// NewEntryBudget is a budget of entries in all (< 0: no bound) and perDir
+// from one directory (<= 0: no bound).
+func NewEntryBudget(entries, perDir int) *EntryBudget {
+	return &EntryBudget{share: entries, left: entries, perDir: perDir}
+}
+
+// Take accounts for reading one more entry of a directory that has given
+// read entries already. It returns nil, or an error matching
+// ErrTooManyEntries that says which bound stops the listing: the
+// directory's, or the pod's, after which the budget is spent and every
+// Take fails.
+func (b *EntryBudget) Take(read int) error {
+	switch {
+	case b == nil:
+		return nil
+	case b.spent || (b.share >= 0 && b.left <= 0):
+		b.spent = true
+		return fmt.Errorf("%w: the pod's budget of %d entries is spent", ErrTooManyEntries, b.share)
+	case b.perDir > 0 && read >= b.perDir:
+		return fmt.Errorf("%w: more than %d entries in one directory", ErrTooManyEntries, b.perDir)
+	}
+	if b.share >= 0 {
+		b.left--
+	}
+	return nil
+}
+
+// Spent reports whether the pod's budget ran out (a Take failed for it).
+func (b *EntryBudget) Spent() bool { return b != nil && b.spent }
+
+// Used is how many entries were taken.
+func (b *EntryBudget) Used() int {
+	if b == nil || b.share < 0 {
+		return 0
+	}
+	return b.share - b.left
+}
 
 // ScanVolumes lists every volume directory <root>/pods/*/volumes/*/*, in
 // lexical order, with unescaped plugin names. It only reads directories,
@@ -64,14 +167,14 @@ func MaxScanEntries(n int) ScanOption { return maxScanEntries(n) }
 // symlinked pods directory is an error matching fsat's symlink error and
 // syscall.ELOOP, and a symlink where a directory belongs further down is
 // a problem. A missing pods directory is an error matching os.ErrNotExist.
-// Linux only (elsewhere an error matching errors.ErrUnsupported).
+// With ScanLimits it reads no more than they allow (see there). Linux only
+// (elsewhere an error matching errors.ErrUnsupported).
 func (l Layout) ScanVolumes(opts ...ScanOption) (ScanResult, error) {
 	var res ScanResult
 	var cfg scanConfig
 	for _, o := range opts {
 		o.applyScan(&cfg)
 	}
-	b := &entryBudget{left: cfg.maxEntries, bounded: cfg.maxEntries > 0}
 	if l.root == "" {
 		return res, fmt.Errorf("%w: zero Layout", ErrInvalidRoot)
 	}
@@ -85,28 +188,59 @@ func (l Layout) ScanVolumes(opts ...ScanOption) (ScanResult, error) {
 		return res, err
 	}
 	defer podsDir.Close()
-	pods, err := b.read(podsDir)
+	problem := func(p string, err error) { res.Problems = append(res.Problems, ScanProblem{Path: p, Err: err}) }
+	var podsBudget *EntryBudget
+	if cfg.bounded {
+		n := cfg.limits.PodsDir
+		if n <= 0 || (cfg.limits.Node > 0 && cfg.limits.Node < n) {
+			n = cfg.limits.Node
+		}
+		if n > 0 {
+			podsBudget = NewEntryBudget(-1, n)
+		}
+	}
+	pods, err := readDir(podsDir, podsBudget)
 	if err != nil && !errors.Is(err, ErrTooManyEntries) {
 		return res, err
 	}
 	if err != nil {
-		res.Problems = append(res.Problems, ScanProblem{Path: podsDir.Path(), Err: err})
+		problem(podsDir.Path(), err)
+		res.Incomplete = true
 	}
-	problem := func(p string, err error) { res.Problems = append(res.Problems, ScanProblem{Path: p, Err: err}) }
+	podDir := func(e fsat.Entry) error {
+		if e.Type != fs.ModeDir {
+			return fmt.Errorf("not a directory (%s)", describeType(e.Type))
+		}
+		return ValidatePodUID(e.Name)
+	}
+	// Every pod gets the same share, fixed before any is read: what one
+	// pod holds changes nothing for the others.
+	valid := 0
+	for _, pod := range pods {
+		if podDir(pod) == nil {
+			valid++
+		}
+	}
+	share := cfg.limits.PodShare(len(pods), valid)
+	if cfg.bounded {
+		res.Budgets = make(map[string]*EntryBudget, valid)
+	}
 	for _, pod := range pods {
 		podPath := podsDir.Join(pod.Name)
-		if pod.Type != fs.ModeDir {
-			problem(podPath, fmt.Errorf("not a directory (%s)", describeType(pod.Type)))
-			continue
-		}
-		if err := ValidatePodUID(pod.Name); err != nil {
+		if err := podDir(pod); err != nil {
 			problem(podPath, err)
 			continue
 		}
-		if b.exhausted {
-			break
+		var b *EntryBudget
+		if cfg.bounded {
+			b = NewEntryBudget(share, cfg.limits.Dir)
+			res.Budgets[pod.Name] = b
 		}
-		found, problemsBefore := scanPod(podsDir, pod.Name, &res, b)
+		found, problemsBefore, stopped := scanPod(podsDir, pod.Name, &res, b)
+		if stopped {
+			res.OverBudget = append(res.OverBudget, podPath)
+			res.Incomplete = true
+		}
 		if found == 0 && len(res.Problems) == problemsBefore {
 			res.Leftovers = append(res.Leftovers, podPath)
 		}
@@ -115,28 +249,29 @@ func (l Layout) ScanVolumes(opts ...ScanOption) (ScanResult, error) {
 }
 
 // scanPod adds the volume directories of the pod directory uid in pods to
-// res, and its problems; it returns how many volumes it found and how many
-// problems res held before.
-func scanPod(pods *fsat.Dir, uid string, res *ScanResult, b *entryBudget) (found, problemsBefore int) {
+// res, and its problems, reading at most what b allows; it returns how
+// many volumes it found, how many problems res held before, and whether
+// a bound stopped a listing.
+func scanPod(pods *fsat.Dir, uid string, res *ScanResult, b *EntryBudget) (found, problemsBefore int, stopped bool) {
 	problemsBefore = len(res.Problems)
-	problem := func(p string, err error) { res.Problems = append(res.Problems, ScanProblem{Path: p, Err: err}) }
+	problem := func(p string, err error) {
+		res.Problems = append(res.Problems, ScanProblem{Path: p, Err: err})
+		stopped = stopped || errors.Is(err, ErrTooManyEntries)
+	}
 	vols, err := pods.OpenDir(uid+"/"+volumesDirName, fsat.SameMount)
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, problemsBefore
+		return 0, problemsBefore, false
 	}
 	if err != nil {
 		problem(pods.Join(uid+"/"+volumesDirName), err)
-		return 0, problemsBefore
+		return 0, problemsBefore, false
 	}
 	defer vols.Close()
-	plugins, err := b.read(vols)
+	plugins, err := readDir(vols, b)
 	if err != nil {
 		problem(vols.Path(), err)
 	}
 	for _, pl := range plugins {
-		if b.exhausted {
-			break
-		}
 		plPath := vols.Join(pl.Name)
 		if pl.Type != fs.ModeDir {
 			problem(plPath, fmt.Errorf("not a directory (%s)", describeType(pl.Type)))
@@ -147,12 +282,15 @@ func scanPod(pods *fsat.Dir, uid string, res *ScanResult, b *entryBudget) (found
 			problem(plPath, err)
 			continue
 		}
+		if b.Spent() {
+			break // said once, where it ran out
+		}
 		plDir, err := vols.OpenDir(pl.Name, fsat.SameMount)
 		if err != nil {
 			problem(plPath, err)
 			continue
 		}
-		entries, err := b.read(plDir)
+		entries, err := readDir(plDir, b)
 		plDir.Close()
 		if err != nil {
 			problem(plPath, err)
@@ -169,7 +307,7 @@ func scanPod(pods *fsat.Dir, uid string, res *ScanResult, b *entryBudget) (found
 			found++
 		}
 	}
-	return found, problemsBefore
+	return found, problemsBefore, stopped
 }
 
 // describeType names a file type for messages.
@@ -189,36 +327,25 @@ func describeType(t os.FileMode) string {
 	return t.String()
 }
 
-// entryBudget is how many more directory entries ScanVolumes may read.
-type entryBudget struct {
-	left      int
-	bounded   bool
-	exhausted bool // the listing stopped at the bound
-}
-
-// read lists d's entries sorted by name, at most as many as are left;
-// when it stops at the bound it returns those read so far and an error
-// matching ErrTooManyEntries, and no further directory is read.
-func (b *entryBudget) read(d *fsat.Dir) ([]fsat.Entry, error) {
-	if !b.bounded {
+// readDir lists d's entries sorted by name, at most as many as b allows
+// (nil: all). When a bound stops it, it returns those read so far and an
+// error matching ErrTooManyEntries.
+func readDir(d *fsat.Dir, b *EntryBudget) ([]fsat.Entry, error) {
+	if b == nil {
 		return d.ReadEntries()
 	}
 	var out []fsat.Entry
+	var stop error
 	err := d.EachEntry(func(e fsat.Entry) error {
-		if b.left <= 0 {
-			b.exhausted = true
-			return errTooMany
+		if stop = b.Take(len(out)); stop != nil {
+			return fsat.ErrStop
 		}
-		b.left--
 		out = append(out, e)
 		return nil
 	})
 	slices.SortFunc(out, func(a, b fsat.Entry) int { return strings.Compare(a.Name, b.Name) })
-	if err == errTooMany {
-		return out, &os.PathError{Op: "readdir", Path: d.Path(), Err: fmt.Errorf("%w: the scan stopped here, at its bound; entries after it were not examined", ErrTooManyEntries)}
+	if err == nil && stop != nil {
+		err = &os.PathError{Op: "readdir", Path: d.Path(), Err: fmt.Errorf("%w; the scan stopped here, and entries after it were not examined", stop)}
 	}
 	return out, err
 }
-
-// errTooMany ends an EachEntry at the bound.
-var errTooMany = errors.New("bound reached")

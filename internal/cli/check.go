@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -218,12 +217,6 @@ func runCheck(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 		writeCheckHuman(stdout, &r)
 	}
 	return code
-}
-
-func newJSONEncoder(w io.Writer) *json.Encoder {
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false) // paths and sources print as they are
-	return enc
 }
 
 // writeCheckHuman prints a short block about one path, every name and

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -62,11 +63,19 @@ func (v *scanVolume) setCode(c reasonCode) { v.ReasonCode, v.Verdict = c, c.verd
 
 // scanProblem and scanLeftover are the other --json lines of "scan",
 // told apart from volumes (and from each other) by their first key.
+//
+// OverBudget marks a problem where a bound of the scan stopped a listing
+// (volume.ScanLimits): entries past it were not examined.
 type scanProblem struct {
-	Problem string `json:"problem"`
-	Error   string `json:"error"`
+	Problem    string `json:"problem"`
+	Error      string `json:"error"`
+	OverBudget bool   `json:"overBudget,omitempty"`
 
 	err error
+}
+
+func newScanProblem(path string, err error) scanProblem {
+	return scanProblem{Problem: path, Error: err.Error(), OverBudget: errors.Is(err, volume.ErrTooManyEntries), err: err}
 }
 
 type scanLeftover struct {
@@ -79,6 +88,11 @@ type scanReport struct {
 	volumes   []scanVolume
 	problems  []scanProblem
 	leftovers []scanLeftover
+	// overBudget are the pod directories a bound stopped the scan in
+	// (sorted); incomplete says a bound stopped it somewhere, in a pod or
+	// in the pods directory: what is past it was not examined.
+	overBudget []string
+	incomplete bool
 }
 
 // count is how many volumes have the verdict v.
@@ -100,10 +114,15 @@ func (s *scanReport) count(v scanVerdict) (n int) {
 //     is treated as unsafe), or when an entry does not parse (nodevol did
 //     not look inside it, so it cannot rule out a dangerous mount there;
 //     the kubelet never writes such entries);
+//   - 2 also when the scan is incomplete: a bound stopped it (a pod over
+//     its budget), and what is past the bound was not examined;
 //   - else 0: ok and in-use volumes are healthy, and leftover pod
 //     directories are not a failure.
 func (s *scanReport) code() int {
 	code := ExitOK
+	if s.incomplete {
+		code = ExitError
+	}
 	for i := range s.volumes {
 		switch s.volumes[i].Verdict {
 		case verdictError:
@@ -122,17 +141,18 @@ func (s *scanReport) code() int {
 	return code
 }
 
-// maxScanEntries bounds the directory entries a scan reads under the pods
-// directory (volume.MaxScanEntries): whoever can write into a pod
-// directory can make any number, and each costs about 1.5 KB in a report
-// (100,000 took 150 MB). 65,536 is over six times the 10,000 volume
-// directories of a large node; past it the scan reports a problem. Tests
-// lower it.
-var maxScanEntries = 1 << 16
-
 // scanRoot lists every volume directory under root and examines each one,
-// answering every mount question from one read of the mount table.
+// answering every mount question from one read of the mount table, within
+// volume.DefaultScanLimits.
 func scanRoot(root string) (*scanReport, error) {
+	return scanRootWithin(root, volume.DefaultScanLimits())
+}
+
+// scanRootWithin is scanRoot within limits: every pod gets the same share
+// of entries (volume.ScanLimits), spent on listing its volumes and on its
+// subPath trees; a pod over it is a problem, and the others are examined
+// all the same.
+func scanRootWithin(root string, limits volume.ScanLimits) (*scanReport, error) {
 	layout, err := volume.NewLayout(root)
 	if err != nil {
 		return nil, err
@@ -143,16 +163,16 @@ func scanRoot(root string) (*scanReport, error) {
 		}
 		return nil, fmt.Errorf("kubelet root: %w", err)
 	}
-	found, err := layout.ScanVolumes(volume.MaxScanEntries(maxScanEntries))
+	found, err := layout.ScanVolumes(limits)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%s has no pods directory (%s does not exist): is it a kubelet root?", root, layout.PodsDir())
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list volumes: %w", err)
 	}
-	s := &scanReport{root: root}
+	s := &scanReport{root: root, overBudget: found.OverBudget, incomplete: found.Incomplete}
 	for _, p := range found.Problems {
-		s.problems = append(s.problems, scanProblem{Problem: p.Path, Error: p.Err.Error(), err: p.Err})
+		s.problems = append(s.problems, newScanProblem(p.Path, p.Err))
 	}
 	for _, l := range found.Leftovers {
 		s.leftovers = append(s.leftovers, scanLeftover{Leftover: l})
@@ -198,11 +218,35 @@ func scanRoot(root string) (*scanReport, error) {
 			hasSubpaths[vd.PodUID] = has
 		}
 		if v.err == nil && has {
-			v.addSubpaths(subpaths, tab)
+			// The subPath tree is read within the pod's budget: a pod
+			// that fills it spends its own share, no one else's.
+			if stop := v.addSubpaths(subpaths, tab, found.Budgets[vd.PodUID]); stop != nil {
+				s.overBudgetAt(layout, vd.PodUID, stop)
+			}
 		}
 		s.volumes = append(s.volumes, v)
 	}
 	return s, nil
+}
+
+// overBudgetAt records that the budget of the pod uid stopped the
+// examination of its subPath tree: a problem where it stopped, and the
+// pod among those over budget.
+func (s *scanReport) overBudgetAt(layout volume.Layout, uid string, stop error) {
+	where := layout.PodsDir()
+	var pe *fs.PathError
+	if errors.As(stop, &pe) {
+		where = pe.Path
+	}
+	s.problems = append(s.problems, newScanProblem(where, stop))
+	s.incomplete = true
+	pod, err := layout.PodDir(uid)
+	if err != nil {
+		return
+	}
+	if i, found := slices.BinarySearch(s.overBudget, pod); !found {
+		s.overBudget = slices.Insert(s.overBudget, i, pod)
+	}
 }
 
 // examineVolume gives a volume directory its verdict, and says whether it
@@ -438,12 +482,17 @@ func (v *scanVolume) fail(err error) {
 // beneath the volume directory, so neither "nodevol teardown" nor
 // "nodevol rm" of the volume would enter them. Any other mount in the
 // subpath tree is a danger (subpath-foreign-mount): the teardown would
-// refuse.
-func (v *scanVolume) addSubpaths(c *subpath.Cleaner, tab *mountdetect.MountTable) {
-	entries, refusal, err := c.Examine(v.PodUID, v.Plugin, v.Volume, tab)
+// refuse. The tree is read within b, the pod's budget; when b stops it,
+// the volume could not be examined, and the error is returned (matching
+// volume.ErrTooManyEntries) for the scan to report.
+func (v *scanVolume) addSubpaths(c *subpath.Cleaner, tab *mountdetect.MountTable, b *volume.EntryBudget) (stop error) {
+	entries, refusal, err := c.Examine(v.PodUID, v.Plugin, v.Volume, tab, subpath.WithinBudget(b))
 	if err != nil {
 		v.fail(fmt.Errorf("examine subpaths: %w", err))
-		return
+		if errors.Is(err, volume.ErrTooManyEntries) {
+			return err
+		}
+		return nil
 	}
 	v.Subpaths = append(v.Subpaths, entries...) // sorted
 	var refused *subpath.RefusedError
@@ -459,16 +508,17 @@ func (v *scanVolume) addSubpaths(c *subpath.Cleaner, tab *mountdetect.MountTable
 		if len(refused.Errs) > 0 {
 			v.fail(errors.Join(refused.Errs...))
 		}
-		return
+		return nil
 	case refusal != nil:
 		v.fail(fmt.Errorf("examine subpaths: %w", refusal))
-		return
+		return nil
 	}
 	mounted := countMounted(entries)
 	if mounted > 0 {
 		v.Reason += fmt.Sprintf("; %s of its containers %s active: the volume manager and nodevol teardown unmount %s before the teardown, so %s not make the volume unsafe",
 			plural.Count(mounted, "subPath bind mount"), plural.Of(mounted, "is", "are"), plural.Of(mounted, "it", "them"), plural.Of(mounted, "it does", "they do"))
 	}
+	return nil
 }
 
 // scanHelp is the help of "nodevol scan", after its usage line.
@@ -499,9 +549,17 @@ error: error. An emptyDir gets the answer "nodevol teardown" would give.
 
 Entries that do not parse (bad pod UIDs or names, files where directories
 belong) are listed as problems, and pod directories without any volume
-directory as leftovers. At most 65,536 entries under the pods directory
-are read (anyone who can write into a pod directory can make more): past
-that, a problem says where the scan stopped, and the exit status is 2.
+directory as leftovers.
+
+Whoever can write into a pod directory can make any number of entries
+there, so the scan reads a bounded number, and no pod can use up another's:
+each pod gets the same budget, min(4,096, (65,536 - pod directories) /
+pod directories) entries (594 on a node of 110 pods), for its volume and
+plugin directories and its subPath tree, and at most 1,024 from any one
+directory; the pods directory gives at most 8,192. A pod over its budget
+is a problem ("overBudget": true in JSON) naming where the scan stopped,
+the summary says INCOMPLETE, and the exit status is 2; every other pod is
+examined all the same.
 
 Containers' subPath entries of each volume
 (<root>/pods/<uid>/volume-subpaths/<volume>/<container>/<index>) are listed
@@ -514,7 +572,10 @@ the volume manager unmounts them before it tears the volume down.
    "mountNamespace"}
 with "subpaths" a list of {"container","index","path","mountPoint","own"}
 and "mountNamespace" {"state","reason"}, then {"problem":PATH,"error":TEXT}
-per problem and {"leftover":PATH} per leftover pod directory.
+per problem (with "overBudget": true where a bound stopped the scan) and
+{"leftover":PATH} per leftover pod directory. A string that is not valid
+UTF-8 (JSON can only write U+FFFD for its bytes) is followed by the same
+name plus "Base64", its exact bytes, as in every command's --json.
 "safeToRemove" keeps its old meaning (the directory could be removed now
 without crossing a mount: false for an in-use CSI or secret volume); the
 verdict is what says whether a volume is healthy.
@@ -532,7 +593,8 @@ mounted into a container, to compare with its PID 1.
 Exit status: 0 every volume is ok or in-use and every entry parses
 (leftovers are fine), 1 some volume is in danger or unknown, or some entry
 does not parse (it was not looked inside), 2 the root or some entry could
-not be read or a volume could not be examined, or bad usage.
+not be read, a volume could not be examined, a pod was over its budget (the
+scan is incomplete), or bad usage.
 
 Changed (issue 15): the verdicts used to be safe and UNSAFE, and every
 mounted volume (each secret, projected token, CSI volume) was UNSAFE and
@@ -703,8 +765,21 @@ func writeScanHuman(w io.Writer, s *scanReport) {
 	for i, v := range scanVerdicts {
 		counts[i] = fmt.Sprintf("%d %s", s.count(v), v)
 	}
-	fmt.Fprintf(w, "%s: %s (%s), %s, %s\n", display(s.root), plural.Count(len(s.volumes), "volume"),
-		strings.Join(counts, ", "), plural.Count(len(s.problems), "problem"), plural.Count(len(s.leftovers), "leftover"))
+	fmt.Fprintf(w, "%s: %s (%s), %s, %s%s\n", display(s.root), plural.Count(len(s.volumes), "volume"),
+		strings.Join(counts, ", "), plural.Count(len(s.problems), "problem"), plural.Count(len(s.leftovers), "leftover"), s.incompleteNote())
+}
+
+// incompleteNote ends the summary line of an incomplete scan: "" when it
+// is complete.
+func (s *scanReport) incompleteNote() string {
+	switch {
+	case !s.incomplete:
+		return ""
+	case len(s.overBudget) == 0:
+		return "; INCOMPLETE: the pods directory holds more entries than a scan reads (see the problems)"
+	}
+	n := len(s.overBudget)
+	return fmt.Sprintf("; INCOMPLETE: %s over %s budget, not examined past it (see the problems)", plural.Count(n, "pod"), plural.Of(n, "its", "their"))
 }
 
 func (s *scanReport) hasSubpaths() bool {

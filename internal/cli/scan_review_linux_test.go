@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -148,17 +149,16 @@ func TestScanStalledSubpathsDir(t *testing.T) {
 // pods/<uid>/volumes/<plugin>/<n> for any n (100,000 files with long
 // names took 150 MB of heap, and each is examined), and an agent with a
 // memory limit was OOM-killed on every restart. Now the listing stops at
-// maxScanEntries (lowered here) and says so as a problem.
+// the scan's limits (lowered here) and says so as a problem, and the pod
+// after the full one is still examined.
 func TestScanBoundsEntries(t *testing.T) {
-	saved := maxScanEntries
-	t.Cleanup(func() { maxScanEntries = saved })
-	maxScanEntries = 1000
+	limits := volume.ScanLimits{Node: 1000}
 	root := realTempDir(t)
 	dir := filepath.Join(root, "pods", testUID, "volumes", "kubernetes.io~secret")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, uid := range []string{testUID2} { // a pod after the bound
+	for _, uid := range []string{testUID2} { // a pod after the full one
 		if err := os.MkdirAll(filepath.Join(root, "pods", uid, "volumes", "kubernetes.io~secret", "v"), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -176,13 +176,13 @@ func TestScanBoundsEntries(t *testing.T) {
 		}
 		unix.Close(f)
 	}
-	rep, err := scanRoot(root)
+	rep, err := scanRootWithin(root, limits)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.volumes)+len(rep.problems)+len(rep.leftovers) > maxScanEntries+1 {
+	if len(rep.volumes)+len(rep.problems)+len(rep.leftovers) > limits.Node+1 {
 		t.Errorf("scanRoot holds %d volumes, %d problems and %d leftovers after %d entries; want at most %d in all (and one problem saying so)",
-			len(rep.volumes), len(rep.problems), len(rep.leftovers), n, maxScanEntries+1)
+			len(rep.volumes), len(rep.problems), len(rep.leftovers), n, limits.Node+1)
 	}
 	bounded := false
 	for _, p := range rep.problems {
@@ -192,6 +192,9 @@ func TestScanBoundsEntries(t *testing.T) {
 	}
 	if !bounded {
 		t.Errorf("scanRoot problems = %v; want one matching volume.ErrTooManyEntries", rep.problems)
+	}
+	if !slices.ContainsFunc(rep.volumes, func(v scanVolume) bool { return v.PodUID == testUID2 }) {
+		t.Errorf("the pod after the full one was not examined")
 	}
 	if rep.code() == ExitOK {
 		t.Errorf("scan exit code = %d; want non-zero for an incomplete scan", rep.code())

@@ -255,8 +255,12 @@ func (s *server) scanOnce() {
 			}
 			log.Info("entry does not parse or cannot be read", "path", s.hostPath(p.Problem), "error", s.hostPaths(p.Error))
 		}
+		if rep.incomplete {
+			log.Info("WARNING: the scan is incomplete: a bound stopped it, and what is past it was not examined (the problems say where)",
+				"root", s.opts.hostRoot, "podsOverBudget", len(rep.overBudget))
+		}
 		log.V(1).Info("scan done", "root", s.opts.hostRoot, "volumes", len(rep.volumes), "danger", danger,
-			"problems", len(rep.problems), "leftovers", len(rep.leftovers), "duration", took)
+			"problems", len(rep.problems), "leftovers", len(rep.leftovers), "incomplete", rep.incomplete, "duration", took)
 	}
 	s.mu.Lock()
 	s.lastErr = err

@@ -17,6 +17,8 @@ type serveMetrics struct {
 	nested      *prometheus.GaugeVec
 	leftovers   prometheus.Gauge
 	problems    prometheus.Gauge
+	incomplete  prometheus.Gauge
+	overBudget  prometheus.Gauge
 	duration    prometheus.Histogram
 	scans       prometheus.Counter
 	errors      prometheus.Counter
@@ -47,6 +49,12 @@ func newServeMetrics(reg prometheus.Registerer, hostRoot string, v *versionInfo)
 			Help: "Leftover pod directories found by the last successful scan."}),
 		problems: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: "scan", Name: "problems",
 			Help: "Entries under the kubelet root that do not parse or could not be read, in the last successful scan."}),
+		// Always exported, like danger: an alert on danger alone is blind
+		// to what a scan did not examine.
+		incomplete: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: "scan", Name: "incomplete",
+			Help: "1 when the last successful scan stopped at a bound somewhere (a pod over its budget of entries, or a pods directory past its bound): what is past it was not examined, and a volume in danger there is not counted. 0 when it examined everything."}),
+		overBudget: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: "scan", Name: "pods_over_budget",
+			Help: "Pods the last successful scan did not examine in full: over their budget of entries, or past a directory's bound (each also counts among the problems)."}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: "scan", Name: "duration_seconds",
 			Help:    "Duration of scans, successful or not.",
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}),
@@ -67,7 +75,7 @@ func newServeMetrics(reg prometheus.Registerer, hostRoot string, v *versionInfo)
 			Help: "Always 1; the labels are nodevol's build (as \"nodevol version\" reports it)."},
 			[]string{"version", "revision", "goversion"}),
 	}
-	for _, c := range []prometheus.Collector{m.volumes, m.danger, m.nested, m.leftovers, m.problems, m.duration, m.scans, m.errors, m.lastScan, m.lastSuccess, m.visible} {
+	for _, c := range []prometheus.Collector{m.volumes, m.danger, m.nested, m.leftovers, m.problems, m.incomplete, m.overBudget, m.duration, m.scans, m.errors, m.lastScan, m.lastSuccess, m.visible} {
 		if err := scanReg.Register(c); err != nil {
 			return nil, err
 		}
@@ -132,6 +140,12 @@ func (m *serveMetrics) observe(rep *scanReport, err error, took time.Duration, s
 	m.danger.Set(float64(danger))
 	m.leftovers.Set(float64(len(rep.leftovers)))
 	m.problems.Set(float64(len(rep.problems)))
+	incomplete := 0.0
+	if rep.incomplete {
+		incomplete = 1
+	}
+	m.incomplete.Set(incomplete)
+	m.overBudget.Set(float64(len(rep.overBudget)))
 }
 
 // knownPlugins are the plugins whose names are plugin label values: the

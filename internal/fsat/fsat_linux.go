@@ -40,6 +40,17 @@ func Openat(dirfd int, name string, flags int, mode uint32) (int, error) {
 	return fd, err
 }
 
+// Reopen opens the file fd refers to once more, with flags (O_CLOEXEC
+// added): a new open file description of the same inode, with its own
+// offset and access mode, reached through fd's /proc/self/fd magic link,
+// which the kernel resolves to that very file whatever has happened to its
+// name since. It turns an O_PATH descriptor into one ioctl and fchmod
+// accept, or gives a walk a descriptor whose offset the caller's does not
+// share (dup would).
+func Reopen(fd int, flags int) (int, error) {
+	return Openat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), flags, 0)
+}
+
 // Dir is an open directory. Its path is for messages only: nothing is ever
 // resolved through it.
 type Dir struct {

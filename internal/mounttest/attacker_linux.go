@@ -164,6 +164,34 @@ func RestoreSwap(t testing.TB, dir, name, swap, target string) {
 	}
 }
 
+// FileFlags returns the inode flags of path (FS_IOC_GETFLAGS; a symlink
+// is not followed): FS_IMMUTABLE_FL, FS_PROJINHERIT_FL and the others
+// lsattr shows. It skips the test where the filesystem has none.
+func FileFlags(t testing.TB, path string) uint32 {
+	t.Helper()
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	return fileFlags(t, fd)
+}
+
+func fileFlags(t testing.TB, fd int) uint32 {
+	t.Helper()
+	flags, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS)
+	if err != nil {
+		Skip(t, "FS_IOC_GETFLAGS unsupported here: %v", err)
+	}
+	return flags
+}
+
+// FS_IOC_GETFLAGS flags the tests look at.
+const (
+	FlagImmutable   = 0x00000010 // FS_IMMUTABLE_FL
+	FlagProjInherit = 0x20000000 // FS_PROJINHERIT_FL (FS_XFLAG_PROJINHERIT)
+)
+
 // SetImmutable sets or clears FS_IMMUTABLE_FL on path (not followed when a
 // symlink): an entry nobody, root included, can remove or change. It
 // skips the test where the filesystem cannot; clearing a missing path is
@@ -178,15 +206,11 @@ func SetImmutable(t testing.TB, path string, on bool) {
 		t.Fatal(err)
 	}
 	defer unix.Close(fd)
-	flags, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS)
-	if err != nil {
-		Skip(t, "FS_IOC_GETFLAGS unsupported here: %v", err)
-	}
-	const immutable = 0x10 // FS_IMMUTABLE_FL
+	flags := fileFlags(t, fd)
 	if on {
-		flags |= immutable
+		flags |= FlagImmutable
 	} else {
-		flags &^= immutable
+		flags &^= FlagImmutable
 	}
 	if err := unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, int(flags)); err != nil {
 		Skip(t, "cannot set the immutable flag: %v", err)

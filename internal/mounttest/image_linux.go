@@ -17,7 +17,7 @@ func LoopImage(tb testing.TB, fstype string, size int64, mkfsArgs ...string) str
 	RequireMounts(tb)
 	mkfs, err := exec.LookPath("mkfs." + fstype)
 	if err != nil {
-		tb.Skipf("skipping: mkfs.%s not installed (.ci/run installs it)", fstype)
+		Skip(tb, "mkfs.%s not installed (.ci/run installs it)", fstype)
 	}
 	img := filepath.Join(tb.TempDir(), fstype+".img")
 	f, err := os.Create(img)
