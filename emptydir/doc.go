@@ -302,6 +302,12 @@
 //   - Mounts in other mount namespaces are invisible here; see
 //     mountdetect's documentation for the walk's own limits (a directory
 //     moved out of the volume while the walk is in it).
+//   - Usage by walk counts a hard-linked file once for the first
+//     mountdetect.MaxHardLinkedInodes of them (1 MiB of memory at most);
+//     a volume with more is over-counted, never under-counted, and
+//     Usage.UpperBound says so. A kubelet that evicts on sizeLimit may then
+//     evict that pod earlier than its true use warrants; no other pod is
+//     affected.
 //   - Linux only; on other systems every operation returns an error
 //     matching [errors.ErrUnsupported].
 package emptydir

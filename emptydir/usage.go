@@ -15,6 +15,11 @@ type Usage struct {
 	Bytes  int64       `json:"bytes"`
 	Inodes int64       `json:"inodes"`
 	Source UsageSource `json:"source"`
+	// UpperBound says that Bytes and Inodes, from a walk, may count some
+	// hard-linked files more than once: the volume holds more than
+	// mountdetect.MaxHardLinkedInodes of them, more than the walk
+	// remembers (see mountdetect.Usage). They are never below the truth.
+	UpperBound bool `json:"upperBound,omitempty"`
 	// FS is the filesystem the volume lives on.
 	FS FSStats `json:"fs"`
 }
@@ -35,7 +40,8 @@ type FSStats struct {
 // Usage reports the use of a pod's emptyDir volume: from its project quota
 // when one was assigned and the quota manager can read it, from the
 // filesystem itself for tmpfs and hugetlbfs volumes, otherwise from a walk
-// of the volume that stays on its mount and counts hard links once; with
+// of the volume that stays on its mount and counts hard links once (up to
+// mountdetect.MaxHardLinkedInodes of them: past that Usage.UpperBound); with
 // the capacity of the filesystem it lives on (FS). The volume and its
 // metadata are reached by descriptors from the kubelet root.
 func (p *Plugin) Usage(podUID, vol string) (Usage, error) { return p.usage(ordinaryRef(podUID, vol)) }

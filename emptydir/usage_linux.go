@@ -85,7 +85,7 @@ func (p *Plugin) usage(r volRef) (Usage, error) {
 	if err != nil {
 		return Usage{}, err
 	}
-	return Usage{Bytes: u.Bytes, Inodes: u.Inodes, Source: SourceWalk, FS: fs}, nil
+	return Usage{Bytes: u.Bytes, Inodes: u.Inodes, Source: SourceWalk, UpperBound: u.UpperBound, FS: fs}, nil
 }
 
 // statfs asks statfs about the filesystem of the open directory fd.

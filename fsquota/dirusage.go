@@ -35,6 +35,9 @@ type DirUsage struct {
 	// Skipped lists, after a walk, the mounts beneath the directory,
 	// which are not counted.
 	Skipped []mountdetect.Mount
+	// UpperBound says, after a walk, that Bytes and Inodes may count some
+	// hard-linked files more than once (see mountdetect.Usage).
+	UpperBound bool
 	// NoQuota says, after a walk, why the quota was not used: an error
 	// that matches ErrNoProject (the directory carries no project ID, or
 	// the kernel knows no such project) or ErrUnsupported (no project

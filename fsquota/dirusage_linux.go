@@ -39,5 +39,6 @@ func (m *Manager) dirUsage(path string) (DirUsage, error) {
 		return DirUsage{ProjectID: d.ProjectID}, err
 	}
 	d.Bytes, d.Inodes, d.Source, d.Skipped = u.Bytes, u.Inodes, SourceWalk, u.Skipped
+	d.UpperBound = u.UpperBound
 	return d, nil
 }

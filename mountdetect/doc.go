@@ -81,7 +81,10 @@
 // P taken away mid-syscall by the Go runtime's monitor, which in some runs
 // cost a fifth of the time on large directories. [Workers](n) removes with n
 // goroutines and the same guarantees. [DiskUsage] is the same serial walk,
-// counting instead of removing. On one worker RemoveAll takes 0.76–0.95×
+// counting instead of removing; to count a hard-linked file once it
+// remembers at most [MaxHardLinkedInodes] of them (a 1 MiB table), and
+// past that over-counts and says so ([Usage].UpperBound), so no tree makes
+// it hold more. On one worker RemoveAll takes 0.76–0.95×
 // the time of GNU rm -rf on most shapes measured; docs/benchmarks.md lists
 // them, and those where rm -rf is level or ahead (nested trees on XFS, and
 // on tmpfs from 100,000 files).

@@ -310,6 +310,11 @@ type config struct {
 	strategy strategy
 	maxOpen  int // directory fds a serial walk keeps open; 0 = default
 	hook     testhook.Hook
+	// DiskUsage's, for its tests: the hard-linked inodes remembered (0:
+	// MaxHardLinkedInodes), and a function called when the walk is over,
+	// its memory still held.
+	maxLinked int
+	walked    func()
 }
 
 type optionFunc func(*config)

@@ -2,6 +2,7 @@ package mountdetect
 
 import (
 	"fmt"
+	"hash/maphash"
 	"io"
 	"os"
 
@@ -10,30 +11,151 @@ import (
 	"github.com/nodevol/nodevol/internal/fsat"
 )
 
+// usage is DiskUsage's action: every directory and non-directory on the
+// walk's mount is counted (a hard-linked inode once, as long as links can
+// remember it), mounts are skipped and listed, and the first error stops
+// the walk.
+type usage struct {
+	u     Usage
+	mask  int // what statx is asked: the counted fields and the mount ID
+	links linkSet
+}
+
+func (a *usage) count(sx *unix.Statx_t) {
+	if sx.Nlink > 1 && sx.Mode&unix.S_IFMT != unix.S_IFDIR {
+		switch a.links.add(sx) {
+		case linkSeen:
+			return
+		case linkNotKept:
+			a.u.UpperBound = true
+		}
+	}
+	a.u.Inodes++
+	a.u.Bytes += int64(sx.Blocks) * 512
+}
+
+// linkSet remembers the hard-linked inodes a walk met, up to max of them:
+// an inoSet for the device met first (a walk stays on one mount, hence
+// almost always on one device), a map by device and inode for the rest
+// (btrfs subvolumes).
+type linkSet struct {
+	max   int
+	dev   [2]uint32 // the first device's major and minor
+	inos  inoSet
+	other map[inodeKey]struct{}
+}
+
 type inodeKey struct {
 	major, minor uint32
 	ino          uint64
 }
 
-// usage is DiskUsage's action: every directory and non-directory on the
-// walk's mount is counted (a hard-linked inode once), mounts are skipped
-// and listed, and the first error stops the walk.
-type usage struct {
-	u    Usage
-	mask int // what statx is asked: the counted fields and the mount ID
-	seen map[inodeKey]bool
+// linkAdded says what linkSet.add made of an inode.
+type linkAdded int
+
+const (
+	linkNew     linkAdded = iota // first met, remembered
+	linkSeen                     // met before
+	linkNotKept                  // not met before as far as the set knows, and not remembered: it is full
+)
+
+func (s *linkSet) add(sx *unix.Statx_t) linkAdded {
+	dev := [2]uint32{sx.Dev_major, sx.Dev_minor}
+	if s.inos.len() == 0 && len(s.other) == 0 {
+		s.dev = dev
+	}
+	full := s.inos.len()+len(s.other) >= s.max
+	if dev == s.dev {
+		switch {
+		case s.inos.has(sx.Ino):
+			return linkSeen
+		case full:
+			return linkNotKept
+		}
+		s.inos.insert(sx.Ino)
+		return linkNew
+	}
+	k := inodeKey{sx.Dev_major, sx.Dev_minor, sx.Ino}
+	if _, ok := s.other[k]; ok {
+		return linkSeen
+	}
+	if full {
+		return linkNotKept
+	}
+	if s.other == nil {
+		s.other = map[inodeKey]struct{}{}
+	}
+	s.other[k] = struct{}{}
+	return linkNew
 }
 
-func (a *usage) count(sx *unix.Statx_t) {
-	if sx.Nlink > 1 && sx.Mode&unix.S_IFMT != unix.S_IFDIR {
-		k := inodeKey{sx.Dev_major, sx.Dev_minor, sx.Ino}
-		if a.seen[k] {
-			return
-		}
-		a.seen[k] = true
+// inoSet is a set of inode numbers in 8 bytes a slot: open addressing
+// with linear probing in a power-of-two table kept at most 3/4 full, so
+// 10.7 to 21 bytes an inode (a Go map of uint64 takes 18 to 36).
+// MaxHardLinkedInodes of them fill a 1 MiB table. The hash is seeded at
+// random per set, so whoever picks the inode numbers (a pod creating and
+// deleting files) cannot make them collide.
+type inoSet struct {
+	slots []uint64 // 0: empty (inode 0, where a filesystem has one, is in zero)
+	n     int      // non-zero inodes in slots
+	zero  bool
+	seed  maphash.Seed
+}
+
+func (s *inoSet) len() int {
+	if s.zero {
+		return s.n + 1
 	}
-	a.u.Inodes++
-	a.u.Bytes += int64(sx.Blocks) * 512
+	return s.n
+}
+
+func (s *inoSet) has(ino uint64) bool {
+	if ino == 0 {
+		return s.zero
+	}
+	if len(s.slots) == 0 {
+		return false
+	}
+	mask := uint64(len(s.slots) - 1)
+	for i := maphash.Comparable(s.seed, ino) & mask; ; i = (i + 1) & mask {
+		switch s.slots[i] {
+		case ino:
+			return true
+		case 0:
+			return false
+		}
+	}
+}
+
+// insert adds ino, which the set does not hold.
+func (s *inoSet) insert(ino uint64) {
+	if ino == 0 {
+		s.zero = true
+		return
+	}
+	if (s.n+1)*4 > len(s.slots)*3 {
+		old := s.slots
+		if old == nil {
+			s.seed = maphash.MakeSeed()
+		}
+		s.slots = make([]uint64, max(2*len(old), 1024))
+		for _, v := range old {
+			if v != 0 {
+				s.put(v)
+			}
+		}
+	}
+	s.put(ino)
+	s.n++
+}
+
+func (s *inoSet) put(ino uint64) {
+	mask := uint64(len(s.slots) - 1)
+	i := maphash.Comparable(s.seed, ino) & mask
+	for s.slots[i] != 0 {
+		i = (i + 1) & mask
+	}
+	s.slots[i] = ino
 }
 
 func (a *usage) skip(path string) { a.u.Skipped = append(a.u.Skipped, Mount{MountPoint: path}) }
@@ -126,8 +248,11 @@ func diskUsageFile(dirFd int, path string, c *config) (Usage, error) {
 // diskUsageOpen walks the directory open as fd, which it closes.
 func diskUsageOpen(fd int, path string, s strategy, c *config) (Usage, error) {
 	a := &usage{
-		mask: unix.STATX_TYPE | unix.STATX_INO | unix.STATX_NLINK | unix.STATX_BLOCKS | s.statxMask(),
-		seen: map[inodeKey]bool{},
+		mask:  unix.STATX_TYPE | unix.STATX_INO | unix.STATX_NLINK | unix.STATX_BLOCKS | s.statxMask(),
+		links: linkSet{max: c.maxLinked},
+	}
+	if a.links.max <= 0 {
+		a.links.max = MaxHardLinkedInodes
 	}
 	var sx unix.Statx_t
 	if err := fsat.Retry(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, a.mask, &sx) }); err != nil {
@@ -146,6 +271,9 @@ func diskUsageOpen(fd int, path string, s strategy, c *config) (Usage, error) {
 	sc := getScratch()
 	w.serial(root, sc) // closes every fd it holds
 	putScratch(sc)
+	if c.walked != nil {
+		c.walked()
+	}
 	if len(w.errs) > 0 {
 		return a.u, w.errs[0]
 	}

@@ -30,7 +30,22 @@
 // [Manager.Run] runs once (a second call returns [ErrRunTwice]); when its
 // context is done it starts nothing new and returns only after the
 // running operations have, so a new Manager on the same root never
-// overlaps them. An embedder waits for a pod with [Manager.WaitForMount],
+// overlaps them.
+//
+// One Manager per kubelet root: Run holds the root's volume-manager lock
+// ([volume.LockRoot], a flock on <root>/nodevol-volume-manager.lock that
+// the kernel releases when the process ends, however it ends) until it
+// returns. A second Manager on the root, in this process or another,
+// would tear down every volume of the first one's pods; its Run returns
+// a [*volume.RootLockedError] naming the holder (PID, program, since
+// when), having touched nothing. `nodevol teardown` takes the same lock
+// while it tears down. Other owners have locks of their own and share the
+// root: nodevol-csi (one lock per driver name), whose volumes are not the
+// Manager's plugins'. A kubelet — stock, or nodevol-kubelet with nodevol's
+// emptyDir plugin — is its root's volume manager too but takes no such
+// lock (its plugins have no lifetime to hold it for; the kubelet's own
+// --lock-file keeps kubelets apart): never run a Manager on a kubelet's
+// root. An embedder waits for a pod with [Manager.WaitForMount],
 // [Manager.WaitForUnmount] (its volumes are torn down) and
 // [Manager.WaitForPodRemoval] (its directory is gone too: the pod may be
 // forgotten); on timeout each error says what is missing and why.

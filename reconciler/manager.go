@@ -292,16 +292,33 @@ func (m *Manager) poke() {
 // Run reconstructs the actual state from disk, then reconciles until ctx
 // is done. The context's logger (klog.FromContext) is used when set.
 //
+// First it makes the kubelet root if it is missing (mode 0750, as the
+// kubelet does) and takes the root's volume-manager lock
+// (volume.LockRoot with volume.LockVolumeManager), which it holds until it
+// returns, or the process ends: a second Manager on the same root — in
+// this process or another — would tear down every volume of the first's
+// pods, so its Run returns at once a *volume.RootLockedError (matching
+// volume.ErrRootLocked) that names the holder, having touched nothing.
+//
 // Once ctx is done Run starts no new operation and waits for the running
 // ones (each SetUp or TearDown sees ctx done, and returns when it does),
 // like http.Server.Shutdown: when Run returns, nothing of this Manager
-// touches the kubelet root any more, so another Manager may start on it.
-// It returns nil then, and ErrRunTwice (at once) when it is called a
-// second time.
+// touches the kubelet root any more, and the lock is released, so another
+// Manager may start on it. It returns nil then, and ErrRunTwice (at once)
+// when it is called a second time.
 func (m *Manager) Run(ctx context.Context) error {
 	if !m.ran.CompareAndSwap(false, true) {
 		return ErrRunTwice
 	}
+	// A new node's root may not exist yet: the kubelet makes it, 0750.
+	if err := os.MkdirAll(m.layout.Root(), 0o750); err != nil {
+		return fmt.Errorf("reconciler: %w", err)
+	}
+	lock, err := volume.LockRoot(m.layout, volume.LockVolumeManager, volume.LockOptions{Clock: m.clock})
+	if err != nil {
+		return fmt.Errorf("reconciler: %w", err)
+	}
+	defer lock.Release()
 	// klog.FromContext falls back to klog's global logger, which would
 	// override Options.Logger: only a logger really in ctx does.
 	if l, err := logr.FromContext(ctx); err == nil {

@@ -23,6 +23,11 @@
 //     [LayoutProvider] and [TearDownChecker], and [Host] for what plugins need from the node —
 //     and a [Registry] that validates names,
 //     rejects duplicates and finds exactly one plugin for a spec.
+//   - [LockRoot]: one owner of each kind per kubelet root. Two volume
+//     managers ([LockVolumeManager]) or two processes serving one CSI
+//     driver ([LockCSIDriver]) on one root tear down each other's volumes;
+//     the second gets a [*RootLockedError] naming the first. A flock on
+//     <root>/nodevol-<owner>.lock, released when the holder dies.
 //   - Errors: [*OperationError] classifies failures as [Final], [Transient]
 //     or [Uncertain], wrapping the cause so errors.Is/As still reach it.
 //

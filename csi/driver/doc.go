@@ -39,7 +39,11 @@
 //
 // NodeGetVolumeStats reports the use from the quota, the tmpfs or a walk
 // that stays on the volume's mount; a volume with a foreign mount on it is
-// not measured (FAILED_PRECONDITION).
+// not measured (FAILED_PRECONDITION). The walk counts a hard-linked file
+// once for the first mountdetect.MaxHardLinkedInodes of them (1 MiB of the
+// driver's memory at most per call); past that the numbers are an upper
+// bound, which the response header nodevol-usage-bound ("upper"), the log
+// and nodevol_csi_usage_upper_bound_total say.
 //
 // # Reached by descriptors
 //
@@ -62,6 +66,15 @@
 //   - A Memory volume's tmpfs counts against the pod's memory cgroup as an
 //     emptyDir's does, but its size is sizeLimit or Config.MemoryBytes, not
 //     the pod's memory limit (the driver is not told the pod's resources).
+//   - One process per driver name and kubelet root: Serve holds the
+//     root's lock for the driver's name (volume.LockCSIDriver, a flock on
+//     <root>/nodevol-csi-<name>.lock released when the process ends); a
+//     second one is refused, naming the first. So a DaemonSet update must
+//     stop the old pod before it starts the new one (maxUnavailable, as
+//     deploy/csi has it): with maxSurge the new pod exits until the old
+//     one is gone. A volume manager (reconciler.Manager, nodevol
+//     teardown) and drivers of other names have locks of their own and
+//     share the root; nodevol-kubelet takes none.
 //   - The driver serves the kubelet's plugin-registration API itself
 //     (Serve with RegistrationDir), so no node-driver-registrar sidecar is
 //     needed. It has no controller service: csi-sanity's controller specs

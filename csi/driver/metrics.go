@@ -16,6 +16,8 @@ type metrics struct {
 	calls    *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	refused  prometheus.Counter
+	// upperBound counts NodeGetVolumeStats answers that are upper bounds.
+	upperBound prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
@@ -31,9 +33,11 @@ func newMetrics(reg prometheus.Registerer, name string) (*metrics, error) {
 			[]string{"method"}),
 		refused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "unpublish_refused_total",
 			Help: "NodeUnpublishVolume calls refused because a mount that is not the volume's own is in or on it (nothing was changed; the kubelet retries).", ConstLabels: labels}),
+		upperBound: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "usage_upper_bound_total",
+			Help: "NodeGetVolumeStats answers whose used bytes and inodes are an upper bound: the volume holds more hard-linked files than the usage walk remembers.", ConstLabels: labels}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.calls, m.duration, m.refused} {
+		for _, c := range []prometheus.Collector{m.calls, m.duration, m.refused, m.upperBound} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -8,7 +8,9 @@ import (
 	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
@@ -163,6 +165,12 @@ func (d *Driver) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 // its own tmpfs, or from a walk that stays on its mount; the capacity is
 // its filesystem's. A volume with a foreign mount on it is not measured
 // (that filesystem is never asked anything): FAILED_PRECONDITION.
+//
+// A walk's numbers are an upper bound when the volume holds more
+// hard-linked files than the walk remembers (emptydir.Usage.UpperBound).
+// The response has no field to say so (CSI 1.13 has only the numbers): the
+// response header carries "nodevol-usage-bound: upper", the driver logs it
+// and counts it (nodevol_csi_usage_upper_bound_total).
 func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
 	var errs []error
 	if req.GetVolumeId() == "" {
@@ -182,11 +190,23 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 	if err != nil {
 		return nil, statusOf(err)
 	}
+	if u.UpperBound {
+		d.metrics.upperBound.Inc()
+		d.log.Info("The volume's usage is an upper bound: it holds more hard-linked files than the walk remembers, and those past them are counted at every link",
+			"volumeID", req.GetVolumeId(), "target", t.path, "podUID", t.podUID, "remembered", mountdetect.MaxHardLinkedInodes)
+		// Outside a gRPC call (a test calling the method) there is no
+		// header to set, and nobody to tell.
+		_ = grpc.SetHeader(ctx, metadata.Pairs(usageBoundHeader, "upper"))
+	}
 	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
 		{Unit: csi.VolumeUsage_BYTES, Used: u.Bytes, Total: u.FS.CapacityBytes, Available: u.FS.AvailableBytes},
 		{Unit: csi.VolumeUsage_INODES, Used: u.Inodes, Total: u.FS.Inodes, Available: u.FS.InodesFree},
 	}}, nil
 }
+
+// usageBoundHeader is the response header of a NodeGetVolumeStats whose
+// numbers are an upper bound (value "upper").
+const usageBoundHeader = "nodevol-usage-bound"
 
 // NodeGetCapabilities: volume stats.
 func (d *Driver) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {

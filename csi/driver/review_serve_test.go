@@ -21,6 +21,23 @@ func waitSocket(t *testing.T, p string) {
 	t.Fatalf("no socket at %s", p)
 }
 
+// socketDirs makes a directory with a short name for sockets (a socket
+// path has at most 107 bytes; t.TempDir's names are long), removed when
+// the test ends, and a registration directory in it.
+func socketDirs(t *testing.T) (dir, reg string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	reg = filepath.Join(dir, "registry")
+	if err := os.Mkdir(reg, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return dir, reg
+}
+
 func serveAsync(t *testing.T, d *Driver, opts ServeOptions) (cancel func()) {
 	ctx, c := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -52,7 +69,7 @@ func serveAsync(t *testing.T, d *Driver, opts ServeOptions) (cancel func()) {
 //     the driver that is still running.
 func TestReviewServeShutdownRemovesWhatIsThere(t *testing.T) {
 	t.Run("file", func(t *testing.T) {
-		d, err := New(Config{NodeID: "n", KubeletRoot: "/var/lib/kubelet"})
+		d, err := New(Config{NodeID: "n", KubeletRoot: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,19 +90,14 @@ func TestReviewServeShutdownRemovesWhatIsThere(t *testing.T) {
 		}
 	})
 	t.Run("second-instance", func(t *testing.T) {
-		dir, err := os.MkdirTemp("", "rv") // short: a socket path has at most 107 bytes
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(dir) })
-		reg := filepath.Join(dir, "registry")
-		if err := os.Mkdir(reg, 0o700); err != nil {
-			t.Fatal(err)
-		}
+		dir, reg := socketDirs(t)
 		sock := filepath.Join(dir, "csi.sock")
 		opts := ServeOptions{Endpoint: sock, RegistrationDir: reg}
-		d1, _ := New(Config{NodeID: "n", KubeletRoot: "/var/lib/kubelet"})
-		d2, _ := New(Config{NodeID: "n", KubeletRoot: "/var/lib/kubelet"})
+		// On one kubelet root the second instance is refused (its root
+		// lock, TestSecondDriverOnOneRootIsRefused); on two roots it
+		// serves, on the same sockets.
+		d1, _ := New(Config{NodeID: "n", KubeletRoot: t.TempDir()})
+		d2, _ := New(Config{NodeID: "n", KubeletRoot: t.TempDir()})
 		stop1 := serveAsync(t, d1, opts)
 		waitSocket(t, sock)
 		regSock := filepath.Join(reg, DefaultName+"-reg.sock")

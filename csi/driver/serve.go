@@ -13,6 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+
+	"github.com/nodevol/nodevol/volume"
 )
 
 // ServeOptions says where the driver serves.
@@ -33,6 +35,12 @@ type ServeOptions struct {
 	// ShutdownGrace bounds how long in-flight calls may finish once the
 	// context is done; 10 s when zero.
 	ShutdownGrace time.Duration
+	// RootLock is the kubelet root's lock for the driver's name
+	// (volume.LockRoot with volume.LockCSIDriver(name)) when the caller
+	// took it already — before anything else it starts, as nodevol-csi
+	// does — and keeps it; nil: Serve takes it, and releases it when it
+	// returns.
+	RootLock *volume.RootLock
 }
 
 // ErrSocketPath is matched by Serve's error when a socket path holds
@@ -46,12 +54,30 @@ var ErrSocketPath = errors.New("socket path holds something other than a socket"
 // registration, and takes it again when the driver is back. A socket left
 // by an earlier run is replaced; anything else at a socket path is an
 // error.
+//
+// First it takes the kubelet root's lock for the driver's name
+// (volume.LockCSIDriver; see opts.RootLock), held until it returns or the
+// process ends: a second process serving the same driver on the same root
+// would replace the first one's sockets and publish and unpublish the
+// same targets at once. Its Serve returns a *volume.RootLockedError naming
+// the first, having touched nothing. Drivers of other names, and a volume
+// manager, have locks of their own.
 func (d *Driver) Serve(ctx context.Context, opts ServeOptions) error {
 	if opts.KubeletEndpoint == "" {
 		opts.KubeletEndpoint = opts.Endpoint
 	}
 	if opts.ShutdownGrace <= 0 {
 		opts.ShutdownGrace = 10 * time.Second
+	}
+	if opts.RootLock == nil {
+		lock, err := d.LockRoot()
+		if err != nil {
+			return err
+		}
+		defer lock.Release()
+	} else if h := opts.RootLock.Holder(); h.Owner != volume.LockCSIDriver(d.name) || filepath.Dir(opts.RootLock.Path()) != d.layout.Root() {
+		return fmt.Errorf("%w: ServeOptions.RootLock is the %s lock at %s, not the %s lock of kubelet root %s",
+			ErrConfig, h.Owner, opts.RootLock.Path(), volume.LockCSIDriver(d.name), d.layout.Root())
 	}
 	csiSrv := grpc.NewServer(grpc.UnaryInterceptor(d.Interceptor()))
 	d.Register(csiSrv)
@@ -90,6 +116,13 @@ func (d *Driver) Serve(ctx context.Context, opts ServeOptions) error {
 	}
 	d.log.Info("Stopped serving")
 	return nil
+}
+
+// LockRoot takes the kubelet root's lock for the driver's name, as Serve
+// does (see there), for a caller that must hold it before it starts
+// anything else; it passes it to Serve in ServeOptions.RootLock.
+func (d *Driver) LockRoot() (*volume.RootLock, error) {
+	return volume.LockRoot(d.layout, volume.LockCSIDriver(d.name), volume.LockOptions{})
 }
 
 // stopGracefully stops s, letting calls in flight finish for up to grace.

@@ -13,7 +13,7 @@ import (
 // TestServeNeverRemovesAFile: a socket path holding a file (a mistaken
 // --endpoint, say) is an error, and the file stays.
 func TestServeNeverRemovesAFile(t *testing.T) {
-	d, err := New(Config{NodeID: "n", KubeletRoot: "/var/lib/kubelet"})
+	d, err := New(Config{NodeID: "n", KubeletRoot: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

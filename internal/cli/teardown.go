@@ -156,14 +156,20 @@ func (r *teardownResult) checkSubpaths(ctx context.Context, layout volume.Layout
 // tearDownVolume tears the volume down with executor.TearDown, the volume
 // manager's unmount operation run at once: everything that can refuse is
 // asked first, changing nothing (the subpath check, then the teardown's
-// check); then the containers' subPath bind mounts are cleaned (a failure
-// stops here, before anything of the volume is touched), then the
-// plugin's TearDown runs. The report is the dry run's (planTeardown), with
-// the outcome; a refusal reports the plan the teardown refused with.
-func tearDownVolume(ctx context.Context, path string) teardownResult {
+// check); then the kubelet root's volume-manager lock is taken (locks), so
+// that a running reconciler.Manager, or another teardown, is never raced;
+// then the containers' subPath bind mounts are cleaned (a failure stops
+// here, before anything of the volume is touched), then the plugin's
+// TearDown runs. The report is the dry run's (planTeardown), with the
+// outcome; a refusal reports the plan the teardown refused with.
+func tearDownVolume(ctx context.Context, path string, locks rootLocks) teardownResult {
 	r := planTeardown(ctx, path)
 	r.DryRun = false
 	if r.err != nil || r.Refused {
+		return r
+	}
+	if err := locks.hold(r.layout); err != nil {
+		r.setErr(err)
 		return r
 	}
 	err := executor.TearDown(ctx, subpath.New(r.layout), r.plugin, r.vp.PodUID, r.vp.Volume)
@@ -201,6 +207,32 @@ func tearDownVolume(ctx context.Context, path string) teardownResult {
 		r.setErr(rest)
 	}
 	return r
+}
+
+// rootLocks are the volume-manager locks of the kubelet roots teardown
+// tears volumes down in, each held from the first volume it tears down
+// there to the end of the command: a volume manager running on the root
+// (a reconciler.Manager, or another nodevol teardown) would race it on
+// the same volumes. A kubelet takes no such lock (see package
+// reconciler's documentation).
+type rootLocks map[string]*volume.RootLock
+
+func (ls rootLocks) hold(l volume.Layout) error {
+	if _, ok := ls[l.Root()]; ok {
+		return nil
+	}
+	lk, err := volume.LockRoot(l, volume.LockVolumeManager, volume.LockOptions{Program: "nodevol teardown"})
+	if err != nil {
+		return err
+	}
+	ls[l.Root()] = lk
+	return nil
+}
+
+func (ls rootLocks) release() {
+	for _, lk := range ls {
+		lk.Release()
+	}
 }
 
 // metaExists reports whether the volume's metadata directory exists, only
@@ -258,10 +290,17 @@ the host's /proc mounted into it). --allow-foreign-mount-namespace lets it
 go on. When it cannot be told only because reading PID 1's namespaces takes
 root, teardown warns and goes on. --dry-run refuses as teardown would.
 
+Before it changes anything, teardown takes the kubelet root's volume-manager
+lock (<root>/nodevol-volume-manager.lock), which a running
+reconciler.Manager holds: while another process holds it, nothing is torn
+down, and the error names that process. A kubelet takes no such lock.
+--dry-run takes none.
+
 Exit status: 0 every volume torn down (or nothing there), 1 some teardown
 was refused because of a mount, 2 some path is not an emptyDir volume
-directory or could not be torn down, teardown was refused because of the
-mount namespace, or bad usage.`
+directory or could not be torn down (another process holds the root's
+lock, for one), teardown was refused because of the mount namespace, or
+bad usage.`
 
 func runTeardown(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	dryRun := fs.Bool("dry-run", false, "say what would be done per volume; change nothing")
@@ -278,11 +317,13 @@ func runTeardown(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 		return teardownResult{Path: path, DryRun: *dryRun, Mounts: []mountdetect.Mount{}, Subpaths: []subpath.Entry{}}
 	}
 	ctx := quietContext()
+	locks := rootLocks{}
+	defer locks.release()
 	act := func(path string) teardownResult {
 		if *dryRun {
 			return planTeardown(ctx, path)
 		}
-		return tearDownVolume(ctx, path)
+		return tearDownVolume(ctx, path, locks)
 	}
 	return eachPath("teardown", nsFlags, paths, *dryRun, *asJSON, stdout, stderr, blank, act, writeTeardownHuman)
 }

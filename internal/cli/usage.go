@@ -16,6 +16,9 @@ type usageResult struct {
 	Inodes    int64  `json:"inodes"`
 	Source    string `json:"source"` // "quota" or "walk"; "" on error
 	ProjectID uint32 `json:"projectID"`
+	// UpperBound: the walk met more hard-linked files than it remembers,
+	// and counted those past them at every link.
+	UpperBound bool `json:"upperBound,omitempty"`
 	failureJSON
 
 	skipped []mountdetect.Mount // mounts the walk did not count
@@ -45,6 +48,7 @@ func measure(q *fsquota.Manager, path string) usageResult {
 		return r
 	}
 	r.Bytes, r.Inodes, r.Source, r.skipped = u.Bytes, u.Inodes, u.Source.String(), u.Skipped
+	r.UpperBound = u.UpperBound
 	if u.NoQuota != nil {
 		r.why = u.NoQuota.Error()
 	}
@@ -52,14 +56,16 @@ func measure(q *fsquota.Manager, path string) usageResult {
 }
 
 // usageHelp is the help of "nodevol usage", after its usage line.
-const usageHelp = `Report, for each directory, the bytes and inodes it uses and where the
+var usageHelp = fmt.Sprintf(`Report, for each directory, the bytes and inodes it uses and where the
 numbers came from: "quota" when the directory carries an XFS/ext4 project ID
 and the kernel accounts for it, otherwise "walk" — a walk that stays on the
 directory's mount (mounts beneath it are not counted) and counts hard-linked
-files once. Also the directory's project ID (0 when none). Nothing is changed.
+files once, as long as it can remember them: past %d hard-linked files the
+numbers are an upper bound, and say so. Also the directory's project ID (0
+when none). Nothing is changed.
 
 Exit status: 0 every path measured, 2 some path could not be measured or bad
-usage.`
+usage.`, mountdetect.MaxHardLinkedInodes)
 
 func runUsage(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print one JSON object per path per line")
@@ -89,11 +95,18 @@ func runUsage(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 			writeErrors(stderr, "nodevol usage: "+display(p)+": ", r.err, "")
 			continue
 		}
-		fmt.Fprintf(stdout, "%s\n  used:       %s (%d bytes), %d inodes\n  source:     %s", display(p), humanBytes(r.Bytes), r.Bytes, r.Inodes, r.Source)
+		atMost := ""
+		if r.UpperBound {
+			atMost = "at most "
+		}
+		fmt.Fprintf(stdout, "%s\n  used:       %s%s (%d bytes), %d inodes\n  source:     %s", display(p), atMost, humanBytes(r.Bytes), r.Bytes, r.Inodes, r.Source)
 		if r.Source == "walk" && r.why != "" {
 			fmt.Fprintf(stdout, " (%s)", display(r.why))
 		}
 		fmt.Fprintf(stdout, "\n  project ID: %d\n", r.ProjectID)
+		if r.UpperBound {
+			fmt.Fprintf(stdout, "  upper bound: more than %d hard-linked files; those past them are counted at every link\n", mountdetect.MaxHardLinkedInodes)
+		}
 		for _, m := range r.skipped {
 			fmt.Fprintf(stdout, "  not counted: %s (another mount)\n", display(m.MountPoint))
 		}

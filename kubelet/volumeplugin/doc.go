@@ -29,7 +29,13 @@
 //     volume down when the pod goes); the kubelet tests the type by
 //     assertion, so nodevol's error survives only as its message.
 //   - Usage comes from descriptors (emptydir.Plugin.Usage), not from du and
-//     statfs by path.
+//     statfs by path. A Default volume with more hard-linked files than the
+//     walk remembers is over-counted (emptydir.Usage.UpperBound), which
+//     the kubelet's Metrics cannot say.
+//   - The plugin takes no kubelet-root lock (volume.LockRoot): the kubelet
+//     is the root's volume manager, a plugin has no lifetime to hold a lock
+//     for, and the kubelet's --lock-file keeps kubelets apart. A
+//     reconciler.Manager must not run on a kubelet's root.
 //   - SetUpAt and TearDownAt act on the volume's own directory, or on
 //     another plugin's volume directory of the same pod under the same
 //     kubelet root (see below); any other directory is refused

@@ -8,6 +8,12 @@
 // kubelet's plugin-registration API in --registration-dir itself (no
 // node-driver-registrar sidecar), and /metrics, /healthz and /readyz on
 // --http-address. deploy/csi/ runs it as a DaemonSet.
+//
+// One nodevol-csi per driver name and kubelet root: before anything else
+// it takes the root's lock for its driver name
+// (<root>/nodevol-csi-<name>.lock, released when the process ends); a
+// second one exits with status 1, naming the first's PID, program and
+// start time.
 package main
 
 import (
@@ -26,7 +32,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,7 +40,13 @@ import (
 
 	"github.com/nodevol/nodevol/csi/driver"
 	"github.com/nodevol/nodevol/fsquota"
+	"github.com/nodevol/nodevol/httpserver"
 )
+
+// httpLimits are the limits of the HTTP server on --http-address:
+// httpserver's defaults (zero fields), as nodevol serve's: anything that
+// can reach the driver's pod can connect. Tests shorten them.
+var httpLimits httpserver.Limits
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -45,7 +56,8 @@ func main() {
 }
 
 // run is the command; it serves until ctx is done (SIGTERM or SIGINT) and
-// returns the exit status: 0 after a clean stop, 1 when serving failed, 2
+// returns the exit status: 0 after a clean stop, 1 when serving failed (or
+// another nodevol-csi of the same driver name serves the kubelet root), 2
 // for bad usage.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("nodevol-csi", flag.ContinueOnError)
@@ -110,17 +122,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
+	// The root's lock for this driver comes first: a second nodevol-csi on
+	// the root says who holds it, not that the HTTP port is in use.
+	lock, err := d.LockRoot()
+	if err != nil {
+		fmt.Fprintln(stderr, "nodevol-csi:", err)
+		return 1
+	}
+	defer lock.Release()
 	if *httpAddr != "" {
 		lis, err := net.Listen("tcp", *httpAddr)
 		if err != nil {
 			log.Error(err, "Listening for HTTP")
 			return 1
 		}
-		srv := &http.Server{Handler: httpHandler(d, reg, *regDir != ""), ReadHeaderTimeout: 5 * time.Second}
+		srv := httpserver.New(httpHandler(d, reg, *regDir != ""), httpLimits)
 		go serveHTTP(srv, lis, log)
 		defer srv.Close()
 	}
-	if err := d.Serve(ctx, driver.ServeOptions{Endpoint: *endpoint, KubeletEndpoint: *kubeletEndpoint, RegistrationDir: *regDir}); err != nil {
+	if err := d.Serve(ctx, driver.ServeOptions{Endpoint: *endpoint, KubeletEndpoint: *kubeletEndpoint, RegistrationDir: *regDir, RootLock: lock}); err != nil {
 		log.Error(err, "Serving failed")
 		return 1
 	}

@@ -18,6 +18,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/nodevol/nodevol/csi/driver"
+	"github.com/nodevol/nodevol/internal/slowclient"
 )
 
 func TestUsage(t *testing.T) {
@@ -126,6 +127,64 @@ func TestServe(t *testing.T) {
 			t.Errorf("%s left behind: %v", p, err)
 		}
 	}
+}
+
+// TestHTTPLimits: nodevol-csi's HTTP server (--http-address, without
+// authentication) had only a header timeout: a keep-alive connection left
+// idle after one request, and a request whose body came a byte at a time,
+// were held for ever, each with a goroutine, buffers and a descriptor.
+// Now it has serve's limits (package httpserver); shortened here, the
+// server closes both connections, and refuses a header over its limit.
+func TestHTTPLimits(t *testing.T) {
+	saved := httpLimits
+	t.Cleanup(func() { httpLimits = saved })
+	httpLimits.IdleTimeout = 200 * time.Millisecond
+	httpLimits.ReadTimeout = 300 * time.Millisecond
+	addr := startHTTP(t)
+	const wait = 5 * time.Second // far above the limits: a loaded machine is slow
+	if err := slowclient.Idle(addr, "/metrics", wait); err != nil {
+		t.Errorf("an idle keep-alive connection (idle timeout %v): %v", httpLimits.IdleTimeout, err)
+	}
+	if err := slowclient.SlowBody(addr, "/healthz", 50*time.Millisecond, wait); err != nil {
+		t.Errorf("a request whose body comes a byte every 50ms (read timeout %v): %v", httpLimits.ReadTimeout, err)
+	}
+	if err := slowclient.LargeHeader(addr, "/healthz", 200<<10); err != nil {
+		t.Error(err)
+	}
+}
+
+// startHTTP runs the command without registration on a temporary root
+// until the test ends and returns its HTTP address once /healthz answers.
+func startHTTP(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	var stderr bytes.Buffer
+	go func() {
+		done <- run(ctx, []string{"--endpoint", filepath.Join(dir, "csi.sock"), "--registration-dir", "", "--kubelet-root", dir,
+			"--node-id", "node-1", "--http-address", addr, "--state-dir", dir, "--memory-bytes", "0"}, io.Discard, &stderr)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("run = %d after the context ended; want 0\n%s", code, stderr.String())
+		}
+	})
+	waitFor(t, func() bool {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == http.StatusOK
+	}, "/healthz")
+	return addr
 }
 
 func get(t *testing.T, url string) int {
