@@ -18,10 +18,13 @@ import (
 // own, made private, where the mounts made after it starts are not
 // visible: like a process in another container with write access to a
 // pod directory, it can rename a directory that is a mount point in the
-// test's namespace. While resumed it calls step in a loop; Pause stops it
-// and waits until no step is in flight.
+// test's namespace. Like such a container (whose default capabilities
+// lack it), it has no CAP_LINUX_IMMUTABLE: it cannot clear the immutable
+// flag of a directory, and so cannot rename one. While resumed it calls
+// step in a loop; Pause stops it and waits until no step is in flight.
 type Attacker struct {
-	mu      sync.Mutex
+	mu      sync.Mutex // held while a step runs
+	wake    *sync.Cond // on mu: enabled or quit changed
 	enabled atomic.Bool
 	quit    atomic.Bool
 	steps   atomic.Int64
@@ -32,36 +35,68 @@ type Attacker struct {
 func StartAttacker(t testing.TB, step func() error) *Attacker {
 	t.Helper()
 	a := &Attacker{done: make(chan struct{})}
+	a.wake = sync.NewCond(&a.mu)
 	ready := make(chan error, 1)
 	go func() {
 		defer close(a.done)
 		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
-			ready <- fmt.Errorf("unshare: %w", err)
+		if err := privateMountNS(); err != nil {
+			ready <- err
 			return
 		}
-		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-			ready <- fmt.Errorf("make / private: %w", err)
+		if err := dropCapability(unix.CAP_LINUX_IMMUTABLE); err != nil {
+			ready <- err
 			return
 		}
 		ready <- nil
+		a.mu.Lock()
+		defer a.mu.Unlock()
 		for !a.quit.Load() {
 			if !a.enabled.Load() {
-				runtime.Gosched()
+				a.wake.Wait() // paused: idle without spinning
 				continue
 			}
-			a.mu.Lock()
-			if a.enabled.Load() && step() == nil {
+			if step() == nil {
 				a.steps.Add(1)
 			}
+			// Let Pause in between steps.
 			a.mu.Unlock()
+			a.mu.Lock()
 		}
 	}()
 	if err := <-ready; err != nil {
 		t.Fatalf("attacker: %v", err)
 	}
-	t.Cleanup(func() { a.quit.Store(true); <-a.done })
+	t.Cleanup(func() {
+		a.mu.Lock()
+		a.quit.Store(true)
+		a.wake.Broadcast()
+		a.mu.Unlock()
+		<-a.done
+	})
 	return a
+}
+
+// peerMountNS moves the calling thread into a new mount namespace, where
+// the copies of shared mounts are peers of the originals.
+func peerMountNS() error {
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("unshare: %w", err)
+	}
+	return nil
+}
+
+// privateMountNS moves the calling thread into a new mount namespace and
+// makes "/" private there recursively, so that no mount made afterwards
+// in the old namespace is seen in the new one, nor the reverse.
+func privateMountNS() error {
+	if err := peerMountNS(); err != nil {
+		return err
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make / private: %w", err)
+	}
+	return nil
 }
 
 // errTried is what a StartAttackerOnce step returns after its one try.
@@ -83,7 +118,12 @@ func StartAttackerOnce(t testing.TB, step func() error) *Attacker {
 }
 
 // Resume lets the attacker run.
-func (a *Attacker) Resume() { a.enabled.Store(true) }
+func (a *Attacker) Resume() {
+	a.enabled.Store(true)
+	a.mu.Lock()
+	a.wake.Broadcast()
+	a.mu.Unlock()
+}
 
 // Pause stops the attacker and waits for a step in flight to finish.
 func (a *Attacker) Pause() {
@@ -246,4 +286,80 @@ func Within(t testing.TB, d time.Duration, what string, fn func() error) error {
 		t.Errorf("%s has not returned after %v: it blocks", what, d)
 		return nil
 	}
+}
+
+// dropCapability removes c from the calling thread's effective,
+// permitted and inheritable sets (the other threads keep theirs).
+func dropCapability(c uint) error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	bit := uint32(1) << (c % 32)
+	data[c/32].Effective &^= bit
+	data[c/32].Permitted &^= bit
+	data[c/32].Inheritable &^= bit
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	return nil
+}
+
+// NamespaceThread runs functions on a thread of its own in a mount
+// namespace of its own.
+type NamespaceThread struct {
+	do   chan func()
+	done chan struct{}
+}
+
+// StartPeer starts a NamespaceThread whose namespace keeps the propagation
+// of the test's mounts: the copy there of a shared mount is its peer, as a
+// kubelet root is in a container that mounts it with mountPropagation
+// Bidirectional. What either side mounts or unmounts below a shared mount
+// reaches the other. t's clean-up stops it.
+func StartPeer(t testing.TB) *NamespaceThread {
+	t.Helper()
+	return startNamespaceThread(t, peerMountNS)
+}
+
+// StartPrivateNamespace starts a NamespaceThread in a namespace like an
+// Attacker's: "/" is private there, so the mounts made after it starts are
+// not seen in it, and a directory that is a mount point in the test's
+// namespace is a plain directory there, which can be renamed. t's
+// clean-up stops it.
+func StartPrivateNamespace(t testing.TB) *NamespaceThread {
+	t.Helper()
+	return startNamespaceThread(t, privateMountNS)
+}
+
+func startNamespaceThread(t testing.TB, enter func() error) *NamespaceThread {
+	t.Helper()
+	n := &NamespaceThread{do: make(chan func()), done: make(chan struct{})}
+	ready := make(chan error, 1)
+	go func() {
+		defer close(n.done)
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		if err := enter(); err != nil {
+			ready <- err
+			return
+		}
+		ready <- nil
+		for fn := range n.do {
+			fn()
+		}
+	}()
+	if err := <-ready; err != nil {
+		t.Fatalf("namespace thread: %v", err)
+	}
+	t.Cleanup(func() { close(n.do); <-n.done })
+	return n
+}
+
+// Do runs fn in the thread's namespace and waits for it. fn runs off the
+// test's goroutine: it must not call t.Fatal.
+func (n *NamespaceThread) Do(fn func()) {
+	ran := make(chan struct{})
+	n.do <- func() { defer close(ran); fn() }
+	<-ran
 }
