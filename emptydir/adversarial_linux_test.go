@@ -19,7 +19,6 @@ import (
 
 	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/internal/mounttest"
-	"github.com/nodevol/nodevol/internal/testhook"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -382,63 +381,5 @@ func withDeadline(t *testing.T, what string, fn func() error) error {
 	case <-ctx.Done():
 		t.Fatalf("%s did not return within 10s: it blocks", what)
 		return nil
-	}
-}
-
-// TestTearDownMountPointSwappedInTheLastWindow: between the last statx
-// and umount2 (the documented window) another mount point is renamed into
-// the volume's place. umount2 then takes that mount — no system call can
-// prevent it — but the check after it finds that the directory uncovered
-// is not the one SetUp mounted on, and nothing is removed: the share's
-// data and the directory under it stay, and the error is Uncertain.
-func TestTearDownMountPointSwappedInTheLastWindow(t *testing.T) {
-	mounttest.RequireMounts(t)
-	base := t.TempDir()
-	share := filepath.Join(base, "share")
-	want := mounttest.Sentinels(t, share)
-	e := newEnv(t, filepath.Join(base, "kubelet"), nil)
-	pod := e.pod(volume.Spec{Name: "cache", EmptyDir: &volume.EmptyDirSource{Medium: "Memory", SizeLimit: 1 << 20}})
-	pod.MemoryLimit = 64 << 20
-	vols, vfd := e.volumesDir(t)
-	// Started before the mounts are made: in its namespace they are plain
-	// directories it can rename.
-	a := mounttest.StartAttackerOnce(t, func() error {
-		if err := unix.Renameat(vfd, "cache", vfd, "moved"); err != nil {
-			return err
-		}
-		return unix.Renameat(vfd, "nas", vfd, "cache")
-	})
-	vol := e.setUp(t, pod, "cache").Path()
-	nas := filepath.Join(vols, "nas")
-	mounttest.Bind(t, share, nas)
-	mounttest.Build(t, filepath.Join(base, "under"), "file under-the-nas keep")
-	t.Cleanup(func() {
-		for _, p := range []string{vol, nas, filepath.Join(vols, "moved")} {
-			for mounttest.IsMountRoot(t, p) {
-				_ = detach(p)
-			}
-		}
-	})
-	e.plugin.hook = func(p testhook.Point, _ string) {
-		if p != testhook.TearDownBeforeUnmount {
-			return
-		}
-		if !a.StepWithin(10 * time.Second) {
-			t.Error("the attacker could not rename the share into the volume's place")
-		}
-	}
-	mounttest.Build(t, nas, "file written-on-the-share keep")
-	want["written-on-the-share"] = mounttest.Snapshot(t, share)["written-on-the-share"]
-
-	err := e.tearDown("cache")
-	if err == nil || volume.KindOf(err) != volume.Uncertain || !strings.Contains(err.Error(), "not the one SetUp mounted on") {
-		t.Fatalf("TearDown = %v; want an Uncertain error saying the directory was replaced", err)
-	}
-	mounttest.Intact(t, share, want)
-	if _, err := os.Stat(vol); err != nil {
-		t.Errorf("the directory that was under the share was removed: %v", err)
-	}
-	if !mounttest.IsMountRoot(t, filepath.Join(vols, "moved")) {
-		t.Error("the volume's own tmpfs (renamed away) is no longer mounted")
 	}
 }

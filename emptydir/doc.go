@@ -23,8 +23,9 @@
 // mount. A symlink where a directory belongs is an error naming it, and
 // nothing is touched. Every check and action after that uses the
 // descriptors: the medium is detected on the open volume directory, the
-// unmount goes through /proc/self/fd/N/<volume> with UMOUNT_NOFOLLOW, the
-// removal through the volumes directory's descriptor.
+// unmount goes through /proc/self/fd/N/<volume> with UMOUNT_NOFOLLOW while
+// the directory beneath the mount is pinned (see TearDown), the removal
+// through the volumes directory's descriptor.
 //
 // A filesystem mounted on the volume directory, on a directory between
 // the pods directory and the volume, or inside the volume is never asked
@@ -179,9 +180,18 @@
 //     Refused, changing nothing and naming the mounts: a mount on a Default
 //     volume; two or more mounts stacked; a mount whose identity does not
 //     match; metadata that cannot be read; no record at all;
-//   - the volume's own mount: checked once more with statx right before
-//     umount2 (never lazily: a busy mount is an error) and after it, then
-//     the directory is removed;
+//   - the volume's own mount: its directory — beneath the mount, on the
+//     kubelet root's filesystem, opened through a detached copy of the
+//     volumes directory's mount made without the mounts on it (open_tree
+//     OPEN_TREE_CLONE) — is pinned: made immutable (FS_IMMUTABLE_FL),
+//     which no process can rename, exchange, replace or remove, and then,
+//     once the renames the kernel let through before the flag are over,
+//     found still under the volume's name. From then on the name can only
+//     reach that directory and the mount on it; the mount is checked once
+//     more with statx right before umount2 (never lazily: a busy mount is
+//     an error) and after it, the flag is cleared, then the directory is
+//     removed. A directory that changed while it was pinned is a refusal
+//     (nothing stays pinned);
 //   - a metadata directory holding anything but the ready marker,
 //     nodevol.json and temporary files of an interrupted write (all
 //     regular files), or a recorded quota project without a quota manager:
@@ -262,6 +272,10 @@
 //     a directory above it on the same filesystem when it is gone. An
 //     interrupted RemoveAll resumes, and still refuses a mount that
 //     appeared meanwhile.
+//     A teardown stopped while the volume directory was pinned leaves it
+//     immutable; the next one clears the flag (an immutable directory
+//     under the volume's name can only have been made so there) before it
+//     removes the directory.
 //
 // TestCrash kills a child process with SIGKILL at each step (and inside
 // fsquota's Assign and Clear, and after the first, a middle and the last
@@ -275,16 +289,35 @@
 //
 // # Limits
 //
-//   - Between the last statx and umount2 there is a window no system call
-//     closes (there is no unmount by mount ID, and moving the mount away
-//     first is refused under a shared parent, as the kubelet root is):
-//     whoever still has the volume mounted with bidirectional propagation
-//     can stack a mount on the volume's root, or rename another mount
-//     point into the volume's place, in that window, and umount2 then
-//     takes that mount. Nothing is removed then: the check after umount2
-//     finds the recorded mount still there, another mount, or a directory
-//     other than the one SetUp mounted on (its device and inode are
-//     recorded too), and fails with an Uncertain error naming the event.
+//   - umount2 names what it unmounts by path; there is no unmount by mount
+//     ID, through the mount root's descriptor (/proc/self/fd/N) it always
+//     fails with EBUSY (the descriptor holds the mount), and moving the
+//     mount by that descriptor to a point only nodevol can name is refused
+//     under a shared parent (EINVAL, whatever the mount's own
+//     propagation), as a kubelet root usually is; nor can a mount be moved
+//     into a detached tree, or unmounted there. The pin binds the name
+//     instead, and leaves three openings. (1) Where the directory cannot
+//     be pinned — a kubelet root on a filesystem without the immutable
+//     attribute (ramfs, NFS, most FUSE filesystems; tmpfs has it since
+//     Linux 6.0, ext4, XFS and Btrfs have it), a process without
+//     CAP_LINUX_IMMUTABLE, a volumes directory on an unbindable mount —
+//     the mount is unmounted by name unpinned, which is logged ("Unmounting
+//     an emptyDir volume without pinning its directory"): a process that
+//     can rename directories in the pod directory from a mount namespace
+//     where they are not mount points can, between the last statx and
+//     umount2, put another mount point under the volume's name, and
+//     umount2 takes that mount (a tmpfs mounted nowhere else loses its
+//     contents). The check after umount2 finds a directory other than the
+//     one SetUp mounted on (its device and inode are recorded), removes
+//     nothing and fails with an Uncertain error naming the event. (2) A
+//     renamer with CAP_LINUX_IMMUTABLE (root on the host, a privileged
+//     container) can clear the flag and do the same. (3) Whoever can
+//     mount into this mount namespace through propagation (a container
+//     with Bidirectional propagation, which must be privileged) can stack
+//     a mount on the volume's root in that window; umount2 takes it — a
+//     copy of a mount that process made, which it could unmount itself —
+//     and the check after it finds the volume's own mount still in place
+//     (an Uncertain error).
 //   - Quotas (fsquota) are assigned, read and released through the
 //     volume directory's descriptor, never its path: the bookkeeping
 //     files record the path as text only. The record names the directory

@@ -308,10 +308,18 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 			return plan, fail(volume.Transient, &os.PathError{Op: "rmdir", Path: dir, Err: err})
 		}
 	}
+	if plan.Action == ActionRemove && plan.Meta != nil && plan.Meta.Mount != nil {
+		// The volume's mount is gone: a teardown that stopped after
+		// unmounting it may have left its directory pinned.
+		if err := unpinLeftover(e, dir); err != nil {
+			return plan, fail(volume.Transient, fmt.Errorf("unpin the volume directory: %w", err))
+		}
+	}
 	switch plan.Action {
 	case ActionUnmountAndRemove:
 		e.close() // an open descriptor keeps the mount busy
-		if err := v.unmount(plan); err != nil {
+		pinned, err := v.unmount(logger, plan)
+		if err != nil {
 			var refused *RefusedError
 			if errors.As(err, &refused) {
 				return refused.Plan, fail(volume.Transient, err)
@@ -320,6 +328,11 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 		}
 		logger.V(2).Info("Unmounted emptyDir", "fsType", plan.Info.FSType)
 		v.hook.At(testhook.TearDownUnmounted, dir)
+		if pinned != nil {
+			if err := pinned.release(); err != nil {
+				return plan, fail(volume.Transient, fmt.Errorf("unpin the volume directory: %w", err))
+			}
+		}
 		if err := v.removeTree(); err != nil {
 			return plan, fail(volume.Transient, err)
 		}
@@ -382,23 +395,51 @@ func (p *Plugin) releaseQuota(v *podVolume, e entry, meta *Metadata) error {
 // volume directory is not followed; an intermediate path cannot be
 // redirected). The descriptor of the mount's root must be closed by now.
 //
-// The record is checked once more right before umount2, and the result
-// right after: the only window left is between that statx and umount2,
-// where a process that still has the volume mounted with bidirectional
-// propagation could stack a mount on the volume's root. Then umount2
-// takes that mount instead of the volume's; the check after it sees the
-// recorded mount still in place and says so (an Uncertain failure), so
-// the event is never silent.
-func (v *podVolume) unmount(plan Plan) error {
+// The name is bound first: the directory beneath the mount is pinned
+// (pinMountpoint), so that no rename, exchange or removal can put another
+// directory, and the mount on it, under the volume's name until the pin
+// goes. Then the record is checked once more right before umount2, and
+// the result right after. What is left, between that statx and umount2, is
+// a process that can mount into this mount namespace through propagation
+// (a container with Bidirectional propagation) stacking a mount on the
+// volume's root: umount2 takes that mount instead, and the check after it
+// sees the recorded mount still in place and says so (an Uncertain
+// failure), so the event is never silent.
+//
+// On success the pin is returned, still held (nil where the directory
+// cannot be pinned): the caller releases it before removing the
+// directory. On failure nothing stays pinned.
+func (v *podVolume) unmount(logger klog.Logger, plan Plan) (*pin, error) {
 	rec := plan.Meta.Mount
+	refuse := func(reason string) (*pin, error) {
+		plan.Action, plan.Reason = ActionRefuse, reason
+		plan.Mounts = []mountdetect.Mount{{MountPoint: v.dir}}
+		return nil, plan.refusal()
+	}
+	pinned, err := v.pinMountpoint(rec)
+	switch {
+	case errors.Is(err, errCannotPin):
+		// Unmounted by name without the binding: the window a renamer
+		// can use stays open (see the package documentation).
+		logger.Info("Unmounting an emptyDir volume without pinning its directory", "reason", err)
+	case errors.Is(err, errPinnedOther):
+		return refuse("the volume directory changed while it was examined (" + err.Error() + ")")
+	case err != nil:
+		return nil, err
+	}
+	fail := func(err error) (*pin, error) {
+		if pinned != nil {
+			return nil, pinned.undoWith(err)
+		}
+		return nil, err
+	}
 	mi, err := identify(v.vols.Fd(), v.name)
 	if err != nil {
-		return fmt.Errorf("statx %s: %w", v.dir, err)
+		return fail(fmt.Errorf("statx %s: %w", v.dir, err))
 	}
 	if !mi.root || !rec.sameMount(mi, v.ref) {
-		plan.Action, plan.Reason = ActionRefuse, "the mount on the volume directory changed while it was examined"
-		plan.Mounts = []mountdetect.Mount{{MountPoint: v.dir}}
-		return plan.refusal()
+		_, err := refuse("the mount on the volume directory changed while it was examined")
+		return fail(err)
 	}
 	// The window the package documents, for tests to act in.
 	v.hook.At(testhook.TearDownBeforeUnmount, v.dir)
@@ -406,28 +447,28 @@ func (v *podVolume) unmount(plan Plan) error {
 	if err := unix.Unmount(target, unix.UMOUNT_NOFOLLOW); err != nil {
 		// Nothing was unmounted: EBUSY (still in use; never detached
 		// lazily) or the mount vanished meanwhile.
-		return fmt.Errorf("unmount %s %s: %w", plan.Info.FSType, v.dir, err)
+		return fail(fmt.Errorf("unmount %s %s: %w", plan.Info.FSType, v.dir, err))
 	}
 	after, err := identify(v.vols.Fd(), v.name)
 	if err != nil {
-		return fmt.Errorf("statx %s after unmount: %w", v.dir, err)
+		return fail(fmt.Errorf("statx %s after unmount: %w", v.dir, err))
 	}
 	if after.root {
 		if rec.sameMount(after, v.ref) {
-			return fmt.Errorf("unmount %s: a mount stacked on the volume's own mount at the last moment was unmounted instead of it (%s is still mounted); nothing was removed", v.dir, rec.describe())
+			return fail(fmt.Errorf("unmount %s: a mount stacked on the volume's own mount at the last moment was unmounted instead of it (%s is still mounted); nothing was removed", v.dir, rec.describe()))
 		}
-		return fmt.Errorf("unmount %s: another mount (%s) is on the volume directory after the volume's own was unmounted; nothing was removed", v.dir, after.describe())
+		return fail(fmt.Errorf("unmount %s: another mount (%s) is on the volume directory after the volume's own was unmounted; nothing was removed", v.dir, after.describe()))
 	}
 	if rec.DirIno != 0 {
 		st, err := v.vols.Lstat(v.name)
 		if err != nil {
-			return fmt.Errorf("after unmounting %s: %w", v.dir, err)
+			return fail(fmt.Errorf("after unmounting %s: %w", v.dir, err))
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Dev != rec.DirDev || st.Ino != rec.DirIno {
-			return fmt.Errorf("unmount %s: the directory now there is not the one SetUp mounted on (device %d, inode %d): it was replaced while the unmount was checked, and the mount unmounted may not have been the volume's own; nothing was removed", v.dir, rec.DirDev, rec.DirIno)
+			return fail(fmt.Errorf("unmount %s: the directory now there is not the one SetUp mounted on (device %d, inode %d): it was replaced while the unmount was checked, and the mount unmounted may not have been the volume's own; nothing was removed", v.dir, rec.DirDev, rec.DirIno))
 		}
 	}
-	return nil
+	return pinned, nil
 }
 
 // removeTree removes the volume directory with mountdetect.RemoveAllAt,
