@@ -38,7 +38,7 @@ var errCannotPin = errors.New("the volume directory cannot be made immutable her
 // errPinnedOther is wrapped by pinMountpoint's error when the directory it
 // pinned is not, or no longer, the one the volume's name names, or not the
 // one SetUp mounted on. Nothing stays pinned then.
-var errPinnedOther = errors.New("the volume directory changed while it was pinned")
+var errPinnedOther = errors.New("the volume directory changed while it was being pinned")
 
 // pin is the volume directory beneath the volume's mount, held immutable.
 type pin struct {

@@ -423,7 +423,7 @@ func (v *podVolume) unmount(logger klog.Logger, plan Plan) (*pin, error) {
 		// can use stays open (see the package documentation).
 		logger.Info("Unmounting an emptyDir volume without pinning its directory", "reason", err)
 	case errors.Is(err, errPinnedOther):
-		return refuse("the volume directory changed while it was examined (" + err.Error() + ")")
+		return refuse(err.Error())
 	case err != nil:
 		return nil, err
 	}
