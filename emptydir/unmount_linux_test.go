@@ -191,6 +191,7 @@ func TestTearDownRenamerRace(t *testing.T) {
 					}
 				}
 			}
+			restore(iterations) // and nothing left immutable after the last one
 			t.Logf("%d iterations, %d raced with an exchange; the NAS unmounted by %d of %d teardowns in a free race, by %d of %d with a try in the window; outcomes %v",
 				iterations, raced, hits[0], (iterations+1)/2, hits[1], iterations/2, outcomes)
 			if hits[0]+hits[1] > 0 {
