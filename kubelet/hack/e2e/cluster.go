@@ -262,15 +262,17 @@ func startClusterNode(ctx context.Context, cp *controlPlane, spec nodeSpec, log 
 		if err := cp.get(ctx, "/api/v1/nodes/"+n.name, &node); err != nil {
 			return false, nil
 		}
-		for _, c := range node.Status.Conditions {
-			if c.Type == corev1.NodeReady {
-				return c.Status == corev1.ConditionTrue, nil
-			}
+		// Ready, and schedulable: the node lifecycle controller has lifted
+		// the not-ready taint the Node was admitted with.
+		if slices.ContainsFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeNotReady }) {
+			return false, nil
 		}
-		return false, nil
+		return slices.ContainsFunc(node.Status.Conditions, func(c corev1.NodeCondition) bool {
+			return c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
+		}), nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("node %s not Ready (kubelet log %s): %w", n.name, n.kubelet.logPath, err)
+		return nil, fmt.Errorf("node %s not Ready and untainted (kubelet log %s): %w", n.name, n.kubelet.logPath, err)
 	}
 	log.Printf("node %s (%s, %s) Ready in %.1fs", n.name, n.ip, spec.flavor, time.Since(t0).Seconds())
 	return n, nil

@@ -164,12 +164,20 @@ func selectSpecs(all []suiteSpec) []suiteSpec {
 	return out
 }
 
+// offByDefault is the feature label the framework adds to the specs of a
+// gate that is off by default (WithFeatureGate of an alpha gate): it says
+// nothing of its own, and is accepted beside selectedFeature.
+const offByDefault = "OffByDefault"
+
 // onlySelectedFeature says whether every Feature: and FeatureGate: label
-// names selectedFeature (true with none).
+// names selectedFeature, or is Feature:OffByDefault beside it (true with
+// none).
 func onlySelectedFeature(labels []string) bool {
+	selected := slices.Contains(labels, "Feature:"+selectedFeature)
 	for _, l := range labels {
 		for _, p := range []string{"Feature:", "FeatureGate:"} {
-			if name, ok := strings.CutPrefix(l, p); ok && name != selectedFeature {
+			name, ok := strings.CutPrefix(l, p)
+			if ok && name != selectedFeature && !(selected && p == "Feature:" && name == offByDefault) {
 				return false
 			}
 		}
@@ -239,7 +247,7 @@ func dryRun(ctx context.Context, in *conformanceInputs, kubeconfig, dir string, 
 		return "", nil, err
 	}
 	sel := selectSpecs(all)
-	log.Printf("e2e.test --ginkgo.dry-run: %d specs in the selected files, %d selected", len(all), len(sel))
+	log.Printf("e2e.test --ginkgo.dry-run: %d specs in the suite, %d selected", len(all), len(sel))
 	if len(sel) == 0 {
 		return "", nil, errors.New("the dry run selected no spec")
 	}

@@ -20,7 +20,9 @@ func TestSelectSpecs(t *testing.T) {
 	all := []suiteSpec{
 		spec("test/e2e/common/storage/empty_dir.go", "[sig-storage] EmptyDir volumes should support (root,0644,tmpfs) [NodeConformance] [Conformance]", "sig-storage", "NodeConformance", "Conformance"),
 		spec("test/e2e/common/storage/empty_dir.go", "[sig-storage] EmptyDir volumes when FSGroup is specified [LinuxOnly] [NodeFeature:FSGroup] new files should be created with FSGroup ownership when container is root", "sig-storage", "NodeFeature:FSGroup"),
-		spec("test/e2e/common/storage/empty_dir.go", "[sig-storage] EmptyDir volumes EmptyDirVolumeMode [LinuxOnly] [Feature:EmptyDirVolumeMode] [FeatureGate:EmptyDirVolumeMode] [Alpha] should set mode 0750 on emptyDir directory", "sig-storage", "Feature:EmptyDirVolumeMode", "FeatureGate:EmptyDirVolumeMode", "Alpha"),
+		spec("test/e2e/common/storage/empty_dir.go", "[sig-storage] EmptyDir volumes EmptyDirVolumeMode [LinuxOnly] [Feature:EmptyDirVolumeMode] [FeatureGate:EmptyDirVolumeMode] [Alpha] [Feature:OffByDefault] should set mode 0750 on emptyDir directory", "sig-storage", "Feature:EmptyDirVolumeMode", "FeatureGate:EmptyDirVolumeMode", "Feature:OffByDefault", "Alpha", "Feature:OffByDefault"),
+		spec("test/e2e/common/storage/secrets_volume.go", "[sig-storage] Secrets atomic writer [FeatureGate:AtomicWriteVolumeUserFields] [Feature:OffByDefault]", "sig-storage", "FeatureGate:AtomicWriteVolumeUserFields", "Feature:OffByDefault"),
+		spec("test/e2e/common/storage/secrets_volume.go", "[sig-storage] Secrets off by default alone [Feature:OffByDefault]", "sig-storage", "Feature:OffByDefault"),
 		spec("test/e2e/common/storage/configmap_volume.go", "[sig-storage] ConfigMap should be consumable [Slow]", "sig-storage", "Slow"),
 		spec("test/e2e/common/storage/secrets_volume.go", "[sig-storage] Secrets should be consumable with a gate [FeatureGate:Other] [Beta]", "sig-storage", "FeatureGate:Other", "Beta"),
 		spec("test/e2e/common/storage/projected_secret.go", "[sig-storage] Projected secret should be consumable with a feature [Feature:Other]", "sig-storage", "Feature:Other"),
@@ -36,7 +38,7 @@ func TestSelectSpecs(t *testing.T) {
 	for _, s := range selectSpecs(all) {
 		got = append(got, s.Text)
 	}
-	want := []string{all[0].Text, all[1].Text, all[2].Text, all[7].Text, all[9].Text}
+	want := []string{all[0].Text, all[1].Text, all[2].Text, all[9].Text, all[11].Text}
 	if !slices.Equal(got, want) {
 		t.Errorf("selected\n\t%s\nwant\n\t%s", strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
 	}

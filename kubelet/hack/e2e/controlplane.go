@@ -38,8 +38,11 @@ var controlPlanePorts = []int{etcdClientPort, etcdPeerPort, apiserverPort, contr
 // kube-controller-manager runs: what namespaces, service accounts and their
 // tokens, the root CA ConfigMap, DaemonSets, ReplicaSets, replication
 // controllers (the EmptyDir wrapper specs make one) and owner references
-// need. No node IPAM (each node's pod range is in its CNI conflist), no
-// node lifecycle, no endpoints (no kube-proxy).
+// need, and the node lifecycle controller, which lifts the
+// node.kubernetes.io/not-ready NoSchedule taint a new Node is admitted with
+// once it is Ready (without it the scheduler places nothing). No node IPAM
+// (each node's pod range is in its CNI conflist), no endpoints (no
+// kube-proxy).
 var clusterControllers = []string{
 	"namespace-controller",
 	"serviceaccount-controller",
@@ -49,6 +52,7 @@ var clusterControllers = []string{
 	"replicaset-controller",
 	"replicationcontroller-controller",
 	"garbage-collector-controller",
+	"node-lifecycle-controller",
 }
 
 // serviceRange is the API server's service range; its first address is
