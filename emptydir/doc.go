@@ -57,6 +57,9 @@
 //   - Memory: a tmpfs whose size= is the smallest positive of the node's
 //     allocatable memory, the pod's memory limit and the volume's
 //     sizeLimit, with noswap when tmpfs takes it (Linux 6.4, see [TmpfsNoswap]);
+//     its root has the spec's mode, and 01777 without one (the kubelet's
+//     tmpfs root keeps tmpfs's default 01777, and a subPath created in it
+//     copies that mode: Kubernetes's NodeConformance specs check it);
 //   - HugePages / HugePages-<size>: a hugetlbfs with pagesize= from the
 //     pod's hugepage requests (plain HugePages needs exactly one size).
 //
