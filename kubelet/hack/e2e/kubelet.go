@@ -25,9 +25,9 @@ import (
 // in turn); static pods and their mirror pods are named <name>-<nodeName>.
 const nodeName = "e2e-node"
 
-// The kubelet's ports, private to its network namespace, on its address.
+// The kubelet's ports, private to its network namespace, on its address
+// (its API, which the API server reaches for logs and exec, is 20250).
 const (
-	kubeletPort  = 20250
 	readOnlyPort = 20255
 	healthzPort  = 20248
 )
