@@ -1,6 +1,6 @@
 package emptydir
 
-// Adversarial tests for issue 10: an attacker who can write into the pod
+// Adversarial tests of teardown: an attacker who can write into the pod
 // directory (or a container with bidirectional mount propagation) controls
 // names, symlinks, mounts and file contents below the kubelet root and can
 // change them between any two system calls. Each test checks sentinels on
@@ -27,7 +27,7 @@ import (
 // RemoveAll race tests do.
 const raceIterations = 1000
 
-// TestTearDownSymlinkSwapRace (finding 1): while TearDown runs, the volume
+// TestTearDownSymlinkSwapRace: while TearDown runs, the volume
 // directory is exchanged again and again with a symlink to another tmpfs.
 // Whatever TearDown concludes, that tmpfs stays mounted with its data.
 func TestTearDownSymlinkSwapRace(t *testing.T) {
@@ -102,7 +102,7 @@ func outcome(err error) string {
 	}
 }
 
-// TestTearDownRefusesMountsItDidNotMake (finding 2): only a single mount
+// TestTearDownRefusesMountsItDidNotMake: only a single mount
 // that matches SetUp's record is ever unmounted.
 func TestTearDownRefusesMountsItDidNotMake(t *testing.T) {
 	mounttest.RequireMounts(t)
@@ -201,7 +201,7 @@ func countMounts(t *testing.T, dir string) int {
 	return len(at)
 }
 
-// TestSymlinksBelowRootAreNotFollowed (finding 3): every directory between
+// TestSymlinksBelowRootAreNotFollowed: every directory between
 // the kubelet root and the volume, and the metadata directory, replaced by
 // a symlink to the same place in another kubelet tree (with a Memory
 // volume set up there): every entry point fails naming the symlink, and
@@ -267,7 +267,7 @@ func TestSymlinksBelowRootAreNotFollowed(t *testing.T) {
 	}
 }
 
-// TestHostileMetadata (finding 4): nodevol.json as a FIFO, a symlink to
+// TestHostileMetadata: nodevol.json as a FIFO, a symlink to
 // /dev/zero or to a file outside, a directory or a huge sparse file: every
 // reader returns a clear error at once, and a refused teardown changes
 // nothing.

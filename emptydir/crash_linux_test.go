@@ -33,7 +33,7 @@ import (
 	"github.com/nodevol/nodevol/volume"
 )
 
-// The crash tests of issue 11. A child process — this test binary run
+// The crash tests. A child process — this test binary run
 // again, in the parent's mount namespace — runs a reconciler.Manager with
 // this plugin and an fsquota.Manager, and SIGKILLs itself at one named
 // point of SetUp or TearDown (testhook's points, reached by the

@@ -304,3 +304,40 @@ func TestAnyMountNamespace(t *testing.T) {
 		}
 	})
 }
+
+// TestLocationRecordRequiredNonDirectoryTarget: with RecordRequired, a
+// located volume without a record goes only by rmdir. A symlink (or a
+// file) at the target is never followed, and TearDown unlinks it or
+// answers ErrNoRecord (final) — never a transient error that every retry
+// repeats, which would keep the kubelet from ever finishing the pod.
+func TestLocationRecordRequiredNonDirectoryTarget(t *testing.T) {
+	for _, kind := range []string{"symlink", "file"} {
+		t.Run(kind, func(t *testing.T) {
+			e := newEnv(t, t.TempDir(), nil)
+			loc := csiLoc("other")
+			loc.RecordRequired = true
+			dir := filepath.Join(e.locDir(t, loc), "mount")
+			if err := os.MkdirAll(filepath.Dir(dir), 0o750); err != nil {
+				t.Fatal(err)
+			}
+			outside := t.TempDir()
+			mounttest.Build(t, outside, "file keep me")
+			var err error
+			if kind == "symlink" {
+				err = os.Symlink(outside, dir)
+			} else {
+				err = os.WriteFile(dir, []byte("x"), 0o600)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = e.tearDownAt(loc)
+			if _, serr := os.Stat(filepath.Join(outside, "keep")); serr != nil {
+				t.Fatalf("the symlink was followed: %v", serr)
+			}
+			if err != nil && !errors.Is(err, ErrNoRecord) {
+				t.Fatalf("TearDown with a %s at the target and no record = %v; want success (unlinked) or ErrNoRecord (Final), not an error retried forever", kind, err)
+			}
+		})
+	}
+}

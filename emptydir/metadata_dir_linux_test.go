@@ -41,3 +41,25 @@ func TestMetadataDirReadIsBounded(t *testing.T) {
 	}
 	mustNotExist(t, md)
 }
+
+// TestManyTempFilesDoNotFailTeardownHalfway: the attacker writes the
+// metadata directory, here 150 ".nodevol.json.tmp-<16 hex>" files. A
+// teardown the plan allows must succeed, not fail with ENOTEMPTY at the
+// final rmdir after the volume directory, the ready marker and
+// nodevol.json are gone: a teardown changes everything or nothing.
+func TestManyTempFilesDoNotFailTeardownHalfway(t *testing.T) {
+	base := t.TempDir()
+	e := newEnv(t, filepath.Join(base, "kubelet"), nil)
+	e.setUp(t, e.pod(emptyDirSpec("cache", "")), "cache")
+	md := e.metaDir(t, "cache")
+	for i := range 150 {
+		if err := os.WriteFile(filepath.Join(md, fmt.Sprintf(".nodevol.json.tmp-%016x", i)), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plan, err := e.plugin.PlanTearDown(testUID, "cache", nil)
+	t.Logf("PlanTearDown = %v (%s) metaErr=%v, %v", plan.Action, plan.Reason, plan.MetaErr, err)
+	if err := e.tearDown("cache"); err != nil {
+		t.Errorf("TearDown = %v; the plan said %v, and the teardown failed after removing the volume", err, plan.Action)
+	}
+}

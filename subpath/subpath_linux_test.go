@@ -233,7 +233,7 @@ func TestCleanMountOnContainerDirDuringWalk(t *testing.T) {
 	mounttest.Intact(t, nas, snap)
 }
 
-// TestOnlyOwnBindsAreUnmounted (issue 10, finding 7): a mount at an
+// TestOnlyOwnBindsAreUnmounted: a mount at an
 // <index> entry is unmounted only when it is a bind of the volume
 // directory or of something inside it. Anything else is refused by Check
 // and Clean, which change nothing; the foreign mount keeps its data byte
@@ -350,7 +350,7 @@ func TestOwnBindsOfAMemoryVolume(t *testing.T) {
 	}
 }
 
-// TestSymlinksAboveTheVolumeAreErrors (issue 10, finding 3): a symlinked
+// TestSymlinksAboveTheVolumeAreErrors: a symlinked
 // pods/<uid> or volume-subpaths directory is an error naming it, and
 // nothing behind it is touched.
 func TestSymlinksAboveTheVolumeAreErrors(t *testing.T) {
@@ -453,11 +453,11 @@ func TestNonEmptyIndexRefusedUpFront(t *testing.T) {
 	}
 }
 
-// TestShareMountedOnVolumeSubpathsIsNeverWalked (found in review): a share
-// (a tmpfs standing for a NAS) mounted on <pod>/volume-subpaths. Without
-// the same-mount check Check passed and Clean unlinked the share's files
-// and rmdir'ed its directories; now volume-subpaths must be on the pod
-// directory's mount, like emptydir's volumes and plugins directories.
+// TestShareMountedOnVolumeSubpathsIsNeverWalked: a share (a tmpfs standing
+// for a NAS) mounted on <pod>/volume-subpaths is refused by Check, and
+// Clean neither unlinks its files nor removes its directories:
+// volume-subpaths must be on the pod directory's mount, like emptydir's
+// volumes and plugins directories.
 func TestShareMountedOnVolumeSubpathsIsNeverWalked(t *testing.T) {
 	mounttest.RequireMounts(t)
 	e := newEnv(t)
@@ -481,11 +481,11 @@ func TestShareMountedOnVolumeSubpathsIsNeverWalked(t *testing.T) {
 	}
 }
 
-// TestSymlinkedVolumeDoesNotBlockTheCleanup (found in review): the volume
-// directory replaced by a symlink, which emptydir's teardown unlinks. The
-// subpath check failed on it for ever, so the volume manager could never
-// tear the volume down; now no mount is a bind of it, and the cleanup
-// goes ahead.
+// TestSymlinkedVolumeDoesNotBlockTheCleanup: the volume directory replaced
+// by a symlink, which emptydir's teardown unlinks. No mount is a bind of
+// it, so the subpath check passes and the cleanup goes ahead (a check that
+// failed on it for ever would keep the volume manager from ever tearing
+// the volume down).
 func TestSymlinkedVolumeDoesNotBlockTheCleanup(t *testing.T) {
 	e := newEnv(t)
 	mounttest.Build(t, e.subDir, "dir app/0")
@@ -507,7 +507,7 @@ func TestSymlinkedVolumeDoesNotBlockTheCleanup(t *testing.T) {
 	}
 }
 
-// TestCheckMemoryIsBounded (found in review): the names an attacker writes
+// TestCheckMemoryIsBounded: the names an attacker writes
 // into volume-subpaths/<volume>/<container> cost Check and Clean time, not
 // memory: the directories are read in a fixed buffer and entries that are
 // not mount points are not kept. The live heap is sampled while Check runs

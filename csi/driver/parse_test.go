@@ -129,3 +129,22 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		t.Errorf("the target stayed locked: %v", err)
 	}
 }
+
+// TestParseAttributesSizeLimitOverflow: a sizeLimit beyond int64 bytes is
+// an error naming it (or saturates at the largest int64, as ParseQuantity
+// does for 8Ei): it must neither wrap to a negative number (2^63, which
+// would fail with a confusing "negative sizeLimit") nor become 0 (100E,
+// 1e30: no limit at all, tmpfs's default size and no quota).
+func TestParseAttributesSizeLimitOverflow(t *testing.T) {
+	for _, s := range []string{"9223372036854775808", "9223372036854775807.5", "8Ei", "100E", "1e30", "1e100", "99999999999999999999Ki"} {
+		a, err := parseAttributes(map[string]string{ctxEphemeral: "true", AttrMedium: "Memory", AttrSizeLimit: s})
+		if err == nil && a.sizeLimit != 1<<63-1 { // apimachinery saturates binary suffixes: harmless
+			t.Errorf("sizeLimit %q: accepted as %d bytes; want an error (beyond int64 bytes)", s, a.sizeLimit)
+		}
+	}
+	for s, want := range map[string]int64{"9223372036854775807": 1<<63 - 1, "1E": 1e18, "1.5": 2, "1Gi": 1 << 30} {
+		if a, err := parseAttributes(map[string]string{ctxEphemeral: "true", AttrSizeLimit: s}); err != nil || a.sizeLimit != want {
+			t.Errorf("sizeLimit %q = %d, %v; want %d", s, a.sizeLimit, err, want)
+		}
+	}
+}

@@ -11,11 +11,12 @@ import (
 )
 
 // TestSecondDriverOnOneRootIsRefused: a second instance of a driver on the
-// kubelet root of a running one replaced its sockets (the kubelet then
-// sent it the first one's calls, both publishing and unpublishing the same
-// targets at once). Now its Serve returns a *volume.RootLockedError naming
-// the first, and the first one's sockets stay. A driver of another name
-// serves beside it; once the first stops, the second serves.
+// kubelet root of a running one must not replace its sockets (the kubelet
+// would then send it the first one's calls, both publishing and
+// unpublishing the same targets at once): its Serve returns a
+// *volume.RootLockedError naming the first, and the first one's sockets
+// stay. A driver of another name serves beside it; once the first stops,
+// the second serves.
 func TestSecondDriverOnOneRootIsRefused(t *testing.T) {
 	root := t.TempDir()
 	dir, reg := socketDirs(t)

@@ -47,9 +47,9 @@ func TestStatsUpperBound(t *testing.T) {
 	node := csi.NewNodeClient(conn)
 	ctx := context.Background()
 
-	e := &reviewEnv{root: root, d: d, ctx: ctx}
-	_, target := e.vol(t, reviewUID, "scratch")
-	if _, err := node.NodePublishVolume(ctx, pubReq(reviewUID, target)); err != nil {
+	e := &nodeEnv{root: root, d: d, ctx: ctx}
+	_, target := e.vol(t, testPodUID, "scratch")
+	if _, err := node.NodePublishVolume(ctx, pubReq(testPodUID, target)); err != nil {
 		t.Fatal(err)
 	}
 	stats := func() (int64, metadata.MD) {

@@ -19,12 +19,11 @@ import (
 // own race test runs the same teardown code a thousand times per medium.
 const cliRaceIterations = 500
 
-// TestTeardownCLISwapRace (issue 10, finding 1, through the built CLI):
-// while `nodevol teardown` runs, the volume directory is exchanged again
-// and again with a symlink to another tmpfs, by a thread in a mount
-// namespace of its own (so it can rename the Memory volume's mount
-// point). Whatever the command reports, that tmpfs stays mounted and its
-// data byte for byte.
+// TestTeardownCLISwapRace, through the built CLI: while `nodevol
+// teardown` runs, the volume directory is exchanged again and again with
+// a symlink to another tmpfs, by a thread in a mount namespace of its own
+// (so it can rename the Memory volume's mount point). Whatever the command
+// reports, that tmpfs stays mounted and its data byte for byte.
 func TestTeardownCLISwapRace(t *testing.T) {
 	mounttest.RequireMounts(t)
 	bin := buildBinary(t)
@@ -82,11 +81,11 @@ func TestTeardownCLISwapRace(t *testing.T) {
 	}
 }
 
-// TestCLIHostilePodDirectory (issue 10, findings 3 and 4, through the built
-// CLI): nodevol.json as a FIFO or a symlink to /dev/zero, and a symlinked
-// metadata or volumes directory: teardown, teardown --dry-run and scan
-// answer at once with an error naming the culprit and change nothing, and
-// nothing behind a symlink is touched.
+// TestCLIHostilePodDirectory, through the built CLI: nodevol.json as a
+// FIFO or a symlink to /dev/zero, and a symlinked metadata or volumes
+// directory: teardown, teardown --dry-run and scan answer at once with an
+// error naming the culprit and change nothing, and nothing behind a
+// symlink is touched.
 func TestCLIHostilePodDirectory(t *testing.T) {
 	mounttest.RequireMounts(t)
 	bin := buildBinary(t)

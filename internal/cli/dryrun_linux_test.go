@@ -9,11 +9,11 @@ import (
 	"github.com/nodevol/nodevol/volume"
 )
 
-// TestDryRunAgreesWithTeardown (found in the review of issue 10):
-// `teardown --dry-run` and `scan` said the volume would be removed (exit
-// 0, "safe") where the real teardown then failed (exit 2) on every retry —
-// in the metadata cases only after it had removed the volume directory.
-// Now all three agree, and the teardown stops before changing anything:
+// TestDryRunAgreesWithTeardown: `teardown --dry-run`, `scan` and the real
+// teardown agree on each of these cases, and the teardown stops before
+// changing anything (a dry run that promised a removal where the teardown
+// then failed on every retry — in the metadata cases after removing the
+// volume directory — would mislead the operator):
 //
 //   - a volume set up with a project quota (nodevol.json records
 //     quotaProjectID): the CLI's plugin has no quota manager, TearDown

@@ -309,9 +309,9 @@ func TestVersionStamped(t *testing.T) {
 
 // nodevol stays lean: the volume manager (reconciler) is the demo's
 // (cmd/nodevol-demo), and linking it would more than double the
-// operator's binary (issue 12). reconciler/pendingops is not the Manager:
-// the executor that nodevol teardown runs needs it. Prometheus's client
-// was kept out too until "nodevol serve" (issue 15) needed it: it adds
+// operator's binary. reconciler/pendingops is not the Manager: the
+// executor that nodevol teardown runs needs it. Prometheus's client is
+// linked for "nodevol serve": it adds
 // about 3.4 MB (11.1 to 14.5 MB), the price of one binary for the
 // DaemonSet and the operator.
 func TestNodevolDoesNotLinkTheDemo(t *testing.T) {

@@ -239,13 +239,13 @@ func TestHostNamespaceHelper(t *testing.T) {
 	io.Copy(io.Discard, os.Stdin)
 }
 
-// TestRmInForeignNamespaceSparesHostNAS is issue 11's story with real
-// namespaces. A "host" namespace (a helper process) has a NAS mounted in a
-// volume; this namespace does not see it, so check calls the volume safe.
-// rm, told the host's proc (a proc tree whose PID 1 is the helper), refuses
-// and the NAS keeps every byte. With --allow-foreign-mount-namespace rm
-// removes the volume here — and the kernel detaches the NAS on the "host":
-// what the refusal is for.
+// TestRmInForeignNamespaceSparesHostNAS: rm run in a mount namespace other
+// than the host's, with real namespaces. A "host" namespace (a helper
+// process) has a NAS mounted in a volume; this namespace does not see it,
+// so check calls the volume safe. rm, told the host's proc (a proc tree
+// whose PID 1 is the helper), refuses and the NAS keeps every byte. With
+// --allow-foreign-mount-namespace rm removes the volume here — and the
+// kernel detaches the NAS on the "host": what the refusal is for.
 func TestRmInForeignNamespaceSparesHostNAS(t *testing.T) {
 	mounttest.RequireMounts(t)
 	if pid, err := os.Readlink("/proc/self/ns/pid"); err != nil || pid != "pid:[4026531836]" {

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -274,5 +275,62 @@ func TestScanManyHostilePods(t *testing.T) {
 	// most one problem per directory a bound stopped (6 a pod here).
 	if held, limit := len(rep.volumes)+len(rep.problems), limits.Node+6*len(hostile); held > limit {
 		t.Errorf("the report holds %d volumes and problems after 15,000 hostile entries; want at most %d", held, limit)
+	}
+}
+
+// TestScanBoundsEntries: whoever can write into a pod directory makes
+// pods/<uid>/volumes/<plugin>/<n> for any n (100,000 files with long names
+// would take 150 MB of heap if a scan held them all, and each is
+// examined; an agent with a memory limit would be OOM-killed on every
+// restart). The listing stops at the scan's limits (lowered here) and says
+// so as a problem, the scan exits non-zero, and the pod after the full one
+// is still examined.
+func TestScanBoundsEntries(t *testing.T) {
+	limits := volume.ScanLimits{Node: 1000}
+	root := realTempDir(t)
+	dir := filepath.Join(root, "pods", testUID, "volumes", "kubernetes.io~secret")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, uid := range []string{testUID2} { // a pod after the full one
+		if err := os.MkdirAll(filepath.Join(root, "pods", uid, "volumes", "kubernetes.io~secret", "v"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	const n = 3000
+	for i := range n {
+		f, err := unix.Openat(fd, fmt.Sprintf("v%05d", i), unix.O_CREAT|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(f)
+	}
+	rep, err := scanRootWithin(root, limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.volumes)+len(rep.problems)+len(rep.leftovers) > limits.Node+1 {
+		t.Errorf("scanRoot holds %d volumes, %d problems and %d leftovers after %d entries; want at most %d in all (and one problem saying so)",
+			len(rep.volumes), len(rep.problems), len(rep.leftovers), n, limits.Node+1)
+	}
+	bounded := false
+	for _, p := range rep.problems {
+		if errors.Is(p.err, volume.ErrTooManyEntries) {
+			bounded = true
+		}
+	}
+	if !bounded {
+		t.Errorf("scanRoot problems = %v; want one matching volume.ErrTooManyEntries", rep.problems)
+	}
+	if !slices.ContainsFunc(rep.volumes, func(v scanVolume) bool { return v.PodUID == testUID2 }) {
+		t.Errorf("the pod after the full one was not examined")
+	}
+	if rep.code() == ExitOK {
+		t.Errorf("scan exit code = %d; want non-zero for an incomplete scan", rep.code())
 	}
 }

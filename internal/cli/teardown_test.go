@@ -278,7 +278,7 @@ func TestTeardownCleansSubpathsFirst(t *testing.T) {
 	}
 }
 
-// TestRefusedTeardownKeepsSubpaths (issue 10, finding 6): with an active
+// TestRefusedTeardownKeepsSubpaths: with an active
 // subPath bind and a NAS beneath the volume, teardown refuses before it
 // changes anything — the subPath bind stays mounted — and the dry run
 // says the subPath bind would be unmounted first.

@@ -250,7 +250,7 @@ type checkingPlugin struct {
 
 func (p *checkingPlugin) NewUnmounter(vol, uid string) (volume.Unmounter, error) { return p.u, nil }
 
-// TestRefusalBeforeAnyChange (issue 10, finding 6): a subpath check or a
+// TestRefusalBeforeAnyChange: a subpath check or a
 // teardown check that refuses stops the operation before the subpaths are
 // cleaned; when both pass, Clean runs before TearDown.
 func TestRefusalBeforeAnyChange(t *testing.T) {
@@ -287,10 +287,10 @@ func TestRefusalBeforeAnyChange(t *testing.T) {
 	}
 }
 
-// TestRefusedTearDownLeavesSubpathBinds (issue 10, finding 6, with real
-// mounts): an emptyDir whose teardown refuses (a NAS mounted beneath it)
-// keeps its active subPath bind: the unmount operation fails before the
-// subpaths are cleaned.
+// TestRefusedTearDownLeavesSubpathBinds, with real mounts: an emptyDir
+// whose teardown refuses (a NAS mounted beneath it) keeps its active
+// subPath bind: the unmount operation fails before the subpaths are
+// cleaned.
 func TestRefusedTearDownLeavesSubpathBinds(t *testing.T) {
 	mounttest.RequireMounts(t)
 	e := newEnv(t, nil)

@@ -132,11 +132,11 @@ func TestServe(t *testing.T) {
 }
 
 // TestHTTPLimits: nodevol-csi's HTTP server (--http-address, without
-// authentication) had only a header timeout: a keep-alive connection left
-// idle after one request, and a request whose body came a byte at a time,
-// were held for ever, each with a goroutine, buffers and a descriptor.
-// Now it has serve's limits (package httpserver); shortened here, the
-// server closes both connections, and refuses a header over its limit.
+// authentication) has serve's limits (package httpserver): with them
+// shortened here, it closes a keep-alive connection left idle after one
+// request and a request whose body comes a byte at a time, and refuses a
+// header over its limit. Without them each such connection would be held
+// for ever, with a goroutine, buffers and a descriptor.
 func TestHTTPLimits(t *testing.T) {
 	saved := httpLimits
 	t.Cleanup(func() { httpLimits = saved })

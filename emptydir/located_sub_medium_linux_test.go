@@ -1,6 +1,8 @@
 package emptydir
 
-// Adversarial review of Location.Sub (csi-review).
+// A located volume one level below another plugin's directory
+// (Location.Sub, as nodevol-csi sets one up) set up again with another
+// medium.
 
 import (
 	"os"
@@ -11,15 +13,15 @@ import (
 	"github.com/nodevol/nodevol/volume"
 )
 
-// TestReviewSubMediumChangeLeaksQuota: a CSI target set up Default with a
-// sizeLimit (a quota project assigned and recorded), then set up again
-// with Memory at the same location (a CSI client publishing the same
-// target with another medium; the emptydir plugin takes the medium from
-// each call). SetUp finds the ready volume "not in place" for Memory,
-// mounts a tmpfs over the Default directory (hiding its data) and writes
-// a new record without the quota project: the teardown then never
-// clears the project, which no record names any more.
-func TestReviewSubMediumChangeLeaksQuota(t *testing.T) {
+// TestLocatedSubMediumChangeKeepsQuota: a CSI target set up Default with
+// a sizeLimit (a quota project assigned and recorded) is set up again with
+// Memory at the same location (a CSI client publishing the same target
+// with another medium; the emptydir plugin takes the medium from each
+// call). SetUp must refuse, since the spec's medium is not the recorded
+// one: it must not mount a tmpfs over the Default directory (hiding its
+// data), nor write a record without the quota project, and the teardown
+// clears the project assigned at the first SetUp.
+func TestLocatedSubMediumChangeKeepsQuota(t *testing.T) {
 	mounttest.RequireMounts(t)
 	q := &fakeQuotas{}
 	e := newEnv(t, t.TempDir(), nil, WithQuotas(q))

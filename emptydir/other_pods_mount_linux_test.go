@@ -1,7 +1,8 @@
 package emptydir
 
-// Findings of the adversarial review of the pending mount records (the
-// embedder's-mounter crash recovery) and of the mount proof they rely on.
+// The mount proof against another pod's mount: a pending record (the
+// embedder's-mounter crash recovery) or a copied record naming a tmpfs
+// that SetUp made for another pod's volume proves nothing.
 
 import (
 	"os"
@@ -17,25 +18,21 @@ import (
 
 const victimUID = "0d9c1b2a-3e4f-4a5b-8c6d-7e8f9a0b1c2d"
 
-// TestOtherPodsTmpfsRenamedInIsNotTheVolumes: the proof of a mount
-// (provenBy) is its random source, "which holds nobody's data but its
-// creator's" — but the creator may be SetUp of another pod. An attacker
-// who writes into pod directories from another mount namespace (where the
-// victim's tmpfs, mounted later, is a plain directory) renames the victim
-// pod's Memory volume directory into the place of its own volume's, and
-// writes its own nodevol.json: a pending record naming the victim's source
+// TestOtherPodsTmpfsRenamedInIsNotTheVolumes: a mount is proven by its
+// random source, which holds nobody's data but its creator's — and the
+// creator may be SetUp of another pod. An attacker who writes into pod
+// directories from another mount namespace (where the victim's tmpfs,
+// mounted later, is a plain directory) renames the victim pod's Memory
+// volume directory into the place of its own volume's, and writes its own
+// nodevol.json: a pending record naming the victim's source
 // (world-readable in /proc/self/mountinfo), or simply a copy of the
 // victim's nodevol.json (which records the source, the unique mount ID and
-// the directory's inode: all of them moved along with the rename). The
-// attacker's pod's TearDown then proves the victim's tmpfs its own and
-// unmounts it: the victim's data is gone, though no process that could see
-// that mount touched it. A SetUp of the attacker's pod adopts it and
-// fchmods/fchowns its root to the attacker's FSGroup.
-//
-// Fixed: the source SetUp gives a filesystem names the volume it was made
-// for (a digest of the pod UID and volume name, beside the random part),
-// and a mount is proven only by a source made for this very volume: the
-// victim's tmpfs proves nothing under another pod's or volume's name.
+// the directory's inode, all moved along with the rename). The attacker's
+// pod's TearDown must not unmount the victim's tmpfs, and its SetUp must
+// not adopt it and give its root to the attacker's FSGroup: the source
+// SetUp gives a filesystem names the volume it was made for (a digest of
+// the pod UID and volume name, beside the random part), and a mount is
+// proven only by a source made for this very volume.
 func TestOtherPodsTmpfsRenamedInIsNotTheVolumes(t *testing.T) {
 	mounttest.RequireMounts(t)
 	for _, forge := range []string{"pending record of its source", "copy of its record"} {

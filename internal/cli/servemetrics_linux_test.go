@@ -13,14 +13,14 @@ import (
 )
 
 // TestServeMetricsPluginLabelBounded: the plugin label of
-// nodevol_scan_volumes and nodevol_scan_nested_mounts was the plugin
-// directory's name as found on disk. Whoever can write into a pod
-// directory makes pods/<uid>/volumes/<anything>/<vol> and so one new
-// series per directory, every scan: an agent on every node whose /metrics
-// grows without bound is a denial of service on the monitoring system
-// (Prometheus's memory, the scrape size and time). Known plugins keep
-// their names; any other plugin is folded into "other" (its name is in
-// the agent's log for every unhealthy volume).
+// nodevol_scan_volumes and nodevol_scan_nested_mounts has a fixed set of
+// values. Whoever can write into a pod directory makes
+// pods/<uid>/volumes/<anything>/<vol>; a label taken from the directory's
+// name would add one series per directory, every scan, and an agent on
+// every node whose /metrics grows without bound is a denial of service on
+// the monitoring system (Prometheus's memory, the scrape size and time).
+// Known plugins keep their names; any other plugin is folded into "other"
+// (its name is in the agent's log for every unhealthy volume).
 func TestServeMetricsPluginLabelBounded(t *testing.T) {
 	root := t.TempDir()
 	const n = 300

@@ -1,5 +1,10 @@
 package emptydir
 
+// A volume's recorded tmpfs mounted somewhere besides the volume directory
+// (moved away, bound elsewhere) keeps its record: a teardown that cannot
+// unmount it refuses instead of forgetting it, and a SetUp does not mount
+// a second one over its record.
+
 import (
 	"encoding/json"
 	"errors"
@@ -23,17 +28,17 @@ func detachAll(t *testing.T, path string) {
 	})
 }
 
-// TestReviewAnyNSBindOfOwnTmpfs (failing): with AnyMountNamespace a mount
-// is proven by type, source and device only. Whoever can mount in the pod
-// directory moves the volume's tmpfs away (as in TestMountMovedAwayRefused)
-// and bind-mounts it — its root, or a subdirectory — back onto the volume
-// directory. The bind carries the tmpfs's source and device, so TearDown
-// proves it as the volume's own, unmounts the bind (a mount it did not
-// make), and drops the record, while the real tmpfs stays mounted elsewhere
-// with nothing left to ever unmount it: exactly what c7a6c68's elsewhere
-// check is meant to prevent, bypassed because that check runs only when the
-// volume directory is not a mount root.
-func TestReviewAnyNSBindOfOwnTmpfs(t *testing.T) {
+// TestAnyMountNamespaceBindOfOwnTmpfsRefused: with AnyMountNamespace a
+// mount is proven by type, source and device only. Whoever can mount in
+// the pod directory moves the volume's tmpfs away (as in
+// TestMountMovedAwayRefused) and bind-mounts it — its root, or a
+// subdirectory — back onto the volume directory. The bind carries the
+// tmpfs's source and device, yet TearDown must refuse, naming where the
+// tmpfs is, and keep the record: unmounting the bind (a mount it did not
+// make) and dropping the record would leave the real tmpfs mounted with
+// nothing to ever unmount it. The check that the recorded tmpfs is not
+// mounted elsewhere runs when the volume directory is a mount root too.
+func TestAnyMountNamespaceBindOfOwnTmpfsRefused(t *testing.T) {
 	mounttest.RequireMounts(t)
 	for _, sub := range []string{"", "sub"} {
 		t.Run("bind of /"+sub, func(t *testing.T) {
@@ -68,14 +73,14 @@ func TestReviewAnyNSBindOfOwnTmpfs(t *testing.T) {
 	}
 }
 
-// TestReviewOwnTmpfsAlsoBoundElsewhere (failing): the volume's tmpfs stays
-// on the volume directory, and whoever can mount in the pod directory binds
+// TestOwnTmpfsAlsoBoundElsewhereKeepsRecord: the volume's tmpfs stays on
+// the volume directory, and whoever can mount in the pod directory binds
 // it somewhere else too (a second mount with the same unique source).
-// TearDown unmounts the one on the volume directory and drops the record:
-// the tmpfs, still mounted through the bind, is then unprovable forever.
-// Without AnyMountNamespace too (the proof is by mount ID there, and the
+// TearDown must not drop the record while the tmpfs is still mounted
+// through the bind, where nothing could prove it afterwards. Both with
+// AnyMountNamespace and without (the proof is by mount ID there, and the
 // original is the one proven).
-func TestReviewOwnTmpfsAlsoBoundElsewhere(t *testing.T) {
+func TestOwnTmpfsAlsoBoundElsewhereKeepsRecord(t *testing.T) {
 	mounttest.RequireMounts(t)
 	for _, anyNS := range []bool{false, true} {
 		name := "byID"
@@ -106,15 +111,15 @@ func TestReviewOwnTmpfsAlsoBoundElsewhere(t *testing.T) {
 	}
 }
 
-// TestReviewForgedSourceElsewhere (failing): the elsewhere check of
-// c7a6c68 looks a record's source up in the mount table after checking
-// only that it has a nodevol source's form, not that it is a source made
-// for this volume (isSourceFor), which provenBy requires. Whoever writes in
-// the pod directory forges volume a's record to name volume b's source
-// (visible in any mount table b's tmpfs propagates to): a's TearDown then
-// refuses forever, and its reason calls b's tmpfs "the volume's own" and
-// tells the operator to unmount it — another volume's data.
-func TestReviewForgedSourceElsewhere(t *testing.T) {
+// TestForgedSourceOfAnotherVolumeNotElsewhere: the check that a recorded
+// tmpfs is mounted elsewhere looks the record's source up in the mount
+// table only when it is a source made for this volume (isSourceFor), as
+// provenBy requires. Whoever writes in the pod directory forges volume a's
+// record to name volume b's source (visible in any mount table b's tmpfs
+// propagates to): a's TearDown must succeed, not refuse forever calling
+// b's tmpfs "the volume's own" and telling the operator to unmount it
+// (another volume's data); b's tmpfs stays mounted.
+func TestForgedSourceOfAnotherVolumeNotElsewhere(t *testing.T) {
 	mounttest.RequireMounts(t)
 	e := newEnv(t, t.TempDir(), nil)
 	la, lb := csiLoc("a"), csiLoc("b")
@@ -158,52 +163,14 @@ func TestReviewForgedSourceElsewhere(t *testing.T) {
 	}
 }
 
-// TestReviewRecordRequiredSymlink (failing): with RecordRequired, a
-// located volume without a record goes only by rmdir. A symlink (or a
-// file) at the target — which TearDown otherwise unlinks, never follows —
-// makes rmdir fail ENOTDIR, reported as a transient error: every retry
-// fails the same way, forever, and the kubelet never finishes the pod.
-func TestReviewRecordRequiredSymlink(t *testing.T) {
-	for _, kind := range []string{"symlink", "file"} {
-		t.Run(kind, func(t *testing.T) {
-			e := newEnv(t, t.TempDir(), nil)
-			loc := csiLoc("other")
-			loc.RecordRequired = true
-			dir := filepath.Join(e.locDir(t, loc), "mount")
-			if err := os.MkdirAll(filepath.Dir(dir), 0o750); err != nil {
-				t.Fatal(err)
-			}
-			outside := t.TempDir()
-			mounttest.Build(t, outside, "file keep me")
-			var err error
-			if kind == "symlink" {
-				err = os.Symlink(outside, dir)
-			} else {
-				err = os.WriteFile(dir, []byte("x"), 0o600)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			err = e.tearDownAt(loc)
-			if _, serr := os.Stat(filepath.Join(outside, "keep")); serr != nil {
-				t.Fatalf("the symlink was followed: %v", serr)
-			}
-			if err != nil && !errors.Is(err, ErrNoRecord) {
-				t.Fatalf("TearDown with a %s at the target and no record = %v; want success (unlinked) or ErrNoRecord (Final), not an error retried forever", kind, err)
-			}
-		})
-	}
-}
-
-// TestReviewSetUpElsewhereRace (failing when the race is won): SetUp runs
-// the elsewhere check only when mountedOnDir says nothing is mounted on
-// the volume directory ("what is, setUpMount deals with"); setUpMount then
-// opens the directory again. Whoever can mount in the pod directory moves
-// the tmpfs away and toggles a mount of their own on the directory: when
-// it is there for mountedOnDir and gone for setUpMount's open, SetUp skips
-// the check, mounts a second tmpfs and overwrites the record of the first,
-// still mounted elsewhere — the bug c7a6c68 fixed, back through a race.
-func TestReviewSetUpElsewhereRace(t *testing.T) {
+// TestSetUpElsewhereCheckRace: the recorded tmpfs is moved away from the
+// volume directory, and whoever can mount in the pod directory toggles a
+// mount of their own on the directory while SetUp runs again and again
+// (SetUp looks at the directory, then opens it). Whatever each step sees,
+// SetUp must never mount a second tmpfs and overwrite the record of the
+// first while the first is still mounted elsewhere. A run that never saw
+// SetUp succeed says so in the log.
+func TestSetUpElsewhereCheckRace(t *testing.T) {
 	mounttest.RequireMounts(t)
 	e := newEnv(t, t.TempDir(), nil)
 	pod, vol := e.memoryVolume(t)

@@ -1,7 +1,8 @@
 package driver
 
-// Adversarial review of the CSI node plugin (csi-review): each test
-// demonstrates one attack; see the report for which hold.
+// The node service against a pod that attacks its volumes: a target
+// republished with another medium, stalled FUSE and foreign mounts above
+// or on the target, symlinks, forged records, concurrent calls.
 
 import (
 	"context"
@@ -19,27 +20,27 @@ import (
 	"github.com/nodevol/nodevol/internal/mounttest"
 )
 
-const reviewUID = "0b5e3c1a-1111-4222-8333-444455556666"
+const testPodUID = "0b5e3c1a-1111-4222-8333-444455556666"
 
-type reviewEnv struct {
+type nodeEnv struct {
 	root string
 	d    *Driver
 	ctx  context.Context
 }
 
-func newReviewEnv(t *testing.T) *reviewEnv {
+func newNodeEnv(t *testing.T) *nodeEnv {
 	t.Helper()
 	root := t.TempDir()
 	d, err := New(Config{NodeID: "n", KubeletRoot: root})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &reviewEnv{root: root, d: d, ctx: context.Background()}
+	return &nodeEnv{root: root, d: d, ctx: context.Background()}
 }
 
 // vol makes the kubelet's volumes/kubernetes.io~csi/<name> with its
 // vol_data.json and returns it and the target.
-func (e *reviewEnv) vol(t *testing.T, uid, name string) (parent, target string) {
+func (e *nodeEnv) vol(t *testing.T, uid, name string) (parent, target string) {
 	t.Helper()
 	parent = filepath.Join(e.root, "pods", uid, "volumes", "kubernetes.io~csi", name)
 	mounttest.Build(t, parent, `file vol_data.json {"driverName":"x"}`)
@@ -66,7 +67,7 @@ func unpubReq(target string) *csi.NodeUnpublishVolumeRequest {
 	return &csi.NodeUnpublishVolumeRequest{VolumeId: "v", TargetPath: target}
 }
 
-func (e *reviewEnv) publish(t *testing.T, uid, target string, kv ...string) {
+func (e *nodeEnv) publish(t *testing.T, uid, target string, kv ...string) {
 	t.Helper()
 	if _, err := e.d.NodePublishVolume(e.ctx, pubReq(uid, target, kv...)); err != nil {
 		t.Fatalf("publish %s: %v", target, err)
@@ -82,24 +83,24 @@ func mountedTmpfs(t *testing.T, dir string) bool {
 	return st.Type == unix.TMPFS_MAGIC
 }
 
-// TestReviewRepublishOtherMedium: a target published as one medium and
+// TestRepublishOtherMediumRefused: a target published as one medium and
 // published again as the other. CSI says a second publish at the same
 // target with an incompatible volume is ALREADY_EXISTS; whatever the
 // answer, the volume must stay what it is, and the data in it visible.
-func TestReviewRepublishOtherMedium(t *testing.T) {
+func TestRepublishOtherMediumRefused(t *testing.T) {
 	mounttest.RequireMounts(t)
 	for _, tc := range []struct{ first, second string }{{"Default", "Memory"}, {"Memory", "Default"}} {
 		t.Run(tc.first+"-then-"+tc.second, func(t *testing.T) {
-			e := newReviewEnv(t)
-			_, target := e.vol(t, reviewUID, "scratch")
-			e.publish(t, reviewUID, target, AttrMedium, tc.first, AttrSizeLimit, "4Mi")
+			e := newNodeEnv(t)
+			_, target := e.vol(t, testPodUID, "scratch")
+			e.publish(t, testPodUID, target, AttrMedium, tc.first, AttrSizeLimit, "4Mi")
 			t.Cleanup(func() { // what a failed check left mounted
 				for mounttest.IsMountRoot(t, target) {
 					_ = unix.Unmount(target, unix.MNT_DETACH)
 				}
 			})
 			snap := mounttest.Sentinels(t, filepath.Join(target, "data"))
-			_, err := e.d.NodePublishVolume(e.ctx, pubReq(reviewUID, target, AttrMedium, tc.second, AttrSizeLimit, "4Mi"))
+			_, err := e.d.NodePublishVolume(e.ctx, pubReq(testPodUID, target, AttrMedium, tc.second, AttrSizeLimit, "4Mi"))
 			t.Logf("second publish (%s): %v", tc.second, err)
 			mounttest.Intact(t, filepath.Join(target, "data"), snap)
 			if got := mountedTmpfs(t, target); got != (tc.first == "Memory") {
@@ -117,18 +118,18 @@ func TestReviewRepublishOtherMedium(t *testing.T) {
 	}
 }
 
-// TestReviewStatsUnpublishStalledFUSE: a FUSE filesystem whose daemon
+// TestStatsUnpublishStalledFUSE: a FUSE filesystem whose daemon
 // hung, mounted by the attacker on the kubelet's volume directory (the
 // target's parent), on the target with no record, or inside the volume:
 // NodeGetVolumeStats and NodeUnpublishVolume must return (refusing),
 // never hang, and change nothing.
-func TestReviewStatsUnpublishStalledFUSE(t *testing.T) {
+func TestStatsUnpublishStalledFUSE(t *testing.T) {
 	mounttest.RequireMounts(t)
 	for _, where := range []string{"parent", "target", "inside", "volumes", "pod"} {
 		t.Run(where, func(t *testing.T) {
-			e := newReviewEnv(t)
-			parent, target := e.vol(t, reviewUID, "scratch")
-			e.publish(t, reviewUID, target)
+			e := newNodeEnv(t)
+			parent, target := e.vol(t, testPodUID, "scratch")
+			e.publish(t, testPodUID, target)
 			var at string
 			switch where {
 			case "parent":
@@ -141,9 +142,9 @@ func TestReviewStatsUnpublishStalledFUSE(t *testing.T) {
 					t.Fatal(err)
 				}
 			case "volumes":
-				at = filepath.Join(e.root, "pods", reviewUID, "volumes")
+				at = filepath.Join(e.root, "pods", testPodUID, "volumes")
 			case "pod":
-				at = filepath.Join(e.root, "pods", reviewUID)
+				at = filepath.Join(e.root, "pods", testPodUID)
 			}
 			mounttest.StalledFUSE(t, "hung", at, "040000")
 			err := mounttest.Within(t, 5*time.Second, "NodeGetVolumeStats", func() error {
@@ -171,18 +172,18 @@ func TestReviewStatsUnpublishStalledFUSE(t *testing.T) {
 	}
 }
 
-// TestReviewForeignMountAbove: a NAS mounted on the kubelet's volume
+// TestForeignMountAboveTarget: a NAS mounted on the kubelet's volume
 // directory, on volumes/ or on the pod directory (with a directory named
 // mount holding data in it): unpublish must change nothing and say
 // FAILED_PRECONDITION.
-func TestReviewForeignMountAbove(t *testing.T) {
+func TestForeignMountAboveTarget(t *testing.T) {
 	mounttest.RequireMounts(t)
 	for _, where := range []string{"parent", "csi", "volumes", "pod"} {
 		t.Run(where, func(t *testing.T) {
-			e := newReviewEnv(t)
-			parent, target := e.vol(t, reviewUID, "scratch")
-			e.publish(t, reviewUID, target)
-			at := map[string]string{"parent": parent, "csi": filepath.Dir(parent), "volumes": filepath.Dir(filepath.Dir(parent)), "pod": filepath.Join(e.root, "pods", reviewUID)}[where]
+			e := newNodeEnv(t)
+			parent, target := e.vol(t, testPodUID, "scratch")
+			e.publish(t, testPodUID, target)
+			at := map[string]string{"parent": parent, "csi": filepath.Dir(parent), "volumes": filepath.Dir(filepath.Dir(parent)), "pod": filepath.Join(e.root, "pods", testPodUID)}[where]
 			nas := t.TempDir()
 			rel, _ := filepath.Rel(at, target)
 			snap := mounttest.Sentinels(t, filepath.Join(nas, rel))
@@ -204,20 +205,20 @@ func TestReviewForeignMountAbove(t *testing.T) {
 	}
 }
 
-// TestReviewTargetSymlinkOrMount: the target itself a symlink to outside
+// TestTargetSymlinkOrMount: the target itself a symlink to outside
 // data before publish, unpublish and stats; a foreign mount on the target
 // before a Memory publish.
-func TestReviewTargetSymlinkOrMount(t *testing.T) {
+func TestTargetSymlinkOrMount(t *testing.T) {
 	mounttest.RequireMounts(t)
-	e := newReviewEnv(t)
-	_, target := e.vol(t, reviewUID, "link")
+	e := newNodeEnv(t)
+	_, target := e.vol(t, testPodUID, "link")
 	outside := t.TempDir()
 	snap := mounttest.Sentinels(t, outside)
 	if err := os.Symlink(outside, target); err != nil {
 		t.Fatal(err)
 	}
 	for _, medium := range []string{"Default", "Memory"} {
-		if _, err := e.d.NodePublishVolume(e.ctx, pubReq(reviewUID, target, AttrMedium, medium)); err == nil {
+		if _, err := e.d.NodePublishVolume(e.ctx, pubReq(testPodUID, target, AttrMedium, medium)); err == nil {
 			t.Errorf("publish %s at a symlinked target succeeded", medium)
 		}
 	}
@@ -233,7 +234,7 @@ func TestReviewTargetSymlinkOrMount(t *testing.T) {
 
 	// A foreign mount on the target before publishing Memory: never
 	// adopted, never covered.
-	_, target2 := e.vol(t, reviewUID, "covered")
+	_, target2 := e.vol(t, testPodUID, "covered")
 	nas := t.TempDir()
 	snap2 := mounttest.Sentinels(t, nas)
 	if err := os.Mkdir(target2, 0o750); err != nil {
@@ -241,7 +242,7 @@ func TestReviewTargetSymlinkOrMount(t *testing.T) {
 	}
 	mounttest.Bind(t, nas, target2)
 	for _, medium := range []string{"Memory", "Default"} {
-		_, err := e.d.NodePublishVolume(e.ctx, pubReq(reviewUID, target2, AttrMedium, medium))
+		_, err := e.d.NodePublishVolume(e.ctx, pubReq(testPodUID, target2, AttrMedium, medium))
 		t.Logf("publish %s over a foreign mount: %v", medium, err)
 		if err == nil {
 			t.Errorf("publish %s over a foreign mount succeeded", medium)
@@ -257,19 +258,19 @@ func TestReviewTargetSymlinkOrMount(t *testing.T) {
 	mounttest.Intact(t, nas, snap2)
 }
 
-// TestReviewForgedRecord: csi_b's nodevol.json replaced by csi_a's (a
+// TestForgedRecordOfAnotherTarget: csi_b's nodevol.json replaced by csi_a's (a
 // record of another target); an ordinary located record without Sub at
 // the same meta name. Unpublish of b must change nothing.
-func TestReviewForgedRecord(t *testing.T) {
+func TestForgedRecordOfAnotherTarget(t *testing.T) {
 	mounttest.RequireMounts(t)
-	e := newReviewEnv(t)
-	_, ta := e.vol(t, reviewUID, "a")
-	_, tb := e.vol(t, reviewUID, "b")
-	e.publish(t, reviewUID, ta, AttrMedium, "Memory")
-	e.publish(t, reviewUID, tb, AttrMedium, "Default")
+	e := newNodeEnv(t)
+	_, ta := e.vol(t, testPodUID, "a")
+	_, tb := e.vol(t, testPodUID, "b")
+	e.publish(t, testPodUID, ta, AttrMedium, "Memory")
+	e.publish(t, testPodUID, tb, AttrMedium, "Default")
 	snapA := mounttest.Sentinels(t, filepath.Join(ta, "d"))
 	snapB := mounttest.Sentinels(t, filepath.Join(tb, "d"))
-	metas := filepath.Join(e.root, "pods", reviewUID, "plugins", "kubernetes.io~empty-dir")
+	metas := filepath.Join(e.root, "pods", testPodUID, "plugins", "kubernetes.io~empty-dir")
 	rec, err := os.ReadFile(filepath.Join(metas, "csi_a", "nodevol.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -299,13 +300,13 @@ func TestReviewForgedRecord(t *testing.T) {
 	}
 }
 
-// TestReviewConcurrentSameTarget: many publishes and unpublishes of one
+// TestConcurrentCallsOnOneTarget: many publishes and unpublishes of one
 // target at once: each is done, Aborted, or FailedPrecondition; never a
 // tmpfs left mounted without a record or stacked twice.
-func TestReviewConcurrentSameTarget(t *testing.T) {
+func TestConcurrentCallsOnOneTarget(t *testing.T) {
 	mounttest.RequireMounts(t)
-	e := newReviewEnv(t)
-	_, target := e.vol(t, reviewUID, "busy")
+	e := newNodeEnv(t)
+	_, target := e.vol(t, testPodUID, "busy")
 	var wg sync.WaitGroup
 	for i := range 40 {
 		wg.Add(1)
@@ -313,7 +314,7 @@ func TestReviewConcurrentSameTarget(t *testing.T) {
 			defer wg.Done()
 			var err error
 			if i%2 == 0 {
-				_, err = e.d.NodePublishVolume(e.ctx, pubReq(reviewUID, target, AttrMedium, "Memory"))
+				_, err = e.d.NodePublishVolume(e.ctx, pubReq(testPodUID, target, AttrMedium, "Memory"))
 			} else {
 				_, err = e.d.NodeUnpublishVolume(e.ctx, unpubReq(target))
 			}
@@ -331,16 +332,16 @@ func TestReviewConcurrentSameTarget(t *testing.T) {
 	}
 }
 
-// TestReviewUnpublishWithoutRecord: NodeUnpublishVolume on a target this
+// TestUnpublishWithoutRecord: NodeUnpublishVolume on a target this
 // driver never published (another CSI driver's inline volume whose
 // target is a plain directory, or a client's mistake): there is no
 // csi_<volume> record, and the emptyDir teardown treats it like a stock
 // kubelet's Default volume and removes the tree (stopping at mounts).
 // Every volume of this driver has a record, so without one nothing but
 // an empty directory should go.
-func TestReviewUnpublishWithoutRecord(t *testing.T) {
-	e := newReviewEnv(t)
-	_, target := e.vol(t, reviewUID, "other-driver")
+func TestUnpublishWithoutRecord(t *testing.T) {
+	e := newNodeEnv(t)
+	_, target := e.vol(t, testPodUID, "other-driver")
 	snap := mounttest.Sentinels(t, target)
 	_, err := e.d.NodeUnpublishVolume(e.ctx, unpubReq(target))
 	t.Logf("unpublish of a target with no record: %v", err)
@@ -351,16 +352,16 @@ func TestReviewUnpublishWithoutRecord(t *testing.T) {
 	mounttest.Intact(t, target, snap)
 }
 
-// TestReviewStatsDuringUnpublish: the kubelet polls NodeGetVolumeStats
-// while it publishes and unpublishes. A Memory volume's stats hold the
-// tmpfs open, so publish and unpublish wait for a measurement in flight
-// (and none starts meanwhile): an unpublish never finds the mount busy
+// TestStatsDuringUnpublish: the kubelet polls NodeGetVolumeStats while
+// it publishes and unpublishes. A Memory volume's stats hold the tmpfs
+// open, so publish and unpublish wait for a measurement in flight (and
+// none starts meanwhile): an unpublish never finds the mount busy
 // half-way through, every publish and unpublish succeeds at once, and no
 // tmpfs is left.
-func TestReviewStatsDuringUnpublish(t *testing.T) {
+func TestStatsDuringUnpublish(t *testing.T) {
 	mounttest.RequireMounts(t)
-	e := newReviewEnv(t)
-	_, target := e.vol(t, reviewUID, "polled")
+	e := newNodeEnv(t)
+	_, target := e.vol(t, testPodUID, "polled")
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -377,7 +378,7 @@ func TestReviewStatsDuringUnpublish(t *testing.T) {
 	}()
 	defer func() { close(stop); wg.Wait() }()
 	for i := 0; i < 300; i++ {
-		e.publish(t, reviewUID, target, AttrMedium, "Memory")
+		e.publish(t, testPodUID, target, AttrMedium, "Memory")
 		mounttest.Build(t, target, "file a x")
 		if _, err := e.d.NodeUnpublishVolume(e.ctx, unpubReq(target)); err != nil {
 			t.Fatalf("iteration %d: unpublish during stats polling = %v; want success", i, err)

@@ -1,5 +1,8 @@
 package driver
 
+// The node service against a pod that swaps names while its volume is
+// published and unpublished.
+
 import (
 	"os"
 	"path/filepath"
@@ -14,12 +17,12 @@ import (
 	"github.com/nodevol/nodevol/internal/mounttest"
 )
 
-// TestReviewRaceSwapVolumeDirs: the pod exchanges its CSI volume
+// TestSwapVolumeDirsRace: the pod exchanges its CSI volume
 // directory x (this driver's) with y (another driver's, whose target
 // y/mount is a NAS) in a loop, while x is published and unpublished
 // thousands of times, both media. The NAS must stay mounted and intact
 // byte for byte; every unpublish either succeeds or refuses.
-func TestReviewRaceSwapVolumeDirs(t *testing.T) {
+func TestSwapVolumeDirsRace(t *testing.T) {
 	mounttest.RequireMounts(t)
 	iterations := 1500
 	if testing.Short() {
@@ -27,9 +30,9 @@ func TestReviewRaceSwapVolumeDirs(t *testing.T) {
 	}
 	for _, medium := range []string{"Default", "Memory"} {
 		t.Run(medium, func(t *testing.T) {
-			e := newReviewEnv(t)
-			_, tx := e.vol(t, reviewUID, "x")
-			py, ty := e.vol(t, reviewUID, "y")
+			e := newNodeEnv(t)
+			_, tx := e.vol(t, testPodUID, "x")
+			py, ty := e.vol(t, testPodUID, "y")
 			nas := t.TempDir()
 			mounttest.Sentinels(t, nas)
 			if err := os.Mkdir(ty, 0o750); err != nil {
@@ -55,7 +58,7 @@ func TestReviewRaceSwapVolumeDirs(t *testing.T) {
 			var ok, refused, other int
 			for i := 0; i < iterations; i++ {
 				a.Resume()
-				_, perr := e.d.NodePublishVolume(e.ctx, pubReq(reviewUID, tx, AttrMedium, medium))
+				_, perr := e.d.NodePublishVolume(e.ctx, pubReq(testPodUID, tx, AttrMedium, medium))
 				_, uerr := e.d.NodeUnpublishVolume(e.ctx, unpubReq(tx))
 				a.Pause()
 				switch c := status.Code(uerr); {
@@ -105,12 +108,12 @@ func TestReviewRaceSwapVolumeDirs(t *testing.T) {
 	}
 }
 
-// TestReviewRaceSwapTarget: the pod exchanges the target x/mount with a
+// TestSwapTargetRace: the pod exchanges the target x/mount with a
 // NAS mount point (decoy) or with a symlink to outside data (link), and
 // kubernetes.io~csi with a symlink to an outside tree, while x is
 // published and unpublished in a loop. Nothing outside, and no NAS, may
 // change.
-func TestReviewRaceSwapTarget(t *testing.T) {
+func TestSwapTargetRace(t *testing.T) {
 	mounttest.RequireMounts(t)
 	iterations := 1000
 	if testing.Short() {
@@ -118,8 +121,8 @@ func TestReviewRaceSwapTarget(t *testing.T) {
 	}
 	for _, medium := range []string{"Default", "Memory"} {
 		t.Run(medium, func(t *testing.T) {
-			e := newReviewEnv(t)
-			px, tx := e.vol(t, reviewUID, "x")
+			e := newNodeEnv(t)
+			px, tx := e.vol(t, testPodUID, "x")
 			outside := t.TempDir()
 			mounttest.Sentinels(t, filepath.Join(outside, "x", "mount"))
 			outSnap := mounttest.Snapshot(t, outside)
@@ -166,7 +169,7 @@ func TestReviewRaceSwapTarget(t *testing.T) {
 			var ok, failed int
 			for i := 0; i < iterations; i++ {
 				a.Resume()
-				_, perr := e.d.NodePublishVolume(e.ctx, pubReq(reviewUID, tx, AttrMedium, medium))
+				_, perr := e.d.NodePublishVolume(e.ctx, pubReq(testPodUID, tx, AttrMedium, medium))
 				_, uerr := e.d.NodeUnpublishVolume(e.ctx, unpubReq(tx))
 				a.Pause()
 				if perr == nil && uerr == nil {
@@ -245,18 +248,18 @@ func detachUnder(dir string) {
 // target, tmpfs and all, to "elsewhere" (from a mount namespace of its
 // own, where the target is not a mount point); it returns the target and
 // the tmpfs's unique mount ID.
-func renamedTmpfs(t *testing.T) (*reviewEnv, string, uint64) {
+func renamedTmpfs(t *testing.T) (*nodeEnv, string, uint64) {
 	t.Helper()
 	mounttest.RequireMounts(t)
-	e := newReviewEnv(t)
-	px, tx := e.vol(t, reviewUID, "x")
+	e := newNodeEnv(t)
+	px, tx := e.vol(t, testPodUID, "x")
 	fd, err := unix.Open(px, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Close(fd) })
 	a := mounttest.StartAttackerOnce(t, func() error { return unix.Renameat(fd, "mount", fd, "elsewhere") })
-	e.publish(t, reviewUID, tx, AttrMedium, "Memory", AttrSizeLimit, "4Mi")
+	e.publish(t, testPodUID, tx, AttrMedium, "Memory", AttrSizeLimit, "4Mi")
 	id := mounttest.UniqueMountID(t, tx)
 	if !a.StepWithin(5 * time.Second) {
 		t.Fatal("the rename failed")
@@ -266,15 +269,14 @@ func renamedTmpfs(t *testing.T) (*reviewEnv, string, uint64) {
 	return e, tx, id
 }
 
-// TestReviewRenamedTmpfsForgotten: the pod renames the target of a
-// published Memory volume (mount -> elsewhere, in its own mount
-// namespace) and leaves a symlink or nothing as mount. Unpublish then
-// succeeds and removes the record, while the tmpfs it made is still
-// mounted, sized, holding the pod's data: no record names it any more,
-// and nothing will unmount it until the node reboots (a memory leak the
-// pod can repeat). Expected: the record is kept and unpublish refuses
-// while the recorded mount (its unique ID) is still mounted somewhere.
-func TestReviewRenamedTmpfsForgotten(t *testing.T) {
+// TestRenamedTmpfsKeepsRecord: the pod renames the target of a published
+// Memory volume (mount -> elsewhere, in its own mount namespace) and
+// leaves a symlink or nothing as mount. While the recorded mount (its
+// unique ID) is still mounted somewhere, unpublish refuses and the record
+// is kept: forgetting it would leave the tmpfs mounted, sized and holding
+// the pod's data with no record naming it, and nothing would unmount it
+// until the node reboots (a memory leak the pod can repeat).
+func TestRenamedTmpfsKeepsRecord(t *testing.T) {
 	e, tx, id := renamedTmpfs(t)
 	_, err := e.d.NodeUnpublishVolume(e.ctx, unpubReq(tx))
 	t.Logf("unpublish with the target renamed away: %v", err)
@@ -282,20 +284,20 @@ func TestReviewRenamedTmpfsForgotten(t *testing.T) {
 		if err == nil {
 			t.Errorf("unpublish succeeded and forgot the record, but the volume's tmpfs is still mounted at %s", p)
 		}
-		if _, err := os.Stat(filepath.Join(e.root, "pods", reviewUID, "plugins", "kubernetes.io~empty-dir", "csi_x", "nodevol.json")); err != nil {
+		if _, err := os.Stat(filepath.Join(e.root, "pods", testPodUID, "plugins", "kubernetes.io~empty-dir", "csi_x", "nodevol.json")); err != nil {
 			t.Errorf("the record of a mount still mounted is gone: %v", err)
 		}
 	}
 }
 
-// TestReviewRenamedTmpfsRepublished: as TestReviewRenamedTmpfsForgotten,
+// TestRenamedTmpfsNotReplacedOnRepublish: as TestRenamedTmpfsKeepsRecord,
 // but the kubelet publishes again (a restarted kubelet's reconstruction,
-// or a retry): SetUp "repairs" the volume whose mount vanished, mounts a
-// new tmpfs and overwrites the record of the first, which is still
-// mounted where the pod moved it, with nothing left naming it.
-func TestReviewRenamedTmpfsRepublished(t *testing.T) {
+// or a retry): SetUp must not "repair" the volume whose mount vanished by
+// mounting a new tmpfs and overwriting the record of the first, which is
+// still mounted where the pod moved it.
+func TestRenamedTmpfsNotReplacedOnRepublish(t *testing.T) {
 	e, tx, id := renamedTmpfs(t)
-	_, err := e.d.NodePublishVolume(e.ctx, pubReq(reviewUID, tx, AttrMedium, "Memory", AttrSizeLimit, "4Mi"))
+	_, err := e.d.NodePublishVolume(e.ctx, pubReq(testPodUID, tx, AttrMedium, "Memory", AttrSizeLimit, "4Mi"))
 	t.Logf("publish again: %v", err)
 	t.Cleanup(func() { _ = unix.Unmount(tx, unix.MNT_DETACH) })
 	if p, found := mounttest.MountPointOfUnique(t, id); found && err == nil {

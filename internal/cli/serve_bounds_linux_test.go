@@ -22,16 +22,13 @@ import (
 	"github.com/nodevol/nodevol/mountdetect"
 )
 
-// TestServeHTTPLimits: serve's HTTP server had a ReadHeaderTimeout and
-// nothing else. After one request a keep-alive connection was kept open
-// for good (net/http has no idle timeout unless IdleTimeout or
-// ReadTimeout is set), so anything that can reach the agent could open
-// connections until the agent ran out
-// of descriptors or memory; request headers of up to 1 MiB were read for
-// endpoints that take no parameters. Now an idle connection is closed
-// after serveHTTP.IdleTimeout, a request whose body trickles in after
-// serveHTTP.ReadTimeout (both shortened here), and a header over
-// httpserver's limit is refused.
+// TestServeHTTPLimits: serve's HTTP server closes an idle keep-alive
+// connection after serveHTTP.IdleTimeout, a request whose body trickles
+// in after serveHTTP.ReadTimeout (both shortened here), and refuses a
+// header over httpserver's limit. Without them (net/http has no idle
+// timeout unless IdleTimeout or ReadTimeout is set, and reads headers of
+// up to 1 MiB) anything that can reach the agent could hold connections
+// open until it ran out of descriptors or memory.
 func TestServeHTTPLimits(t *testing.T) {
 	saved := serveHTTP
 	t.Cleanup(func() { serveHTTP = saved })
@@ -63,14 +60,12 @@ func TestServeHTTPLimits(t *testing.T) {
 	})
 }
 
-// TestServeShutdownWithHungScan: on SIGTERM, run cancelled the scan loop
-// and waited for it before it shut the HTTP server down, without a limit:
-// a scan that never returns (a filesystem that stopped answering, which
-// no code path can rule out for good) kept the agent from exiting until
-// the kubelet killed it, and kept it serving meanwhile. Now run waits for
-// the scan loop no longer than the grace period and returns. While the
-// scan hangs, /metrics and /healthz answer and /readyz fails once the
-// last successful scan is older than 3 intervals.
+// TestServeShutdownWithHungScan: a scan that never returns (a filesystem
+// that stopped answering, which no code path can rule out for good) does
+// not keep the agent from exiting: on cancellation run waits for the scan
+// loop no longer than the grace period and returns. While the scan hangs,
+// /metrics and /healthz answer, and /readyz fails once the last
+// successful scan is older than 3 intervals.
 func TestServeShutdownWithHungScan(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
 	release := make(chan struct{})
@@ -140,13 +135,12 @@ func TestServeShutdownWithHungScan(t *testing.T) {
 	}
 }
 
-// TestServeLogBounded: scanOnce logged one line per unhealthy volume and
-// one per problem, at every scan (every interval and every mount change):
-// whoever can write into a pod directory makes tens of thousands of
-// entries that do not parse (up to the scan's bound) and so as many log
-// lines every 10 seconds, flooding the node's logs. Now each kind is
-// logged for at most maxLoggedPerScan entries, then one line says how
-// many more there are (the metrics count them all).
+// TestServeLogBounded: whoever can write into a pod directory makes tens
+// of thousands of entries that do not parse (up to the scan's bound), at
+// every scan (every interval and every mount change). scanOnce logs each
+// kind (unhealthy volumes, problems) for at most maxLoggedPerScan entries,
+// then one line saying how many more there are (the metrics count them
+// all), so the node's logs are not flooded.
 func TestServeLogBounded(t *testing.T) {
 	const n = 5000
 	rep := &scanReport{root: "/r"}
@@ -176,14 +170,12 @@ func TestServeLogBounded(t *testing.T) {
 	}
 }
 
-// TestServeRescanStormRateLimited: a rescan (a mount-table change) waited
-// only the 100 ms debounce, so a container that mounts and unmounts in a
-// loop (any container with bidirectional propagation) kept the agent
-// scanning back to back for good: a whole-node scan (10,000 volumes take
-// about 0.4 s) every 0.5 s, the agent at its CPU limit and the host
-// answering its system calls. Now a rescan also waits as long as the last
-// scan took, so mount changes keep the agent scanning at most half the
-// time.
+// TestServeRescanStormRateLimited: a container that mounts and unmounts
+// in a loop (any container with bidirectional propagation) changes the
+// mount table all the time. A rescan waits the 100 ms debounce and also
+// as long as the last scan took, so mount changes keep the agent scanning
+// at most half the time (a whole-node scan of 10,000 volumes takes about
+// 0.4 s), not back to back at its CPU limit.
 func TestServeRescanStormRateLimited(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
 	rescan := make(chan struct{}, 1)

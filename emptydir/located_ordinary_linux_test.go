@@ -1,7 +1,7 @@
 package emptydir
 
-// Adversarial review of located volumes (NewMounterAt/NewUnmounterAt):
-// attacks that mix a located volume with an ordinary one of the same pod.
+// Located volumes (NewMounterAt/NewUnmounterAt) against attacks that mix
+// a located volume with an ordinary one of the same pod.
 
 import (
 	"errors"

@@ -1,8 +1,5 @@
 package subpath
 
-// Findings of the second adversarial review of issue 10 (attacking the
-// FUSE no-hang fix of 480ff39). Each test failed on the code before its fix.
-
 import (
 	"path/filepath"
 	"testing"
@@ -12,17 +9,14 @@ import (
 	"github.com/nodevol/nodevol/internal/mounttest"
 )
 
-// TestStalledFUSEHangsCheck: 480ff39 made emptydir's teardown
-// look at a FUSE mount on the volume directory without asking its daemon,
-// but the executor and the CLI ask subpath.Check first, and that path
-// still asks: open opens the volume directory O_RDONLY (FUSE_OPENDIR) and
-// volume-subpaths/<vol> O_RDONLY, examineIn/examineContainer open each
-// container directory O_RDONLY (fsat.OpenDir) and statx each <index>
-// entry with STATX_TYPE and no AT_STATX_DONT_SYNC (FUSE_GETATTR). The
-// attacker only has to create volume-subpaths/<vol> (the pod directory is
-// theirs) next to the FUSE mount of the first review's test, and every
-// teardown blocks until the daemon dies.
-func TestStalledFUSEHangsCheck(t *testing.T) {
+// TestCheckDoesNotAskStalledFUSE: the executor and the CLI ask
+// subpath.Check before an emptyDir teardown, so Check must not ask a
+// stalled FUSE mount anything either: on the volume directory, on
+// volume-subpaths/<vol> (which the attacker can create, the pod directory
+// being theirs), on a container directory or on an <index> entry, it
+// returns without an O_RDONLY open (FUSE_OPENDIR) or a statx without
+// AT_STATX_DONT_SYNC (FUSE_GETATTR).
+func TestCheckDoesNotAskStalledFUSE(t *testing.T) {
 	mounttest.RequireMounts(t)
 	for _, where := range []string{"volume", "volume-subpaths/<vol>", "container", "index"} {
 		t.Run(where, func(t *testing.T) {
