@@ -164,7 +164,7 @@ func (p *pin) release() error {
 // refuses mounts; so is a filesystem without the attribute, where nothing
 // can have been pinned.
 func unpinLeftover(e entry, path string) error {
-	if e.kind != entryDir || e.mi.root {
+	if e.kind != entryDir || e.mi.Root {
 		return nil
 	}
 	if _, err := getFlags(e.fd, path); err != nil {

@@ -66,7 +66,7 @@ func (p *Plugin) resizeVolume(ctx context.Context, podUID, vol string, sizeBytes
 		return fail(volume.Transient, fmt.Errorf("%s is a symlink, not the volume's directory; not resizing anything", dir))
 	case e.kind != entryDir:
 		return fail(volume.Transient, fmt.Errorf("%s is not a directory; not resizing anything", dir))
-	case !e.mi.root:
+	case !e.mi.Root:
 		return fail(volume.Transient, fmt.Errorf("volume %s: %w (nothing is mounted on its directory)", vol, ErrResizeDeferred))
 	}
 	ours, err := recordedMountOn(e, dir, meta.Mount, ordinaryRef(podUID, vol))
@@ -75,7 +75,7 @@ func (p *Plugin) resizeVolume(ctx context.Context, podUID, vol string, sizeBytes
 	}
 	if !ours || meta.Mount.FSType != "tmpfs" {
 		return fail(volume.Transient, fmt.Errorf("%w: the mount on %s (%s) is not the tmpfs SetUp made (or cannot be proven to be; two stacked count as not); not resizing it, nothing changed",
-			ErrForeignMount, dir, e.mi.describe()))
+			ErrForeignMount, dir, describeMount(e.mi)))
 	}
 	v.hook.At(testhook.ResizeProven, dir)
 	// e.fd is the proven mount's root, held since the proof: fspick picks

@@ -114,11 +114,11 @@ func (m *mounter) mountedOnDir(v *podVolume) bool {
 	if v.vols == nil {
 		return false
 	}
-	mi, err := identify(v.vols.Fd(), v.name)
+	mi, err := fsat.StatMount(v.vols.Fd(), v.name, bothIDs)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false
 	}
-	return err != nil || mi.root
+	return err != nil || mi.Root
 }
 
 // mountElsewhere is an error matching ErrMountElsewhere when the mount
@@ -145,12 +145,12 @@ func (m *mounter) inPlace(v *podVolume, plan setupPlan, meta *Metadata) (bool, e
 		return false, err
 	}
 	if plan.medium == volume.MediumDefault {
-		if e.mi.root {
+		if e.mi.Root {
 			return false, nil
 		}
 		return m.quotaInPlace(e, meta)
 	}
-	if !e.mi.root || meta == nil || meta.Medium != plan.medium || (plan.medium == volume.MediumHugePages && meta.HugePageSize != plan.pageSize) {
+	if !e.mi.Root || meta == nil || meta.Medium != plan.medium || (plan.medium == volume.MediumHugePages && meta.HugePageSize != plan.pageSize) {
 		return false, nil
 	}
 	if meta.Mount != nil && meta.Mount.Pending {
@@ -217,7 +217,7 @@ func (m *mounter) setUpDir(logger klog.Logger, v *podVolume, plan setupPlan, arg
 	if err != nil {
 		return err
 	}
-	if e.mi.root {
+	if e.mi.Root {
 		return fmt.Errorf("something is mounted on %s, which a Default-medium volume never is; not using it", m.dir)
 	}
 	if err := m.setMode(e.fd, plan, args); err != nil {
@@ -317,10 +317,10 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 		e.close()
 		return err
 	}
-	if !e.mi.root {
+	if !e.mi.Root {
 		v.hook.At(testhook.SetUpDirCreated, m.dir)
 	}
-	if e.mi.root {
+	if e.mi.Root {
 		defer e.close()
 		if old != nil && old.Medium == plan.medium {
 			ours, err := recordedMountOn(e, m.dir, old.Mount, m.ref)
@@ -342,7 +342,7 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 				return m.setMode(e.fd, plan, args)
 			}
 		}
-		return fmt.Errorf("%s is already a mount point (%s) that SetUp did not record; not mounting %s over it", m.dir, e.mi.describe(), fstype)
+		return fmt.Errorf("%s is already a mount point (%s) that SetUp did not record; not mounting %s over it", m.dir, describeMount(e.mi), fstype)
 	}
 	if old != nil && old.Mount != nil {
 		// The directory as opened is not a mount root; SetUp's check
@@ -386,13 +386,13 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 			return err
 		}
 		meta.Mount = nil
-		if top.kind == entryDir && top.mi.root {
+		if top.kind == entryDir && top.mi.Root {
 			ours, err := recordedMountOn(top, m.dir, pending, m.ref)
 			if err != nil {
 				return err
 			}
 			if !ours {
-				return fmt.Errorf("after mounting %s (source %s) on %s, the directory shows something else (%s)", fstype, source, m.dir, top.mi.describe())
+				return fmt.Errorf("after mounting %s (source %s) on %s, the directory shows something else (%s)", fstype, source, m.dir, describeMount(top.mi))
 			}
 			rec := pending.pin(top.mi)
 			meta.Mount = &rec
@@ -435,8 +435,8 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 	if err != nil {
 		return err
 	}
-	if top.kind != entryDir || !top.mi.root || !rec.sameMount(top.mi, m.ref) {
-		return fmt.Errorf("after attaching %s (%s) to %s, the directory shows something else (%s)", fstype, rec.describe(), m.dir, top.mi.describe())
+	if top.kind != entryDir || !top.mi.Root || !rec.sameMount(top.mi, m.ref) {
+		return fmt.Errorf("after attaching %s (%s) to %s, the directory shows something else (%s)", fstype, rec.describe(), m.dir, describeMount(top.mi))
 	}
 	return m.setMode(top.fd, plan, args)
 }
@@ -472,11 +472,11 @@ func newMount(source, fstype string, opts []string) (int, MountRecord, error) {
 	if err != nil {
 		return -1, rec, &os.SyscallError{Syscall: "fsmount", Err: err}
 	}
-	mi, err := identify(mnt, "")
+	mi, err := fsat.StatMount(mnt, "", bothIDs)
 	if err != nil {
 		unix.Close(mnt)
 		return -1, rec, err
 	}
-	rec.UniqueID, rec.ID, rec.Dev = mi.uniqueID, mi.id, mi.dev
+	rec.UniqueID, rec.ID, rec.Dev = mi.UniqueID, mi.ID, mi.Dev
 	return mnt, rec, nil
 }

@@ -57,7 +57,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		return p, e, nil
 	}
 	self := []mountdetect.Mount{{MountPoint: v.dir}}
-	if !(e.kind == entryDir && e.mi.root) {
+	if !(e.kind == entryDir && e.mi.Root) {
 		// The volume directory is not a mount: if the recorded mount is
 		// still mounted somewhere (the directory was renamed, or the
 		// mount moved, by someone who can write in the pod directory),
@@ -82,7 +82,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		return p, e, nil
 	case entryOther:
 		p.Exists = true
-		if e.mi.root {
+		if e.mi.Root {
 			return refuse("a file is mounted on the volume path", self)
 		}
 		p.Action, p.Reason = ActionRemove, "the volume path is a file, not a directory; it is unlinked"
@@ -96,7 +96,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 	if err != nil {
 		return p, e, err
 	}
-	if e.mi.root {
+	if e.mi.Root {
 		// Nothing is asked of a filesystem mounted on the directory (a
 		// FUSE daemon may not answer) before it is proven the volume's
 		// own: what it is comes from the mount table.
@@ -112,7 +112,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		self[0].FSType = p.Info.FSType
 		return refuse("the kernel cannot say for sure whether the volume directory is a mount point", self)
 	}
-	if !e.mi.root {
+	if !e.mi.Root {
 		if len(at) > 0 {
 			// The directory was opened before a mount appeared on it.
 			return refuse("a mount appeared on the volume directory while it was examined", at)
@@ -146,9 +146,9 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		return refuse(fmt.Sprintf("%d mounts are stacked on the volume directory; only a single mount that SetUp made is ever unmounted", len(at)), at)
 	case !p.Meta.Mount.provenBy(e.mi, top.FSType, top.Source, v.ref):
 		return refuse(fmt.Sprintf("%s is mounted on the volume directory itself (%s), but it is not the mount SetUp made (%s)",
-			what, e.mi.describe(), p.Meta.Mount.describe()), at)
+			what, describeMount(e.mi), p.Meta.Mount.describe()), at)
 	}
-	if why, others := soleWholeMount(tab, p.Meta.Mount, e.mi.id); why != "" {
+	if why, others := soleWholeMount(tab, p.Meta.Mount, e.mi.ID); why != "" {
 		return refuse(why, append(at, others...))
 	}
 	if p.Meta.Mount.Pending {
@@ -251,17 +251,17 @@ func (rec *MountRecord) describe() string {
 // sameMount compares the identity statx gives, without the mount table:
 // the unique mount ID where the kernel has them (a record without one does
 // not match then), else the classic ID and the device.
-func (rec *MountRecord) sameMount(mi mountIdentity, r volRef) bool {
+func (rec *MountRecord) sameMount(mi fsat.MountStat, r volRef) bool {
 	if r.anyMountNamespace {
 		// Mount IDs are those of the namespace that made the mount; in
 		// another one it is a propagated copy with IDs of its own. Its
 		// superblock (device) is the same everywhere.
-		return rec.Dev != 0 && rec.Dev == mi.dev
+		return rec.Dev != 0 && rec.Dev == mi.Dev
 	}
-	if mi.uniqueID != 0 {
-		return rec.UniqueID == mi.uniqueID
+	if mi.UniqueID != 0 {
+		return rec.UniqueID == mi.UniqueID
 	}
-	return rec.ID == mi.id && rec.Dev == mi.dev
+	return rec.ID == mi.ID && rec.Dev == mi.Dev
 }
 
 func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
@@ -433,11 +433,11 @@ func (v *podVolume) unmount(logger klog.Logger, plan Plan) (*pin, error) {
 		}
 		return nil, err
 	}
-	mi, err := identify(v.vols.Fd(), v.name)
+	mi, err := fsat.StatMount(v.vols.Fd(), v.name, bothIDs)
 	if err != nil {
 		return fail(fmt.Errorf("statx %s: %w", v.dir, err))
 	}
-	if !mi.root || !rec.sameMount(mi, v.ref) {
+	if !mi.Root || !rec.sameMount(mi, v.ref) {
 		_, err := refuse("the mount on the volume directory changed while it was examined")
 		return fail(err)
 	}
@@ -449,15 +449,15 @@ func (v *podVolume) unmount(logger klog.Logger, plan Plan) (*pin, error) {
 		// lazily) or the mount vanished meanwhile.
 		return fail(fmt.Errorf("unmount %s %s: %w", plan.Info.FSType, v.dir, err))
 	}
-	after, err := identify(v.vols.Fd(), v.name)
+	after, err := fsat.StatMount(v.vols.Fd(), v.name, bothIDs)
 	if err != nil {
 		return fail(fmt.Errorf("statx %s after unmount: %w", v.dir, err))
 	}
-	if after.root {
+	if after.Root {
 		if rec.sameMount(after, v.ref) {
 			return fail(fmt.Errorf("unmount %s: a mount stacked on the volume's own mount at the last moment was unmounted instead of it (%s is still mounted); nothing was removed", v.dir, rec.describe()))
 		}
-		return fail(fmt.Errorf("unmount %s: another mount (%s) is on the volume directory after the volume's own was unmounted; nothing was removed", v.dir, after.describe()))
+		return fail(fmt.Errorf("unmount %s: another mount (%s) is on the volume directory after the volume's own was unmounted; nothing was removed", v.dir, describeMount(after)))
 	}
 	if rec.DirIno != 0 {
 		st, err := v.vols.Lstat(v.name)

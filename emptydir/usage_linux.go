@@ -39,7 +39,7 @@ func (p *Plugin) usage(r volRef) (Usage, error) {
 	default:
 		return Usage{}, &os.PathError{Op: "open", Path: dir, Err: unix.ENOTDIR}
 	}
-	if p.quotas != nil && meta != nil && meta.QuotaProjectID != 0 && !e.mi.root {
+	if p.quotas != nil && meta != nil && meta.QuotaProjectID != 0 && !e.mi.Root {
 		// The project of the directory open as e, asked through e.
 		u, err := p.quotas.Usage(e.fd, dir)
 		if err == nil && u.ProjectID != meta.QuotaProjectID {
@@ -56,7 +56,7 @@ func (p *Plugin) usage(r volRef) (Usage, error) {
 			return Usage{}, fmt.Errorf("quota usage of %s: %w", dir, err)
 		}
 	}
-	if e.mi.root {
+	if e.mi.Root {
 		// Only the volume's own tmpfs or hugetlbfs is asked anything (a
 		// foreign filesystem's daemon may not answer).
 		var rec *MountRecord
@@ -121,7 +121,7 @@ func (p *Plugin) constructMedium(podUID, vol string) (medium volume.Medium, page
 	}
 	e, err := v.openEntry()
 	defer e.close()
-	if err != nil || e.kind != entryDir || !e.mi.root {
+	if err != nil || e.kind != entryDir || !e.mi.Root {
 		return volume.MediumDefault, 0, 0, nil, false, err
 	}
 	tab, err := mountdetect.ReadMountTable()

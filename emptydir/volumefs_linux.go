@@ -254,44 +254,10 @@ const (
 	entryOther // a regular file, device, FIFO, socket
 )
 
-// mountIdentity is what the kernel says about the mount a file is on.
-type mountIdentity struct {
-	uniqueID uint64 // 0 before Linux 6.8
-	id       uint64
-	dev      uint64 // st_dev: the superblock
-	root     bool   // the file is the root of its mount
-}
-
-// identify asks statx about name in dirfd (name "": dirfd itself),
-// without following a symlink or triggering an automount.
-func identify(dirfd int, name string) (mountIdentity, error) {
-	var mi mountIdentity
-	// AT_STATX_DONT_SYNC, and only mount IDs asked for: a FUSE daemon
-	// mounted on the directory that stopped answering is never asked.
-	flags := unix.AT_SYMLINK_NOFOLLOW | unix.AT_NO_AUTOMOUNT | unix.AT_STATX_DONT_SYNC
-	if name == "" {
-		flags |= unix.AT_EMPTY_PATH
-	}
-	var sx unix.Statx_t
-	err := fsat.Retry(func() error { return unix.Statx(dirfd, name, flags, unix.STATX_MNT_ID_UNIQUE, &sx) })
-	if err != nil {
-		return mi, err
-	}
-	if sx.Mask&unix.STATX_MNT_ID_UNIQUE != 0 {
-		mi.uniqueID = sx.Mnt_id
-	}
-	err = fsat.Retry(func() error { return unix.Statx(dirfd, name, flags, unix.STATX_MNT_ID, &sx) })
-	if err != nil {
-		return mi, err
-	}
-	if sx.Mask&unix.STATX_MNT_ID == 0 || sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 {
-		return mi, fmt.Errorf("statx gives no mount ID or mount-root attribute (Linux < 5.8): %w", errors.ErrUnsupported)
-	}
-	mi.id = sx.Mnt_id
-	mi.dev = unix.Mkdev(sx.Dev_major, sx.Dev_minor)
-	mi.root = sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
-	return mi, nil
-}
+// bothIDs is what the volume's identity checks ask fsat.StatMount: the
+// unique mount ID to compare mounts by where the kernel has one, and the
+// classic one to find the mount in the mount table (and record it).
+const bothIDs = fsat.MountKey | fsat.TableID
 
 // provenBy reports whether the mount identified by mi, listed in the mount
 // table with fsType and source, is the one rec recorded for the volume vol
@@ -310,7 +276,7 @@ func identify(dirfd int, name string) (mountIdentity, error) {
 // the classic ID and the device — except in a pending record (written
 // before an embedder's mounter made the mount, which a crash interrupted
 // before its IDs were recorded), where the source is all there is.
-func (rec *MountRecord) provenBy(mi mountIdentity, fsType, source string, r volRef) bool {
+func (rec *MountRecord) provenBy(mi fsat.MountStat, fsType, source string, r volRef) bool {
 	if fsType != "tmpfs" && fsType != "hugetlbfs" {
 		return false // SetUp makes nothing else; a FUSE or overlay mount may name any source
 	}
@@ -322,9 +288,9 @@ func (rec *MountRecord) provenBy(mi mountIdentity, fsType, source string, r volR
 
 // pin returns the pending record rec completed with the IDs of the mount
 // mi, which has proven to be its mount.
-func (rec *MountRecord) pin(mi mountIdentity) MountRecord {
+func (rec *MountRecord) pin(mi fsat.MountStat) MountRecord {
 	r := *rec
-	r.UniqueID, r.ID, r.Dev, r.Pending = mi.uniqueID, mi.id, mi.dev, false
+	r.UniqueID, r.ID, r.Dev, r.Pending = mi.UniqueID, mi.ID, mi.Dev, false
 	return r
 }
 
@@ -437,7 +403,7 @@ func isSourceFor(s string, r volRef) bool {
 // a single mount there, proven by the mount table's type and source and
 // the mount ID.
 func recordedMountOn(e entry, path string, rec *MountRecord, r volRef) (bool, error) {
-	if rec == nil || !e.mi.root {
+	if rec == nil || !e.mi.Root {
 		return false, nil
 	}
 	tab, err := mountdetect.ReadMountTable()
@@ -451,16 +417,16 @@ func recordedMountOn(e entry, path string, rec *MountRecord, r volRef) (bool, er
 	if len(at) != 1 || !rec.provenBy(e.mi, at[0].FSType, at[0].Source, r) {
 		return false, nil
 	}
-	why, _ := soleWholeMount(tab, rec, e.mi.id)
+	why, _ := soleWholeMount(tab, rec, e.mi.ID)
 	return why == "", nil
 }
 
-// describe names a mount identity for messages.
-func (mi mountIdentity) describe() string {
-	if mi.uniqueID != 0 {
-		return fmt.Sprintf("mount ID %d (unique %#x)", mi.id, mi.uniqueID)
+// describeMount names a mount identity for messages.
+func describeMount(mi fsat.MountStat) string {
+	if mi.UniqueID != 0 {
+		return fmt.Sprintf("mount ID %d (unique %#x)", mi.ID, mi.UniqueID)
 	}
-	return fmt.Sprintf("mount ID %d", mi.id)
+	return fmt.Sprintf("mount ID %d", mi.ID)
 }
 
 // entry is the volume directory as lstat sees it, opened when it is a
@@ -468,7 +434,7 @@ func (mi mountIdentity) describe() string {
 type entry struct {
 	kind entryKind
 	fd   int // entryDir only; -1 otherwise
-	mi   mountIdentity
+	mi   fsat.MountStat
 }
 
 func (v *podVolume) openEntry() (entry, error) {
@@ -479,29 +445,26 @@ func (v *podVolume) openEntry() (entry, error) {
 	// The type from statx with AT_STATX_DONT_SYNC, not lstat: the volume
 	// directory may have a FUSE filesystem mounted on it whose daemon
 	// does not answer, and nothing here may ask it anything.
-	var sx unix.Statx_t
-	err := fsat.Retry(func() error {
-		return unix.Statx(v.vols.Fd(), v.name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &sx)
-	})
+	st, err := fsat.StatMount(v.vols.Fd(), v.name, 0)
 	switch {
 	case err == unix.ENOENT:
 		return e, nil
 	case err != nil:
 		return e, &os.PathError{Op: "statx", Path: v.dir, Err: err}
 	}
-	switch uint32(sx.Mode) & unix.S_IFMT {
+	switch st.Mode {
 	case unix.S_IFDIR:
 	case unix.S_IFLNK:
 		e.kind = entrySymlink
 		return e, nil
 	default:
 		e.kind = entryOther
-		if e.mi, err = identify(v.vols.Fd(), v.name); err != nil {
+		if e.mi, err = fsat.StatMount(v.vols.Fd(), v.name, bothIDs); err != nil {
 			return e, &os.PathError{Op: "statx", Path: v.dir, Err: err}
 		}
 		return e, nil
 	}
-	if e.mi, err = identify(v.vols.Fd(), v.name); err != nil {
+	if e.mi, err = fsat.StatMount(v.vols.Fd(), v.name, bothIDs); err != nil {
 		if err == unix.ENOENT {
 			return entry{fd: -1}, nil
 		}
@@ -511,7 +474,7 @@ func (v *podVolume) openEntry() (entry, error) {
 	// FUSE daemon would be asked to open it). Only what the plan proves to
 	// be the volume's own mount is asked anything (fstatfs) afterwards.
 	flags := unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW
-	if e.mi.root {
+	if e.mi.Root {
 		flags = unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW
 	}
 	fd, err := fsat.Openat(v.vols.Fd(), v.name, flags, 0)
@@ -525,12 +488,12 @@ func (v *podVolume) openEntry() (entry, error) {
 	default:
 		return e, &os.PathError{Op: "openat", Path: v.dir, Err: err}
 	}
-	mi, err := identify(fd, "")
+	mi, err := fsat.StatMount(fd, "", bothIDs)
 	if err != nil {
 		unix.Close(fd)
 		return e, &os.PathError{Op: "statx", Path: v.dir, Err: err}
 	}
-	if mi != e.mi {
+	if !mi.SameMount(e.mi) {
 		unix.Close(fd)
 		return e, &os.PathError{Op: "openat", Path: v.dir, Err: errors.New("changed while examined")}
 	}

@@ -5,10 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"unsafe"
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/internal/fsat"
 )
 
 // PropagationOf reports the propagation of the mount that holds path in
@@ -27,26 +30,29 @@ import (
 // (statx's STATX_MNT_ID: Linux 5.8). The answer is about the moment of
 // the call.
 func PropagationOf(path string) (Propagation, error) {
-	var sx unix.Statx_t
-	if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_STATX_SYNC_AS_STAT, unix.STATX_MNT_ID_UNIQUE, &sx); err != nil {
+	// Opened once (symlinks followed), so that both IDs are of one file.
+	fd, err := fsat.Openat(unix.AT_FDCWD, path, unix.O_PATH, 0)
+	if err != nil {
+		return Propagation{}, fmt.Errorf("propagation of %s: %w", path, &os.PathError{Op: "open", Path: path, Err: err})
+	}
+	defer unix.Close(fd)
+	s, err := statMount(fd, "", fsat.MountKey)
+	if err != nil {
 		return Propagation{}, fmt.Errorf("propagation of %s: statx: %w", path, err)
 	}
-	if sx.Mask&unix.STATX_MNT_ID_UNIQUE != 0 {
-		p, err := statmountPropagation(sx.Mnt_id)
+	if s.UniqueID != 0 {
+		p, err := statmountPropagation(s.UniqueID)
 		if err == nil || !errors.Is(err, ErrUnsupported) {
 			if err != nil {
 				err = fmt.Errorf("propagation of %s: %w", path, err)
 			}
 			return p, err
 		}
+		if s, err = statMount(fd, "", fsat.TableID); err != nil {
+			return Propagation{}, fmt.Errorf("propagation of %s: statx: %w", path, err)
+		}
 	}
-	if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_STATX_SYNC_AS_STAT, unix.STATX_MNT_ID, &sx); err != nil {
-		return Propagation{}, fmt.Errorf("propagation of %s: statx: %w", path, err)
-	}
-	if sx.Mask&unix.STATX_MNT_ID == 0 {
-		return Propagation{}, fmt.Errorf("propagation of %s: statx gives no mount ID (Linux 5.8 and later do): %w", path, ErrUnsupported)
-	}
-	id := int(sx.Mnt_id)
+	id := int(s.ID)
 	infos, err := mountinfo.GetMounts(func(i *mountinfo.Info) (skip, stop bool) { return i.ID != id, i.ID == id })
 	if err != nil {
 		return Propagation{}, fmt.Errorf("propagation of %s: %w", path, err)

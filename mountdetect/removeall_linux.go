@@ -60,12 +60,8 @@ func (w *walk) foundMount(dirfd int, name, path string) {
 	// mount itself (fstatfs) would reach its filesystem, and a FUSE daemon
 	// that stopped answering would block the walk.
 	m := Mount{MountPoint: path}
-	var sx unix.Statx_t
-	err := fsat.Retry(func() error {
-		return unix.Statx(dirfd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID, &sx)
-	})
-	if err == nil && sx.Mask&unix.STATX_MNT_ID != 0 {
-		id := int(sx.Mnt_id)
+	if s, err := fsat.StatMount(dirfd, name, fsat.TableID); err == nil {
+		id := int(s.ID)
 		if infos, err := mountinfo.GetMounts(func(i *mountinfo.Info) (skip, stop bool) { return i.ID != id, i.ID == id }); err == nil && len(infos) == 1 {
 			m.FSType, m.Source = infos[0].FSType, infos[0].Source
 		}
@@ -321,16 +317,13 @@ var errStartGone = errors.New("start directory gone")
 // nothing may be mounted beneath it. It sets w.rootMnt.
 func (w *walk) refuseMounts(pfd int, base string, fd int, shown, path string, st *unix.Stat_t) error {
 	selfMounted := false
-	if mask := w.s.statxMask(); mask != 0 {
-		var sx unix.Statx_t
-		if err := fsat.Retry(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, mask, &sx) }); err != nil {
+	if q := w.s.mountQuery(); q != 0 {
+		s, err := statMount(fd, "", q)
+		if err != nil {
 			return &os.PathError{Op: "statx", Path: shown, Err: err}
 		}
-		if sx.Mask&uint32(mask) == 0 {
-			return &os.PathError{Op: "statx", Path: shown, Err: fmt.Errorf("kernel returned no mount ID: %w", ErrUnsupported)}
-		}
-		w.rootMnt = sx.Mnt_id
-		selfMounted = sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
+		w.rootMnt = s.Key()
+		selfMounted = s.Root
 	} else {
 		mounted, _, err := childIsMountRoot(pfd, base, shown, st, w.s)
 		if errors.Is(err, unix.ENOENT) {
@@ -569,17 +562,13 @@ func (w *walk) finish(n *dirNode) (again bool) {
 // (AT_STATX_DONT_SYNC). A directory really removed has no links left or
 // its name shows something else (or nothing).
 func (w *walk) stillNamed(n *dirNode) bool {
-	const flags = unix.AT_STATX_DONT_SYNC
-	var self, named unix.Statx_t
-	if err := fsat.Retry(func() error {
-		return unix.Statx(n.fd, "", unix.AT_EMPTY_PATH|flags, unix.STATX_INO|unix.STATX_NLINK, &self)
-	}); err != nil || self.Mask&unix.STATX_NLINK != 0 && self.Nlink == 0 {
+	self, err := fsat.StatMount(n.fd, "", fsat.Usage)
+	if err != nil || self.Nlink == 0 {
 		return false
 	}
-	if err := fsat.Retry(func() error {
-		return unix.Statx(n.parent.fd, n.name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT|flags, unix.STATX_INO, &named)
-	}); err != nil {
+	named, err := fsat.StatMount(n.parent.fd, n.name, 0)
+	if err != nil {
 		return false
 	}
-	return named.Dev_major == self.Dev_major && named.Dev_minor == self.Dev_minor && named.Ino == self.Ino
+	return named.Dev == self.Dev && named.Ino == self.Ino
 }

@@ -162,16 +162,11 @@ func (t *MountTable) mountsAt(fd int, real string) (at, beneath []Mount) {
 // positionOf is where the directory open as fd (named real) lies in its
 // filesystem, found through its mount's table entry.
 func (t *MountTable) positionOf(fd int, real string) (pos string, dev uint64, ok bool) {
-	var sx unix.Statx_t
-	// AT_STATX_DONT_SYNC: the mount ID is the VFS's; a filesystem that
-	// revalidates cached attributes on every statx (CIFS) is not asked.
-	err := fsat.Retry(func() error {
-		return unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID, &sx)
-	})
-	if err != nil || sx.Mask&unix.STATX_MNT_ID == 0 {
+	s, err := fsat.StatMount(fd, "", fsat.TableID)
+	if err != nil {
 		return "", 0, false
 	}
-	i, ok := t.byID[int(sx.Mnt_id)]
+	i, ok := t.byID[int(s.ID)]
 	if !ok {
 		return "", 0, false // mounted after the table was read
 	}
@@ -197,24 +192,20 @@ func (t *MountTable) nestedMounts(path string) ([]Mount, error) {
 // hugePageSizeOf is hugePageSizeOf from the table: the pagesize= option of
 // the mount (found by the mount ID statx reports) that fd is on.
 func (t *MountTable) hugePageSizeOf(fd int, path string) (int64, error) {
-	var sx unix.Statx_t
-	err := fsat.Retry(func() error {
-		return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &sx)
-	})
-	if err != nil || sx.Mask&unix.STATX_MNT_ID == 0 {
+	s, err := fsat.StatMount(fd, "", fsat.TableID)
+	if err != nil {
 		return hugePageSizeOf(fd, path) // no mount IDs: the slow path
 	}
-	for _, e := range t.entries {
-		if e.id != int(sx.Mnt_id) {
-			continue
-		}
-		size, _, err := ParseHugePageSize(e.options)
-		if err != nil {
-			return 0, fmt.Errorf("hugetlbfs mount %s: %w", e.MountPoint, err)
-		}
-		return size, nil
+	i, ok := t.byID[int(s.ID)]
+	if !ok {
+		return 0, nil // mounted after the table was read: fall back to the block size
 	}
-	return 0, nil // mounted after the table was read: fall back to the block size
+	e := &t.entries[i]
+	size, _, err := ParseHugePageSize(e.options)
+	if err != nil {
+		return 0, fmt.Errorf("hugetlbfs mount %s: %w", e.MountPoint, err)
+	}
+	return size, nil
 }
 
 func (t *MountTable) fromSource(source string) []SourceMount {

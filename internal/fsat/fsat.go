@@ -23,9 +23,11 @@
 // (temporary file, fsync, rename, fsync of the directory).
 //
 // It is also the one home of the low-level helpers every package of the
-// module uses: Retry (a system call retried on EINTR) and Openat (with
-// O_CLOEXEC). mountdetect and fsquota import them; fsat imports nothing
-// of the module, so no package has a cycle through it.
+// module uses: Retry (a system call retried on EINTR), Openat (with
+// O_CLOEXEC) and StatMount (a file's mount IDs, device and mount-root
+// attribute, asked without reaching its filesystem). mountdetect, fsquota
+// and the rest import them; fsat imports nothing of the module, so no
+// package has a cycle through it.
 //
 // Linux only; elsewhere every function returns ErrUnsupported.
 package fsat
@@ -61,3 +63,56 @@ var ErrInvalidComponent = errors.New("invalid path component")
 // ErrStop, returned by an EachEntry callback, ends the listing early
 // without an error.
 var ErrStop = errors.New("stop listing")
+
+// MountStat is what StatMount learns about a file and the mount it is on.
+type MountStat struct {
+	// ID is the mount's classic ID (STATX_MNT_ID, Linux 5.8), the one
+	// /proc/self/mountinfo lists, which the kernel reuses once the mount
+	// is gone. 0 when only MountKey was asked for and the kernel gave
+	// the unique ID.
+	ID uint64
+	// UniqueID is the mount's never-reused ID (STATX_MNT_ID_UNIQUE, Linux
+	// 6.8); 0 when no ID was asked for or the kernel has none.
+	UniqueID uint64
+	// Root reports whether the file is the root of its mount: something
+	// is mounted on it (false when the kernel cannot say, before 5.8).
+	Root bool
+	// Dev is the device of the file's filesystem (st_dev), Ino its inode
+	// number, Mode its type (the S_IFMT bits of st_mode).
+	Dev, Ino uint64
+	Mode     uint32
+	// Nlink and Blocks (of 512 bytes) are filled in when Usage is asked.
+	Nlink  uint32
+	Blocks uint64
+}
+
+// SameMount reports whether s and o say the same of the mount their files
+// are on: the same IDs and device, and both or neither its root.
+func (s MountStat) SameMount(o MountStat) bool {
+	return s.ID == o.ID && s.UniqueID == o.UniqueID && s.Dev == o.Dev && s.Root == o.Root
+}
+
+// Key is the ID two files' mounts are compared by: the unique ID where the
+// kernel gave one, else the classic ID.
+func (s MountStat) Key() uint64 {
+	if s.UniqueID != 0 {
+		return s.UniqueID
+	}
+	return s.ID
+}
+
+// MountQuery says what StatMount asks for besides the device, inode
+// number, type and mount-root attribute, which it always gives.
+type MountQuery uint8
+
+const (
+	// MountKey asks for the ID to compare mounts by (MountStat.Key): the
+	// unique ID where the kernel has one, else the classic ID.
+	MountKey MountQuery = 1 << iota
+	// TableID asks for the classic ID, by which the mount table lists
+	// the mount.
+	TableID
+	// Usage asks for the link count and the blocks allocated too (a
+	// disk-usage walk).
+	Usage
+)

@@ -177,9 +177,11 @@ func (d *Dir) walk(rel string, create bool, mode uint32, opts []Option) (*Dir, e
 	}
 	var mnt uint64
 	if o&SameMount != 0 {
-		if mnt, _, err = MountID(d.fd); err != nil {
+		s, err := StatMount(d.fd, "", MountKey)
+		if err != nil {
 			return nil, &os.PathError{Op: "statx", Path: d.path, Err: err}
 		}
+		mnt = s.Key()
 	}
 	cur := &Dir{fd: d.fd, path: d.path}
 	owned := false
@@ -189,8 +191,8 @@ func (d *Dir) walk(rel string, create bool, mode uint32, opts []Option) (*Dir, e
 			// mounted filesystem (a FUSE daemon that stopped answering
 			// would block). Nothing is asked of it: statx with
 			// AT_STATX_DONT_SYNC, mount IDs only.
-			id, root, err := mountIDAt(cur.fd, name)
-			if err == nil && (id != mnt || root) {
+			s, err := StatMount(cur.fd, name, MountKey)
+			if err == nil && (s.Key() != mnt || s.Root) {
 				if owned {
 					cur.Close()
 				}
@@ -206,12 +208,12 @@ func (d *Dir) walk(rel string, create bool, mode uint32, opts []Option) (*Dir, e
 		}
 		cur, owned = next, true
 		if o&SameMount != 0 {
-			id, root, err := MountID(cur.fd)
+			s, err := StatMount(cur.fd, "", MountKey)
 			if err != nil {
 				cur.Close()
 				return nil, &os.PathError{Op: "statx", Path: cur.path, Err: err}
 			}
-			if id != mnt || root {
+			if s.Key() != mnt || s.Root {
 				cur.Close()
 				return nil, &os.PathError{Op: "openat", Path: cur.path, Err: ErrOtherMount}
 			}
@@ -335,7 +337,7 @@ func (d *Dir) ReadFile(name string, max int64) ([]byte, error) {
 	p := d.Join(name)
 	// A file that is a mount point is not opened (opening reaches the
 	// mounted filesystem, which may never answer).
-	if _, root, err := mountIDAt(d.fd, name); err == nil && root {
+	if s, err := StatMount(d.fd, name, MountKey); err == nil && s.Root {
 		return nil, &os.PathError{Op: "open", Path: p, Err: ErrOtherMount}
 	}
 	fd, err := Openat(d.fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
@@ -479,31 +481,78 @@ func (d *Dir) Rmdir(name string) error {
 	return nil
 }
 
-// MountID returns the mount ID of the file fd refers to and whether it is
-// the root of its mount: the unique, never-reused ID (STATX_MNT_ID_UNIQUE,
-// Linux 6.8) where the kernel has one, else the classic one (Linux 5.8).
-// Older kernels give an error matching ErrUnsupported.
-func MountID(fd int) (id uint64, mountRoot bool, err error) { return mountIDAt(fd, "") }
+// errNoMountID is StatMount's error on a kernel whose statx gives no mount
+// ID or no mount-root attribute.
+var errNoMountID = fmt.Errorf("statx gives no mount ID or mount-root attribute (Linux < 5.8): %w", ErrUnsupported)
 
-// mountIDAt is MountID for name in dirfd (name "": dirfd itself), a
-// symlink not followed, and nothing asked of the file's filesystem
-// (AT_STATX_DONT_SYNC, mount IDs only).
-func mountIDAt(dirfd int, name string) (id uint64, mountRoot bool, err error) {
+// StatMount asks statx about the file name in dirfd (name "": dirfd
+// itself; dirfd AT_FDCWD and a path: that path) and the mount it is on:
+// the one place that queries mount IDs, so that every caller gets the same
+// flags, the same EINTR retry and the same kernel fallbacks. A symlink is
+// not followed, an automount not triggered, and nothing is asked of the
+// file's filesystem (AT_STATX_DONT_SYNC: a FUSE filesystem whose daemon
+// stopped answering is not asked; mount IDs, the mount-root attribute,
+// the device, inode number and type are the VFS's own).
+//
+// q says which IDs to ask for. MountKey is one statx call on any kernel:
+// the unique ID on Linux 6.8 and later, the classic one before. TableID
+// with MountKey costs a second call on Linux 6.8 and later. A query for an
+// ID on a kernel that gives none (before Linux 5.8) fails with an error
+// matching ErrUnsupported; statx's own errors are returned as the errno.
+func StatMount(dirfd int, name string, q MountQuery) (MountStat, error) {
 	flags := unix.AT_SYMLINK_NOFOLLOW | unix.AT_NO_AUTOMOUNT | unix.AT_STATX_DONT_SYNC
 	if name == "" {
 		flags |= unix.AT_EMPTY_PATH
 	}
-	for _, mask := range []int{unix.STATX_MNT_ID_UNIQUE, unix.STATX_MNT_ID} {
-		var sx unix.Statx_t
-		err := Retry(func() error { return unix.Statx(dirfd, name, flags, mask, &sx) })
-		if err != nil {
-			return 0, false, err
-		}
-		if sx.Mask&uint32(mask) != 0 && sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 {
-			return sx.Mnt_id, sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, nil
-		}
+	mask := unix.STATX_TYPE | unix.STATX_INO
+	if q&Usage != 0 {
+		mask |= unix.STATX_NLINK | unix.STATX_BLOCKS
 	}
-	return 0, false, fmt.Errorf("statx gives no mount ID or mount-root attribute (Linux < 5.8): %w", ErrUnsupported)
+	switch {
+	case q&MountKey != 0:
+		// A kernel before 6.8 ignores the bit it does not know and
+		// answers STATX_MNT_ID; one from 6.8 on answers the unique ID
+		// only, even when asked for both.
+		mask |= unix.STATX_MNT_ID_UNIQUE
+	case q&TableID != 0:
+		mask |= unix.STATX_MNT_ID
+	}
+	var sx unix.Statx_t
+	if err := Retry(func() error { return unix.Statx(dirfd, name, flags, mask, &sx) }); err != nil {
+		return MountStat{}, err
+	}
+	s := MountStat{
+		Root: sx.Attributes_mask&sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0,
+		Dev:  unix.Mkdev(sx.Dev_major, sx.Dev_minor),
+		Ino:  sx.Ino,
+		Mode: uint32(sx.Mode) & unix.S_IFMT,
+	}
+	if q&Usage != 0 {
+		s.Nlink, s.Blocks = sx.Nlink, sx.Blocks
+	}
+	if q&(MountKey|TableID) == 0 {
+		return s, nil
+	}
+	switch {
+	case sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0:
+		return MountStat{}, errNoMountID
+	case sx.Mask&unix.STATX_MNT_ID_UNIQUE != 0:
+		s.UniqueID = sx.Mnt_id
+	case sx.Mask&unix.STATX_MNT_ID != 0:
+		s.ID = sx.Mnt_id
+	default:
+		return MountStat{}, errNoMountID
+	}
+	if q&TableID != 0 && s.ID == 0 {
+		if err := Retry(func() error { return unix.Statx(dirfd, name, flags, unix.STATX_MNT_ID, &sx) }); err != nil {
+			return MountStat{}, err
+		}
+		if sx.Mask&unix.STATX_MNT_ID == 0 {
+			return MountStat{}, errNoMountID
+		}
+		s.ID = sx.Mnt_id
+	}
+	return s, nil
 }
 
 // Entry is a directory entry: its name and its type as lstat sees it.

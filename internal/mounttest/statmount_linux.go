@@ -7,6 +7,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/internal/fsat"
 )
 
 // A mount's classic ID (statx STATX_MNT_ID, the first field of mountinfo)
@@ -20,17 +22,17 @@ import (
 // mount root, and skips it (fails under CI=true) before Linux 6.8.
 func UniqueMountID(t testing.TB, path string) uint64 {
 	t.Helper()
-	var sx unix.Statx_t
-	if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID_UNIQUE, &sx); err != nil {
+	s, err := fsat.StatMount(unix.AT_FDCWD, path, fsat.MountKey)
+	if err != nil {
 		t.Fatalf("statx %s: %v", path, err)
 	}
-	if sx.Mask&unix.STATX_MNT_ID_UNIQUE == 0 {
+	if s.UniqueID == 0 {
 		Skip(t, "the kernel has no unique mount IDs (Linux < 6.8)")
 	}
-	if sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT == 0 {
+	if !s.Root {
 		t.Fatalf("%s is not a mount root", path)
 	}
-	return sx.Mnt_id
+	return s.UniqueID
 }
 
 // MountPointOfUnique returns where the mount with the unique ID id is
