@@ -58,3 +58,6 @@ func (d *Dir) Rmdir(name string) error { return ErrUnsupported }
 func StatMount(dirfd int, name string, q MountQuery) (MountStat, error) {
 	return MountStat{}, ErrUnsupported
 }
+
+// StatmountOf returns ErrUnsupported.
+func StatmountOf(id uint64) (Statmount, error) { return Statmount{}, ErrUnsupported }

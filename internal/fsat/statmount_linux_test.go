@@ -115,3 +115,44 @@ func TestStatMount(t *testing.T) {
 		t.Errorf("StatMount(missing) = %v; want ENOENT", err)
 	}
 }
+
+// TestStatmountOf: statmount(2) names the mount StatMount's unique ID
+// stands for (its mount point and classic ID, its propagation), and a
+// mount that is gone is ENOENT.
+func TestStatmountOf(t *testing.T) {
+	mounttest.RequireMounts(t)
+	m := filepath.Join(t.TempDir(), "m")
+	mounttest.Build(t, filepath.Dir(m), "dir m")
+	mounttest.Tmpfs(t, m, "size=64k")
+	real, err := filepath.EvalSymlinks(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("", m, "", unix.MS_SHARED, ""); err != nil {
+		t.Fatal(err)
+	}
+	s, err := fsat.StatMount(unix.AT_FDCWD, m, fsat.MountKey|fsat.TableID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.UniqueID == 0 {
+		mounttest.Skip(t, "the kernel has no unique mount IDs (Linux < 6.8)")
+	}
+	got, err := fsat.StatmountOf(s.UniqueID)
+	if errors.Is(err, fsat.ErrUnsupported) {
+		mounttest.Skip(t, "the kernel has no statmount (Linux < 6.8)")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.MountPoint != real || got.ID != s.ID || got.UniqueID != s.UniqueID {
+		t.Errorf("StatmountOf(%#x) = %+v; want mount point %s, ID %d", s.UniqueID, got, real, s.ID)
+	}
+	if got.Propagation&unix.MS_SHARED == 0 || got.PeerGroup == 0 {
+		t.Errorf("StatmountOf(%#x) = %+v; want a shared mount with its peer group", s.UniqueID, got)
+	}
+	mounttest.Unmount(t, m)
+	if _, err := fsat.StatmountOf(s.UniqueID); !errors.Is(err, unix.ENOENT) {
+		t.Errorf("StatmountOf(%#x) after the unmount = %v; want ENOENT", s.UniqueID, err)
+	}
+}
