@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/nodevol/nodevol/internal/fsat"
@@ -191,12 +190,10 @@ func detectFd(fd int, path string, tab *MountTable) (FSInfo, error) {
 		return info, err
 	}
 	if info.Magic == MagicHugetlbfs {
-		var size int64
-		if tab != nil {
-			size, err = tab.hugePageSizeOf(fd, path)
-		} else {
-			size, err = hugePageSizeOf(fd, path)
+		if tab, err = tab.OrRead(); err != nil {
+			return info, err
 		}
+		size, err := tab.hugePageSizeOf(fd, path)
 		if err != nil {
 			return info, err
 		}
@@ -220,45 +217,6 @@ func fdIsMountRoot(fd int, path string) (mounted, sure bool, err error) {
 		return false, false, err
 	}
 	return isMountPoint(real, strategyOpenat2)
-}
-
-// hugePageSizeOf reads the pagesize= option of the hugetlbfs mount fd is on.
-// It returns 0 when the mount has no such option.
-func hugePageSizeOf(fd int, path string) (int64, error) {
-	var filter mountinfo.FilterFunc
-	if s, err := fsat.StatMount(fd, "", fsat.TableID); err == nil {
-		id := int(s.ID)
-		filter = func(m *mountinfo.Info) (skip, stop bool) { return m.ID != id, m.ID == id }
-	} else {
-		real, err := fdPath(fd, path)
-		if err != nil {
-			return 0, err
-		}
-		// Without mount IDs take the last (topmost) hugetlbfs mount on the
-		// longest mount point that contains the path.
-		filter = func(m *mountinfo.Info) (bool, bool) {
-			return m.FSType != "hugetlbfs" || !within(real, m.Mountpoint), false
-		}
-	}
-	mounts, err := mountinfo.GetMounts(filter)
-	if err != nil {
-		return 0, fmt.Errorf("read mount table for %s: %w", path, err)
-	}
-	if len(mounts) == 0 {
-		return 0, nil
-	}
-	slices.SortStableFunc(mounts, func(a, b *mountinfo.Info) int { return len(a.Mountpoint) - len(b.Mountpoint) })
-	m := mounts[len(mounts)-1]
-	for _, opts := range []string{m.VFSOptions, m.Options} {
-		size, ok, err := ParseHugePageSize(opts)
-		if err != nil {
-			return 0, fmt.Errorf("hugetlbfs mount %s: %w", m.Mountpoint, err)
-		}
-		if ok {
-			return size, nil
-		}
-	}
-	return 0, nil
 }
 
 // within reports whether path is dir or beneath it. Both must be clean.
@@ -363,10 +321,8 @@ func childIsMountRoot(pfd int, name, path string, st *unix.Stat_t, s strategy) (
 	case strategyMountinfo:
 		real, err := fdPath(pfd, filepath.Dir(path))
 		if err == nil {
-			target := filepath.Join(real, name)
-			mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(target))
-			if err == nil {
-				return len(mounts) > 0, true, nil
+			if t, err := readMountTable(); err == nil {
+				return t.mountedOn(filepath.Join(real, name)), true, nil
 			}
 		}
 		fallthrough
@@ -388,24 +344,24 @@ func nestedMounts(path string) ([]Mount, error) {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
-	_, nested, _, err := mountsAtAndBeneath(fd, path)
+	_, nested, _, _, err := mountsAtAndBeneath(fd, path)
 	return nested, err
 }
 
 // mountsAtAndBeneath reads the mount table once and returns
 // MountsAtFile's answer for the directory fd, with the kernel's name for
-// fd that in-tree mounts are named under.
-func mountsAtAndBeneath(fd int, path string) (at, beneath []Mount, real string, err error) {
+// fd that in-tree mounts are named under, and the table.
+func mountsAtAndBeneath(fd int, path string) (at, beneath []Mount, real string, t *MountTable, err error) {
 	real, err = fdPath(fd, path)
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("resolve %s: %w", path, err)
+		return nil, nil, "", nil, fmt.Errorf("resolve %s: %w", path, err)
 	}
-	t, err := readMountTable()
+	t, err = readMountTable()
 	if err != nil {
-		return nil, nil, "", err
+		return nil, nil, "", nil, err
 	}
 	at, beneath = t.mountsAt(fd, real)
-	return at, beneath, real, nil
+	return at, beneath, real, t, nil
 }
 
 // renameWithin renames the mount points at or beneath the directory from

@@ -57,11 +57,10 @@ func (t *MountTable) BindWithin(fd int, path string, dirFd int, dirPath string) 
 	if t, err = t.OrRead(); err != nil {
 		return false, err
 	}
-	i, ok := t.byID[int(s.ID)]
+	m, ok := t.byMountID(int(s.ID))
 	if !ok {
 		return false, fmt.Errorf("%s: mount %d is not in the mount table (mounted since it was read)", path, s.ID)
 	}
-	m := &t.entries[i]
 	realDir, err := fdPath(dirFd, dirPath)
 	if err != nil {
 		return false, fmt.Errorf("resolve %s: %w", dirPath, err)
@@ -93,9 +92,9 @@ func (t *MountTable) MountOfFile(fd int, path string) (m Mount, root, ok bool, e
 	if t, err = t.OrRead(); err != nil {
 		return Mount{}, root, false, err
 	}
-	i, ok := t.byID[int(s.ID)]
+	e, ok := t.byMountID(int(s.ID))
 	if !ok {
 		return Mount{}, root, false, nil
 	}
-	return t.entries[i].Mount, root, true, nil
+	return e.Mount, root, true, nil
 }

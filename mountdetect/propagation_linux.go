@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/nodevol/nodevol/internal/fsat"
@@ -50,19 +49,20 @@ func PropagationOf(path string) (Propagation, error) {
 		}
 	}
 	id := int(s.ID)
-	infos, err := mountinfo.GetMounts(func(i *mountinfo.Info) (skip, stop bool) { return i.ID != id, i.ID == id })
+	t, err := readMountTable()
 	if err != nil {
 		return Propagation{}, fmt.Errorf("propagation of %s: %w", path, err)
 	}
-	if len(infos) != 1 {
+	e, ok := t.byMountID(id)
+	if !ok {
 		// Unmounted between the two calls.
 		return Propagation{}, fmt.Errorf("propagation of %s: mount %d is not in the mount table", path, id)
 	}
-	p, err := parsePropagation(infos[0].Optional)
+	p, err := parsePropagation(e.optional)
 	if err != nil {
 		return Propagation{}, fmt.Errorf("propagation of %s: %w", path, err)
 	}
-	p.MountPoint, p.ID = infos[0].Mountpoint, id
+	p.MountPoint, p.ID = e.MountPoint, id
 	return p, nil
 }
 

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/nodevol/nodevol/internal/fsat"
@@ -51,24 +50,52 @@ func errPath(err error) string {
 	return err.Error()
 }
 
-// foundMount records a mount met during the walk; describe fills in its
-// filesystem type when it can (the entry is opened O_PATH, which does
-// nothing to it).
+// metMount is a mount the walk met, with its ID for the mount table.
+type metMount struct {
+	Mount
+	id int // 0: unknown
+}
+
+// foundMount records a mount met during the walk, with the mount ID statx
+// gives for it (nothing is asked of its filesystem: a FUSE daemon that
+// stopped answering would block the walk). Its type and source are the
+// mount table's, looked up once the walk is over (crossedMounts).
 func (w *walk) foundMount(dirfd int, name, path string) {
-	// Its type and source come from the mount table, found by the mount
-	// ID statx gives (AT_STATX_DONT_SYNC, nothing else asked): asking the
-	// mount itself (fstatfs) would reach its filesystem, and a FUSE daemon
-	// that stopped answering would block the walk.
-	m := Mount{MountPoint: path}
+	m := metMount{Mount: Mount{MountPoint: path}}
 	if s, err := fsat.StatMount(dirfd, name, fsat.TableID); err == nil {
-		id := int(s.ID)
-		if infos, err := mountinfo.GetMounts(func(i *mountinfo.Info) (skip, stop bool) { return i.ID != id, i.ID == id }); err == nil && len(infos) == 1 {
-			m.FSType, m.Source = infos[0].FSType, infos[0].Source
-		}
+		m.id = int(s.ID)
 	}
 	w.mu.Lock()
 	w.crossed = append(w.crossed, m)
 	w.mu.Unlock()
+}
+
+// crossedMounts is the mounts the walk met, sorted, with their type and
+// source from the mount table by ID: the table read before the walk, and
+// for mounts it does not list (made during the walk) one read more, at
+// most, for all of them. (A classic ID is reused once its mount is gone:
+// a mount unmounted during the walk may be described by its successor's
+// type. The description is for people; nothing is decided by it.)
+func (w *walk) crossedMounts() []Mount {
+	out := make([]Mount, len(w.crossed))
+	tab, reread := w.tab, w.tab == nil
+	for i, m := range w.crossed {
+		out[i] = m.Mount
+		if m.id == 0 {
+			continue
+		}
+		e, ok := tab.byMountID(m.id)
+		if !ok && !reread {
+			tab, _ = readMountTable()
+			reread = true
+			e, ok = tab.byMountID(m.id)
+		}
+		if ok {
+			out[i].FSType, out[i].Source = e.FSType, e.Source
+		}
+	}
+	sortMounts(out)
+	return out
 }
 
 func (w *walk) abort(err error) {
@@ -83,8 +110,7 @@ func (w *walk) abort(err error) {
 func (w *walk) result(path string) error {
 	var errs []error
 	if len(w.crossed) > 0 {
-		sortMounts(w.crossed)
-		errs = append(errs, &CrossesMountError{Path: path, Mounts: w.crossed, DuringWalk: true})
+		errs = append(errs, &CrossesMountError{Path: path, Mounts: w.crossedMounts(), DuringWalk: true})
 	}
 	w.trimErrors()
 	errs = append(errs, w.errs...)
@@ -278,7 +304,7 @@ func (w *walk) removeDenied(pfd int, base, shown, path string, st *unix.Stat_t) 
 		return denied
 	case unix.EBUSY:
 		w.foundMount(pfd, base, shown)
-		return &CrossesMountError{Path: path, Mounts: w.crossed}
+		return &CrossesMountError{Path: path, Mounts: w.crossedMounts()}
 	case unix.ENOTDIR:
 		return removeEntry(pfd, base, shown)
 	default:
@@ -295,12 +321,12 @@ func (w *walk) removeFile(pfd int, base, shown, path string, st *unix.Stat_t) er
 	}
 	if mounted || !sure {
 		w.foundMount(pfd, base, shown)
-		return &CrossesMountError{Path: path, Mounts: w.crossed}
+		return &CrossesMountError{Path: path, Mounts: w.crossedMounts()}
 	}
 	if err := removeEntry(pfd, base, shown); err != nil {
 		if errors.Is(err, unix.EBUSY) {
 			w.foundMount(pfd, base, shown)
-			return &CrossesMountError{Path: path, Mounts: w.crossed}
+			return &CrossesMountError{Path: path, Mounts: w.crossedMounts()}
 		}
 		return err
 	}
@@ -336,17 +362,18 @@ func (w *walk) refuseMounts(pfd int, base string, fd int, shown, path string, st
 		}
 		selfMounted = mounted
 	}
-	at, beneath, real, err := mountsAtAndBeneath(fd, shown)
+	at, beneath, real, tab, err := mountsAtAndBeneath(fd, shown)
 	if err != nil {
 		return fmt.Errorf("remove %s: list mounts: %w", path, err)
 	}
+	w.tab = tab
 	// Name the mounts as the caller names the tree, as mounts met during
 	// the walk are named.
 	renameWithin(at, real, shown)
 	renameWithin(beneath, real, shown)
 	if selfMounted && len(at) == 0 {
 		w.foundMount(pfd, base, shown)
-		at = w.crossed
+		at = w.crossedMounts()
 	}
 	if len(at) > 0 || len(beneath) > 0 {
 		return &CrossesMountError{Path: path, Mounts: append(at, beneath...)}

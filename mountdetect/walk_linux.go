@@ -147,9 +147,10 @@ type walk struct {
 	growBatches bool
 
 	mu      sync.Mutex
-	crossed []Mount
-	errs    []error // the failures with the smallest paths (see fail)
-	dropped int     // failures beyond maxErrors, no longer held
+	crossed []metMount
+	tab     *MountTable // read before the walk (crossedMounts); nil: none yet
+	errs    []error     // the failures with the smallest paths (see fail)
+	dropped int         // failures beyond maxErrors, no longer held
 	aborted atomic.Bool
 }
 
