@@ -140,17 +140,17 @@ func (m *mounter) mountElsewhere(meta *Metadata) error {
 // a plain directory for Default, the recorded mount for the others.
 func (m *mounter) inPlace(v *podVolume, plan setupPlan, meta *Metadata) (bool, error) {
 	e, err := v.openEntry()
-	defer e.close()
 	if err != nil || e.kind != entryDir {
-		return false, err
+		return false, err // nothing open
 	}
+	defer e.Close()
 	if plan.medium == volume.MediumDefault {
-		if e.mi.Root {
+		if e.Root {
 			return false, nil
 		}
 		return m.quotaInPlace(e, meta)
 	}
-	if !e.mi.Root || meta == nil || meta.Medium != plan.medium || (plan.medium == volume.MediumHugePages && meta.HugePageSize != plan.pageSize) {
+	if !e.Root || meta == nil || meta.Medium != plan.medium || (plan.medium == volume.MediumHugePages && meta.HugePageSize != plan.pageSize) {
 		return false, nil
 	}
 	if meta.Mount != nil && meta.Mount.Pending {
@@ -173,7 +173,7 @@ func (m *mounter) quotaInPlace(e entry, meta *Metadata) (bool, error) {
 	if meta.QuotaPending {
 		return false, nil
 	}
-	u, err := m.plugin.quotas.Usage(e.fd, m.dir)
+	u, err := m.plugin.quotas.Usage(e.Fd, m.dir)
 	switch {
 	case errors.Is(err, errors.ErrUnsupported):
 		// The filesystem has no project quotas any more (remounted
@@ -192,7 +192,7 @@ func (m *mounter) quotaInPlace(e entry, meta *Metadata) (bool, error) {
 func (m *mounter) openDir(v *podVolume, mode uint32, what string) (entry, error) {
 	err := fsat.Retry(func() error { return unix.Mkdirat(v.vols.Fd(), v.name, mode) })
 	if err != nil && err != unix.EEXIST {
-		return entry{fd: -1}, &os.PathError{Op: "mkdirat", Path: m.dir, Err: err}
+		return noEntry, &os.PathError{Op: "mkdirat", Path: m.dir, Err: err}
 	}
 	e, err := v.openEntry()
 	if err != nil {
@@ -213,14 +213,14 @@ func (m *mounter) setUpDir(logger klog.Logger, v *podVolume, plan setupPlan, arg
 	// Created owner-only: the plan's mode is set by setMode below, so no
 	// instant shows the directory more open than the spec asks.
 	e, err := m.openDir(v, 0o700, "a Default-medium volume")
-	defer e.close()
 	if err != nil {
 		return err
 	}
-	if e.mi.Root {
+	defer e.Close()
+	if e.Root {
 		return fmt.Errorf("something is mounted on %s, which a Default-medium volume never is; not using it", m.dir)
 	}
-	if err := m.setMode(e.fd, plan, args); err != nil {
+	if err := m.setMode(e.Fd, plan, args); err != nil {
 		return err
 	}
 	v.hook.At(testhook.SetUpDirCreated, m.dir)
@@ -230,7 +230,7 @@ func (m *mounter) setUpDir(logger klog.Logger, v *podVolume, plan setupPlan, arg
 		// may name the directory until its ID is recorded, the record
 		// says a project may exist, and which directory it is on.
 		var st unix.Stat_t
-		if err := unix.Fstat(e.fd, &st); err != nil {
+		if err := unix.Fstat(e.Fd, &st); err != nil {
 			return &os.PathError{Op: "fstat", Path: m.dir, Err: err}
 		}
 		meta.QuotaDirDev, meta.QuotaDirIno = uint64(st.Dev), st.Ino
@@ -240,7 +240,7 @@ func (m *mounter) setUpDir(logger klog.Logger, v *podVolume, plan setupPlan, arg
 			return fmt.Errorf("record metadata: %w", err)
 		}
 		v.hook.At(testhook.SetUpQuotaIntent, m.dir)
-		project, err := m.plugin.quotas.Assign(e.fd, m.dir, m.source.SizeLimit)
+		project, err := m.plugin.quotas.Assign(e.Fd, m.dir, m.source.SizeLimit)
 		switch {
 		case errors.Is(err, errors.ErrUnsupported):
 			// No project quotas on this filesystem: usage is measured by
@@ -314,14 +314,14 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 	}
 	e, err := m.openDir(v, 0o750, fstype)
 	if err != nil {
-		e.close()
+		e.Close()
 		return err
 	}
-	if !e.mi.Root {
+	if !e.Root {
 		v.hook.At(testhook.SetUpDirCreated, m.dir)
 	}
-	if e.mi.Root {
-		defer e.close()
+	if e.Root {
+		defer e.Close()
 		if old != nil && old.Medium == plan.medium {
 			ours, err := recordedMountOn(e, m.dir, old.Mount, m.ref)
 			if err != nil {
@@ -333,16 +333,16 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 					// A SetUp through the embedder's mounter stopped
 					// between the mount and recording its identity.
 					pinned := *old
-					rec := old.Mount.pin(e.mi)
+					rec := old.Mount.pin(e.MountStat)
 					pinned.Mount = &rec
 					if err := v.writeMeta(&pinned); err != nil {
 						return fmt.Errorf("record metadata: %w", err)
 					}
 				}
-				return m.setMode(e.fd, plan, args)
+				return m.setMode(e.Fd, plan, args)
 			}
 		}
-		return fmt.Errorf("%s is already a mount point (%s) that SetUp did not record; not mounting %s over it", m.dir, describeMount(e.mi), fstype)
+		return fmt.Errorf("%s is already a mount point (%s) that SetUp did not record; not mounting %s over it", m.dir, describeMount(e.MountStat), fstype)
 	}
 	if old != nil && old.Mount != nil {
 		// The directory as opened is not a mount root; SetUp's check
@@ -351,13 +351,13 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 		// mount with the recorded source is elsewhere: a new mount and
 		// record would leave it mounted for good.
 		if err := m.mountElsewhere(old); err != nil {
-			e.close()
+			e.Close()
 			return err
 		}
 	}
 	var under unix.Stat_t
-	if err := unix.Fstat(e.fd, &under); err != nil {
-		e.close()
+	if err := unix.Fstat(e.Fd, &under); err != nil {
+		e.Close()
 		return &os.PathError{Op: "fstat", Path: m.dir, Err: err}
 	}
 	if sm := m.plugin.host.Mounter(); sm != nil {
@@ -370,31 +370,31 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 		pending := &MountRecord{FSType: fstype, Source: source, DirDev: under.Dev, DirIno: under.Ino, Pending: true}
 		meta.Mount = pending
 		if err := v.writeMeta(meta); err != nil {
-			e.close()
+			e.Close()
 			return fmt.Errorf("record metadata: %w", err)
 		}
 		v.hook.At(testhook.SetUpMetadataWritten, m.dir)
-		err := sm.Mount(source, "/proc/self/fd/"+strconv.Itoa(e.fd), fstype, opts)
-		e.close()
+		err := sm.Mount(source, "/proc/self/fd/"+strconv.Itoa(e.Fd), fstype, opts)
+		e.Close()
 		if err != nil {
 			return fmt.Errorf("mount %s on %s (options %v): %w", fstype, m.dir, opts, err)
 		}
 		v.hook.At(testhook.SetUpMounted, m.dir)
 		top, err := v.openEntry()
-		defer top.close()
 		if err != nil {
 			return err
 		}
+		defer top.Close()
 		meta.Mount = nil
-		if top.kind == entryDir && top.mi.Root {
+		if top.kind == entryDir && top.Root {
 			ours, err := recordedMountOn(top, m.dir, pending, m.ref)
 			if err != nil {
 				return err
 			}
 			if !ours {
-				return fmt.Errorf("after mounting %s (source %s) on %s, the directory shows something else (%s)", fstype, source, m.dir, describeMount(top.mi))
+				return fmt.Errorf("after mounting %s (source %s) on %s, the directory shows something else (%s)", fstype, source, m.dir, describeMount(top.MountStat))
 			}
-			rec := pending.pin(top.mi)
+			rec := pending.pin(top.MountStat)
 			meta.Mount = &rec
 		}
 		if err := v.writeMeta(meta); err != nil {
@@ -402,13 +402,13 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 		}
 		v.hook.At(testhook.SetUpMountRecorded, m.dir)
 		if top.kind == entryDir {
-			return m.setMode(top.fd, plan, args)
+			return m.setMode(top.Fd, plan, args)
 		}
 		return nil
 	}
 	mnt, rec, err := newMount(source, fstype, opts)
 	if err != nil {
-		e.close()
+		e.Close()
 		return fmt.Errorf("mount %s on %s (options %v): %w", fstype, m.dir, opts, err)
 	}
 	defer unix.Close(mnt)
@@ -418,27 +418,27 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 	rec.DirDev, rec.DirIno = under.Dev, under.Ino
 	meta.Mount = &rec
 	if err := v.writeMeta(meta); err != nil {
-		e.close()
+		e.Close()
 		return fmt.Errorf("record metadata: %w", err)
 	}
 	v.hook.At(testhook.SetUpMetadataWritten, m.dir)
 	err = fsat.Retry(func() error {
-		return unix.MoveMount(mnt, "", e.fd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
+		return unix.MoveMount(mnt, "", e.Fd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
 	})
-	e.close()
+	e.Close()
 	if err != nil {
 		return fmt.Errorf("attach %s to %s: %w", fstype, m.dir, &os.PathError{Op: "move_mount", Path: m.dir, Err: err})
 	}
 	v.hook.At(testhook.SetUpMounted, m.dir)
 	top, err := v.openEntry()
-	defer top.close()
 	if err != nil {
 		return err
 	}
-	if top.kind != entryDir || !top.mi.Root || !rec.sameMount(top.mi, m.ref) {
-		return fmt.Errorf("after attaching %s (%s) to %s, the directory shows something else (%s)", fstype, rec.describe(), m.dir, describeMount(top.mi))
+	defer top.Close()
+	if top.kind != entryDir || !top.Root || !rec.sameMount(top.MountStat, m.ref) {
+		return fmt.Errorf("after attaching %s (%s) to %s, the directory shows something else (%s)", fstype, rec.describe(), m.dir, describeMount(top.MountStat))
 	}
-	return m.setMode(top.fd, plan, args)
+	return m.setMode(top.Fd, plan, args)
 }
 
 // newMount creates a detached mount of fstype with the kubelet's source

@@ -28,15 +28,8 @@ func (p *Plugin) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, erro
 	}
 	defer v.Close()
 	plan, e, err := v.plan(tab)
-	e.close()
+	e.Close()
 	return plan, err
-}
-
-func (e *entry) close() {
-	if e.fd >= 0 {
-		unix.Close(e.fd)
-		e.fd = -1
-	}
 }
 
 // plan examines the volume and compares it with the record. The entry it
@@ -57,7 +50,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		return p, e, nil
 	}
 	self := []mountdetect.Mount{{MountPoint: v.dir}}
-	if !(e.kind == entryDir && e.mi.Root) {
+	if !(e.kind == entryDir && e.Root) {
 		// The volume directory is not a mount: if the recorded mount is
 		// still mounted somewhere (the directory was renamed, or the
 		// mount moved, by someone who can write in the pod directory),
@@ -82,7 +75,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		return p, e, nil
 	case entryOther:
 		p.Exists = true
-		if e.mi.Root {
+		if e.Root {
 			return refuse("a file is mounted on the volume path", self)
 		}
 		p.Action, p.Reason = ActionRemove, "the volume path is a file, not a directory; it is unlinked"
@@ -92,16 +85,16 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 	if tab, err = tab.OrRead(); err != nil {
 		return p, e, err
 	}
-	at, beneath, err := tab.MountsAtFile(e.fd, v.dir)
+	at, beneath, err := tab.MountsAtFile(e.Fd, v.dir)
 	if err != nil {
 		return p, e, err
 	}
-	if e.mi.Root {
+	if e.Root {
 		// Nothing is asked of a filesystem mounted on the directory (a
 		// FUSE daemon may not answer) before it is proven the volume's
 		// own: what it is comes from the mount table.
-		p.Info = infoFromTable(v.dir, at)
-	} else if p.Info, err = tab.DetectFile(e.fd, v.dir); err != nil {
+		p.Info = infoOnDir(tab, e)
+	} else if p.Info, err = tab.DetectFile(e.Fd, v.dir); err != nil {
 		return p, e, err
 	}
 	if n := len(beneath); n > 0 {
@@ -112,7 +105,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		self[0].FSType = p.Info.FSType
 		return refuse("the kernel cannot say for sure whether the volume directory is a mount point", self)
 	}
-	if !e.mi.Root {
+	if !e.Root {
 		if len(at) > 0 {
 			// The directory was opened before a mount appeared on it.
 			return refuse("a mount appeared on the volume directory while it was examined", at)
@@ -144,23 +137,23 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		return refuse(what+" is mounted on the volume directory itself, but SetUp recorded no mount identity it could prove (metadata written by an older nodevol), so it cannot be proven to be the volume's own; if it is, unmount it yourself, then tear down again", at)
 	case len(at) > 1:
 		return refuse(fmt.Sprintf("%d mounts are stacked on the volume directory; only a single mount that SetUp made is ever unmounted", len(at)), at)
-	case !p.Meta.Mount.provenBy(e.mi, top.FSType, top.Source, v.ref):
+	case !p.Meta.Mount.provenBy(e.MountStat, top.FSType, top.Source, v.ref):
 		return refuse(fmt.Sprintf("%s is mounted on the volume directory itself (%s), but it is not the mount SetUp made (%s)",
-			what, describeMount(e.mi), p.Meta.Mount.describe()), at)
+			what, describeMount(e.MountStat), p.Meta.Mount.describe()), at)
 	}
-	if why, others := soleWholeMount(tab, p.Meta.Mount, e.mi.ID); why != "" {
+	if why, others := soleWholeMount(tab, p.Meta.Mount, e.ID); why != "" {
 		return refuse(why, append(at, others...))
 	}
 	if p.Meta.Mount.Pending {
 		// Proven by its source alone: the checks around umount2 hold it
 		// to the IDs seen now.
 		meta := *p.Meta
-		rec := p.Meta.Mount.pin(e.mi)
+		rec := p.Meta.Mount.pin(e.MountStat)
 		meta.Mount = &rec
 		p.Meta = &meta
 	}
 	// Proven the volume's own tmpfs or hugetlbfs: now it may be asked.
-	if info, err := tab.DetectFile(e.fd, v.dir); err == nil {
+	if info, err := tab.DetectFile(e.Fd, v.dir); err == nil {
 		p.Info = info
 	}
 	p.Action, p.Reason = ActionUnmountAndRemove, "the volume's own "+top.FSType+" mount ("+p.Meta.Medium.String()+" medium)"
@@ -221,24 +214,6 @@ func movedReason(at []mountdetect.Mount) string {
 	return fmt.Sprintf("the volume's own %s mount is no longer on the volume directory but at %s (renamed or moved); it is never unmounted elsewhere: move it back or unmount it, then try again", at[0].FSType, at[0].MountPoint)
 }
 
-// infoFromTable describes the mount on the volume directory from the
-// mount table alone (the top of at), without asking its filesystem. The
-// magic number is filled in for the types MediumOf looks at (tmpfs and
-// hugetlbfs) and left 0 for others.
-func infoFromTable(path string, at []mountdetect.Mount) mountdetect.FSInfo {
-	info := mountdetect.FSInfo{Path: path, MountPoint: true, MountPointSure: true, FSType: "unknown"}
-	if len(at) > 0 {
-		info.FSType = at[len(at)-1].FSType
-	}
-	switch info.FSType {
-	case "tmpfs":
-		info.Magic = mountdetect.MagicTmpfs
-	case "hugetlbfs":
-		info.Magic = mountdetect.MagicHugetlbfs
-	}
-	return info
-}
-
 // describe names a recorded mount for messages.
 func (rec *MountRecord) describe() string {
 	s := fmt.Sprintf("%s from %s, mount ID %d", rec.FSType, rec.Source, rec.ID)
@@ -281,7 +256,7 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 	// The entry stays open for the quota's Clear, which acts on the
 	// directory the plan examined, never on a name.
 	plan, e, err := v.plan(nil)
-	defer e.close()
+	defer e.Close()
 	if err != nil {
 		return plan, fail(volume.Transient, err)
 	}
@@ -317,7 +292,7 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 	}
 	switch plan.Action {
 	case ActionUnmountAndRemove:
-		e.close() // an open descriptor keeps the mount busy
+		e.Close() // an open descriptor keeps the mount busy
 		pinned, err := v.unmount(logger, plan)
 		if err != nil {
 			var refused *RefusedError
@@ -380,7 +355,7 @@ func (p *Plugin) releaseQuota(v *podVolume, e entry, meta *Metadata) error {
 		if meta != nil {
 			rec = meta.quotaProject()
 		}
-		return q.Clear(e.fd, v.dir, rec)
+		return q.Clear(e.Fd, v.dir, rec)
 	}
 	for _, d := range []*fsat.Dir{v.vols, v.pod, v.pods} {
 		if d != nil {

@@ -403,21 +403,21 @@ func isSourceFor(s string, r volRef) bool {
 // a single mount there, proven by the mount table's type and source and
 // the mount ID.
 func recordedMountOn(e entry, path string, rec *MountRecord, r volRef) (bool, error) {
-	if rec == nil || !e.mi.Root {
+	if rec == nil || !e.Root {
 		return false, nil
 	}
 	tab, err := mountdetect.ReadMountTable()
 	if err != nil {
 		return false, err
 	}
-	at, _, err := tab.MountsAtFile(e.fd, path)
+	at, _, err := tab.MountsAtFile(e.Fd, path)
 	if err != nil {
 		return false, err
 	}
-	if len(at) != 1 || !rec.provenBy(e.mi, at[0].FSType, at[0].Source, r) {
+	if len(at) != 1 || !rec.provenBy(e.MountStat, at[0].FSType, at[0].Source, r) {
 		return false, nil
 	}
-	why, _ := soleWholeMount(tab, rec, e.mi.ID)
+	why, _ := soleWholeMount(tab, rec, e.ID)
 	return why == "", nil
 }
 
@@ -429,74 +429,50 @@ func describeMount(mi fsat.MountStat) string {
 	return fmt.Sprintf("mount ID %d", mi.ID)
 }
 
-// entry is the volume directory as lstat sees it, opened when it is a
-// directory (the caller closes fd).
+// entry is the volume directory as mountdetect.LookAt saw it (its
+// filesystem, and one mounted on it, asked nothing), open (Fd) when it is
+// a directory: O_PATH when it is a mount root, since only what the plan
+// proves to be the volume's own mount is asked anything (fstatfs)
+// afterwards. The caller closes it.
 type entry struct {
 	kind entryKind
-	fd   int // entryDir only; -1 otherwise
-	mi   fsat.MountStat
+	mountdetect.Entry
 }
 
+// noEntry is the entry of a volume directory that does not exist.
+var noEntry = entry{Entry: mountdetect.Entry{Fd: -1}}
+
 func (v *podVolume) openEntry() (entry, error) {
-	e := entry{fd: -1}
 	if v.vols == nil {
-		return e, nil
+		return noEntry, nil
 	}
-	// The type from statx with AT_STATX_DONT_SYNC, not lstat: the volume
-	// directory may have a FUSE filesystem mounted on it whose daemon
-	// does not answer, and nothing here may ask it anything.
-	st, err := fsat.StatMount(v.vols.Fd(), v.name, 0)
+	le, err := mountdetect.LookAt(v.vols.Fd(), v.name, v.dir, mountdetect.OpenDir)
 	switch {
-	case err == unix.ENOENT:
-		return e, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return noEntry, nil
 	case err != nil:
-		return e, &os.PathError{Op: "statx", Path: v.dir, Err: err}
+		return noEntry, err
 	}
-	switch st.Mode {
+	e := entry{Entry: le}
+	switch le.Mode {
 	case unix.S_IFDIR:
+		e.kind = entryDir
 	case unix.S_IFLNK:
 		e.kind = entrySymlink
-		return e, nil
 	default:
 		e.kind = entryOther
-		if e.mi, err = fsat.StatMount(v.vols.Fd(), v.name, bothIDs); err != nil {
-			return e, &os.PathError{Op: "statx", Path: v.dir, Err: err}
-		}
-		return e, nil
 	}
-	if e.mi, err = fsat.StatMount(v.vols.Fd(), v.name, bothIDs); err != nil {
-		if err == unix.ENOENT {
-			return entry{fd: -1}, nil
-		}
-		return e, &os.PathError{Op: "statx", Path: v.dir, Err: err}
-	}
-	// A mount root is opened O_PATH: no open reaches its filesystem (a
-	// FUSE daemon would be asked to open it). Only what the plan proves to
-	// be the volume's own mount is asked anything (fstatfs) afterwards.
-	flags := unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW
-	if e.mi.Root {
-		flags = unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW
-	}
-	fd, err := fsat.Openat(v.vols.Fd(), v.name, flags, 0)
-	switch err {
-	case nil:
-	case unix.ENOENT:
-		return entry{fd: -1}, nil
-	case unix.ELOOP, unix.ENOTDIR:
-		// Swapped since the statx: a tree that keeps changing is an error.
-		return e, &os.PathError{Op: "openat", Path: v.dir, Err: fmt.Errorf("%w (changed while examined)", err)}
-	default:
-		return e, &os.PathError{Op: "openat", Path: v.dir, Err: err}
-	}
-	mi, err := fsat.StatMount(fd, "", bothIDs)
-	if err != nil {
-		unix.Close(fd)
-		return e, &os.PathError{Op: "statx", Path: v.dir, Err: err}
-	}
-	if !mi.SameMount(e.mi) {
-		unix.Close(fd)
-		return e, &os.PathError{Op: "openat", Path: v.dir, Err: errors.New("changed while examined")}
-	}
-	e.kind, e.fd = entryDir, fd
 	return e, nil
+}
+
+// infoOnDir is what Detect would say of the volume directory e, a mount
+// root, from the table alone: nothing is asked of the filesystem mounted
+// there before it is proven the volume's own.
+func infoOnDir(tab *mountdetect.MountTable, e entry) mountdetect.FSInfo {
+	m, _, _ := tab.MountOf(e.Entry)
+	info := e.InfoFromTable(m)
+	if info.FSType == "" {
+		info.FSType = "unknown"
+	}
+	return info
 }

@@ -75,26 +75,3 @@ func (t *MountTable) BindWithin(fd int, path string, dirFd int, dirPath string) 
 	_, within := cutDir(m.root, pos)
 	return within, nil
 }
-
-// MountOfFile returns, from the table, the mount the file open as fd is
-// on (found by the mount ID statx reports, never by a name), and whether
-// fd is that mount's root. Nothing is asked of the mounted filesystem
-// (AT_STATX_DONT_SYNC): a mount whose server or daemon stopped answering
-// does not block it. ok is false when the mount is not in the table
-// (made after it was read). Needs statx mount IDs (Linux 5.8); elsewhere
-// an error matching ErrUnsupported. A nil table: the kernel's, read now.
-func (t *MountTable) MountOfFile(fd int, path string) (m Mount, root, ok bool, err error) {
-	s, err := statMount(fd, "", fsat.TableID)
-	if err != nil {
-		return Mount{}, false, false, &os.PathError{Op: "statx", Path: path, Err: err}
-	}
-	root = s.Root
-	if t, err = t.OrRead(); err != nil {
-		return Mount{}, root, false, err
-	}
-	e, ok := t.byMountID(int(s.ID))
-	if !ok {
-		return Mount{}, root, false, nil
-	}
-	return e.Mount, root, true, nil
-}

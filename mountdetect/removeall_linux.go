@@ -50,23 +50,17 @@ func errPath(err error) string {
 	return err.Error()
 }
 
-// metMount is a mount the walk met, with its ID for the mount table.
-type metMount struct {
-	Mount
-	id int // 0: unknown
-}
-
-// foundMount records a mount met during the walk, with the mount ID statx
-// gives for it (nothing is asked of its filesystem: a FUSE daemon that
-// stopped answering would block the walk). Its type and source are the
-// mount table's, looked up once the walk is over (crossedMounts).
+// foundMount records a mount met during the walk, as LookAt sees it
+// (nothing is asked of its filesystem: a FUSE daemon that stopped
+// answering would block the walk). Its type and source are the mount
+// table's, looked up once the walk is over (crossedMounts).
 func (w *walk) foundMount(dirfd int, name, path string) {
-	m := metMount{Mount: Mount{MountPoint: path}}
-	if s, err := fsat.StatMount(dirfd, name, fsat.TableID); err == nil {
-		m.id = int(s.ID)
+	e, err := lookAt(dirfd, name, path, LookOnly)
+	if err != nil {
+		e = Entry{Path: path} // no mount ID: described by its path alone
 	}
 	w.mu.Lock()
-	w.crossed = append(w.crossed, m)
+	w.crossed = append(w.crossed, e)
 	w.mu.Unlock()
 }
 
@@ -78,20 +72,21 @@ func (w *walk) foundMount(dirfd int, name, path string) {
 // type. The description is for people; nothing is decided by it.)
 func (w *walk) crossedMounts() []Mount {
 	out := make([]Mount, len(w.crossed))
-	tab, reread := w.tab, w.tab == nil
-	for i, m := range w.crossed {
-		out[i] = m.Mount
-		if m.id == 0 {
+	tab := w.tab
+	for i, e := range w.crossed {
+		out[i].MountPoint = e.Path
+		if e.ID == 0 {
 			continue
 		}
-		e, ok := tab.byMountID(m.id)
-		if !ok && !reread {
-			tab, _ = readMountTable()
-			reread = true
-			e, ok = tab.byMountID(m.id)
+		m, ok := tab.mountOf(e)
+		if !ok && tab == w.tab {
+			if t, err := readMountTable(); err == nil {
+				tab = t
+				m, ok = tab.mountOf(e)
+			}
 		}
 		if ok {
-			out[i].FSType, out[i].Source = e.FSType, e.Source
+			out[i].FSType, out[i].Source = m.FSType, m.Source
 		}
 	}
 	sortMounts(out)

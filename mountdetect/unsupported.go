@@ -43,3 +43,11 @@ func removeAllAt(_ int, name, path string, _ *config) error {
 func checkMountNamespace(*namespaceConfig) MountNamespace {
 	return MountNamespace{Err: ErrUnsupported}
 }
+
+func lookAt(_ int, _, path string, _ Open) (Entry, error) {
+	return Entry{Path: path, Fd: -1}, ErrUnsupported
+}
+
+func (t *MountTable) mountOf(Entry) (Mount, bool) { return Mount{}, false }
+
+func (e *Entry) close() { e.Fd = -1 }

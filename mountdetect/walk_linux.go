@@ -147,7 +147,7 @@ type walk struct {
 	growBatches bool
 
 	mu      sync.Mutex
-	crossed []metMount
+	crossed []Entry     // the mounts met (LookAt), described by crossedMounts
 	tab     *MountTable // read before the walk (crossedMounts); nil: none yet
 	errs    []error     // the failures with the smallest paths (see fail)
 	dropped int         // failures beyond maxErrors, no longer held
