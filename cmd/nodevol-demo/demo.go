@@ -407,7 +407,7 @@ func (d *demo) tearDownWithNAS(m *reconciler.Manager, reg prometheus.Gatherer, w
 	}
 	fmt.Fprintf(d.out, "    %s\n", d.short().Replace(reason))
 	for _, mnt := range crosses.Mounts {
-		fmt.Fprintf(d.out, "    %s\n", d.short().Replace(cli.DescribeMount(mnt)))
+		fmt.Fprintf(d.out, "    %s\n", d.short().Replace(mnt.String()))
 	}
 	n, err := counterValue(reg, refusedMetric, "plugin", emptydir.PluginName)
 	if err != nil {

@@ -270,16 +270,14 @@ func refusalMessage(p emptydir.Plan) string {
 	return fmt.Sprintf("%s: %s; unmount them and the next retry removes the volume", p.Reason, mountList(p.Mounts))
 }
 
+// mountList names the mounts, each as mountdetect describes a mount (names
+// an attacker chose escaped).
 func mountList(ms []mountdetect.Mount) string {
 	parts := make([]string, len(ms))
 	for i, m := range ms {
-		if m.FSType != "" {
-			parts[i] = fmt.Sprintf("%s (%s)", m.MountPoint, m.FSType)
-		} else {
-			parts[i] = m.MountPoint
-		}
+		parts[i] = m.String()
 	}
-	return strings.Join(parts, ", ")
+	return strings.Join(parts, "; ")
 }
 
 // joinMessages is every error's message, in order, in one line.

@@ -408,7 +408,7 @@ func (v *scanVolume) wrappedForeign(c *checkResult) bool {
 	}
 	v.SafeToRemove = false
 	for _, m := range c.on {
-		v.Reason += "; " + DescribeMount(m)
+		v.Reason += "; " + m.String()
 	}
 	return true
 }
@@ -503,7 +503,7 @@ func (v *scanVolume) addSubpaths(c *subpath.Cleaner, tab *mountdetect.MountTable
 		v.setCode(reasonSubpathForeignMount)
 		v.Reason += fmt.Sprintf("; %s in its subPath tree %s not the volume's own subPath binds, so nodevol teardown would refuse:", plural.Count(n, "mount"), plural.Of(n, "is", "are"))
 		for _, m := range refused.Mounts {
-			v.Reason += " " + DescribeMount(m)
+			v.Reason += " " + m.String()
 		}
 		if len(refused.Errs) > 0 {
 			v.fail(errors.Join(refused.Errs...))
@@ -718,7 +718,7 @@ func writeScanHuman(w io.Writer, s *scanReport) {
 				fmt.Fprintf(w, "    %s\n", display(v.Reason))
 			}
 			for _, m := range v.NestedMounts {
-				fmt.Fprintf(w, "    %s\n", DescribeMount(m))
+				fmt.Fprintf(w, "    %s\n", m.String())
 			}
 		}
 	}

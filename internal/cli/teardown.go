@@ -344,7 +344,7 @@ func writeTeardownHuman(stdout, stderr io.Writer, r *teardownResult) {
 			fmt.Fprintf(stderr, "refused %s: %s; nothing was changed (the ready marker and metadata are kept):\n", path, reason)
 		}
 		for _, m := range r.Mounts {
-			fmt.Fprintf(stderr, "  %s\n", DescribeMount(m))
+			fmt.Fprintf(stderr, "  %s\n", m.String())
 		}
 		if !r.duringWalk && !strings.Contains(r.Reason, "unmount") {
 			fmt.Fprintf(stderr, "unmount %s first, then run nodevol teardown again\n", plural.Of(len(r.Mounts), "it", "them"))
