@@ -136,9 +136,10 @@ func (e *InvalidPathError) Error() string {
 // Is makes errors.Is(err, ErrInvalidPath) true.
 func (e *InvalidPathError) Is(target error) bool { return target == ErrInvalidPath }
 
-// MoreErrorsError ends the failures RemoveAll and RemoveAllAt report when
-// there were more than the 100 they report one by one: N more happened
-// beyond those listed (the ones with the smallest paths).
+// MoreErrorsError ends the failures RemoveAll and RemoveAllAt (and
+// subpath's Check and Clean) report when there were more than the 100 they
+// report one by one: N more happened beyond those listed (the ones with
+// the smallest paths, sorted by path).
 type MoreErrorsError struct {
 	N int
 }

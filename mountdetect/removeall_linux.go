@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -16,38 +15,13 @@ import (
 	"github.com/nodevol/nodevol/internal/testhook"
 )
 
-// maxErrors bounds the failures one RemoveAll reports one by one; the rest
-// are counted. A tree of a million files that all fail must not hold a
-// million errors.
-const maxErrors = 100
-
+// fail records a failure: RemoveAll reports at most errlist.Max of them
+// one by one (those with the smallest paths, whatever the order the
+// parallel walk met them in) and counts the rest.
 func (w *walk) fail(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.errs = append(w.errs, err)
-	if len(w.errs) >= 2*maxErrors {
-		w.trimErrors()
-	}
-}
-
-// trimErrors keeps the maxErrors failures with the smallest paths, so that
-// which failures are reported does not depend on the order the (parallel)
-// walk met them.
-func (w *walk) trimErrors() {
-	slices.SortStableFunc(w.errs, func(a, b error) int { return strings.Compare(errPath(a), errPath(b)) })
-	if len(w.errs) > maxErrors {
-		clear(w.errs[maxErrors:])
-		w.dropped += len(w.errs) - maxErrors
-		w.errs = w.errs[:maxErrors]
-	}
-}
-
-// errPath is the path a failure is sorted by.
-func errPath(err error) string {
-	if pe, ok := err.(*os.PathError); ok {
-		return pe.Path
-	}
-	return err.Error()
+	w.errs.Add(err)
 }
 
 // foundMount records a mount met during the walk, as LookAt sees it
@@ -100,17 +74,17 @@ func (w *walk) abort(err error) {
 
 // result turns what the walk met into RemoveAll's error: nil, the one
 // failure itself, or every failure joined (mounts met first, then the
-// rest sorted by path, at most maxErrors of them and a *MoreErrorsError
+// rest sorted by path, at most errlist.Max of them and a *MoreErrorsError
 // counting the others).
 func (w *walk) result(path string) error {
 	var errs []error
 	if len(w.crossed) > 0 {
 		errs = append(errs, &CrossesMountError{Path: path, Mounts: w.crossedMounts(), DuringWalk: true})
 	}
-	w.trimErrors()
-	errs = append(errs, w.errs...)
-	if w.dropped > 0 {
-		errs = append(errs, &MoreErrorsError{N: w.dropped})
+	kept, more := w.errs.Errors()
+	errs = append(errs, kept...)
+	if more > 0 {
+		errs = append(errs, &MoreErrorsError{N: more})
 	}
 	switch len(errs) {
 	case 0:

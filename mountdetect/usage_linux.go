@@ -268,8 +268,8 @@ func diskUsageOpen(fd int, path string, s strategy, c *config) (Usage, error) {
 	if c.walked != nil {
 		c.walked()
 	}
-	if len(w.errs) > 0 {
-		return a.u, w.errs[0]
+	if errs, _ := w.errs.Errors(); len(errs) > 0 {
+		return a.u, errs[0] // the walk stops at its first failure
 	}
 	sortMounts(a.u.Skipped)
 	return a.u, nil

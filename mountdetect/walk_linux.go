@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodevol/nodevol/internal/errlist"
 	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/internal/testhook"
 )
@@ -147,10 +148,9 @@ type walk struct {
 	growBatches bool
 
 	mu      sync.Mutex
-	crossed []Entry     // the mounts met (LookAt), described by crossedMounts
-	tab     *MountTable // read before the walk (crossedMounts); nil: none yet
-	errs    []error     // the failures with the smallest paths (see fail)
-	dropped int         // failures beyond maxErrors, no longer held
+	crossed []Entry      // the mounts met (LookAt), described by crossedMounts
+	tab     *MountTable  // read before the walk (crossedMounts); nil: none yet
+	errs    errlist.List // the failures (see fail)
 	aborted atomic.Bool
 }
 

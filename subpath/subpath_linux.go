@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/nodevol/nodevol/internal/errlist"
 	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
@@ -149,36 +150,28 @@ func (t *tree) close() {
 
 // report is what an examination found. Its size is bounded by the mount
 // table, not by what an attacker writes: entries that are not mount
-// points are kept only when the caller lists them (collect), and at most
-// maxErrors failures are kept, the rest counted.
+// points are kept only when the caller lists them (collect), and failures
+// go to an errlist.List (the errlist.Max with the smallest paths kept, the
+// rest counted).
 type report struct {
-	collect  bool
-	budget   *volume.EntryBudget // what the listing may still read; nil: no bound
-	stop     error               // the budget stopped the listing here
-	entries  []entry
-	foreign  []mountdetect.Mount // every mount that is not an own bind
-	errs     []error             // what could not be examined
-	moreErrs int
+	collect bool
+	budget  *volume.EntryBudget // what the listing may still read; nil: no bound
+	stop    error               // the budget stopped the listing here
+	entries []entry
+	foreign []mountdetect.Mount // every mount that is not an own bind
+	errs    errlist.List        // what could not be examined
 }
 
-// maxErrors bounds the failures a report keeps one by one.
-const maxErrors = 100
-
-func (r *report) fail(err error) {
-	if len(r.errs) < maxErrors {
-		r.errs = append(r.errs, err)
-		return
-	}
-	r.moreErrs++
-}
+func (r *report) fail(err error) { r.errs.Add(err) }
 
 // failures is every failure kept, then a *mountdetect.MoreErrorsError
 // counting those that were not.
 func (r *report) failures() []error {
-	if r.moreErrs == 0 {
-		return r.errs
+	kept, more := r.errs.Errors()
+	if more == 0 {
+		return kept
 	}
-	return append(slices.Clip(r.errs), &mountdetect.MoreErrorsError{N: r.moreErrs})
+	return append(kept, &mountdetect.MoreErrorsError{N: more})
 }
 
 // listed is the entries found, for listing.
@@ -198,7 +191,7 @@ type entry struct {
 // refusal is the error Check and Clean refuse with, nil when there is
 // nothing foreign and everything could be examined.
 func (t *tree) refusal(r *report) error {
-	if len(r.foreign) == 0 && len(r.errs) == 0 && r.moreErrs == 0 {
+	if len(r.foreign) == 0 && r.errs.Len() == 0 {
 		return nil
 	}
 	// A mount can be found twice (by path and through a bind of its
@@ -312,7 +305,7 @@ func (t *tree) examineIn(tab *mountdetect.MountTable, collect bool, b *volume.En
 func (t *tree) examineContainer(r *report, tab *mountdetect.MountTable, cdir *fsat.Dir, ctr, real string, seen map[string]bool) {
 	if s, err := fsat.StatMount(cdir.Fd(), "", fsat.MountKey); err != nil || s.Root {
 		if err != nil {
-			r.errs = append(r.errs, &os.PathError{Op: "statx", Path: cdir.Path(), Err: err})
+			r.fail(&os.PathError{Op: "statx", Path: cdir.Path(), Err: err})
 			return
 		}
 		// A mount on the container directory: foreign, with all it holds.
@@ -490,7 +483,7 @@ func (t *tree) clean(ctx context.Context) error {
 	if err != nil {
 		left.fail(err)
 	}
-	if len(left.errs) > 0 {
+	if left.errs.Len() > 0 {
 		return fmt.Errorf("%w under %s: %w", ErrLeft, t.dir, errors.Join(left.failures()...))
 	}
 	if err := unlinkat(t.parent.Fd(), t.name, unix.AT_REMOVEDIR); err != nil {
