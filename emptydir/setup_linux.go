@@ -131,7 +131,7 @@ func (m *mounter) mountElsewhere(meta *Metadata) error {
 		return err
 	}
 	if len(elsewhere) > 0 {
-		return fmt.Errorf("%w: %s: %s", ErrMountElsewhere, m.dir, movedReason(elsewhere))
+		return fmt.Errorf("%w: %s: %s: it is at %s", ErrMountElsewhere, m.dir, movedReason(elsewhere), elsewhere[0])
 	}
 	return nil
 }

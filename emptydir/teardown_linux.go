@@ -45,8 +45,12 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 	if err != nil {
 		return p, e, err
 	}
-	refuse := func(reason string, mounts []mountdetect.Mount) (Plan, entry, error) {
-		p.Action, p.Reason, p.Mounts = ActionRefuse, reason, mounts
+	refuse := func(code ReasonCode, reason, remedy string, mounts []mountdetect.Mount) (Plan, entry, error) {
+		p.Action, p.Code, p.Reason, p.Remedy, p.Mounts = ActionRefuse, code, reason, remedy, mounts
+		return p, e, nil
+	}
+	act := func(a Action, code ReasonCode, reason string) (Plan, entry, error) {
+		p.Action, p.Code, p.Reason = a, code, reason
 		return p, e, nil
 	}
 	self := []mountdetect.Mount{{MountPoint: v.dir}}
@@ -61,25 +65,22 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		}
 		if len(elsewhere) > 0 {
 			p.Exists = e.kind != entryMissing
-			return refuse(movedReason(elsewhere), elsewhere)
+			return refuse(ReasonMountElsewhere, movedReason(elsewhere), movedRemedy, elsewhere)
 		}
 	}
 	switch e.kind {
 	case entryMissing:
-		p.Action, p.Reason = ActionNone, "the volume directory does not exist"
-		return p, e, nil
+		return act(ActionNone, ReasonMissing, "the volume directory does not exist")
 	case entrySymlink:
 		// Not what SetUp makes; it is unlinked, never followed.
 		p.Exists = true
-		p.Action, p.Reason = ActionRemove, "the volume path is a symlink; it is unlinked, not followed"
-		return p, e, nil
+		return act(ActionRemove, ReasonSymlink, "the volume path is a symlink; it is unlinked, not followed")
 	case entryOther:
 		p.Exists = true
 		if e.Root {
-			return refuse("a file is mounted on the volume path", self)
+			return refuse(ReasonForeignMount, "a file is mounted on the volume path", "unmount it, then tear down again", self)
 		}
-		p.Action, p.Reason = ActionRemove, "the volume path is a file, not a directory; it is unlinked"
-		return p, e, nil
+		return act(ActionRemove, ReasonFile, "the volume path is a file, not a directory; it is unlinked")
 	}
 	p.Exists = true
 	if tab, err = tab.OrRead(); err != nil {
@@ -98,51 +99,52 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		return p, e, err
 	}
 	if n := len(beneath); n > 0 {
-		return refuse(fmt.Sprintf("%d %s beneath the volume; unmount %s first (their data is not the volume's)",
-			n, plural.Of(n, "mount", "mounts"), plural.Of(n, "it", "them")), beneath)
+		return refuse(ReasonNestedMounts, plural.Count(n, "mount")+" beneath the volume",
+			"unmount "+plural.Of(n, "it", "them")+" first (their data is not the volume's)", beneath)
 	}
 	if !p.Info.MountPointSure {
 		self[0].FSType = p.Info.FSType
-		return refuse("the kernel cannot say for sure whether the volume directory is a mount point", self)
+		return refuse(ReasonUncertain, "the kernel cannot say for sure whether the volume directory is a mount point", "", self)
 	}
 	if !e.Root {
 		if len(at) > 0 {
 			// The directory was opened before a mount appeared on it.
-			return refuse("a mount appeared on the volume directory while it was examined", at)
+			return refuse(ReasonMountChanged, "a mount appeared on the volume directory while it was examined", "", at)
 		}
-		p.Action = ActionRemove
 		if p.Meta != nil && p.Meta.Medium != volume.MediumDefault {
-			p.Reason = "the volume's " + p.Meta.Medium.String() + "-medium mount is already gone; the directory is removed"
-		} else {
-			p.Reason = "a Default-medium volume on " + p.Info.FSType
+			return act(ActionRemove, ReasonMountGone, "the volume's "+p.Meta.Medium.String()+"-medium mount is already gone; the directory is removed")
 		}
-		return p, e, nil
+		return act(ActionRemove, ReasonNotMounted, "a Default-medium volume on "+p.Info.FSType)
 	}
 	if len(at) == 0 {
 		at = []mountdetect.Mount{{MountPoint: v.dir, FSType: p.Info.FSType}}
 	}
-	top := at[len(at)-1]
-	what := "a filesystem of type " + top.FSType
-	if top.Source != "" {
-		what += " from " + top.Source
-	}
+	// What is mounted on the directory (type, source) is in Mounts, named
+	// as mountdetect names mounts: a source and a FUSE type are chosen by
+	// whoever mounted them.
+	const notOurs = "unmount it: it is not the volume's"
 	switch {
-	case p.MetaErr != nil:
-		return refuse(what+" is mounted on the volume directory itself and its metadata cannot be read ("+p.MetaErr.Error()+"), so the mount cannot be proven to be the volume's own", at)
-	case p.Meta == nil:
-		return refuse(what+" is mounted on the volume directory itself, but nodevol has no record of mounting it (a volume set up by another kubelet, or a foreign mount); if it is the volume's own tmpfs or hugetlbfs, unmount it yourself, then tear down again", at)
-	case p.Meta.Medium == volume.MediumDefault:
-		return refuse(what+" is mounted on the directory of a Default-medium volume, which SetUp never does: it is not the volume's to unmount", at)
-	case p.Meta.Mount == nil || !isNodevolSource(p.Meta.Mount.Source):
-		return refuse(what+" is mounted on the volume directory itself, but SetUp recorded no mount identity it could prove (metadata written by an older nodevol), so it cannot be proven to be the volume's own; if it is, unmount it yourself, then tear down again", at)
 	case len(at) > 1:
-		return refuse(fmt.Sprintf("%d mounts are stacked on the volume directory; only a single mount that SetUp made is ever unmounted", len(at)), at)
-	case !p.Meta.Mount.provenBy(e.MountStat, top.FSType, top.Source, v.ref):
-		return refuse(fmt.Sprintf("%s is mounted on the volume directory itself (%s), but it is not the mount SetUp made (%s)",
-			what, describeMount(e.MountStat), p.Meta.Mount.describe()), at)
+		return refuse(ReasonStackedMounts, fmt.Sprintf("%d mounts are stacked on the volume directory", len(at)),
+			"unmount all but the volume's own: only a single mount that SetUp made is ever unmounted", at)
+	case p.MetaErr != nil:
+		return refuse(ReasonMetadataUnreadable, "a filesystem is mounted on the volume directory itself and the volume's metadata cannot be read ("+p.MetaErr.Error()+"), so it cannot be proven the volume's own", "", at)
+	case p.Meta == nil:
+		return refuse(ReasonNoRecord, "a filesystem is mounted on the volume directory itself, but nodevol has no record of mounting it", unmountByHand, at)
+	case p.Meta.Medium == volume.MediumDefault:
+		return refuse(ReasonForeignMount, "a filesystem is mounted on the directory of a Default-medium volume, which SetUp never does", notOurs, at)
+	case p.Meta.Mount == nil || !isNodevolSource(p.Meta.Mount.Source):
+		return refuse(ReasonNoRecord, "a filesystem is mounted on the volume directory itself, but SetUp recorded no mount identity that could prove it the volume's own (metadata written by an older nodevol)", unmountByHand, at)
+	case !p.Meta.Mount.provenBy(e.MountStat, at[0].FSType, at[0].Source, v.ref):
+		return refuse(ReasonForeignMount, fmt.Sprintf("the mount on the volume directory (%s) is not the mount SetUp made (%s)",
+			describeMount(e.MountStat), p.Meta.Mount.describe()), notOurs, at)
 	}
-	if why, others := soleWholeMount(tab, p.Meta.Mount, e.ID); why != "" {
-		return refuse(why, append(at, others...))
+	if code, why, others := soleWholeMount(tab, p.Meta.Mount, e.ID); why != "" {
+		remedy := notOurs
+		if code == ReasonMountElsewhere {
+			remedy = "unmount the others first: unmounting the directory's would leave it mounted with no record"
+		}
+		return refuse(code, why, remedy, append(at, others...))
 	}
 	if p.Meta.Mount.Pending {
 		// Proven by its source alone: the checks around umount2 hold it
@@ -156,9 +158,15 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 	if info, err := tab.DetectFile(e.Fd, v.dir); err == nil {
 		p.Info = info
 	}
-	p.Action, p.Reason = ActionUnmountAndRemove, "the volume's own "+top.FSType+" mount ("+p.Meta.Medium.String()+" medium)"
-	return p, e, nil
+	return act(ActionUnmountAndRemove, ReasonOwnMount, "the volume's own "+at[0].FSType+" mount ("+p.Meta.Medium.String()+" medium)")
 }
+
+// unmountByHand is the remedy for a mount on the volume directory that no
+// record proves the volume's own.
+const unmountByHand = "if it is the volume's own tmpfs or hugetlbfs (a volume set up by another kubelet), unmount it yourself, then tear down again"
+
+// movedRemedy is the remedy for a volume whose own mount is elsewhere.
+const movedRemedy = "move it back or unmount it, then tear down again: it is never unmounted elsewhere"
 
 // recordedMountElsewhere lists where the mount meta records is mounted,
 // found in the mount table by its source (a unique random name SetUp gave
@@ -188,10 +196,9 @@ func recordedMountElsewhere(meta *Metadata, r volRef, tab **mountdetect.MountTab
 // of the volume's tmpfs elsewhere, or the tmpfs itself moved away with a
 // bind of it left in its place, would keep it mounted after the unmount,
 // with no record left) and it must mount the filesystem's root (a bind of
-// a subdirectory of it passes a superblock check). "" when it is; else
-// why not, and the other mounts.
-func soleWholeMount(tab *mountdetect.MountTable, rec *MountRecord, onDir uint64) (string, []mountdetect.Mount) {
-	var others []mountdetect.Mount
+// a subdirectory of it passes a superblock check). why is "" when it is;
+// else why not, with the code, and the other mounts.
+func soleWholeMount(tab *mountdetect.MountTable, rec *MountRecord, onDir uint64) (code ReasonCode, why string, others []mountdetect.Mount) {
 	whole := false
 	for _, m := range tab.MountsFromSource(rec.Source) {
 		if uint64(m.ID) == onDir {
@@ -202,16 +209,17 @@ func soleWholeMount(tab *mountdetect.MountTable, rec *MountRecord, onDir uint64)
 	}
 	switch {
 	case len(others) > 0:
-		return fmt.Sprintf("the volume's own %s is also mounted at %s (a bind of it, or the tmpfs itself moved with a bind left in its place): unmounting the directory's would leave it mounted with no record; unmount the others first", rec.FSType, others[0].MountPoint), others
+		return ReasonMountElsewhere, fmt.Sprintf("the volume's own %s is also mounted elsewhere (a bind of it, or the %[1]s itself moved with a bind left in its place)", rec.FSType), others
 	case !whole:
-		return fmt.Sprintf("the %s on the volume directory is not the whole filesystem SetUp mounted (a bind of a part of it, or not in the mount table)", rec.FSType), nil
+		return ReasonForeignMount, fmt.Sprintf("the %s on the volume directory is not the whole filesystem SetUp mounted (a bind of a part of it, or not in the mount table)", rec.FSType), nil
 	}
-	return "", nil
+	return 0, "", nil
 }
 
-// movedReason says why a volume whose mount is elsewhere is left alone.
+// movedReason says why a volume whose mount is elsewhere (at) is left
+// alone; at names where.
 func movedReason(at []mountdetect.Mount) string {
-	return fmt.Sprintf("the volume's own %s mount is no longer on the volume directory but at %s (renamed or moved); it is never unmounted elsewhere: move it back or unmount it, then try again", at[0].FSType, at[0].MountPoint)
+	return fmt.Sprintf("the volume's own %s mount is no longer on the volume directory (renamed or moved)", at[0].FSType)
 }
 
 // describe names a recorded mount for messages.
@@ -262,7 +270,7 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 	}
 	if kind, err := p.stop(&plan); err != nil {
 		if plan.Action == ActionRefuse {
-			logger.Info("Refusing emptyDir teardown", "reason", plan.Reason, "mounts", len(plan.Mounts))
+			logger.Info("Refusing emptyDir teardown", "code", plan.Code, "reason", plan.Reason, "mounts", len(plan.Mounts))
 		}
 		return plan, fail(kind, err)
 	}
@@ -387,7 +395,7 @@ func (p *Plugin) releaseQuota(v *podVolume, e entry, meta *Metadata) error {
 func (v *podVolume) unmount(logger klog.Logger, plan Plan) (*pin, error) {
 	rec := plan.Meta.Mount
 	refuse := func(reason string) (*pin, error) {
-		plan.Action, plan.Reason = ActionRefuse, reason
+		plan.Action, plan.Code, plan.Reason, plan.Remedy = ActionRefuse, ReasonMountChanged, reason, ""
 		plan.Mounts = []mountdetect.Mount{{MountPoint: v.dir}}
 		return nil, plan.refusal()
 	}
@@ -460,7 +468,7 @@ func (v *podVolume) removeTree() error {
 	err := mountdetect.RemoveAllAt(v.vols.Fd(), v.name, v.dir, opts...)
 	var crossing *mountdetect.CrossesMountError
 	if errors.As(err, &crossing) {
-		return &RefusedError{Plan: Plan{Path: v.dir, Action: ActionRefuse, Mounts: crossing.Mounts, Reason: "a mount appeared beneath the volume"}, Err: err}
+		return &RefusedError{Plan: Plan{Path: v.dir, Action: ActionRefuse, Mounts: crossing.Mounts, Code: ReasonNestedMounts, Reason: "a mount appeared beneath the volume"}, Err: err}
 	}
 	return err
 }

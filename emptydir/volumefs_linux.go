@@ -417,7 +417,7 @@ func recordedMountOn(e entry, path string, rec *MountRecord, r volRef) (bool, er
 	if len(at) != 1 || !rec.provenBy(e.MountStat, at[0].FSType, at[0].Source, r) {
 		return false, nil
 	}
-	why, _ := soleWholeMount(tab, rec, e.ID)
+	_, why, _ := soleWholeMount(tab, rec, e.ID)
 	return why == "", nil
 }
 
