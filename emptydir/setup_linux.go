@@ -290,60 +290,59 @@ func (m *mounter) setMode(pathFd int, plan setupPlan, args volume.MounterArgs) e
 	return nil
 }
 
-// setUpMount mounts the plan's filesystem on the volume directory, unless
-// the recorded mount is already there (a SetUp that stopped before writing
-// the ready marker); any other mount there is an error, never adopted.
-func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, args volume.MounterArgs, old *Metadata) error {
-	// The source is a new random name: the record's proof that a mount
-	// found on the directory later is this one (see provenBy).
-	source, fstype := newSource(m.ref), "tmpfs"
-	var opts []string
-	meta := &Metadata{Medium: plan.medium, SizeLimit: m.source.SizeLimit, Mode: m.source.Mode, StickyBit: m.source.StickyBit}
+// newFS is the filesystem setUpMount is to mount: its type, source and
+// options, and the record that will describe it.
+type newFS struct {
+	fstype string
+	// source is a new random name: the record's proof that a mount found
+	// on the directory later is this one (see provenBy).
+	source string
+	opts   []string // "key=value" or a flag
+	meta   *Metadata
+}
+
+// newFSFor is the filesystem plan asks for.
+func (m *mounter) newFSFor(plan setupPlan) newFS {
+	f := newFS{fstype: "tmpfs", source: newSource(m.ref)}
+	f.meta = &Metadata{Medium: plan.medium, SizeLimit: m.source.SizeLimit, Mode: m.source.Mode, StickyBit: m.source.StickyBit}
 	if plan.medium == volume.MediumHugePages {
-		fstype = "hugetlbfs"
-		opts = append(opts, "pagesize="+strconv.FormatInt(plan.pageSize, 10))
-		meta.HugePageSize = plan.pageSize
-	} else {
-		if plan.size > 0 {
-			opts = append(opts, "size="+strconv.FormatInt(plan.size, 10))
-			meta.SizeBytes = plan.size
-		}
-		if kernelSupportsNoswap() {
-			opts = append(opts, "noswap")
-		}
+		f.fstype = "hugetlbfs"
+		f.opts = append(f.opts, "pagesize="+strconv.FormatInt(plan.pageSize, 10))
+		f.meta.HugePageSize = plan.pageSize
+		return f
 	}
-	e, err := m.openDir(v, 0o750, fstype)
+	if plan.size > 0 {
+		f.opts = append(f.opts, "size="+strconv.FormatInt(plan.size, 10))
+		f.meta.SizeBytes = plan.size
+	}
+	if kernelSupportsNoswap() {
+		f.opts = append(f.opts, "noswap")
+	}
+	return f
+}
+
+// setUpMount mounts the plan's filesystem on the volume directory, unless
+// a mount there is proven the volume's own (adopt); any other mount there
+// is an error, never adopted. It owns the volume directory's descriptor
+// for its whole run; each way of mounting is a function of its own that
+// uses the descriptor and never closes it: the embedder's mounter
+// (mountWithSystemMounter) when the host has one, else a detached mount
+// (mountDetached).
+func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, args volume.MounterArgs, old *Metadata) error {
+	f := m.newFSFor(plan)
+	e, err := m.openDir(v, 0o750, f.fstype)
 	if err != nil {
-		e.Close()
 		return err
 	}
-	if !e.Root {
-		v.hook.At(testhook.SetUpDirCreated, m.dir)
-	}
+	defer e.Close()
 	if e.Root {
-		defer e.Close()
-		if old != nil && old.Medium == plan.medium {
-			ours, err := recordedMountOn(e, m.dir, old.Mount, m.ref)
-			if err != nil {
-				return err
-			}
-			if ours {
-				logger.V(2).Info("Already mounted", "fsType", fstype)
-				if old.Mount.Pending {
-					// A SetUp through the embedder's mounter stopped
-					// between the mount and recording its identity.
-					pinned := *old
-					rec := old.Mount.pin(e.MountStat)
-					pinned.Mount = &rec
-					if err := v.writeMeta(&pinned); err != nil {
-						return fmt.Errorf("record metadata: %w", err)
-					}
-				}
-				return m.setMode(e.Fd, plan, args)
-			}
+		adopted, err := m.adopt(logger, v, e, plan, args, old)
+		if err != nil || adopted {
+			return err
 		}
-		return fmt.Errorf("%s is already a mount point (%s) that SetUp did not record; not mounting %s over it", m.dir, describeMount(e.MountStat), fstype)
+		return fmt.Errorf("%s is already a mount point (%s) that SetUp did not record; not mounting %s over it", m.dir, describeMount(e.MountStat), f.fstype)
 	}
+	v.hook.At(testhook.SetUpDirCreated, m.dir)
 	if old != nil && old.Mount != nil {
 		// The directory as opened is not a mount root; SetUp's check
 		// before may have seen a mount there that is gone now (one
@@ -351,83 +350,122 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 		// mount with the recorded source is elsewhere: a new mount and
 		// record would leave it mounted for good.
 		if err := m.mountElsewhere(old); err != nil {
-			e.Close()
 			return err
 		}
 	}
 	var under unix.Stat_t
 	if err := unix.Fstat(e.Fd, &under); err != nil {
-		e.Close()
 		return &os.PathError{Op: "fstat", Path: m.dir, Err: err}
 	}
 	if sm := m.plugin.host.Mounter(); sm != nil {
-		// A mounter of the embedder's: it gets the directory as the magic
-		// link of its descriptor, so the mount's IDs are known only after
-		// it. Its source is known before: the record says the mount is
-		// pending before it is made, so that a crash in between leaves a
-		// mount the record proves by that source (see MountRecord.Pending),
-		// never one nothing records.
-		pending := &MountRecord{FSType: fstype, Source: source, DirDev: under.Dev, DirIno: under.Ino, Pending: true}
-		meta.Mount = pending
-		if err := v.writeMeta(meta); err != nil {
-			e.Close()
-			return fmt.Errorf("record metadata: %w", err)
+		return m.mountWithSystemMounter(v, sm, e.Fd, &under, f, plan, args)
+	}
+	return m.mountDetached(v, e.Fd, &under, f, plan, args)
+}
+
+// adopt reports whether the mount already on the volume directory (e, a
+// mount root) is proven the volume's own, and if so takes it as the
+// volume: its record completed and its mode set. Each proof is a function
+// of its own, tried in turn; today the only one is SetUp's own record
+// (adoptRecorded). A mount no proof accepts is not the volume's.
+func (m *mounter) adopt(logger klog.Logger, v *podVolume, e entry, plan setupPlan, args volume.MounterArgs, old *Metadata) (bool, error) {
+	return m.adoptRecorded(logger, v, e, plan, args, old)
+}
+
+// adoptRecorded adopts the mount that old, the volume's record, proves
+// its own (a SetUp that stopped before writing the ready marker), as
+// TearDown would prove it; a pending record (a SetUp through the
+// embedder's mounter that stopped between the mount and recording its
+// IDs) is completed with the mount's IDs.
+func (m *mounter) adoptRecorded(logger klog.Logger, v *podVolume, e entry, plan setupPlan, args volume.MounterArgs, old *Metadata) (bool, error) {
+	if old == nil || old.Medium != plan.medium {
+		return false, nil
+	}
+	ours, err := recordedMountOn(e, m.dir, old.Mount, m.ref)
+	if err != nil || !ours {
+		return false, err
+	}
+	logger.V(2).Info("Already mounted", "fsType", old.Mount.FSType)
+	if old.Mount.Pending {
+		pinned := *old
+		rec := old.Mount.pin(e.MountStat)
+		pinned.Mount = &rec
+		if err := v.writeMeta(&pinned); err != nil {
+			return false, fmt.Errorf("record metadata: %w", err)
 		}
-		v.hook.At(testhook.SetUpMetadataWritten, m.dir)
-		err := sm.Mount(source, "/proc/self/fd/"+strconv.Itoa(e.Fd), fstype, opts)
-		e.Close()
-		if err != nil {
-			return fmt.Errorf("mount %s on %s (options %v): %w", fstype, m.dir, opts, err)
-		}
-		v.hook.At(testhook.SetUpMounted, m.dir)
-		top, err := v.openEntry()
+	}
+	return true, m.setMode(e.Fd, plan, args)
+}
+
+// mountWithSystemMounter mounts f on the volume directory (open as dirFd,
+// the directory under, whose fstat is under) with the embedder's mounter.
+// The mounter gets the directory as the magic link of the descriptor, so
+// the mount's IDs are known only after it. Its source is known before: the
+// record says the mount is pending before it is made, so that a crash in
+// between leaves a mount the record proves by that source (see
+// MountRecord.Pending), never one nothing records.
+func (m *mounter) mountWithSystemMounter(v *podVolume, sm volume.SystemMounter, dirFd int, under *unix.Stat_t, f newFS, plan setupPlan, args volume.MounterArgs) error {
+	pending := &MountRecord{FSType: f.fstype, Source: f.source, DirDev: under.Dev, DirIno: under.Ino, Pending: true}
+	f.meta.Mount = pending
+	if err := v.writeMeta(f.meta); err != nil {
+		return fmt.Errorf("record metadata: %w", err)
+	}
+	v.hook.At(testhook.SetUpMetadataWritten, m.dir)
+	if err := sm.Mount(f.source, "/proc/self/fd/"+strconv.Itoa(dirFd), f.fstype, f.opts); err != nil {
+		return fmt.Errorf("mount %s on %s (options %v): %w", f.fstype, m.dir, f.opts, err)
+	}
+	v.hook.At(testhook.SetUpMounted, m.dir)
+	top, err := v.openEntry()
+	if err != nil {
+		return err
+	}
+	defer top.Close()
+	f.meta.Mount = nil
+	if top.kind == entryDir && top.Root {
+		ours, err := recordedMountOn(top, m.dir, pending, m.ref)
 		if err != nil {
 			return err
 		}
-		defer top.Close()
-		meta.Mount = nil
-		if top.kind == entryDir && top.Root {
-			ours, err := recordedMountOn(top, m.dir, pending, m.ref)
-			if err != nil {
-				return err
-			}
-			if !ours {
-				return fmt.Errorf("after mounting %s (source %s) on %s, the directory shows something else (%s)", fstype, source, m.dir, describeMount(top.MountStat))
-			}
-			rec := pending.pin(top.MountStat)
-			meta.Mount = &rec
+		if !ours {
+			return fmt.Errorf("after mounting %s (source %s) on %s, the directory shows something else (%s)", f.fstype, f.source, m.dir, describeMount(top.MountStat))
 		}
-		if err := v.writeMeta(meta); err != nil {
-			return fmt.Errorf("record metadata: %w", err)
-		}
-		v.hook.At(testhook.SetUpMountRecorded, m.dir)
-		if top.kind == entryDir {
-			return m.setMode(top.Fd, plan, args)
-		}
-		return nil
+		rec := pending.pin(top.MountStat)
+		f.meta.Mount = &rec
 	}
-	mnt, rec, err := newMount(source, fstype, opts)
+	if err := v.writeMeta(f.meta); err != nil {
+		return fmt.Errorf("record metadata: %w", err)
+	}
+	v.hook.At(testhook.SetUpMountRecorded, m.dir)
+	if top.kind == entryDir {
+		return m.setMode(top.Fd, plan, args)
+	}
+	return nil
+}
+
+// mountDetached mounts f on the volume directory (open as dirFd; its
+// fstat is under) without resolving a path: the filesystem is created
+// detached (fsopen, fsmount), recorded with its IDs, then attached to the
+// directory's descriptor (move_mount).
+func (m *mounter) mountDetached(v *podVolume, dirFd int, under *unix.Stat_t, f newFS, plan setupPlan, args volume.MounterArgs) error {
+	mnt, rec, err := newMount(f.source, f.fstype, f.opts)
 	if err != nil {
-		e.Close()
-		return fmt.Errorf("mount %s on %s (options %v): %w", fstype, m.dir, opts, err)
+		return fmt.Errorf("mount %s on %s (options %v): %w", f.fstype, m.dir, f.opts, err)
 	}
 	defer unix.Close(mnt)
 	// The record goes to disk before the mount is attached: a crash from
 	// here on leaves a record of a mount that either never appeared (the
 	// detached mount dies with this process) or is exactly this one.
 	rec.DirDev, rec.DirIno = under.Dev, under.Ino
-	meta.Mount = &rec
-	if err := v.writeMeta(meta); err != nil {
-		e.Close()
+	f.meta.Mount = &rec
+	if err := v.writeMeta(f.meta); err != nil {
 		return fmt.Errorf("record metadata: %w", err)
 	}
 	v.hook.At(testhook.SetUpMetadataWritten, m.dir)
 	err = fsat.Retry(func() error {
-		return unix.MoveMount(mnt, "", e.Fd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
+		return unix.MoveMount(mnt, "", dirFd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
 	})
-	e.Close()
 	if err != nil {
-		return fmt.Errorf("attach %s to %s: %w", fstype, m.dir, &os.PathError{Op: "move_mount", Path: m.dir, Err: err})
+		return fmt.Errorf("attach %s to %s: %w", f.fstype, m.dir, &os.PathError{Op: "move_mount", Path: m.dir, Err: err})
 	}
 	v.hook.At(testhook.SetUpMounted, m.dir)
 	top, err := v.openEntry()
@@ -436,7 +474,7 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 	}
 	defer top.Close()
 	if top.kind != entryDir || !top.Root || !rec.sameMount(top.MountStat, m.ref) {
-		return fmt.Errorf("after attaching %s (%s) to %s, the directory shows something else (%s)", fstype, rec.describe(), m.dir, describeMount(top.MountStat))
+		return fmt.Errorf("after attaching %s (%s) to %s, the directory shows something else (%s)", f.fstype, rec.describe(), m.dir, describeMount(top.MountStat))
 	}
 	return m.setMode(top.Fd, plan, args)
 }
