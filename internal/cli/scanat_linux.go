@@ -114,10 +114,15 @@ func examineAt(dirfd int, name, path string, tab *mountdetect.MountTable, keep b
 		}
 	}
 	var info mountdetect.FSInfo
-	switch {
-	case unsupported:
-		// No statx mount IDs (Linux < 5.8): the fallbacks of Detect,
-		// which ask the filesystem.
+	if e.Root && (!inTable || m.FSType != "tmpfs" && m.FSType != "hugetlbfs") {
+		// A mount of any other filesystem is not asked anything: its
+		// type is the table's ("" when mounted since it was read).
+		info = e.InfoFromTable(m)
+	} else {
+		// Not a mount root: on the directory's own filesystem (the
+		// kubelet root's); or a tmpfs or hugetlbfs, which never block;
+		// or, without statx mount IDs (Linux < 5.8), anything: Detect's
+		// fallbacks, which ask the filesystem.
 		target := fd
 		if r.kind == kindSymlink {
 			target = dirfd // a symlink's filesystem is its directory's
@@ -125,24 +130,12 @@ func examineAt(dirfd int, name, path string, tab *mountdetect.MountTable, keep b
 		if info, err = tab.DetectFile(target, path); err != nil {
 			return r.fail(fmt.Errorf("detect: %w", err)), -1
 		}
-		if r.kind == kindSymlink {
+		switch {
+		case !unsupported:
+			info.MountPoint, info.MountPointSure = e.Root, true
+		case r.kind == kindSymlink:
 			info.MountPoint, info.MountPointSure = false, true
 		}
-	case e.Root && (!inTable || m.FSType != "tmpfs" && m.FSType != "hugetlbfs"):
-		// A mount of any other filesystem is not asked anything: its
-		// type is the table's ("" when mounted since it was read).
-		info = e.InfoFromTable(m)
-	default:
-		// Not a mount root: on the directory's own filesystem (the
-		// kubelet root's), or a tmpfs or hugetlbfs, which never block.
-		target := fd
-		if r.kind == kindSymlink {
-			target = dirfd
-		}
-		if info, err = tab.DetectFile(target, path); err != nil {
-			return r.fail(fmt.Errorf("detect: %w", err)), -1
-		}
-		info.MountPoint, info.MountPointSure = e.Root, true
 	}
 	r.MountPoint, r.MountPointSure = info.MountPoint, info.MountPointSure
 	r.FSType, r.Medium = info.FSType, emptydir.MediumOf(info)
