@@ -10,7 +10,7 @@ import (
 	"github.com/nodevol/nodevol/mountdetect"
 )
 
-// Which mount namespace check, scan, rm and teardown run in (issue 11).
+// Which mount namespace check, scan, rm and teardown run in.
 // A process in another mount namespace than the host's — a debug
 // container, a DaemonSet's pod — reads another mount table: a NAS mounted
 // only in the host's namespace is not in it, the volume holding it looks
