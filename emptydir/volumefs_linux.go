@@ -294,22 +294,22 @@ func identify(dirfd int, name string) (mountIdentity, error) {
 }
 
 // provenBy reports whether the mount identified by mi, listed in the mount
-// table with fsType and source, is the one rec recorded for the volume vol
-// of pod podUID — in a way a forged record cannot fake: the record lives in
-// the pod directory, which an attacker may write, so the proof is the
-// mount's own source, a name SetUp gave the filesystem it created for this
-// very volume (newSource: random, and naming the pod and the volume). A
-// record naming any other source (a share's "server:/export", the
-// kubelet's "tmpfs") proves nothing; a record naming a nodevol source can
-// only match a tmpfs or hugetlbfs created with that name for this volume,
-// which holds nobody's data but its creator's — not another volume's
-// mount renamed (from another mount namespace) or bind-mounted into this
-// one's place with a copy of that volume's record: its source names the
-// other volume. The mount ID must match too: the unique one where the
-// kernel has unique IDs (a record without one is not accepted then), else
-// the classic ID and the device — except in a pending record (written
-// before an embedder's mounter made the mount, which a crash interrupted
-// before its IDs were recorded), where the source is all there is.
+// table with fsType and source, is the one rec recorded for the volume r —
+// in a way a forged record cannot fake: the record lives in the pod
+// directory, which an attacker may write, so the proof is the mount's own
+// source, a name SetUp gave the filesystem it created for this very volume
+// (newSource: random, and naming the pod and the volume). A record naming
+// any other source (a share's "server:/export", the kubelet's "tmpfs")
+// proves nothing; a record naming a nodevol source can only match a tmpfs
+// or hugetlbfs created with that name for this volume, which holds nobody's
+// data but its creator's — not another volume's mount renamed (from another
+// mount namespace) or bind-mounted into this one's place with a copy of
+// that volume's record: its source names the other volume. The mount ID
+// must match too: the unique one where the kernel has unique IDs (a record
+// without one is not accepted then), else the classic ID and the device —
+// except in a pending record (written before an embedder's mounter made the
+// mount, which a crash interrupted before its IDs were recorded), where the
+// source is all there is.
 func (rec *MountRecord) provenBy(mi mountIdentity, fsType, source string, r volRef) bool {
 	if fsType != "tmpfs" && fsType != "hugetlbfs" {
 		return false // SetUp makes nothing else; a FUSE or overlay mount may name any source
@@ -329,9 +329,9 @@ func (rec *MountRecord) pin(mi mountIdentity) MountRecord {
 }
 
 // newSource returns a new mount source for a filesystem SetUp creates for
-// the volume vol of pod podUID: "nodevol-emptydir-", 16 random hex digits,
-// "-" and 16 hex digits of a digest of the random part, the pod UID and
-// the volume name (sourceFor).
+// the volume r: "nodevol-emptydir-", 16 random hex digits, "-" and 16 hex
+// digits of a digest of the random part, the pod UID and the volume name
+// (sourceFor).
 //
 // A located volume's source (see Location) is made the same way, with a
 // digest of another domain over the pod UID, the plugin, the directory and
@@ -388,15 +388,14 @@ func isNodevolSource(s string) bool {
 }
 
 // isSourceFor reports whether s is a source newSource made for the volume
-// vol of pod podUID.
+// r.
 func isSourceFor(s string, r volRef) bool {
 	return isNodevolSource(s) && s == refSourceFor(s[len(sourcePrefix):len(sourcePrefix)+16], r)
 }
 
 // recordedMountOn reports whether the mount on the open volume directory e
-// (a mount root) is the one rec recorded for the volume vol of pod podUID:
-// a single mount there, proven by the mount table's type and source and
-// the mount ID.
+// (a mount root) is the one rec recorded for the volume r: a single mount
+// there, proven by the mount table's type and source and the mount ID.
 func recordedMountOn(e entry, path string, rec *MountRecord, r volRef) (bool, error) {
 	if rec == nil || !e.mi.root {
 		return false, nil

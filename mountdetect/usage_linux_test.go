@@ -177,13 +177,14 @@ func TestDiskUsageHardLinkCap(t *testing.T) {
 	}
 }
 
-// TestDiskUsageHardLinksBoundedMemory: the walk kept every hard-linked
-// inode it met in a map, so a pod that wrote hard-linked files into its
-// volume grew the memory of whoever measured it (the CSI driver, 128 MiB
-// at most) by some 50 MiB per million. Now the set stops at
-// MaxHardLinkedInodes, a table of 1 MiB: with twice as many hard-linked
-// files in the tree, the walk holds at most that (and some slack) at its
-// end, and the answer says it is an upper bound. On a private tmpfs.
+// TestDiskUsageHardLinksBoundedMemory: to count a hard-linked file once,
+// the walk remembers the inodes it met, at most MaxHardLinkedInodes of
+// them (a table of 1 MiB): a pod that writes hard-linked files into its
+// volume must not grow the memory of whoever measures it (the CSI driver,
+// 128 MiB at most; a set of every inode would take some 50 MiB per
+// million). With twice as many hard-linked files in the tree, the walk
+// holds at most that table (and some slack) at its end, and the answer
+// says it is an upper bound. On a private tmpfs.
 func TestDiskUsageHardLinksBoundedMemory(t *testing.T) {
 	mounttest.RequireMounts(t)
 	vol := filepath.Join(t.TempDir(), "vol")
