@@ -10,7 +10,7 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 
-	"github.com/nodevol/nodevol/internal/mountns"
+	"github.com/nodevol/nodevol/internal/privatens"
 	"github.com/nodevol/nodevol/mountdetect"
 )
 
@@ -37,7 +37,7 @@ func isolateDemo(args []string, sigs <-chan os.Signal, stdout, stderr io.Writer)
 	if os.Geteuid() != 0 {
 		return isolation{skip: "not root: Default volumes only, and no NAS mount; run as root to see a refused teardown."}, 0, false
 	}
-	if mountns.Child(envDemoParentNS) {
+	if privatens.Child(envDemoParentNS) {
 		return isolation{canMount: true}, 0, false
 	}
 	if _, ok := os.LookupEnv(envDemoParentNS); ok {
@@ -48,7 +48,7 @@ func isolateDemo(args []string, sigs <-chan os.Signal, stdout, stderr io.Writer)
 		fmt.Fprintf(stderr, "nodevol demo: %v\n", err)
 		return isolation{}, exitError, true
 	}
-	code, err = mountns.Reexec(envDemoParentNS, args, mountns.Streams{Stdout: stdout, Stderr: stderr, Env: []string{"TMPDIR=" + tmp}, Signals: sigs})
+	code, err = privatens.Reexec(envDemoParentNS, args, privatens.Streams{Stdout: stdout, Stderr: stderr, Env: []string{"TMPDIR=" + tmp}, Signals: sigs})
 	if entries, _ := os.ReadDir(tmp); len(entries) > 0 {
 		fmt.Fprintf(stderr, "nodevol demo: the demo in its private mount namespace left %s behind in %s; removing it\n", entries[0].Name(), tmp)
 	}

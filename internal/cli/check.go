@@ -52,7 +52,7 @@ type checkResult struct {
 	HugePageSize   string              `json:"hugePageSize"` // "2Mi"; "" when not hugetlbfs
 	NestedMounts   []mountdetect.Mount `json:"nestedMounts"` // never nil: [] in JSON
 	SafeToRemove   bool                `json:"safeToRemove"`
-	// MountNamespace says whether the answers are the host's (mntns.go).
+	// MountNamespace says whether the answers are the host's (nsgate.go).
 	MountNamespace mountNamespaceJSON `json:"mountNamespace"`
 	failureJSON
 

@@ -24,7 +24,7 @@ func TestMain(m *testing.M) { mounttest.Main(m) }
 // allowForeign is passed to every rm and teardown these tests run to
 // remove something: as root they run in the private mount namespace
 // mounttest.Main creates, which is not the host's, and there rm and
-// teardown refuse without it (namespace_linux_test.go tests that refusal).
+// teardown refuse without it (nsgate_linux_test.go tests that refusal).
 const allowForeign = "--allow-foreign-mount-namespace"
 
 // namespaceWarning is the line check and scan print on stderr in this

@@ -48,7 +48,7 @@ type scanVolume struct {
 	ReasonCode   reasonCode      `json:"reasonCode"`
 	SafeToRemove bool            `json:"safeToRemove"`
 	Reason       string          `json:"reason"`
-	// MountNamespace says whether the answers are the host's (mntns.go).
+	// MountNamespace says whether the answers are the host's (nsgate.go).
 	MountNamespace mountNamespaceJSON `json:"mountNamespace"`
 
 	exists       bool
