@@ -383,7 +383,7 @@ func editDistance(a, b string) int {
 }
 
 // dotDotReason is why a path with a ".." element is refused.
-const dotDotReason = `has a ".." element: after a symlink the kernel and text cleaning disagree on where ".." leads, so what is checked and what is removed could differ; name the path without ".."`
+const dotDotReason = `has a ".." element: after a symlink the kernel and text cleaning disagree on where ".." leads, so the path could name another object than it seems to; name the path without ".."`
 
 // refuseDotDot is the first thing every command does with a path given on
 // the command line: a path with a ".." element anywhere (as given, before
