@@ -43,3 +43,5 @@ func removeAllAt(_ int, name, path string, _ *config) error {
 func checkMountNamespace(*namespaceConfig) MountNamespace {
 	return MountNamespace{Err: ErrUnsupported}
 }
+
+func kernelNumbersInitialMountNamespace() bool { return false }
