@@ -59,8 +59,8 @@ func isolateDemo(args []string, sigs <-chan os.Signal, stdout, stderr io.Writer)
 	switch {
 	case err != nil:
 		return isolation{skip: fmt.Sprintf("cannot create a private mount namespace (%v): skipping the tmpfs NAS mount rather than mount on the host.", err)}, 0, false
-	case code == 128+int(syscall.SIGINT) || code == 128+int(syscall.SIGTERM):
-		return isolation{}, code, true // interrupted: the demo said so, or died of it before it could
+	case code == 128+int(syscall.SIGINT) || code == 128+int(syscall.SIGTERM) || code == 128+int(syscall.SIGPIPE):
+		return isolation{}, code, true // interrupted: the demo said so (or, for SIGPIPE, stopped quietly), or died of it before it could
 	case code > exitError:
 		fmt.Fprintf(stderr, "nodevol demo: the demo in its private mount namespace died (status %d)\n", code)
 		return isolation{}, exitError, true

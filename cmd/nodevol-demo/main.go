@@ -18,7 +18,8 @@
 //
 // Exit status: 0 every promise held, 2 one was broken (or the sandbox
 // could not be built or removed), 130 or 143 interrupted by SIGINT or
-// SIGTERM and cleaned up.
+// SIGTERM and cleaned up, 141 stopped by SIGPIPE (its output closed, as in
+// "nodevol-demo | head -1") and cleaned up.
 package main
 
 import (
