@@ -58,13 +58,18 @@
 //   - Memory: a tmpfs whose size= is the smallest positive of the node's
 //     allocatable memory, the pod's memory limit and the volume's
 //     sizeLimit, with noswap when tmpfs takes it (Linux 6.4, see [TmpfsNoswap]);
+//     its root has the spec's mode, and 01777 without one (the kubelet's
+//     tmpfs root keeps tmpfs's default 01777, and a subPath created in it
+//     copies that mode: Kubernetes's NodeConformance specs check it);
 //   - HugePages / HugePages-<size>: a hugetlbfs with pagesize= from the
 //     pod's hugepage requests (plain HugePages needs exactly one size).
 //
 // Memory and HugePages mounts are made detached (fsopen, fsconfig,
-// fsmount) with a new source name ("nodevol-emptydir-", 16 random hex
-// digits, "-" and 16 hex digits of a digest of those, the pod UID and the
-// volume name, where the kubelet writes "tmpfs": a mount is proven only
+// fsmount) with a new source name ("nv-", 8 random hex digits, "-" and 8
+// hex digits of a digest of those, the pod UID and the volume name, where
+// the kubelet writes "tmpfs"; 20 characters, which busybox's df prints on
+// one line; records of earlier versions name the long form
+// "nodevol-emptydir-<16 hex>-<16 hex>", still proven: a mount is proven only
 // under the name of the volume it was made for, never after another
 // volume's mount was renamed or bind-mounted into its place), their identity — that source,
 // the unique mount ID where the kernel has one (Linux 6.8), the mount ID,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -402,5 +403,37 @@ func TestLocatedSymlinks(t *testing.T) {
 				t.Error("something was mounted outside the root")
 			}
 		})
+	}
+}
+
+// TestSourceFitsDfLine: a new mount source is at most 20 characters, the
+// longest filesystem name busybox's df prints on the same line as its
+// numbers (Kubernetes's "pod should support memory backed volumes of
+// specified size" spec reads the size as df's second column), and proves
+// its volume as the long form of earlier records still does.
+func TestSourceFitsDfLine(t *testing.T) {
+	r := ordinaryRef(testUID, "cache")
+	other := ordinaryRef(testUID, "other")
+	loc := locatedRef(testUID, Location{Plugin: secretPlugin, Dir: "cache", Meta: "wrapped_cache"})
+	for i := 0; i < 100; i++ {
+		s := newSource(r)
+		if len(s) > 20 || !strings.HasPrefix(s, sourcePrefix) {
+			t.Fatalf("newSource = %q (%d characters); want %s… of at most 20", s, len(s), sourcePrefix)
+		}
+		if !isNodevolSource(s) || !isSourceFor(s, r) || isSourceFor(s, other) || isSourceFor(s, loc) {
+			t.Fatalf("source %q: nodevol %v, for its volume %v, for another %v, for a location %v", s, isNodevolSource(s), isSourceFor(s, r), isSourceFor(s, other), isSourceFor(s, loc))
+		}
+		if l := newSource(loc); len(l) > 20 || !isSourceFor(l, loc) || isSourceFor(l, r) {
+			t.Fatalf("located source %q: for its location %v, for the ordinary volume %v", l, isSourceFor(l, loc), isSourceFor(l, r))
+		}
+	}
+	long := sourceFor("0123456789abcdef", testUID, "cache")
+	if !isNodevolSource(long) || !isSourceFor(long, r) || isSourceFor(long, other) {
+		t.Errorf("the long form %q of earlier records: nodevol %v, for its volume %v, for another %v", long, isNodevolSource(long), isSourceFor(long, r), isSourceFor(long, other))
+	}
+	for _, s := range []string{"nv-0123456-01234567", "nv-0123456g-01234567", "nv-01234567_01234567", "nv-01234567-0123456789", "nodevol-emptydir-01234567-01234567", "tmpfs"} {
+		if isNodevolSource(s) {
+			t.Errorf("isNodevolSource(%q) = true", s)
+		}
 	}
 }

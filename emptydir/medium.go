@@ -16,7 +16,8 @@ type setupPlan struct {
 	size     int64 // tmpfs size= in bytes; 0: no size option
 	pageSize int64 // hugetlbfs pagesize= in bytes
 	// mode is the volume directory's mode (the mount root's for Memory
-	// and HugePages): the source's Mode or 0777, plus StickyBit's bit.
+	// and HugePages): the source's Mode or 0777 (01777 for Memory), plus
+	// StickyBit's bit.
 	mode uint32
 }
 
@@ -25,7 +26,10 @@ type setupPlan struct {
 //   - Memory: tmpfs size is the smallest positive of the node's allocatable
 //     memory, the pod's memory limit and the volume's sizeLimit;
 //   - the mode is the source's Mode (0 to 01777) or 0777, with the sticky
-//     bit when StickyBit is set;
+//     bit when StickyBit is set; a Memory volume without a Mode is 01777,
+//     as the kubelet's is (its tmpfs root keeps tmpfs's default mode,
+//     which Kubernetes's NodeConformance specs pin: a subPath the kubelet
+//     creates in it copies the root's mode, sticky bit included);
 //   - HugePages: the page size is the only hugepage size the pod requests;
 //     HugePages-<size>: that size, which the pod must request.
 func planSetUp(src *volume.EmptyDirSource, pod *volume.Pod, allocatable int64) (setupPlan, error) {
@@ -38,6 +42,9 @@ func planSetUp(src *volume.EmptyDirSource, pod *volume.Pod, allocatable int64) (
 		p.medium = volume.MediumDefault
 	case m == volume.StorageMediumMemory:
 		p.medium = volume.MediumMemory
+		if src.Mode == nil {
+			p.mode |= 0o1000
+		}
 		p.size = smallestPositive(allocatable, pod.MemoryLimit, src.SizeLimit)
 	case m.IsHugePages():
 		p.medium = volume.MediumHugePages

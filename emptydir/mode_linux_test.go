@@ -90,7 +90,10 @@ func TestEmptyDirVolumeMode(t *testing.T) {
 
 // TestEmptyDirVolumeModeMemory: for a tmpfs or hugetlbfs volume the mode
 // is the mount root's, the directory the pod sees (upstream chmods the
-// directory before mounting over it, where the pod never sees it).
+// directory before mounting over it, where the pod never sees it). With no
+// mode the root is 01777, the kubelet's tmpfs root's: Kubernetes's
+// "nonexistent volume subPath should have the correct mode and owner using
+// FSGroup" spec wants the sticky bit on a subPath made in it.
 func TestEmptyDirVolumeModeMemory(t *testing.T) {
 	mounttest.RequireMounts(t)
 	e := newEnv(t, t.TempDir(), nil)
@@ -100,7 +103,7 @@ func TestEmptyDirVolumeModeMemory(t *testing.T) {
 		volume.Spec{Name: "d", EmptyDir: &volume.EmptyDirSource{Medium: "Memory"}},
 	)
 	pod.MemoryLimit = 64 << 20
-	for name, want := range map[string]uint32{"m": 0o750, "s": 0o1777, "d": 0o777} {
+	for name, want := range map[string]uint32{"m": 0o750, "s": 0o1777, "d": 0o1777} {
 		dir := e.setUp(t, pod, name).Path()
 		t.Cleanup(func() { _ = detach(dir) })
 		if !mounttest.IsMountRoot(t, dir) {

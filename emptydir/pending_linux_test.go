@@ -81,8 +81,8 @@ func TestPendingMountRecord(t *testing.T) {
 			pod := e.pod(volume.Spec{Name: "cache", EmptyDir: &volume.EmptyDirSource{Medium: "Memory", SizeLimit: 1 << 20}})
 			e.setUp(t, pod, "cache")
 			got := mounttest.Snapshot(t, vol)
-			if got["."] != "drwxrwxrwx" {
-				t.Errorf("adopted mount's root has mode %s; want SetUp's drwxrwxrwx", got["."])
+			if got["."] != "dtrwxrwxrwx" {
+				t.Errorf("adopted mount's root has mode %s; want SetUp's dtrwxrwxrwx (a Memory volume's 01777)", got["."])
 			}
 			delete(got, ".")
 			delete(want, ".")

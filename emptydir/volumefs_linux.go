@@ -329,16 +329,23 @@ func (rec *MountRecord) pin(mi mountIdentity) MountRecord {
 }
 
 // newSource returns a new mount source for a filesystem SetUp creates for
-// the volume r: "nodevol-emptydir-", 16 random hex digits, "-" and 16 hex
-// digits of a digest of the random part, the pod UID and the volume name
-// (sourceFor).
+// the volume r: "nv-", 8 random hex digits, "-" and 8 hex digits of a
+// digest of the random part, the pod UID and the volume name (sourceFor):
+// 20 characters, as short as busybox's df needs to print a filesystem on
+// one line (a longer name goes on a line of its own, and
+// `df | grep PATH | awk '{print $2}'`, which Kubernetes's own e2e test of
+// a Memory volume's size runs, reads the used blocks instead of the size).
 //
 // A located volume's source (see Location) is made the same way, with a
 // digest of another domain over the pod UID, the plugin, the directory and
 // the metadata name (locatedSourceFor): no source of an ordinary volume or
 // of another location is ever one of its sources, and the reverse.
+//
+// Records written before sources were short name the long form,
+// "nodevol-emptydir-", 16 random hex digits, "-" and 16 hex digits of the
+// same digest: they still prove their mounts (isSourceFor takes both).
 func newSource(r volRef) string {
-	var b [8]byte
+	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return refSourceFor(hex.EncodeToString(b[:]), r)
 }
@@ -363,34 +370,66 @@ func refSourceFor(nonce string, r volRef) string {
 // input of one is an input of the other.
 func locatedSourceFor(nonce, podUID, plugin, dir, meta string) string {
 	h := sha256.Sum256([]byte("nodevol-emptydir-located\x00" + nonce + "\x00" + podUID + "\x00" + plugin + "\x00" + dir + "\x00" + meta))
-	return sourcePrefix + nonce + "-" + hex.EncodeToString(h[:8])
+	return sourceOf(nonce, h)
 }
 
-const sourcePrefix = "nodevol-emptydir-"
+// The two forms of a source: the short one newSource makes, and the long
+// one of records written before.
+const (
+	sourcePrefix       = "nv-"
+	sourceNonceLen     = 8 // hex digits, and as many of the digest
+	longSourcePrefix   = "nodevol-emptydir-"
+	longSourceNonceLen = 16
+)
 
-// sourceFor is the source with the random part nonce (16 hex digits) for
-// the volume vol of pod podUID.
+// sourceOf is the source with the random part nonce and the digest h: the
+// short form for a short nonce, the long form for a long one.
+func sourceOf(nonce string, h [sha256.Size]byte) string {
+	if len(nonce) == longSourceNonceLen {
+		return longSourcePrefix + nonce + "-" + hex.EncodeToString(h[:longSourceNonceLen/2])
+	}
+	return sourcePrefix + nonce + "-" + hex.EncodeToString(h[:sourceNonceLen/2])
+}
+
+// sourceFor is the source with the random part nonce (8 hex digits, or 16
+// for the long form) for the volume vol of pod podUID.
 func sourceFor(nonce, podUID, vol string) string {
 	h := sha256.Sum256([]byte("nodevol-emptydir\x00" + nonce + "\x00" + podUID + "\x00" + vol))
-	return sourcePrefix + nonce + "-" + hex.EncodeToString(h[:8])
+	return sourceOf(nonce, h)
 }
 
-// isNodevolSource reports whether s has newSource's form (for whatever
-// volume).
-func isNodevolSource(s string) bool {
-	rest, ok := strings.CutPrefix(s, sourcePrefix)
-	if !ok || len(rest) != 33 || rest[16] != '-' {
-		return false
+// sourceNonce is the random part of s when s has one of the forms of
+// newSource's sources (for whatever volume), short or long.
+func sourceNonce(s string) (string, bool) {
+	for _, f := range []struct {
+		prefix string
+		n      int
+	}{{sourcePrefix, sourceNonceLen}, {longSourcePrefix, longSourceNonceLen}} {
+		rest, ok := strings.CutPrefix(s, f.prefix)
+		if !ok || len(rest) != 2*f.n+1 || rest[f.n] != '-' {
+			continue
+		}
+		_, err1 := hex.DecodeString(rest[:f.n])
+		_, err2 := hex.DecodeString(rest[f.n+1:])
+		if err1 == nil && err2 == nil {
+			return rest[:f.n], true
+		}
 	}
-	_, err1 := hex.DecodeString(rest[:16])
-	_, err2 := hex.DecodeString(rest[17:])
-	return err1 == nil && err2 == nil
+	return "", false
+}
+
+// isNodevolSource reports whether s has the form of newSource's sources,
+// short or long (for whatever volume).
+func isNodevolSource(s string) bool {
+	_, ok := sourceNonce(s)
+	return ok
 }
 
 // isSourceFor reports whether s is a source newSource made for the volume
-// r.
+// r, now or in the long form of earlier records.
 func isSourceFor(s string, r volRef) bool {
-	return isNodevolSource(s) && s == refSourceFor(s[len(sourcePrefix):len(sourcePrefix)+16], r)
+	nonce, ok := sourceNonce(s)
+	return ok && s == refSourceFor(nonce, r)
 }
 
 // recordedMountOn reports whether the mount on the open volume directory e

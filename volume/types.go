@@ -25,7 +25,8 @@ type EmptyDirSource struct {
 	// feature): permission bits and the sticky bit, 0 to 01777; anything
 	// else fails Validate. nil means the default, 0777 (01777 with
 	// StickyBit). For a Memory or HugePages volume it is the mode of the
-	// mount's root, the directory the pod sees.
+	// mount's root, the directory the pod sees; emptydir makes a Memory
+	// volume's root 01777 when it is nil, as the kubelet's tmpfs root is.
 	Mode *uint32
 }
 

@@ -66,8 +66,10 @@ type Driver struct {
 	log                   logr.Logger
 	metrics               *metrics
 
-	mu   sync.Mutex
-	busy map[string]bool // target paths with an operation in flight
+	mu       sync.Mutex
+	busy     map[string]bool // target paths with a publish or unpublish in flight
+	measures map[string]int  // target paths' NodeGetVolumeStats in flight
+	measured *sync.Cond      // on mu: a target's last measurement ended
 
 	registered atomic.Bool // the kubelet said the registration succeeded
 }
@@ -113,16 +115,19 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Driver{
-		name:    cfg.Name,
-		version: cfg.Version,
-		nodeID:  cfg.NodeID,
-		layout:  layout,
-		plugin:  emptydir.New(volume.NewHost(layout, nil, cfg.MemoryBytes), opts...),
-		log:     cfg.Logger,
-		metrics: m,
-		busy:    map[string]bool{},
-	}, nil
+	d := &Driver{
+		name:     cfg.Name,
+		version:  cfg.Version,
+		nodeID:   cfg.NodeID,
+		layout:   layout,
+		plugin:   emptydir.New(volume.NewHost(layout, nil, cfg.MemoryBytes), opts...),
+		log:      cfg.Logger,
+		metrics:  m,
+		busy:     map[string]bool{},
+		measures: map[string]int{},
+	}
+	d.measured = sync.NewCond(&d.mu)
+	return d, nil
 }
 
 // Name is the driver's name.
@@ -138,8 +143,11 @@ func (d *Driver) Register(s grpc.ServiceRegistrar) {
 // driver (see RegistrationServer).
 func (d *Driver) Registered() bool { return d.registered.Load() }
 
-// lock marks an operation on target path as in flight and returns what
-// ends it; when one already is, an ABORTED status (the CO retries).
+// lock marks a publish or unpublish of target path as in flight and
+// returns what ends it; when one already is, an ABORTED status (the CO
+// retries). A measurement in flight (NodeGetVolumeStats holds a Memory
+// volume's mount open) is waited for: no new one starts meanwhile, so an
+// unpublish never finds the mount busy half-way through.
 func (d *Driver) lock(path string) (unlock func(), err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -147,9 +155,33 @@ func (d *Driver) lock(path string) (unlock func(), err error) {
 		return nil, status.Errorf(codes.Aborted, "an operation on %s is in progress", path)
 	}
 	d.busy[path] = true
+	for d.measures[path] > 0 {
+		d.measured.Wait()
+	}
 	return func() {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		delete(d.busy, path)
+	}, nil
+}
+
+// measuring marks a measurement of target path as in flight and returns
+// what ends it; while a publish or unpublish is, an ABORTED status (the
+// kubelet asks again at its next poll). Measurements do not exclude each
+// other.
+func (d *Driver) measuring(path string) (done func(), err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.busy[path] {
+		return nil, status.Errorf(codes.Aborted, "an operation on %s is in progress", path)
+	}
+	d.measures[path]++
+	return func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if d.measures[path]--; d.measures[path] == 0 {
+			delete(d.measures, path)
+			d.measured.Broadcast()
+		}
 	}, nil
 }

@@ -186,6 +186,14 @@ func (d *Driver) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 	if err != nil {
 		return nil, status.Errorf(codes.NotFound, "no volume of this driver at %s: %v", req.GetVolumePath(), err)
 	}
+	// A measurement holds a Memory volume's mount open: publish and
+	// unpublish wait for it (see lock), and it does not start while one of
+	// them is in flight.
+	done, err := d.measuring(t.path)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	u, err := d.plugin.UsageAt(t.podUID, t.location())
 	if err != nil {
 		return nil, statusOf(err)

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# build.sh OUT [--stock | --apiserver] — build the kubelet of the pinned
-# k8s.io/kubernetes (kubelet/go.mod) from the Go module proxy, with nodevol's
-# emptyDir plugin in place of upstream's; with --stock, the unmodified kubelet,
-# built the same way; with --apiserver, upstream's kube-apiserver of the same
-# version, built the same way (the e2e test's one-node control plane). Run
-# from anywhere; OUT is the binary to write. See docs/kubelet.md.
+# build.sh OUT [--stock | --apiserver | --scheduler | --controller-manager |
+#              --e2e-test | --agnhost | --ginkgo]
+# — build the kubelet of the pinned k8s.io/kubernetes (kubelet/go.mod) from
+# the Go module proxy, with nodevol's emptyDir plugin in place of upstream's;
+# with --stock, the unmodified kubelet, built the same way. The other modes
+# build upstream's other binaries of the same version, the same way, always
+# stock: --apiserver, --scheduler and --controller-manager (the e2e test's
+# control plane), --e2e-test (test/e2e's e2e.test, with `go test -c`),
+# --agnhost (test/images/agnhost, the suite's test image's binary, static) and
+# --ginkgo (the ginkgo CLI of the version test/e2e requires, which runs
+# e2e.test in parallel). Run from anywhere; OUT is the binary to write. See
+# docs/kubelet.md and docs/conformance.md.
 #
 # How: kubelet/.build/ (not in git) is a module generated from kubelet/go.mod
 # — the same requirements and staging-module replaces, plus
@@ -36,20 +42,31 @@
 # env: GOFLAGS etc. are honoured; BUILD_DIR overrides kubelet/.build.
 set -euo pipefail
 
-usage() { echo "usage: $0 OUT [--stock | --apiserver]" >&2; exit 2; }
-out="" stock=false cmd=kubelet
+usage() { echo "usage: $0 OUT [--stock | --apiserver | --scheduler | --controller-manager | --e2e-test | --agnhost | --ginkgo]" >&2; exit 2; }
+out="" stock=false cmd=kubelet mode=""
+# pkg is the package built; cmd names it in messages.
+pkg=k8s.io/kubernetes/cmd/kubelet
 for a in "$@"; do
   case $a in
     --stock) stock=true ;;
-    --apiserver) cmd=kube-apiserver ;;
+    --apiserver|--scheduler|--controller-manager|--e2e-test|--agnhost|--ginkgo)
+      [ -z "$mode" ] || usage; mode=$a ;;
     -h|--help) usage ;;
     -*) echo "build.sh: unknown flag $a" >&2; usage ;;
     *) [ -z "$out" ] || usage; out=$a ;;
   esac
 done
 [ -n "$out" ] || usage
-if [ $cmd = kube-apiserver ]; then
-  $stock && { echo "build.sh: --apiserver is always stock; drop --stock" >&2; usage; }
+case $mode in
+  --apiserver) cmd=kube-apiserver pkg=k8s.io/kubernetes/cmd/kube-apiserver ;;
+  --scheduler) cmd=kube-scheduler pkg=k8s.io/kubernetes/cmd/kube-scheduler ;;
+  --controller-manager) cmd=kube-controller-manager pkg=k8s.io/kubernetes/cmd/kube-controller-manager ;;
+  --e2e-test) cmd=e2e.test pkg=k8s.io/kubernetes/test/e2e ;;
+  --agnhost) cmd=agnhost pkg=k8s.io/kubernetes/test/images/agnhost ;;
+  --ginkgo) cmd=ginkgo pkg=github.com/onsi/ginkgo/v2/ginkgo ;;
+esac
+if [ -n "$mode" ]; then
+  $stock && { echo "build.sh: $mode is always stock; drop --stock" >&2; usage; }
   stock=true   # no overlay, no nodevol version, no nodevol module
 fi
 case $out in /*) ;; *) out=$PWD/$out ;; esac
@@ -85,21 +102,25 @@ rel() { realpath --relative-to="$build" "$1"; }
     -replace="github.com/nodevol/nodevol=$(rel "$repo")" \
     -replace="github.com/nodevol/nodevol/kubelet=$(rel "$kubelet")" \
     -require="github.com/nodevol/nodevol/kubelet@v0.0.0-00010101000000-000000000000"
-  # go mod tidy keeps in go.mod what the three builds import, at the versions
-  # kubelet/go.mod and Kubernetes's go.mod select; the tag keeps this file
-  # out of every build. The apiserver is listed for every build, so that
-  # go.mod is the same whichever is built.
-  cat > tools.go <<'EOF'
-//go:build tools
-
-package tools
-
-import (
-	_ "github.com/nodevol/nodevol/kubelet/kubeletpatch/emptydir"
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kubelet"
-)
-EOF
+  # go mod tidy keeps in go.mod and go.sum what the builds import, at the
+  # versions kubelet/go.mod and Kubernetes's go.mod select; the tag keeps
+  # this file out of every build. Every mode's package is listed for every
+  # build, so that go.mod is the same whichever is built. e2e.test is a test
+  # binary: tidy does not follow a dependency's test imports, so the
+  # imports of test/e2e's test files are listed too (go list -e: a
+  # dependency not yet in go.sum is an error it reports, not a stop).
+  {
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    for p in github.com/nodevol/nodevol/kubelet/kubeletpatch/emptydir \
+      k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-apiserver \
+      k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-controller-manager \
+      k8s.io/kubernetes/test/e2e k8s.io/kubernetes/test/images/agnhost \
+      github.com/onsi/ginkgo/v2/ginkgo \
+      $(go list -e -f '{{join .TestImports " "}}' k8s.io/kubernetes/test/e2e); do
+      case $p in *.*/*) printf '\t_ "%s"\n' "$p" ;; esac   # not the standard library
+    done | sort -u
+    printf ')\n'
+  } > tools.go
   go mod tidy
 )
 
@@ -145,7 +166,17 @@ if ! $stock; then
   flags+=(-overlay "$overlay")
 fi
 
-(cd "$build" && go build "${flags[@]}" k8s.io/kubernetes/cmd/$cmd)
+case $mode in
+  --e2e-test) (cd "$build" && go test -c "${flags[@]}" "$pkg") ;;
+  # agnhost runs in a container image with no libc: static, as upstream's
+  # (CGO_ENABLED=0 there). Here cgo stays on, as in every other build, so
+  # that agnhost's dependencies come from the shared cache (CGO_ENABLED=0
+  # compiles them all again: 404 s against 80 s on this machine); netgo and
+  # osusergo keep net and os/user, the only packages it has that would use
+  # cgo, in Go, and the binary is checked below to need no libc.
+  --agnhost) (cd "$build" && go build -tags netgo,osusergo "${flags[@]}" "$pkg") ;;
+  *) (cd "$build" && go build "${flags[@]}" "$pkg") ;;
+esac
 
 # Check what was built.
 mods=$(go version -m "$out" | awk '$1 == "dep" {print $2}')
@@ -156,11 +187,26 @@ for m in github.com/nodevol/nodevol github.com/nodevol/nodevol/kubelet; do
     echo "build.sh: $out does not contain $m: the overlay did not take" >&2; exit 1
   fi
 done
-got=$("$out" --version)
-if [ "$got" != "Kubernetes $git_version" ]; then
-  echo "build.sh: $out --version says \"$got\", want \"Kubernetes $git_version\"" >&2; exit 1
+if [ "$mode" = --agnhost ]; then
+  linked=$(ldd "$out" 2>&1 || true)   # glibc's ldd exits 1 for a static binary
+  if ! grep -q 'not a dynamic executable' <<<"$linked"; then
+    echo "build.sh: $out is dynamically linked; the agnhost image has no libc:" >&2
+    echo "$linked" >&2; exit 1
+  fi
 fi
-if [ $cmd = kube-apiserver ]; then
+case $mode in
+  --agnhost|--ginkgo)
+    # Neither reports Kubernetes's version: the module graph is the check.
+    echo "$out: $cmd, $(stat -c %s "$out") bytes"
+    exit 0 ;;
+  --e2e-test) want="$git_version" ;;   # e2e.test --version prints version.Get()
+  *) want="Kubernetes $git_version" ;;
+esac
+got=$("$out" --version)
+if [ "$got" != "$want" ]; then
+  echo "build.sh: $out --version says \"$got\", want \"$want\"" >&2; exit 1
+fi
+if [ $cmd != kubelet ]; then
   echo "$out: $got, $(stat -c %s "$out") bytes"
   exit 0
 fi

@@ -135,7 +135,7 @@ func TestSecretVolumeThroughAdapter(t *testing.T) {
 
 	e.setUp(t)
 	ms := mountsAt(t, e.dir())
-	if len(ms) != 1 || ms[0].FSType != "tmpfs" || !strings.HasPrefix(ms[0].Source, "nodevol-emptydir-") {
+	if len(ms) != 1 || ms[0].FSType != "tmpfs" || !strings.HasPrefix(ms[0].Source, "nv-") {
 		t.Fatalf("mounts at %s = %+v; want one tmpfs", e.dir(), ms)
 	}
 	b, err := os.ReadFile(filepath.Join(e.dir(), "password"))
@@ -297,7 +297,7 @@ func TestProjectedVolumeThroughAdapter(t *testing.T) {
 	if err := m.SetUp(k8svolume.MounterArgs{}); err != nil {
 		t.Fatalf("projected SetUp = %v", err)
 	}
-	if ms := mountsAt(t, dir); len(ms) != 1 || !strings.HasPrefix(ms[0].Source, "nodevol-emptydir-") {
+	if ms := mountsAt(t, dir); len(ms) != 1 || !strings.HasPrefix(ms[0].Source, "nv-") {
 		t.Fatalf("mounts at %s = %+v; want nodevol's tmpfs", dir, ms)
 	}
 	for name, want := range map[string]string{"ca.crt": "CERT", "namespace": "ns"} {

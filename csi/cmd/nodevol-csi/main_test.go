@@ -77,7 +77,9 @@ func TestServe(t *testing.T) {
 	}
 	defer conn.Close()
 	reg := registerapi.NewRegistrationClient(conn)
-	info, err := reg.GetInfo(ctx, &registerapi.InfoRequest{})
+	// The socket's file appears at bind(2), a moment before listen(2):
+	// wait for it to answer, as the kubelet does (its dial blocks).
+	info, err := reg.GetInfo(ctx, &registerapi.InfoRequest{}, grpc.WaitForReady(true))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,16 +56,40 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 `
 
 // startContainerd starts containerd with its state in dir, waits until it
-// answers, and imports the image tarballs.
+// answers, and imports the image tarballs: the one-node setup, with no CNI
+// (hostNetwork pods only) and the local pause image as the sandbox image.
 func startContainerd(ctx context.Context, dir string, images []string, log *logger) (*containerd, error) {
+	return startContainerdFor(ctx, containerdSpec{
+		dir: dir, images: images, sandboxImage: pauseImage,
+		cniBin: filepath.Join(dir, "cni/bin"), cniConf: filepath.Join(dir, "cni/net.d"),
+	}, log)
+}
+
+// containerdSpec says where a containerd keeps its state and how it runs.
+type containerdSpec struct {
+	dir          string
+	images       []string // OCI layout tarballs to import
+	sandboxImage string   // one of the imported images
+	// cniBin and cniConf are the CNI plugin and configuration
+	// directories; a conf directory with no conflist means no pod network.
+	cniBin, cniConf string
+	// enter is the command prefix that runs a process in the node's
+	// namespaces (nsenter); nil: the run's own.
+	enter []string
+}
+
+// startContainerdFor starts containerd as spec says, waits until it
+// answers, and imports the images.
+func startContainerdFor(ctx context.Context, spec containerdSpec, log *logger) (*containerd, error) {
+	dir := spec.dir
 	c := &containerd{dir: dir, socket: filepath.Join(dir, "containerd.sock"), exited: make(chan struct{}), log: log}
-	for _, d := range []string{"root", "state", "opt", "cni/bin", "cni/net.d"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+	for _, d := range []string{filepath.Join(dir, "root"), filepath.Join(dir, "state"), filepath.Join(dir, "opt"), spec.cniBin, spec.cniConf} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
 	}
 	cfg := fmt.Sprintf(containerdConfig, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.socket,
-		filepath.Join(dir, "opt"), pauseImage, filepath.Join(dir, "cni/bin"), filepath.Join(dir, "cni/net.d"))
+		filepath.Join(dir, "opt"), spec.sandboxImage, spec.cniBin, spec.cniConf)
 	cfgPath := filepath.Join(dir, "containerd.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, err
@@ -75,7 +99,7 @@ func startContainerd(ctx context.Context, dir string, images []string, log *logg
 		return nil, err
 	}
 	defer logf.Close()
-	c.cmd = exec.Command("/usr/bin/containerd", "--config", cfgPath)
+	c.cmd = commandIn(spec.enter, "/usr/bin/containerd", "--config", cfgPath)
 	c.cmd.Env = []string{runtimePath}
 	c.cmd.Stdout, c.cmd.Stderr = logf, logf
 	if err := c.cmd.Start(); err != nil {
@@ -95,7 +119,7 @@ func startContainerd(ctx context.Context, dir string, images []string, log *logg
 		c.stop()
 		return nil, fmt.Errorf("containerd did not come up: %w", err)
 	}
-	for _, img := range images {
+	for _, img := range spec.images {
 		if err := c.ctr(ctx, "-n", "k8s.io", "images", "import", img); err != nil {
 			c.stop()
 			return nil, fmt.Errorf("importing %s: %w", img, err)
@@ -139,6 +163,16 @@ func (c *containerd) stop() {
 		}
 	}
 	stopProcess(c.cmd, c.exited, 10*time.Second)
+}
+
+// commandIn is the command that runs bin with args, through the enter
+// prefix when there is one (nsenter into a node's namespaces, which then
+// execs bin: the process is bin's).
+func commandIn(enter []string, bin string, args ...string) *exec.Cmd {
+	if len(enter) == 0 {
+		return exec.Command(bin, args...)
+	}
+	return exec.Command(enter[0], append(append(append([]string{}, enter[1:]...), bin), args...)...)
 }
 
 // stopProcess sends SIGTERM, and SIGKILL when the process is still there

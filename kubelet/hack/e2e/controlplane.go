@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,12 +25,35 @@ import (
 // The control plane's ports, private to the network namespace. The host's
 // listening sockets on them are compared before and after the run.
 const (
-	etcdClientPort = 2379
-	etcdPeerPort   = 2380
-	apiserverPort  = 6443
+	etcdClientPort        = 2379
+	etcdPeerPort          = 2380
+	apiserverPort         = 6443
+	controllerManagerPort = 10257
+	schedulerPort         = 10259
 )
 
-var controlPlanePorts = []int{etcdClientPort, etcdPeerPort, apiserverPort}
+var controlPlanePorts = []int{etcdClientPort, etcdPeerPort, apiserverPort, controllerManagerPort, schedulerPort}
+
+// clusterControllers are the controllers the whole cluster's
+// kube-controller-manager runs: what namespaces, service accounts and their
+// tokens, the root CA ConfigMap, DaemonSets, ReplicaSets, replication
+// controllers (the EmptyDir wrapper specs make one) and owner references
+// need, and the node lifecycle controller, which lifts the
+// node.kubernetes.io/not-ready NoSchedule taint a new Node is admitted with
+// once it is Ready (without it the scheduler places nothing). No node IPAM
+// (each node's pod range is in its CNI conflist), no endpoints (no
+// kube-proxy).
+var clusterControllers = []string{
+	"namespace-controller",
+	"serviceaccount-controller",
+	"serviceaccount-token-controller",
+	"root-ca-certificate-publisher-controller",
+	"daemonset-controller",
+	"replicaset-controller",
+	"replicationcontroller-controller",
+	"garbage-collector-controller",
+	"node-lifecycle-controller",
+}
 
 // serviceRange is the API server's service range; its first address is
 // kubernetes.default's ClusterIP, which the serving certificate names.
@@ -51,12 +75,33 @@ var (
 // advertise address, and nothing here needs the service.
 type controlPlane struct {
 	dir        string
+	spec       controlPlaneSpec
 	pki        *pki
-	kubeconfig string // the kubelet's: the node client certificate
+	kubeconfig string // the one-node kubelet's: the node client certificate
 	etcd       *daemon
 	apiserver  *daemon
+	scheduler  *daemon      // nil in the one-node setup
+	manager    *daemon      // kube-controller-manager; nil in the one-node setup
 	client     *http.Client // admin
 }
+
+// controlPlaneSpec is what startControlPlaneFor runs.
+type controlPlaneSpec struct {
+	apiserver string // the kube-apiserver binary
+	// scheduler and controllerManager are their binaries for a whole
+	// cluster; empty: the one-node setup (none).
+	scheduler, controllerManager string
+	// advertise is the API server's address on the cluster's bridge;
+	// nil: loopback only, with no endpoint reconciler.
+	advertise net.IP
+	nodes     []string // the node names that get client certificates
+	// featureGates are the API server's and the controller manager's
+	// --feature-gates ("Name=true,…"); empty: none.
+	featureGates string
+}
+
+// cluster says whether this is a whole cluster's control plane.
+func (s controlPlaneSpec) cluster() bool { return s.advertise != nil }
 
 // daemon is a process the control plane started, with its log.
 type daemon struct {
@@ -105,18 +150,33 @@ func (d *daemon) kill() {
 // starts etcd and the API server, and waits until the API server is ready
 // and has created the default namespace (/readyz can answer ok first).
 func startControlPlane(ctx context.Context, dir, apiserverBin string, log *logger) (_ *controlPlane, err error) {
+	return startControlPlaneFor(ctx, dir, controlPlaneSpec{apiserver: apiserverBin, nodes: []string{nodeName}}, log)
+}
+
+// startControlPlaneFor starts the control plane spec describes. For a
+// whole cluster it also starts kube-scheduler and kube-controller-manager
+// and waits until the scheduler is healthy and the controller manager has
+// made the default namespace's ServiceAccount and root CA ConfigMap.
+func startControlPlaneFor(ctx context.Context, dir string, spec controlPlaneSpec, log *logger) (_ *controlPlane, err error) {
 	t0 := time.Now()
-	cp := &controlPlane{dir: dir}
+	apiserverBin := spec.apiserver
+	cp := &controlPlane{dir: dir, spec: spec}
 	defer func() {
 		if err != nil {
 			cp.stop()
 		}
 	}()
-	if cp.pki, err = newPKI(filepath.Join(dir, "pki"), serviceIP); err != nil {
+	serverIPs := []net.IP{serviceIP}
+	if spec.cluster() {
+		serverIPs = append(serverIPs, spec.advertise)
+	}
+	if cp.pki, err = newPKI(filepath.Join(dir, "pki"), serverIPs, spec.nodes); err != nil {
 		return nil, fmt.Errorf("control plane PKI: %w", err)
 	}
-	if cp.kubeconfig, err = cp.writeKubeconfig(nodeCert); err != nil {
-		return nil, err
+	if !spec.cluster() {
+		if cp.kubeconfig, err = cp.writeKubeconfig(nodeCert(nodeName), "127.0.0.1"); err != nil {
+			return nil, err
+		}
 	}
 	tlsCfg, err := cp.pki.clientTLS(adminCert)
 	if err != nil {
@@ -136,11 +196,23 @@ func startControlPlane(ctx context.Context, dir, apiserverBin string, log *logge
 	}
 	p := cp.pki.path
 	serverCrt, serverKey := cp.pki.certPair(serverCert)
-	cp.apiserver, err = startDaemon("kube-apiserver", filepath.Join(dir, "kube-apiserver.log"), apiserverBin,
+	// The one-node setup serves on loopback; the reconciler refuses a
+	// loopback advertise address. A whole cluster serves on the bridge too,
+	// and reaches each kubelet at its InternalIP (logs, exec, port-forward)
+	// as the admin-like kubelet client.
+	addrArgs := []string{"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--endpoint-reconciler-type", "none"}
+	if spec.cluster() {
+		kcrt, kkey := cp.pki.certPair(kubeletClient)
+		addrArgs = []string{"--bind-address", "0.0.0.0", "--advertise-address", spec.advertise.String(),
+			"--kubelet-preferred-address-types", "InternalIP",
+			"--kubelet-client-certificate", kcrt, "--kubelet-client-key", kkey}
+		if spec.featureGates != "" {
+			addrArgs = append(addrArgs, "--feature-gates", spec.featureGates)
+		}
+	}
+	cp.apiserver, err = startDaemon("kube-apiserver", filepath.Join(dir, "kube-apiserver.log"), apiserverBin, append(addrArgs,
 		"--etcd-servers", etcdURL,
-		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
 		"--secure-port", fmt.Sprint(apiserverPort),
-		"--endpoint-reconciler-type", "none",
 		"--service-cluster-ip-range", serviceRange,
 		"--client-ca-file", p(caCertFile),
 		"--tls-cert-file", serverCrt, "--tls-private-key-file", serverKey,
@@ -152,7 +224,7 @@ func startControlPlane(ctx context.Context, dir, apiserverBin string, log *logge
 		// container, and so no CSI node plugin (deploy/csi), is admitted.
 		"--allow-privileged=true",
 		"--cert-dir", filepath.Join(dir, "apiserver-certs"),
-		"--profiling=false", "--v=1")
+		"--profiling=false", "--v=1")...)
 	if err != nil {
 		return nil, err
 	}
@@ -165,6 +237,13 @@ func startControlPlane(ctx context.Context, dir, apiserverBin string, log *logge
 	})
 	if err != nil {
 		return nil, fmt.Errorf("the API server did not become ready with the default namespace: %w", err)
+	}
+	if spec.cluster() {
+		if err := cp.startSchedulerAndManager(ctx); err != nil {
+			return nil, err
+		}
+		log.Printf("control plane (etcd, kube-apiserver, kube-scheduler, kube-controller-manager) ready in %.1fs", time.Since(t0).Seconds())
+		return cp, nil
 	}
 	// The default ServiceAccount, which kube-controller-manager would
 	// create: the pods created through the API use it for their tokens.
@@ -181,7 +260,7 @@ func startControlPlane(ctx context.Context, dir, apiserverBin string, log *logge
 // turns.
 func (cp *controlPlane) pids() []int {
 	var pids []int
-	for _, d := range []*daemon{cp.etcd, cp.apiserver} {
+	for _, d := range []*daemon{cp.etcd, cp.apiserver, cp.scheduler, cp.manager} {
 		if d != nil && d.cmd != nil && d.cmd.Process != nil {
 			pids = append(pids, d.cmd.Process.Pid)
 		}
@@ -190,13 +269,91 @@ func (cp *controlPlane) pids() []int {
 }
 
 func (cp *controlPlane) stop() {
+	cp.manager.kill()
+	cp.scheduler.kill()
 	cp.apiserver.kill()
 	cp.etcd.kill()
 }
 
-// apiURL is the API server's address for path.
+// startSchedulerAndManager starts kube-scheduler and
+// kube-controller-manager with their own certificates (the default RBAC
+// roles' names; each controller gets its service account's credentials,
+// as kubeadm runs it), and waits until the scheduler's /healthz answers
+// and the controller manager has made the default namespace's
+// ServiceAccount and published the root CA (kube-root-ca.crt).
+func (cp *controlPlane) startSchedulerAndManager(ctx context.Context) error {
+	sched, err := cp.writeKubeconfig(schedulerCert, "127.0.0.1")
+	if err != nil {
+		return err
+	}
+	mgr, err := cp.writeKubeconfig(managerCert, "127.0.0.1")
+	if err != nil {
+		return err
+	}
+	cp.scheduler, err = startDaemon("kube-scheduler", filepath.Join(cp.dir, "kube-scheduler.log"), cp.spec.scheduler,
+		"--kubeconfig", sched, "--authentication-kubeconfig", sched, "--authorization-kubeconfig", sched,
+		"--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", fmt.Sprint(schedulerPort),
+		"--cert-dir", filepath.Join(cp.dir, "scheduler-certs"), "--profiling=false", "--v=1")
+	if err != nil {
+		return err
+	}
+	args := []string{"--kubeconfig", mgr, "--authentication-kubeconfig", mgr, "--authorization-kubeconfig", mgr,
+		"--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", fmt.Sprint(controllerManagerPort),
+		"--cert-dir", filepath.Join(cp.dir, "controller-manager-certs"),
+		"--controllers", strings.Join(clusterControllers, ","),
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file", cp.pki.path(saPrivateFile),
+		"--root-ca-file", cp.pki.path(caCertFile),
+		"--profiling=false", "--v=1"}
+	if cp.spec.featureGates != "" {
+		args = append(args, "--feature-gates", cp.spec.featureGates)
+	}
+	cp.manager, err = startDaemon("kube-controller-manager", filepath.Join(cp.dir, "kube-controller-manager.log"), cp.spec.controllerManager, args...)
+	if err != nil {
+		return err
+	}
+	// The scheduler's serving certificate is self-signed: /healthz is all
+	// that is read from it.
+	insecure := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	err = poll(ctx, 90*time.Second, func() (bool, error) {
+		if err := errors.Join(cp.apiserver.alive(), cp.scheduler.alive(), cp.manager.alive()); err != nil {
+			return false, fmt.Errorf("%w (logs in %s)", err, cp.dir)
+		}
+		resp, err := insecure.Get(fmt.Sprintf("https://127.0.0.1:%d/healthz", schedulerPort))
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return false, nil
+		}
+		var sa corev1.ServiceAccount
+		var cm corev1.ConfigMap
+		return cp.get(ctx, "/api/v1/namespaces/default/serviceaccounts/default", &sa) == nil &&
+			cp.get(ctx, "/api/v1/namespaces/default/configmaps/kube-root-ca.crt", &cm) == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("kube-scheduler or kube-controller-manager not ready (no healthy scheduler, or no default ServiceAccount and kube-root-ca.crt): %w", err)
+	}
+	return nil
+}
+
+// nodeKubeconfig writes the kubeconfig of a whole cluster's node: its
+// client certificate, the API server at the bridge address.
+func (cp *controlPlane) nodeKubeconfig(node string) (string, error) {
+	return cp.writeKubeconfig(nodeCert(node), cp.spec.advertise.String())
+}
+
+// adminKubeconfig writes the admin's kubeconfig (for e2e.test).
+func (cp *controlPlane) adminKubeconfig() (string, error) {
+	return cp.writeKubeconfig(adminCert, "127.0.0.1")
+}
+
+// apiURL is the API server's address for path, which may end in an
+// escaped query ("?labelSelector=…").
 func apiURL(path string) string {
-	return (&url.URL{Scheme: "https", Host: fmt.Sprintf("127.0.0.1:%d", apiserverPort), Path: path}).String()
+	path, query, _ := strings.Cut(path, "?")
+	return (&url.URL{Scheme: "https", Host: fmt.Sprintf("127.0.0.1:%d", apiserverPort), Path: path, RawQuery: query}).String()
 }
 
 // ErrNotFound is matched by the error of get for a 404.
@@ -286,16 +443,16 @@ func (cp *controlPlane) apiPod(ctx context.Context, namespace, name string) (*co
 // staticPodName is a static pod's name as the kubelet reports it.
 func staticPodName(pod *corev1.Pod) string { return pod.Name + "-" + nodeName }
 
-// writeKubeconfig writes a kubeconfig for the certificate name and
-// returns its path.
-func (cp *controlPlane) writeKubeconfig(name string) (string, error) {
+// writeKubeconfig writes a kubeconfig for the certificate name, with the
+// API server at host, and returns its path.
+func (cp *controlPlane) writeKubeconfig(name, host string) (string, error) {
 	crt, key := cp.pki.certPair(name)
 	cfg := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
 - name: e2e
   cluster:
-    server: https://127.0.0.1:%d
+    server: https://%s
     certificate-authority: %s
 users:
 - name: %s
@@ -308,7 +465,7 @@ contexts:
     cluster: e2e
     user: %s
 current-context: e2e
-`, apiserverPort, cp.pki.path(caCertFile), name, crt, key, name)
+`, net.JoinHostPort(host, fmt.Sprint(apiserverPort)), cp.pki.path(caCertFile), name, crt, key, name)
 	path := filepath.Join(cp.dir, name+".kubeconfig")
 	return path, os.WriteFile(path, []byte(cfg), 0o600)
 }

@@ -16,7 +16,11 @@ import (
 // configuration says (device-plugins, container log links, shim sockets).
 // Inside the namespace each gets a private tmpfs; the host only ever sees
 // an empty directory, created for the run when missing and removed after.
-var hostDirs = []string{"/run/containerd", "/var/lib/kubelet", "/var/log/containers"}
+//
+// A whole cluster adds two: /run/netns, where containerd keeps its pods'
+// network namespaces (and ip netns the nodes'), and /var/lib/cni, where
+// libcni caches each attachment's result.
+var hostDirs = []string{"/run/containerd", "/var/lib/kubelet", "/var/log/containers", "/run/netns", "/var/lib/cni"}
 
 // sysctl is a host-wide kernel setting the kubelet changes at start. The
 // namespace shows the kubelet a file holding Want bind-mounted over the
@@ -35,6 +39,10 @@ var kubeletSysctls = []sysctl{
 	{"kernel/keys/root_maxbytes", "25000000"},
 }
 
+// watchedSysctls are host settings the run changes only in its own
+// network namespace (the cluster's forwarding): compared, never masked.
+var watchedSysctls = []string{"net/ipv4/ip_forward"}
+
 // hostState is what the run must leave as it found it.
 type hostState struct {
 	Mounts    []string          // "mountpoint fstype source" of every host mount
@@ -42,6 +50,8 @@ type hostState struct {
 	Dirs      map[string]bool   // hostDirs and the cgroup root dirs -> exists
 	Processes []string          // "pid cmdline" of processes that mention the workdir or the cgroup (the go run that started the driver does)
 	Listening []string          // "tcp6 port" of the host's listening sockets on the control plane's ports
+	Links     []string          // the host's network interfaces (the cluster's bridge and veths live in the run's namespaces)
+	Netns     []string          // the named network namespaces in the host's /run/netns
 }
 
 // snapshotHost reads the host's state as far as the run could change it.
@@ -56,12 +66,22 @@ func snapshotHost(workdir string, cgroupDirs []string, cgroupName string) (hostS
 	}
 	slices.Sort(st.Mounts)
 	st.Sysctls = map[string]string{}
+	keys := slices.Clone(watchedSysctls)
 	for _, s := range kubeletSysctls {
-		b, err := os.ReadFile(filepath.Join("/proc/sys", s.Key))
+		keys = append(keys, s.Key)
+	}
+	for _, k := range keys {
+		b, err := os.ReadFile(filepath.Join("/proc/sys", k))
 		if err != nil {
 			return st, fmt.Errorf("reading sysctl: %w", err)
 		}
-		st.Sysctls[s.Key] = strings.TrimSpace(string(b))
+		st.Sysctls[k] = strings.TrimSpace(string(b))
+	}
+	if st.Links, err = dirNames("/sys/class/net"); err != nil {
+		return st, err
+	}
+	if st.Netns, err = dirNames("/run/netns"); err != nil {
+		return st, err
 	}
 	st.Dirs = map[string]bool{}
 	for _, d := range append(slices.Clone(hostDirs), cgroupDirs...) {
@@ -73,6 +93,22 @@ func snapshotHost(workdir string, cgroupDirs []string, cgroupName string) (hostS
 	}
 	st.Listening, err = listeningOn(controlPlanePorts)
 	return st, err
+}
+
+// dirNames is the sorted names in dir; none when it does not exist.
+func dirNames(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names, nil
 }
 
 // listeningOn lists the host's (this network namespace's) listening TCP
@@ -197,6 +233,16 @@ func compareHost(before, after hostState, workdir string) error {
 	for _, l := range after.Listening {
 		if !slices.Contains(before.Listening, l) {
 			items = append(items, "listening socket: "+l)
+		}
+	}
+	for _, l := range after.Links {
+		if !slices.Contains(before.Links, l) {
+			items = append(items, "network interface: "+l)
+		}
+	}
+	for _, n := range after.Netns {
+		if !slices.Contains(before.Netns, n) {
+			items = append(items, "network namespace: /run/netns/"+n)
 		}
 	}
 	if len(items) > 0 {

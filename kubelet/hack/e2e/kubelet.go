@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,11 +25,11 @@ import (
 // in turn); static pods and their mirror pods are named <name>-<nodeName>.
 const nodeName = "e2e-node"
 
-// The kubelet's ports, private to the network namespace.
+// The kubelet's ports, private to its network namespace, on its address
+// (its API, which the API server reaches for logs and exec, is 20250).
 const (
-	healthzURL = "http://127.0.0.1:20248/healthz"
-	podsURL    = "http://127.0.0.1:20255/pods" // the read-only port
-	metricsURL = "http://127.0.0.1:20255/metrics"
+	readOnlyPort = 20255
+	healthzPort  = 20248
 )
 
 // kubeletConfig is a kubelet of static pods from a directory, checked
@@ -46,10 +47,10 @@ cgroupDriver: cgroupfs
 cgroupRoot: %[3]s
 failCgroupV1: false
 failSwapOn: false
-address: 127.0.0.1
+address: %[6]s
 port: 20250
 readOnlyPort: 20255
-healthzBindAddress: 127.0.0.1
+healthzBindAddress: %[6]s
 healthzPort: 20248
 authentication:
   anonymous:
@@ -69,6 +70,7 @@ evictionHard:
   imagefs.available: "1%%"
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
+featureGates: %[7]s
 `
 
 // kubelet is one kubelet process; restart replaces it with another on the
@@ -76,11 +78,15 @@ imageGCLowThresholdPercent: 99
 type kubelet struct {
 	bin        string
 	dir        string // holds the config, the log, pki, pod logs
-	root       string // --root-dir
+	root       string // its root directory, as the harness reaches it
+	rootArg    string // --root-dir, as the kubelet sees it (root, or a bind of it in its node's mount namespace)
 	manifests  string // staticPodPath
 	logPath    string
 	configArg  string
 	kubeconfig string
+	nodeName   string
+	address    string   // its --node-ip, where it serves
+	enter      []string // the prefix that runs it in its node's namespaces; nil: the run's
 	cmd        *exec.Cmd
 	exited     chan struct{}
 	client     *http.Client
@@ -92,23 +98,54 @@ type kubelet struct {
 var ErrKubeletExited = errors.New("the kubelet exited")
 
 func newKubelet(bin, dir, socket, cgroupRoot, kubeconfig string, log *logger) (*kubelet, error) {
+	return newKubeletFor(kubeletSpec{bin: bin, dir: dir, socket: socket, cgroupRoot: cgroupRoot, kubeconfig: kubeconfig, nodeName: nodeName, address: "127.0.0.1"}, log)
+}
+
+// kubeletSpec is one kubelet: its binary, directories, runtime, node
+// name and address, feature gates, and the namespaces it runs in.
+type kubeletSpec struct {
+	bin, dir, socket, cgroupRoot, kubeconfig string
+	nodeName, address                        string
+	// rootArg is the kubelet's --root-dir when it sees its root (dir/root)
+	// elsewhere: a whole cluster's node binds it at /var/lib/kubelet.
+	rootArg      string
+	featureGates map[string]bool
+	enter        []string // nsenter prefix; nil: the run's namespaces
+}
+
+func newKubeletFor(s kubeletSpec, log *logger) (*kubelet, error) {
+	bin, dir, kubeconfig := s.bin, s.dir, s.kubeconfig
 	k := &kubelet{
 		kubeconfig: kubeconfig,
+		nodeName:   s.nodeName,
+		address:    s.address,
+		enter:      s.enter,
 		bin:        bin,
 		dir:        dir,
 		root:       filepath.Join(dir, "root"),
+		rootArg:    s.rootArg,
 		manifests:  filepath.Join(dir, "manifests"),
 		logPath:    filepath.Join(dir, "kubelet.log"),
 		configArg:  filepath.Join(dir, "kubelet-config.yaml"),
 		client:     &http.Client{Timeout: 2 * time.Second},
 		log:        log,
 	}
+	if k.rootArg == "" {
+		k.rootArg = k.root
+	}
 	for _, d := range []string{k.root, k.manifests, filepath.Join(dir, "pki"), filepath.Join(dir, "pod-logs"), filepath.Join(dir, "volume-plugins")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
 	}
-	cfg := fmt.Sprintf(kubeletConfig, k.manifests, socket, cgroupRoot, filepath.Join(dir, "pod-logs"), filepath.Join(dir, "volume-plugins"))
+	gates, err := json.Marshal(s.featureGates) // JSON is YAML; {} or null for none
+	if err != nil {
+		return nil, err
+	}
+	if s.featureGates == nil {
+		gates = []byte("{}")
+	}
+	cfg := fmt.Sprintf(kubeletConfig, k.manifests, s.socket, s.cgroupRoot, filepath.Join(dir, "pod-logs"), filepath.Join(dir, "volume-plugins"), k.address, gates)
 	if err := os.WriteFile(k.configArg, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
@@ -123,8 +160,8 @@ func (k *kubelet) start(ctx context.Context) error {
 		return err
 	}
 	defer logf.Close()
-	k.cmd = exec.Command(k.bin, "--config", k.configArg, "--kubeconfig", k.kubeconfig, "--root-dir", k.root, "--cert-dir", filepath.Join(k.dir, "pki"),
-		"--hostname-override", nodeName, "--node-ip", "127.0.0.1", "--v=2")
+	k.cmd = commandIn(k.enter, k.bin, "--config", k.configArg, "--kubeconfig", k.kubeconfig, "--root-dir", k.rootArg, "--cert-dir", filepath.Join(k.dir, "pki"),
+		"--hostname-override", k.nodeName, "--node-ip", k.address, "--v=2")
 	k.cmd.Env = []string{runtimePath}
 	k.cmd.Stdout, k.cmd.Stderr = logf, logf
 	if err := k.cmd.Start(); err != nil {
@@ -137,7 +174,7 @@ func (k *kubelet) start(ctx context.Context) error {
 		if err := k.alive(); err != nil {
 			return false, err
 		}
-		resp, err := k.client.Get(healthzURL)
+		resp, err := k.client.Get(k.url(healthzPort, "/healthz"))
 		if err != nil {
 			return false, nil
 		}
@@ -176,6 +213,12 @@ func (k *kubelet) stop() {
 	if k.cmd != nil && k.cmd.Process != nil {
 		stopProcess(k.cmd, k.exited, 10*time.Second)
 	}
+}
+
+// url is the kubelet's plain-HTTP address for path on port (healthz, or
+// the read-only port's pods and metrics).
+func (k *kubelet) url(port int, path string) string {
+	return "http://" + net.JoinHostPort(k.address, strconv.Itoa(port)) + path
 }
 
 // logSize is the log's current length: the offset to read new lines from.
@@ -237,7 +280,7 @@ func (k *kubelet) get(ctx context.Context, url string, read func(io.Reader) erro
 // pods asks the read-only port for the kubelet's pods.
 func (k *kubelet) pods(ctx context.Context) ([]corev1.Pod, error) {
 	var list corev1.PodList
-	if err := k.get(ctx, podsURL, func(r io.Reader) error { return json.NewDecoder(r).Decode(&list) }); err != nil {
+	if err := k.get(ctx, k.url(readOnlyPort, "/pods"), func(r io.Reader) error { return json.NewDecoder(r).Decode(&list) }); err != nil {
 		return nil, err
 	}
 	return list.Items, nil
@@ -250,7 +293,7 @@ func (k *kubelet) pods(ctx context.Context) ([]corev1.Pod, error) {
 // status="fail-unknown", summed over its other labels.
 func (k *kubelet) failedEmptyDirUnmounts(ctx context.Context) (float64, error) {
 	var n float64
-	err := k.get(ctx, metricsURL, func(r io.Reader) (err error) {
+	err := k.get(ctx, k.url(readOnlyPort, "/metrics"), func(r io.Reader) (err error) {
 		n, err = countFailedEmptyDirUnmounts(r)
 		return err
 	})

@@ -42,6 +42,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -50,6 +51,9 @@ import (
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == innerArg {
 		os.Exit(runInner(os.Args[2:], os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == nodeHolderArg {
+		os.Exit(runNodeHolder(os.Args[2:], os.Stdin, os.Stdout, os.Stderr))
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -70,9 +74,28 @@ type options struct {
 	// it); empty: the driver builds it with the root module's ./hack/image.
 	csiImage  string
 	csiDeploy string // deploy/csi: the CSI scenario's manifests
+
+	// mode is what the run does: modeScenarios (nodevol's own scenarios
+	// on a one-node control plane) or modeConformance (Kubernetes's e2e
+	// tests on a whole cluster).
+	mode string
+	// The whole cluster's binaries, and the suite's.
+	scheduler, controllerManager string
+	e2eTest, ginkgo, agnhost     string
+	procs                        int
+	kubelets                     []string // the flavors the suite runs against, in order
 }
 
-const usageLine = "usage: go run ./hack/e2e -stock KUBELET -nodevol KUBELET -apiserver KUBE-APISERVER [-run REGEXP] [-timeout 15m] [-workdir DIR] [-nodevol-image FILE] [-deploy DIR] [-csi-image FILE] [-csi-deploy DIR]"
+// The driver's modes.
+const (
+	modeScenarios   = "scenarios"
+	modeConformance = "conformance"
+	modeDeploy      = "deploy"
+)
+
+const usageLine = `usage: go run ./hack/e2e -stock KUBELET -nodevol KUBELET -apiserver KUBE-APISERVER [-run REGEXP] [-timeout 15m] [-workdir DIR] [-nodevol-image FILE] [-deploy DIR] [-csi-image FILE] [-csi-deploy DIR]
+       go run ./hack/e2e -mode conformance [-stock KUBELET] [-nodevol KUBELET] [-kubelets stock,nodevol] -apiserver KUBE-APISERVER -scheduler KUBE-SCHEDULER -controller-manager KUBE-CONTROLLER-MANAGER -e2e-test E2E.TEST -agnhost AGNHOST [-ginkgo GINKGO -procs N] [-timeout 90m] [-workdir DIR]
+       go run ./hack/e2e -mode deploy -stock KUBELET | -nodevol KUBELET -kubelets nodevol -apiserver KUBE-APISERVER -scheduler KUBE-SCHEDULER -controller-manager KUBE-CONTROLLER-MANAGER [-nodevol-image FILE] [-csi-image FILE] [-deploy DIR] [-csi-deploy DIR] [-workdir DIR]`
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
@@ -92,14 +115,64 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.deploy, "deploy", "../deploy", "the `DIR`ectory of nodevol's manifests, whose DaemonSet the exporter scenario runs")
 	fs.StringVar(&o.csiImage, "csi-image", "", "the nodevol-csi image, an OCI layout tarball with `FILE`.digest beside it, from the root module's ./hack/image -binary nodevol-csi (default: built by the driver)")
 	fs.StringVar(&o.csiDeploy, "csi-deploy", "../deploy/csi", "the `DIR`ectory of nodevol-csi's manifests, which the CSI scenario applies")
+	fs.StringVar(&o.mode, "mode", modeScenarios, "scenarios: nodevol's scenarios on a one-node control plane; conformance: Kubernetes's e2e volume specs (e2e.test) on a whole cluster, against each of -kubelets; deploy: deploy/ applied through the API on a two-node cluster of the first of -kubelets (default stock)")
+	fs.StringVar(&o.scheduler, "scheduler", "", "kube-scheduler of the kubelets' version (kubelet/hack/build.sh --scheduler; -mode conformance)")
+	fs.StringVar(&o.controllerManager, "controller-manager", "", "kube-controller-manager of the kubelets' version (kubelet/hack/build.sh --controller-manager; -mode conformance)")
+	fs.StringVar(&o.e2eTest, "e2e-test", "", "upstream's e2e.test of the kubelets' version (kubelet/hack/build.sh --e2e-test; -mode conformance)")
+	fs.StringVar(&o.agnhost, "agnhost", "", "the suite's agnhost binary (kubelet/hack/build.sh --agnhost; -mode conformance)")
+	fs.StringVar(&o.ginkgo, "ginkgo", "", "the ginkgo CLI (kubelet/hack/build.sh --ginkgo), which runs e2e.test in -procs processes")
+	fs.IntVar(&o.procs, "procs", 1, "parallel e2e.test processes (more than 1 needs -ginkgo)")
+	kubelets := fs.String("kubelets", "", "the kubelets the suite runs against, in order (-mode conformance; default stock,nodevol), or the two nodes' kubelet (-mode deploy; default stock)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
-	if fs.NArg() > 0 || o.stock == "" || o.nodevol == "" || o.apiserver == "" {
+	if fs.NArg() > 0 {
 		fs.Usage()
-		return o, errors.New("want -stock, -nodevol and -apiserver, and no arguments")
+		return o, errors.New("no arguments, only flags")
 	}
-	for _, p := range []*string{&o.stock, &o.nodevol, &o.apiserver} {
+	bins := []*string{&o.apiserver}
+	switch o.mode {
+	case modeScenarios:
+		if o.stock == "" || o.nodevol == "" || o.apiserver == "" {
+			fs.Usage()
+			return o, errors.New("want -stock, -nodevol and -apiserver")
+		}
+		bins = append(bins, &o.stock, &o.nodevol)
+	case modeConformance, modeDeploy:
+		if *kubelets == "" {
+			*kubelets = map[string]string{modeConformance: "stock,nodevol", modeDeploy: "stock"}[o.mode]
+		}
+		o.kubelets = strings.Split(*kubelets, ",")
+		if o.mode == modeDeploy && len(o.kubelets) != 1 {
+			return o, fmt.Errorf("-mode deploy: -kubelets %s: want one kubelet", *kubelets)
+		}
+		for _, k := range o.kubelets {
+			switch {
+			case k == stockKubelet.String() && o.stock != "":
+				bins = append(bins, &o.stock)
+			case k == nodevolKubelet.String() && o.nodevol != "":
+				bins = append(bins, &o.nodevol)
+			default:
+				return o, fmt.Errorf("-kubelets %s: %q is not stock or nodevol with its binary's flag", *kubelets, k)
+			}
+		}
+		if o.procs > 1 && o.mode == modeConformance {
+			bins = append(bins, &o.ginkgo)
+		}
+		bins = append(bins, &o.scheduler, &o.controllerManager)
+		if o.mode == modeConformance {
+			bins = append(bins, &o.e2eTest, &o.agnhost)
+		}
+		for _, p := range bins {
+			if *p == "" {
+				fs.Usage()
+				return o, fmt.Errorf("-mode %s wants -apiserver, -scheduler, -controller-manager, the binary of each of -kubelets, and for conformance -e2e-test, -agnhost and -ginkgo with -procs > 1", o.mode)
+			}
+		}
+	default:
+		return o, fmt.Errorf("-mode %q: want %s, %s or %s", o.mode, modeScenarios, modeConformance, modeDeploy)
+	}
+	for _, p := range bins {
 		abs, err := filepath.Abs(*p)
 		if err != nil {
 			return o, err
@@ -155,7 +228,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "e2e: HARNESS FAILURE: %v\n", runErr)
 		code = 2
 	}
-	if res != nil {
+	switch {
+	case res != nil && res.Conformance != nil && opts.mode == modeConformance:
+		printConformance(stdout, res.Conformance, time.Since(start))
+		if code == 0 && len(conformanceProblems(res.Conformance)) > 0 {
+			code = 1
+		}
+	case res != nil:
 		printReport(stdout, res, time.Since(start))
 		if code == 0 && !allAsExpected(res.Rows) {
 			code = 1
@@ -194,7 +273,7 @@ func drive(ctx context.Context, opts options, start time.Time, log *logger) (res
 	}
 	log.Printf("workdir %s", workdir)
 	defer func() {
-		if err != nil || res == nil || !allAsExpected(res.Rows) {
+		if err != nil || res == nil || (res.Conformance == nil && !allAsExpected(res.Rows)) || (res.Conformance != nil && len(conformanceProblems(res.Conformance)) > 0) {
 			keep = true
 		}
 		if keep {
@@ -207,7 +286,25 @@ func drive(ctx context.Context, opts options, start time.Time, log *logger) (res
 	}()
 
 	t := time.Now()
-	if err := ensurePackages(ctx, log); err != nil {
+	if opts.mode != modeScenarios {
+		if err := ensurePackages(ctx, append(slices.Clone(binaries), clusterBinaries...), log); err != nil {
+			return nil, err
+		}
+		images, err := buildSuiteImages(ctx, filepath.Join(workdir, "images"), "/bin/busybox", opts.agnhost)
+		if err != nil {
+			return nil, err
+		}
+		var deploy *deployInputs
+		if opts.mode == modeDeploy {
+			if deploy, err = prepareDeploy(ctx, opts, filepath.Join(workdir, "images"), log); err != nil {
+				return nil, err
+			}
+			images = append(images, deploy.Agent.Tar, deploy.AgentRollout.Tar, deploy.CSI.Tar, deploy.CSIRollout.Tar)
+		}
+		log.Printf("packages and images ready in %.1fs", time.Since(t).Seconds())
+		return driveNamespace(ctx, opts, workdir, images, nil, nil, deploy, start, log)
+	}
+	if err := ensurePackages(ctx, binaries, log); err != nil {
 		return nil, err
 	}
 	images, err := buildImages(ctx, filepath.Join(workdir, "images"), "/bin/busybox")
@@ -229,7 +326,12 @@ func drive(ctx context.Context, opts options, start time.Time, log *logger) (res
 		images = append(images, csi.Image.Tar)
 	}
 	log.Printf("packages and images ready in %.1fs", time.Since(t).Seconds())
+	return driveNamespace(ctx, opts, workdir, images, exporter, csi, nil, start, log)
+}
 
+// driveNamespace snapshots the host, runs the namespace, cleans up, and
+// compares the host with the snapshot; it returns the namespace's result.
+func driveNamespace(ctx context.Context, opts options, workdir string, images []string, exporter *exporterInputs, csi *csiInputs, deploy *deployInputs, start time.Time, log *logger) (res *innerResult, err error) {
 	cgroupName := fmt.Sprintf("nodevol-e2e-%d", os.Getpid())
 	cgroups, err := cgroupRoots(cgroupName)
 	if err != nil {
@@ -239,7 +341,7 @@ func drive(ctx context.Context, opts options, start time.Time, log *logger) (res
 	if err != nil {
 		return nil, err
 	}
-	nsErr := runNamespace(ctx, opts, workdir, images, exporter, csi, cgroupName, cgroups, start, log)
+	nsErr := runNamespace(ctx, opts, workdir, images, exporter, csi, deploy, cgroupName, cgroups, start, log)
 	cleanErr := cleanHost(before, cgroups)
 	after, err := snapshotHost(workdir, cgroups, cgroupName)
 	if err != nil {
@@ -270,7 +372,7 @@ func drive(ctx context.Context, opts options, start time.Time, log *logger) (res
 // needs, re-executes the binary as PID 1 of new mount, pid and network
 // namespaces and waits for it, killing it when ctx ends (the watchdog:
 // with its PID 1 gone, the kernel kills everything in the namespace).
-func runNamespace(ctx context.Context, opts options, workdir string, images []string, exporter *exporterInputs, csi *csiInputs, cgroupName string, cgroups []string, start time.Time, log *logger) error {
+func runNamespace(ctx context.Context, opts options, workdir string, images []string, exporter *exporterInputs, csi *csiInputs, deploy *deployInputs, cgroupName string, cgroups []string, start time.Time, log *logger) error {
 	for _, d := range hostDirs {
 		if _, err := os.Lstat(d); os.IsNotExist(err) {
 			if err := os.Mkdir(d, 0o755); err != nil {
@@ -281,22 +383,45 @@ func runNamespace(ctx context.Context, opts options, workdir string, images []st
 	var subs []string
 	for _, f := range flavors {
 		subs = append(subs, f.String())
+		if opts.mode != modeScenarios {
+			for i := 1; i <= deployNodes; i++ {
+				subs = append(subs, fmt.Sprintf("%s/node-%d", f, i))
+			}
+		}
 	}
 	if err := makeCgroups(cgroups, subs); err != nil {
 		return err
 	}
 	versions := map[string]string{}
+	kubelets := map[string]string{}
 	for f, bin := range map[flavor]string{stockKubelet: opts.stock, nodevolKubelet: opts.nodevol} {
+		if bin == "" {
+			continue
+		}
+		kubelets[f.String()] = bin
 		out, err := exec.CommandContext(ctx, bin, "--version").Output()
 		if err != nil {
 			return fmt.Errorf("%s --version: %w", bin, err)
 		}
 		versions[f.String()] = strings.TrimSpace(string(out))
 	}
+	if opts.mode != modeScenarios {
+		for name, bin := range map[string]string{"kube-apiserver": opts.apiserver, "kube-scheduler": opts.scheduler, "kube-controller-manager": opts.controllerManager, "e2e.test": opts.e2eTest} {
+			if bin == "" {
+				continue
+			}
+			out, err := exec.CommandContext(ctx, bin, "--version").Output()
+			if err != nil {
+				return fmt.Errorf("%s --version: %w", bin, err)
+			}
+			versions[name] = strings.TrimSpace(string(out))
+		}
+		versions["etcd"], versions["containerd"], versions["runc"], versions["cni plugins"] = debianVersion(ctx, "etcd-server"), debianVersion(ctx, "containerd"), debianVersion(ctx, "runc"), debianVersion(ctx, "containernetworking-plugins")
+	}
 	deadline, _ := ctx.Deadline()
 	cfg := innerConfig{
 		Workdir:    workdir,
-		Kubelets:   map[string]string{stockKubelet.String(): opts.stock, nodevolKubelet.String(): opts.nodevol},
+		Kubelets:   kubelets,
 		Apiserver:  opts.apiserver,
 		Versions:   versions,
 		Images:     images,
@@ -304,8 +429,17 @@ func runNamespace(ctx context.Context, opts options, workdir string, images []st
 		CSI:        csi,
 		CgroupName: cgroupName,
 		Run:        opts.run,
+		Mode:       opts.mode,
 		Start:      start,
 		Deadline:   deadline.Add(-innerMargin(opts.timeout)),
+	}
+	if opts.mode != modeScenarios {
+		cfg.Cluster = &clusterInputs{Scheduler: opts.scheduler, ControllerManager: opts.controllerManager, Nodes: 1}
+		cfg.Conformance = &conformanceInputs{E2ETest: opts.e2eTest, Ginkgo: opts.ginkgo, Procs: opts.procs, Kubelets: opts.kubelets}
+	}
+	if opts.mode == modeDeploy {
+		cfg.Cluster.Nodes = deployNodes
+		cfg.Deploy = deploy
 	}
 	b, err := json.Marshal(cfg)
 	if err != nil {

@@ -22,6 +22,10 @@ type nodevolImage struct {
 	Tar    string `json:"tar"`
 	Name   string `json:"name"`
 	Digest string `json:"digest"`
+	// ConfigDigest is the config's digest: the image ID containerd's CRI
+	// reports for an imported image, which has no repository digest. Set
+	// for the deploy scenario's rollout images.
+	ConfigDigest string `json:"configDigest,omitempty"`
 }
 
 // ErrDigestMismatch is matched by the errors of a digest that is not the

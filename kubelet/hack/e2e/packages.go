@@ -31,6 +31,33 @@ var binaries = []debianBinary{
 	{etcdBinary, "etcd-server"},
 }
 
+// clusterBinaries are what a whole cluster runs besides: Debian's CNI
+// plugins for the pod network, iproute2's ip for the bridge, the veth pairs
+// and the nodes' network namespaces, util-linux's unshare, which makes a
+// node's mount namespace, and its nsenter, which runs each node's
+// containerd and kubelet in the node's namespaces; mount's mount and umount
+// for the NAS in a node.
+var clusterBinaries = []debianBinary{
+	{cniBinDir + "/bridge", "containernetworking-plugins"},
+	{cniBinDir + "/host-local", "containernetworking-plugins"},
+	{cniBinDir + "/loopback", "containernetworking-plugins"},
+	{ipBinary, "iproute2"},
+	{"/usr/bin/nsenter", "util-linux"},
+	{"/usr/bin/unshare", "util-linux"},
+	{"/bin/mount", "mount"},
+	{"/bin/umount", "mount"},
+}
+
+// debianVersion is the installed version of a Debian package, or
+// "unknown".
+func debianVersion(ctx context.Context, pkg string) string {
+	out, err := exec.CommandContext(ctx, "dpkg-query", "-W", "-f=${Version}", pkg).Output()
+	if err != nil || len(out) == 0 {
+		return "unknown"
+	}
+	return pkg + " " + string(out)
+}
+
 // etcdBinary is Debian's etcd (package etcd-server, 3.4.23 in bookworm).
 // kube-apiserver 1.37 works with it; it only skips the watch-progress
 // requests that etcd 3.4 does not serve.
@@ -42,7 +69,7 @@ var ErrNotFromPackage = errors.New("not installed by its Debian package")
 
 // ensurePackages installs the Debian packages whose binaries are missing
 // and checks that every binary belongs to its package (dpkg -S).
-func ensurePackages(ctx context.Context, log *logger) error {
+func ensurePackages(ctx context.Context, binaries []debianBinary, log *logger) error {
 	var missing []string
 	for _, b := range binaries {
 		if _, err := os.Stat(b.Path); err != nil && !slices.Contains(missing, b.Package) {

@@ -16,10 +16,11 @@ import (
 	"time"
 )
 
-// pki is the one-node control plane's key material, written as PEM files
-// into one directory: a CA, the API server's serving certificate, client
-// certificates for the admin (the driver) and the node (the kubelet), and
-// the service-account signing key pair. ECDSA P-256 throughout: generated
+// pki is the control plane's key material, written as PEM files into one
+// directory: a CA, the API server's serving certificate, client
+// certificates for the admin (the driver), each node (its kubelet), the
+// scheduler, the controller manager and the API server's kubelet client,
+// and the service-account signing key pair. ECDSA P-256 throughout: generated
 // in microseconds, and accepted by kube-apiserver for every one of these.
 type pki struct {
 	dir string
@@ -32,7 +33,9 @@ const (
 	caCertFile    = "ca.crt"
 	serverCert    = "apiserver" // apiserver.crt, apiserver.key
 	adminCert     = "admin"
-	nodeCert      = "node"
+	schedulerCert = "kube-scheduler"
+	managerCert   = "kube-controller-manager"
+	kubeletClient = "apiserver-kubelet-client" // the API server's, to the kubelets
 	saPublicFile  = "sa.pub"
 	saPrivateFile = "sa.key"
 )
@@ -40,10 +43,15 @@ const (
 // certValidity covers any run; the watchdog ends runs long before.
 const certValidity = 24 * time.Hour
 
+// nodeCert is the name of the node's client certificate.
+func nodeCert(node string) string { return "node-" + node }
+
 // newPKI writes a fresh CA, the certificates and the service-account key
-// pair into dir. serviceIP is the first address of the service range
-// (kubernetes.default's ClusterIP), which the serving certificate names.
-func newPKI(dir string, serviceIP net.IP) (*pki, error) {
+// pair into dir. serverIPs are the API server's addresses besides
+// 127.0.0.1, with the first address of the service range
+// (kubernetes.default's ClusterIP), which the serving certificate names;
+// nodes are the node names that get a client certificate.
+func newPKI(dir string, serverIPs []net.IP, nodes []string) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -80,7 +88,7 @@ func newPKI(dir string, serviceIP net.IP) (*pki, error) {
 		{serverCert, x509.Certificate{
 			Subject:     pkix.Name{CommonName: "kube-apiserver"},
 			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-			IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), serviceIP},
+			IPAddresses: append([]net.IP{net.IPv4(127, 0, 0, 1)}, serverIPs...),
 			DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
 		}},
 		// system:masters may do anything: the driver reads what it checks.
@@ -88,11 +96,29 @@ func newPKI(dir string, serviceIP net.IP) (*pki, error) {
 			Subject:     pkix.Name{CommonName: "nodevol-e2e-admin", Organization: []string{"system:masters"}},
 			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		}},
-		// The Node authorizer and NodeRestriction know the kubelet by this name.
-		{nodeCert, x509.Certificate{
-			Subject:     pkix.Name{CommonName: "system:node:" + nodeName, Organization: []string{"system:nodes"}},
+		// The names the default RBAC roles bind, as kubeadm issues them.
+		{schedulerCert, x509.Certificate{
+			Subject:     pkix.Name{CommonName: "system:kube-scheduler"},
 			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		}},
+		{managerCert, x509.Certificate{
+			Subject:     pkix.Name{CommonName: "system:kube-controller-manager"},
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		}},
+		{kubeletClient, x509.Certificate{
+			Subject:     pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}},
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		}},
+	}
+	// The Node authorizer and NodeRestriction know each kubelet by this name.
+	for _, n := range nodes {
+		certs = append(certs, struct {
+			name string
+			tmpl x509.Certificate
+		}{nodeCert(n), x509.Certificate{
+			Subject:     pkix.Name{CommonName: "system:node:" + n, Organization: []string{"system:nodes"}},
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		}})
 	}
 	for i, c := range certs {
 		c.tmpl.SerialNumber = big.NewInt(int64(i + 2))

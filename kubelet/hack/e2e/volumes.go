@@ -101,8 +101,8 @@ func expectWrapped(f flavor) string {
 }
 
 // nodevolTmpfsSource is how the source of every tmpfs nodevol's plugin
-// mounts begins (scenario 3 shows it too).
-const nodevolTmpfsSource = "nodevol-emptydir-"
+// mounts begins (scenario 3 shows it too): "nv-<8 hex>-<8 hex>".
+const nodevolTmpfsSource = "nv-"
 
 // wrappedScenario: a downwardAPI volume and a projected volume (its
 // sources downwardAPI only) each wrap an emptyDir (a Memory one, set up
