@@ -260,22 +260,22 @@ const (
 const bothIDs = fsat.MountKey | fsat.TableID
 
 // provenBy reports whether the mount identified by mi, listed in the mount
-// table with fsType and source, is the one rec recorded for the volume vol
-// of pod podUID — in a way a forged record cannot fake: the record lives in
-// the pod directory, which an attacker may write, so the proof is the
-// mount's own source, a name SetUp gave the filesystem it created for this
-// very volume (newSource: random, and naming the pod and the volume). A
-// record naming any other source (a share's "server:/export", the
-// kubelet's "tmpfs") proves nothing; a record naming a nodevol source can
-// only match a tmpfs or hugetlbfs created with that name for this volume,
-// which holds nobody's data but its creator's — not another volume's
-// mount renamed (from another mount namespace) or bind-mounted into this
-// one's place with a copy of that volume's record: its source names the
-// other volume. The mount ID must match too: the unique one where the
-// kernel has unique IDs (a record without one is not accepted then), else
-// the classic ID and the device — except in a pending record (written
-// before an embedder's mounter made the mount, which a crash interrupted
-// before its IDs were recorded), where the source is all there is.
+// table with fsType and source, is the one rec recorded for the volume r —
+// in a way a forged record cannot fake: the record lives in the pod
+// directory, which an attacker may write, so the proof is the mount's own
+// source, a name SetUp gave the filesystem it created for this very volume
+// (newSource: random, and naming the pod and the volume). A record naming
+// any other source (a share's "server:/export", the kubelet's "tmpfs")
+// proves nothing; a record naming a nodevol source can only match a tmpfs
+// or hugetlbfs created with that name for this volume, which holds nobody's
+// data but its creator's — not another volume's mount renamed (from another
+// mount namespace) or bind-mounted into this one's place with a copy of
+// that volume's record: its source names the other volume. The mount ID
+// must match too: the unique one where the kernel has unique IDs (a record
+// without one is not accepted then), else the classic ID and the device —
+// except in a pending record (written before an embedder's mounter made the
+// mount, which a crash interrupted before its IDs were recorded), where the
+// source is all there is.
 func (rec *MountRecord) provenBy(mi fsat.MountStat, fsType, source string, r volRef) bool {
 	if fsType != "tmpfs" && fsType != "hugetlbfs" {
 		return false // SetUp makes nothing else; a FUSE or overlay mount may name any source
@@ -295,10 +295,10 @@ func (rec *MountRecord) pin(mi fsat.MountStat) MountRecord {
 }
 
 // newSource returns a new mount source for a filesystem SetUp creates for
-// the volume vol of pod podUID: "nv-", 8 random hex digits, "-" and 8 hex
-// digits of a digest of the random part, the pod UID and the volume name
-// (sourceFor): 20 characters, as short as busybox's df needs to print a
-// filesystem on one line (a longer name goes on a line of its own, and
+// the volume r: "nv-", 8 random hex digits, "-" and 8 hex digits of a
+// digest of the random part, the pod UID and the volume name (sourceFor):
+// 20 characters, as short as busybox's df needs to print a filesystem on
+// one line (a longer name goes on a line of its own, and
 // `df | grep PATH | awk '{print $2}'`, which Kubernetes's own e2e test of
 // a Memory volume's size runs, reads the used blocks instead of the size).
 //
@@ -392,16 +392,15 @@ func isNodevolSource(s string) bool {
 }
 
 // isSourceFor reports whether s is a source newSource made for the volume
-// vol of pod podUID, now or in the long form of earlier records.
+// r, now or in the long form of earlier records.
 func isSourceFor(s string, r volRef) bool {
 	nonce, ok := sourceNonce(s)
 	return ok && s == refSourceFor(nonce, r)
 }
 
 // recordedMountOn reports whether the mount on the open volume directory e
-// (a mount root) is the one rec recorded for the volume vol of pod podUID:
-// a single mount there, proven by the mount table's type and source and
-// the mount ID.
+// (a mount root) is the one rec recorded for the volume r: a single mount
+// there, proven by the mount table's type and source and the mount ID.
 func recordedMountOn(e entry, path string, rec *MountRecord, r volRef) (bool, error) {
 	if rec == nil || !e.Root {
 		return false, nil

@@ -240,6 +240,14 @@ func (m *Manager) Release(fsFd int, path string) error { return m.clear(fsFd, pa
 // errors.Is(CheckSupport(path), ErrUnsupported).)
 func (m *Manager) Usage(dirFd int, path string) (Usage, error) { return m.usage(dirFd, path) }
 
+// QuotactlFD reports whether the running kernel has quotactl_fd (Linux
+// 5.14), through which limits and usage are set and read on the
+// directory's own descriptor; without it they go through quotactl on the
+// filesystem's block device, found in the mount table. It is found by
+// calling it on an invalid descriptor (EBADF, not ENOSYS), once per
+// process. False on other operating systems.
+func QuotactlFD() bool { return haveQuotactlFD() }
+
 // ProjectID returns the project ID the file at path carries, 0 when none.
 // It needs only the fsxattr ioctl, not quota support. path is resolved
 // like any path (a final symlink is not followed): for tools and tests,

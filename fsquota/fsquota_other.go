@@ -49,3 +49,5 @@ func (m *Manager) dirUsage(path string) (DirUsage, error) {
 func projectID(path string) (uint32, error) { return 0, unsupportedOS(path) }
 
 func setProjectID(path string, id uint32) error { return unsupportedOS(path) }
+
+func haveQuotactlFD() bool { return false }

@@ -1,5 +1,5 @@
 #!/bin/sh
-# bench-removal.sh: issue 16's removal benchmark, reproducible on any Linux
+# bench-removal.sh: the removal benchmark of docs/benchmarks.md, reproducible on any Linux
 # machine as root. It prints the machine, the kernel and the tools, then
 # runs BenchmarkRemoveInterleaved (mountdetect/bench_interleaved_linux_test.go):
 # nodevol (library with one and two workers, in a child process, and the

@@ -13,7 +13,7 @@
 # (no directory outside the volume changes its project, flags or limit)
 # with the kernel's own quotas,
 # and nodevol-csi's TestVMSizeLimitEnforced (a Default inline volume's
-# sizeLimit stops a pod's writer: issue 17), and reads the result lines
+# sizeLimit stops a pod's writer), and reads the result lines
 # from the serial console. The kernel package
 # is only downloaded and unpacked into a work directory; nothing is
 # installed as the host's kernel.

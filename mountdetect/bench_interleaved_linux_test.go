@@ -19,22 +19,23 @@ import (
 	"github.com/nodevol/nodevol/internal/mounttest"
 )
 
-// BenchmarkRemoveInterleaved (issue 16) removes the same tree with each
-// remover in turn: every round builds one identical tree per remover just
-// before it runs (then syncs), and rotates which remover goes first, so the
-// page cache, the journal and the filesystem's age weigh on each alike (the
+// BenchmarkRemoveInterleaved removes the same tree with each remover in
+// turn: every round builds one identical tree per remover just before it
+// runs (then syncs), and rotates which remover goes first, so the page
+// cache, the journal and the filesystem's age weigh on each alike (the
 // sub-benchmarks of BenchmarkRemoveAll run one remover's rounds after
 // another's). It reports each remover's median milliseconds per tree, and
-// the ratios the issue asks for: nodevol (one worker) against rm -rf and
-// against the floor (ratios of the medians; "-paired" is the median of the
-// per-round ratios).
+// the ratios that docs/benchmarks.md compares: nodevol (one worker) against
+// rm -rf and against the floor (ratios of the medians; "-paired" is the
+// median of the per-round ratios).
 //
-// nodevol-cli is the nodevol binary's rm command, started as rm -rf is
-// (the issue's comparison: process start-up counts for both). nodevol-child
-// is RemoveAll in a child process of its own (this test binary, started
-// with NODEVOL_BENCH_REMOVE=path): like rm -rf, it does not run on the
-// thread and CPU that just built the tree, which favours the in-process
-// removers (the kernel objects of the tree were allocated there).
+// nodevol-cli is the nodevol binary's rm command, started as rm -rf is (a
+// like-for-like comparison: process start-up counts for both).
+// nodevol-child is RemoveAll in a child process of its own (this test
+// binary, started with NODEVOL_BENCH_REMOVE=path): like rm -rf, it does not
+// run on the thread and CPU that just built the tree, which favours the
+// in-process removers (the kernel objects of the tree were allocated
+// there).
 //
 // The floor is the least any removal of the tree does: one unlinkat per
 // entry, in inode order, over names and directory descriptors listed
@@ -42,7 +43,8 @@ import (
 // would run, with no check and no Go scheduler. floor-go is the same loop
 // through the ordinary syscall path (unix.Unlinkat), to show what the Go
 // runtime's bookkeeping around each call costs. io_uring is the floor with
-// the unlinks submitted in batches through io_uring (bench_uring_linux_test.go).
+// the unlinks submitted in batches through io_uring
+// (bench_uring_linux_test.go).
 //
 // Shapes: flat is one directory of n files; nested is n/100 directories of
 // 100 files, two levels deep (√(n/100) directories of √(n/100)). Sizes are

@@ -8,7 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The io_uring remover (issue 16's idea, measured and not adopted: see
+// The io_uring remover (measured and not adopted: see
 // docs/benchmarks.md) submits the floor's unlinks as IORING_OP_UNLINKAT
 // (Linux 5.11) in batches, one io_uring_enter per batch instead of one
 // system call per entry. The kernel cannot unlink without blocking, so it

@@ -236,10 +236,12 @@ func NestedMounts(path string) ([]Mount, error) { return nestedMounts(path) }
 //     unlinked (the kernel refuses with EBUSY) and are reported likewise.
 //
 // A missing path is success. An empty, relative or root path, one whose
-// last element is ".", or one with a ".." element anywhere ("/a/link/../x":
-// after a symlink the kernel and filepath.Clean disagree on where ".."
-// leads), is refused with ErrInvalidPath and nothing is touched. Symlinks in the parent directories of path are followed; a
-// symlink as the last element is removed itself.
+// last element is "." or ".." (as GNU rm refuses them), or one with a ".."
+// element anywhere ("/a/link/../x": after a symlink the kernel and
+// filepath.Clean disagree on where ".." leads), is refused with
+// ErrInvalidPath and nothing is touched. Symlinks in the parent
+// directories of path are followed; a symlink as the last element is
+// removed itself.
 //
 // A directory moved out of the tree while the walk is inside it is emptied
 // at its new place (the walk holds it by descriptor): the entries it held
@@ -357,12 +359,17 @@ func WithTestHook(h testhook.Hook) Option { return optionFunc(func(c *config) { 
 // ValidateRemovePath returns the error RemoveAll would return for path
 // before looking at the filesystem: an *InvalidPathError (matching
 // ErrInvalidPath) for an empty, relative or root path, one with a NUL byte,
-// one whose last element is ".", or one with a ".." element anywhere. Dry runs use it to refuse
-// exactly what RemoveAll refuses.
+// one whose last element is "." or "..", or one with a ".." element
+// anywhere. Dry runs and nodevol check use it to refuse exactly what
+// RemoveAll refuses.
 func ValidateRemovePath(path string) error {
 	_, _, err := validateRemovePath(path)
 	return err
 }
+
+// dotReason is why a path whose last element is "." or ".." is refused:
+// GNU rm's words for the same refusal.
+const dotReason = "refusing to remove '.' or '..' directory"
 
 // dotDotReason is why a path with a ".." element is refused.
 const dotDotReason = `contains a ".." element, refused because after a symlink the kernel and text cleaning disagree on where ".." leads`
@@ -375,14 +382,16 @@ func validateRemovePath(path string) (dir, base string, err error) {
 		return "", "", &InvalidPathError{Path: path, Reason: "empty path"}
 	case strings.IndexByte(path, 0) >= 0:
 		return "", "", &InvalidPathError{Path: path, Reason: "contains a NUL byte"}
-	case !filepath.IsAbs(path):
-		return "", "", &InvalidPathError{Path: path, Reason: "not absolute"}
 	}
-	// Look at the last element as given: "/a/b/." cleans to "/a/b" and
-	// "/a/b/.." to "/a", neither an element the caller named.
+	// Look at the last element as given, trailing slashes aside, as GNU rm
+	// does (".", "./", "a/.." are refused there too): "/a/b/." cleans to
+	// "/a/b" and "/a/b/.." to "/a", neither an element the caller named.
 	trimmed := strings.TrimRight(path, "/")
 	if last := trimmed[strings.LastIndexByte(trimmed, '/')+1:]; last == "." || last == ".." {
-		return "", "", &InvalidPathError{Path: path, Reason: "last element is " + last}
+		return "", "", &InvalidPathError{Path: path, Reason: dotReason}
+	}
+	if !filepath.IsAbs(path) {
+		return "", "", &InvalidPathError{Path: path, Reason: "not absolute"}
 	}
 	// ".." anywhere else is refused too: after a symlink ("/a/link/../x")
 	// the kernel goes to the parent of link's target while filepath.Clean

@@ -141,11 +141,11 @@ func TestRemoveAllDotDotAnywhere(t *testing.T) {
 			}
 		}
 	}
-	// A trailing ".." keeps the reason the CLI has always printed.
-	for _, p := range []string{base + "/a/x/..", base + "/a/link/..", "/.."} {
+	// A trailing "." or "..", as GNU rm refuses it, in its words.
+	for _, p := range []string{base + "/a/x/..", base + "/a/link/..", "/..", base + "/a/.", ".", "./", "../"} {
 		var ipe *InvalidPathError
-		if err := RemoveAll(p); !errors.As(err, &ipe) || ipe.Reason != "last element is .." {
-			t.Errorf("RemoveAll(%q) = %v; want reason %q", p, err, "last element is ..")
+		if err := RemoveAll(p); !errors.As(err, &ipe) || ipe.Reason != "refusing to remove '.' or '..' directory" {
+			t.Errorf("RemoveAll(%q) = %v; want reason %q", p, err, "refusing to remove '.' or '..' directory")
 		}
 	}
 	mounttest.Intact(t, base, snap)

@@ -24,7 +24,7 @@ const (
 	defaultMaxOpen = 128
 	// maxPasses bounds how often one directory is listed again after its
 	// rmdir found it not empty (entries skipped by a reshuffled directory,
-	// Go issue 20841, or created concurrently).
+	// golang/go#20841, or created concurrently).
 	maxPasses = 64
 	// direntBufSize is the getdents64 buffer: tens of thousands of entries
 	// a call, so that sorting a batch by inode approaches a full sort.
@@ -289,7 +289,7 @@ const paceOps = 256
 // takes its P away in the middle of a syscall and hands it to another
 // thread, and polls every 20 µs again: on a flat directory of 100,000
 // files on ext4 that cost thousands of futex wake-ups and context switches
-// and about a tenth of the time (docs/benchmarks.md, issue 16). A yield
+// and about a tenth of the time (docs/benchmarks.md). A yield
 // every few milliseconds keeps the goroutine fresh for the monitor, which
 // then backs off to 10 ms polls. (RawSyscall would avoid the monitor too,
 // but a goroutine in a raw syscall cannot be stopped: one unlink that

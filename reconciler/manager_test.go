@@ -649,7 +649,7 @@ func TestOptionsLoggerIsUsed(t *testing.T) {
 	})
 }
 
-// TestRunWaitsForRunningOperations (issue 11): after ctx is done, Run
+// TestRunWaitsForRunningOperations: after ctx is done, Run
 // returns only once the operations it started have returned, so that a
 // second Manager on the same root never overlaps them; a second Run is
 // an error, not a panic.
@@ -683,7 +683,7 @@ func TestRunWaitsForRunningOperations(t *testing.T) {
 	})
 }
 
-// TestNewWithoutPlugins (issue 11): Plugins is required.
+// TestNewWithoutPlugins: Plugins is required.
 func TestNewWithoutPlugins(t *testing.T) {
 	if _, err := New(Options{Root: t.TempDir()}); !errors.Is(err, ErrNoPlugins) {
 		t.Errorf("New(Options{}) = %v; want ErrNoPlugins", err)
@@ -694,7 +694,7 @@ func TestNewWithoutPlugins(t *testing.T) {
 // tell its root.
 type rootlessPlugin struct{ volume.Plugin }
 
-// TestRootGivenOnce (issue 11): the kubelet root comes from one place. A
+// TestRootGivenOnce: the kubelet root comes from one place. A
 // forgotten Options.Root is the plugins' root, not /var/lib/kubelet; a
 // Root or a plugin that disagrees is refused, naming both roots.
 func TestRootGivenOnce(t *testing.T) {
@@ -738,7 +738,7 @@ func TestRootGivenOnce(t *testing.T) {
 	}
 }
 
-// TestMetricsTwoManagers (issue 11): a second Manager on the same
+// TestMetricsTwoManagers: a second Manager on the same
 // registerer shares the first one's metrics (client_golang's
 // AlreadyRegisteredError convention) instead of failing; wrapped
 // registerers keep them apart; a foreign metric of the same name is

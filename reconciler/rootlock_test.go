@@ -18,12 +18,12 @@ import (
 )
 
 // TestSecondManagerOnOneRootIsRefused: a second Manager on a kubelet root
-// whose first Manager runs found the first one's volumes on disk, wanted by
-// none of its pods, and tore them down once its sources were ready. Now
-// its Run returns at once a *volume.RootLockedError naming the first
-// (this process, since the first Run began), having touched nothing: the
-// first one's volume keeps its data byte for byte. Once the first Run has
-// returned, a new Manager runs on the root.
+// whose first Manager runs would find the first one's volumes on disk,
+// wanted by none of its pods, and tear them down once its sources were
+// ready. Its Run returns at once a *volume.RootLockedError naming the
+// first (this process, since the first Run began), having touched
+// nothing: the first one's volume keeps its data byte for byte. Once the
+// first Run has returned, a new Manager runs on the root.
 func TestSecondManagerOnOneRootIsRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		root := t.TempDir()

@@ -96,22 +96,25 @@ Memory (tmpfs with a sizeLimit) and, when the kernel has 2 MiB huge pages, a
 HugePages-2Mi volume. Without root there is no NAS mount: a symlink in web's
 Default volume points to a "NAS" directory outside it, and the teardown
 removes the link without following it. Everything is removed afterwards,
-also when the demo is interrupted (SIGINT, SIGTERM).
+also when the demo is interrupted (SIGINT, SIGTERM) or its output is
+closed (SIGPIPE: "nodevol-demo | head -1").
 
 Exit status: 0 every promise held, 2 one was broken (or the sandbox could
 not be built or removed), 130 or 143 interrupted by SIGINT or SIGTERM and
-cleaned up.`
+cleaned up, 141 stopped by SIGPIPE and cleaned up.`
 
 // runDemo runs the demo once its arguments (none) were found right.
 func runDemo(stdout, stderr io.Writer) int {
-	// SIGINT and SIGTERM are caught before anything is made, so that no
-	// moment is left at which one would leave the sandbox behind. The
-	// first stops the demo, which then cleans up as after a failure; later
-	// ones are ignored until it is done (a terminal's Ctrl-C reaches both
-	// the demo and its re-executed child, which also gets the one its
-	// parent passes on).
+	// SIGINT, SIGTERM and SIGPIPE are caught before anything is made, so
+	// that no moment is left at which one would leave the sandbox behind.
+	// The first stops the demo, which then cleans up as after a failure;
+	// later ones are ignored until it is done (a terminal's Ctrl-C reaches
+	// both the demo and its re-executed child, which also gets the one its
+	// parent passes on). SIGPIPE is the reader of the output going away
+	// ("nodevol-demo | head -1"): caught, a write to the closed pipe fails
+	// with EPIPE instead of killing the process before its cleanup.
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGPIPE)
 	defer signal.Stop(sigs)
 	iso, code, done := isolateDemo(nil, sigs, stdout, stderr)
 	if done {
@@ -149,6 +152,8 @@ func signalName(sig os.Signal) string {
 		return "SIGINT"
 	case syscall.SIGTERM:
 		return "SIGTERM"
+	case syscall.SIGPIPE:
+		return "SIGPIPE"
 	}
 	return sig.String()
 }
@@ -170,13 +175,17 @@ func playDemo(ctx context.Context, iso isolation, stdout, stderr io.Writer) int 
 	cerr := d.cleanup()
 	// When a signal stopped the demo, whatever its last step failed with
 	// is only the interruption: say that, and whether the cleanup worked.
+	// Stopped by SIGPIPE, nobody reads the output any more: the demo stops
+	// as quietly as a pipeline expects, and says only a failed cleanup.
 	var stopped *interruptedError
 	if errors.As(context.Cause(ctx), &stopped) && err != nil {
 		if cerr != nil {
 			fmt.Fprintf(stderr, "nodevol demo: %v; %v\n", stopped, cerr)
 			return exitError
 		}
-		fmt.Fprintf(stderr, "nodevol demo: %v; the sandbox %s was cleaned up\n", stopped, tmp)
+		if stopped.sig != syscall.SIGPIPE {
+			fmt.Fprintf(stderr, "nodevol demo: %v; the sandbox %s was cleaned up\n", stopped, tmp)
+		}
 		return stopped.code()
 	}
 	if err = errors.Join(err, cerr); err != nil {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 
-	"github.com/nodevol/nodevol/internal/mountns"
+	"github.com/nodevol/nodevol/internal/privatens"
 	"github.com/nodevol/nodevol/mountdetect"
 )
 
@@ -37,7 +37,7 @@ func isolateDemo(args []string, sigs <-chan os.Signal, stdout, stderr io.Writer)
 	if os.Geteuid() != 0 {
 		return isolation{skip: "not root: Default volumes only, and no NAS mount; run as root to see a refused teardown."}, 0, false
 	}
-	if mountns.Child(envDemoParentNS) {
+	if privatens.Child(envDemoParentNS) {
 		return isolation{canMount: true}, 0, false
 	}
 	if _, ok := os.LookupEnv(envDemoParentNS); ok {
@@ -48,7 +48,7 @@ func isolateDemo(args []string, sigs <-chan os.Signal, stdout, stderr io.Writer)
 		fmt.Fprintf(stderr, "nodevol demo: %v\n", err)
 		return isolation{}, exitError, true
 	}
-	code, err = mountns.Reexec(envDemoParentNS, args, mountns.Streams{Stdout: stdout, Stderr: stderr, Env: []string{"TMPDIR=" + tmp}, Signals: sigs})
+	code, err = privatens.Reexec(envDemoParentNS, args, privatens.Streams{Stdout: stdout, Stderr: stderr, Env: []string{"TMPDIR=" + tmp}, Signals: sigs})
 	if entries, _ := os.ReadDir(tmp); len(entries) > 0 {
 		fmt.Fprintf(stderr, "nodevol demo: the demo in its private mount namespace left %s behind in %s; removing it\n", entries[0].Name(), tmp)
 	}
@@ -59,8 +59,8 @@ func isolateDemo(args []string, sigs <-chan os.Signal, stdout, stderr io.Writer)
 	switch {
 	case err != nil:
 		return isolation{skip: fmt.Sprintf("cannot create a private mount namespace (%v): skipping the tmpfs NAS mount rather than mount on the host.", err)}, 0, false
-	case code == 128+int(syscall.SIGINT) || code == 128+int(syscall.SIGTERM):
-		return isolation{}, code, true // interrupted: the demo said so, or died of it before it could
+	case code == 128+int(syscall.SIGINT) || code == 128+int(syscall.SIGTERM) || code == 128+int(syscall.SIGPIPE):
+		return isolation{}, code, true // interrupted: the demo said so (or, for SIGPIPE, stopped quietly), or died of it before it could
 	case code > exitError:
 		fmt.Fprintf(stderr, "nodevol demo: the demo in its private mount namespace died (status %d)\n", code)
 		return isolation{}, exitError, true

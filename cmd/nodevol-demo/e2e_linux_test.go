@@ -292,3 +292,75 @@ func childMountsUnder(t *testing.T, pid int, dir string) int {
 	}
 	return n
 }
+
+// TestDemoOutputClosed: the reader of the demo's output goes away
+// ("nodevol-demo | head -1"), so its next write meets a closed pipe
+// (SIGPIPE). Without root (as nobody when the test runs as root), where
+// the demo's sandbox is a plain directory under $TMPDIR that only the demo
+// itself removes, it still removes it and exits with 141 (128+SIGPIPE),
+// quietly; as root, its parent removes what the re-executed demo left.
+// Closed before the demo starts, the pipe fails its first write; closed
+// after the first line, whichever write comes next.
+func TestDemoOutputClosed(t *testing.T) {
+	bin := buildBinary(t)
+	for _, asRoot := range []bool{false, true} {
+		for _, afterFirstLine := range []bool{false, true} {
+			name := map[bool]string{false: "without root", true: "as root"}[asRoot] + map[bool]string{false: "/closed at start", true: "/closed after a line"}[afterFirstLine]
+			t.Run(name, func(t *testing.T) {
+				if asRoot {
+					mounttest.RequireRoot(t, "the demo runs in a private mount namespace only as root")
+				}
+				tmp, err := os.MkdirTemp("", "nodevol-demo-test-")
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { os.RemoveAll(tmp) }) // nothing is mounted under it
+				if err := os.Chmod(tmp, 0o777); err != nil {
+					t.Fatal(err)
+				}
+				cmd := exec.Command(bin.path)
+				cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/", "TMPDIR=" + tmp}
+				if !asRoot && os.Geteuid() == 0 {
+					cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+				}
+				var stderr bytes.Buffer
+				cmd.Stderr = &stderr
+				r, w, err := os.Pipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				cmd.Stdout = w
+				if !afterFirstLine {
+					r.Close()
+				}
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				w.Close()
+				watchdog := time.AfterFunc(time.Minute, func() { cmd.Process.Kill() }) // only if it hangs
+				defer watchdog.Stop()
+				if afterFirstLine {
+					line, err := bufio.NewReader(r).ReadString('\n')
+					if err != nil {
+						t.Fatalf("the demo's first line: %q, %v", line, err)
+					}
+					r.Close()
+				}
+				err = cmd.Wait()
+				t.Logf("nodevol-demo with its output closed: %v\nstderr:\n%s", err, stderr.String())
+				var exit *exec.ExitError
+				switch {
+				case errors.As(err, &exit) && !exit.Exited():
+					t.Errorf("the demo died of %v; want it to catch SIGPIPE, clean up and exit", exit.Sys())
+				case afterFirstLine && err == nil:
+					// It wrote all its output before the pipe closed: no SIGPIPE.
+				case exit == nil || exit.ExitCode() != 128+int(syscall.SIGPIPE):
+					t.Errorf("the demo ended with %v; want exit status %d (128+SIGPIPE)", err, 128+int(syscall.SIGPIPE))
+				case stderr.Len() > 0:
+					t.Errorf("stderr %q; want nothing: nobody reads the output any more", stderr.String())
+				}
+				wantEmptyDir(t, tmp)
+			})
+		}
+	}
+}

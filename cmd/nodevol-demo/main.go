@@ -13,12 +13,13 @@
 // shows as "nodevol scan" run nodevol's own scan (internal/cli).
 //
 // As root it re-executes itself (/proc/self/exe) in a private mount
-// namespace (internal/mountns), so no mount it makes can reach the host.
+// namespace (internal/privatens), so no mount it makes can reach the host.
 // "nodevol-demo -h" prints what it does; it takes no arguments.
 //
 // Exit status: 0 every promise held, 2 one was broken (or the sandbox
 // could not be built or removed), 130 or 143 interrupted by SIGINT or
-// SIGTERM and cleaned up.
+// SIGTERM and cleaned up, 141 stopped by SIGPIPE (its output closed, as in
+// "nodevol-demo | head -1") and cleaned up.
 package main
 
 import (

@@ -10,9 +10,11 @@
 //
 // It prints the image's (manifest) digest on stdout and writes it to
 // FILE.digest; a summary goes to stderr. Run it in a checkout of the root
-// module. The default name is ghcr.io/nodevol/<binary>:<version>, the
-// version the binary reports (a Go pseudo-version such as
-// v0.0.0-20261123183751-c2cf21255ef4, "+dirty" spelled "-dirty").
+// module. The default name is the one deploy/'s DaemonSet for the binary
+// names (ghcr.io/nodevol/nodevol:v0.0.0-dev, and
+// ghcr.io/nodevol/nodevol-csi:v0.0.0-dev for deploy/csi), so that the
+// image loaded on a node is the one the DaemonSet runs; the version the
+// binary reports is in the image's labels.
 //
 // nodevol is built from ./cmd/nodevol in the root module; nodevol-csi from
 // ./cmd/nodevol-csi in the csi/ module (its own go.mod, with gRPC and the
@@ -57,7 +59,6 @@ import (
 const (
 	modulePath = "github.com/nodevol/nodevol"
 	source     = "https://github.com/nodevol/nodevol"
-	repository = "ghcr.io/nodevol/nodevol"
 )
 
 // binary is what an image holds and how it is built.
@@ -67,7 +68,7 @@ type binary struct {
 	modulePath string   // that module's path
 	pkg        string   // the main package, relative to moduleDir
 	cmd        []string // the image's Cmd: the entrypoint's default arguments
-	repository string   // the default name's repository
+	image      string   // the default name: the image deploy/'s DaemonSet for it names
 	title      string   // org.opencontainers.image.title
 	desc       string   // org.opencontainers.image.description
 }
@@ -76,14 +77,14 @@ type binary struct {
 var binaries = map[string]binary{
 	"nodevol": {
 		name: "nodevol", moduleDir: ".", modulePath: modulePath, pkg: "./cmd/nodevol",
-		cmd: []string{"serve"}, repository: repository, title: "nodevol",
+		cmd: []string{"serve"}, image: "ghcr.io/nodevol/nodevol:v0.0.0-dev", title: "nodevol",
 		desc: "nodevol serve: a read-only node agent that exports which pod volumes a teardown would destroy data on another mount through",
 	},
 	// The CSI node plugin (deploy/csi): its flags are all in the
 	// DaemonSet's args, so no Cmd.
 	"nodevol-csi": {
 		name: "nodevol-csi", moduleDir: "csi", modulePath: modulePath + "/csi", pkg: "./cmd/nodevol-csi",
-		repository: repository + "-csi", title: "nodevol-csi",
+		image: "ghcr.io/nodevol/nodevol-csi:v0.0.0-dev", title: "nodevol-csi",
 		desc: "nodevol-csi: a CSI node plugin serving inline ephemeral volumes with emptyDir semantics, whose teardown never deletes data on another mount",
 	},
 }
@@ -119,7 +120,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("image", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	out := fs.String("o", "", "write the image layout tarball to `FILE` (and its digest to FILE.digest)")
-	name := fs.String("name", "", "the image's name (default ghcr.io/nodevol/<binary>:<version>)")
+	name := fs.String("name", "", "the image's name (default: the one deploy/'s DaemonSet for -binary names)")
 	arch := fs.String("arch", runtime.GOARCH, "the image's architecture: amd64 or arm64")
 	binName := fs.String("binary", "nodevol", "what the image runs: nodevol (./cmd/nodevol) or nodevol-csi (./cmd/nodevol-csi in the csi/ module)")
 	if err := fs.Parse(args); err != nil {
@@ -272,7 +273,7 @@ func build(o buildOptions) (*built, error) {
 	}
 	name := o.name
 	if name == "" {
-		name = o.bin.repository + ":" + tagOf(src.version)
+		name = o.bin.image
 	}
 	bin0, err := ociimage.FileFrom(bin, "/"+o.bin.name, 0o755)
 	if err != nil {
@@ -419,23 +420,4 @@ func gitState(dir string) (revision, commitTime string, modified bool, err error
 		return "", "", false, err
 	}
 	return rev, time.Unix(unix, 0).UTC().Format(time.RFC3339), status != "", nil
-}
-
-// tagOf is version as an image tag: [A-Za-z0-9_.-], at most 128
-// characters, not starting with '.' or '-'.
-func tagOf(version string) string {
-	t := []byte(version)
-	for i, c := range t {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
-			t[i] = '-'
-		}
-	}
-	s := strings.TrimLeft(string(t), ".-")
-	if s == "" {
-		return "dev"
-	}
-	if len(s) > 128 {
-		s = s[:128]
-	}
-	return s
 }

@@ -77,9 +77,8 @@ func TestBuildReproducible(t *testing.T) {
 	if !slices.Equal(l.Config.Config.Entrypoint, []string{"/nodevol"}) || !slices.Equal(l.Config.Config.Cmd, []string{"serve"}) {
 		t.Errorf("config %+v; want entrypoint [/nodevol], cmd [serve]", l.Config.Config)
 	}
-	version := l.Manifest.Annotations["org.opencontainers.image.version"]
-	if name := l.Index.Annotations[ociimage.AnnotationImageName]; name != repository+":"+tagOf(version) {
-		t.Errorf("image name %q; want %s:%s", name, repository, tagOf(version))
+	if name, want := l.Index.Annotations[ociimage.AnnotationImageName], binaries["nodevol"].image; name != want {
+		t.Errorf("image name %q; want %s, the DaemonSet's", name, want)
 	}
 	for _, k := range []string{"source", "revision", "version", "created"} {
 		key := "org.opencontainers.image." + k
@@ -139,21 +138,6 @@ func TestBuildReproducible(t *testing.T) {
 		t.Errorf("binary stamped with revision %s, image labelled %s", rev, l.Manifest.Annotations["org.opencontainers.image.revision"])
 	}
 	t.Run("runs", func(t *testing.T) { runsInImage(t, l) })
-}
-
-func TestTagOf(t *testing.T) {
-	for _, tt := range []struct{ version, want string }{
-		{"v0.0.0-20261123183751-c2cf21255ef4", "v0.0.0-20261123183751-c2cf21255ef4"},
-		{"v0.0.0-20261123183751-c2cf21255ef4+dirty", "v0.0.0-20261123183751-c2cf21255ef4-dirty"},
-		{"(devel)", "devel-"},
-		{"", "dev"},
-		{"v1.2.3", "v1.2.3"},
-		{strings.Repeat("a", 200), strings.Repeat("a", 128)},
-	} {
-		if got := tagOf(tt.version); got != tt.want {
-			t.Errorf("tagOf(%q) = %q; want %q", tt.version, got, tt.want)
-		}
-	}
 }
 
 func TestSourceOfStamped(t *testing.T) {
@@ -274,15 +258,15 @@ func TestBinaryFlag(t *testing.T) {
 		t.Fatalf("binaryNamed(nodevol-csi) = %v", err)
 	}
 	if csi.name != "nodevol-csi" || csi.moduleDir != "csi" || csi.pkg != "./cmd/nodevol-csi" || len(csi.cmd) != 0 ||
-		csi.repository != "ghcr.io/nodevol/nodevol-csi" || csi.title != "nodevol-csi" {
-		t.Errorf("binaryNamed(nodevol-csi) = %+v; want ./cmd/nodevol-csi in csi/, no Cmd, ghcr.io/nodevol/nodevol-csi", csi)
+		csi.image != "ghcr.io/nodevol/nodevol-csi:v0.0.0-dev" || csi.title != "nodevol-csi" {
+		t.Errorf("binaryNamed(nodevol-csi) = %+v; want ./cmd/nodevol-csi in csi/, no Cmd, ghcr.io/nodevol/nodevol-csi:v0.0.0-dev", csi)
 	}
 	nodevol, err := binaryNamed("nodevol")
 	if err != nil {
 		t.Fatalf("binaryNamed(nodevol) = %v", err)
 	}
-	if nodevol.moduleDir != "." || nodevol.pkg != "./cmd/nodevol" || !slices.Equal(nodevol.cmd, []string{"serve"}) || nodevol.repository != repository {
-		t.Errorf("binaryNamed(nodevol) = %+v; want ./cmd/nodevol in the root module, Cmd [serve], %s", nodevol, repository)
+	if nodevol.moduleDir != "." || nodevol.pkg != "./cmd/nodevol" || !slices.Equal(nodevol.cmd, []string{"serve"}) || nodevol.image != "ghcr.io/nodevol/nodevol:v0.0.0-dev" {
+		t.Errorf("binaryNamed(nodevol) = %+v; want ./cmd/nodevol in the root module, Cmd [serve], ghcr.io/nodevol/nodevol:v0.0.0-dev", nodevol)
 	}
 
 	// Each binary's module is where it says, with the path it says, and
@@ -303,6 +287,29 @@ func TestBinaryFlag(t *testing.T) {
 		}
 		if b.name != name || b.title == "" || b.desc == "" {
 			t.Errorf("binaries[%q] = %+v; want its name, a title and a description", name, b)
+		}
+	}
+}
+
+// TestDefaultNamesAreTheDaemonSets: without -name an image is named as the
+// DaemonSet that runs it names it (deploy/nodevol.yaml for nodevol,
+// deploy/csi/nodevol-csi.yaml for nodevol-csi), so that `go run
+// ./hack/image -o FILE` as the README shows it builds the image the
+// DaemonSet runs. It fails when a manifest's image: and the default drift
+// apart.
+func TestDefaultNamesAreTheDaemonSets(t *testing.T) {
+	imageLine := regexp.MustCompile(`(?m)^\s+image:\s*(\S+)\s*$`)
+	for bin, manifest := range map[string]string{"nodevol": "deploy/nodevol.yaml", "nodevol-csi": "deploy/csi/nodevol-csi.yaml"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", manifest))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := imageLine.FindAllStringSubmatch(string(b), -1)
+		if len(m) != 1 {
+			t.Fatalf("%s has %d image: lines; want one", manifest, len(m))
+		}
+		if got := binaries[bin].image; got != m[0][1] {
+			t.Errorf("the default name of -binary %s is %q; %s runs %q", bin, got, manifest, m[0][1])
 		}
 	}
 }

@@ -52,7 +52,7 @@ type checkResult struct {
 	HugePageSize   string              `json:"hugePageSize"` // "2Mi"; "" when not hugetlbfs
 	NestedMounts   []mountdetect.Mount `json:"nestedMounts"` // never nil: [] in JSON
 	SafeToRemove   bool                `json:"safeToRemove"`
-	// MountNamespace says whether the answers are the host's (mntns.go).
+	// MountNamespace says whether the answers are the host's (nsgate.go).
 	MountNamespace mountNamespaceJSON `json:"mountNamespace"`
 	failureJSON
 
@@ -77,8 +77,11 @@ func (r *checkResult) fail(err error) checkResult {
 // examine learns everything "check" reports about path. It is also how
 // "rm --dry-run" decides, so the two can never disagree.
 //
-// A path with a ".." element is refused (refuseDotDot); any other path is
-// examined cleaned, as rm acts on it: "/vol/link/" is the link, not the
+// A path rm refuses before looking at it is refused, with rm's reason: one
+// with a ".." element (refuseDotDot), then whatever RemoveAll refuses (a
+// relative path, a last element "."), except "/": it is examined, and
+// found a mount point, which is the answer (unsafe) anyway. Any other path
+// is examined cleaned, as rm acts on it: "/vol/link/" is the link, not the
 // directory the kernel would reach through it. Path is reported as given.
 //
 // safeToRemove answers "would nodevol rm remove this without meeting a
@@ -91,8 +94,9 @@ func examine(path string) checkResult {
 		r := checkResult{Path: path, NestedMounts: []mountdetect.Mount{}, invalid: true}
 		return r.fail(err)
 	}
-	if path == "" {
-		return examineIn(nil, path)
+	if err := mountdetect.ValidateRemovePath(path); err != nil && strings.Trim(path, "/") != "" {
+		r := checkResult{Path: path, NestedMounts: []mountdetect.Mount{}, invalid: true}
+		return r.fail(err)
 	}
 	r := examineIn(nil, filepath.Clean(path))
 	r.Path = path
@@ -169,7 +173,9 @@ whether the kernel is sure), its filesystem type, emptyDir medium and
 hugepage size, every mount nested beneath it, and whether "nodevol rm"
 would remove it without crossing a mount. Nothing is changed. Each path is
 examined as rm would act on it: cleaned ("/vol/link/" is the link), and
-refused with exit status 2 when it has a ".." element.
+refused with exit status 2 where rm refuses it: a relative path, a path
+with a ".." element, or one whose last element is "." (GNU rm's "refusing
+to remove '.' or '..' directory").
 
 The answers are about this process's mount namespace. When that is not the
 host's (a container's), or it cannot be told, a warning on stderr says so

@@ -203,3 +203,45 @@ func TestCheckHugetlbfs(t *testing.T) {
 	r = nodevol(t, "check", vol)
 	wantContains(t, "stdout", r.stdout, "medium:        HugePages", "hugepage size: 2Mi")
 }
+
+// TestCheckRefusesWhatRmRefuses: check answers as rm would for every path
+// rm refuses before looking at it — a relative path, a ".." element, a
+// last element "." or ".." (as GNU rm refuses "rm -rf ." with "refusing to
+// remove '.' or '..' directory") — refused with exit status 2 and rm's own
+// reason, never called safe to remove. Nothing is touched. ("/" is
+// examined: a mount point, unsafe; TestCheckExitCodeIsWorstOverPaths.)
+func TestCheckRefusesWhatRmRefuses(t *testing.T) {
+	base := realTempDir(t)
+	vol := filepath.Join(base, "vol")
+	mounttest.Build(t, vol, "file a.txt data", "file sub/b.txt data")
+	t.Chdir(vol) // so that "." and "a.txt" name real entries
+	before := mounttest.Snapshot(t, base)
+	const dot = "refusing to remove '.' or '..' directory"
+	for _, tc := range []struct{ path, reason string }{
+		{".", dot},
+		{"./", dot},
+		{vol + "/.", dot},
+		{vol + "/sub/./", dot},
+		{"a.txt", "not absolute"},
+		{"./sub", "not absolute"},
+		{"..", dotDotReason},
+		{vol + "/sub/..", dotDotReason},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			want := fmt.Sprintf("invalid path %q: %s", tc.path, tc.reason)
+			r := nodevol(t, "check", "--", tc.path)
+			r.wantCode(t, ExitError)
+			wantContains(t, "stdout", r.stdout, want, "REFUSED")
+			if strings.Contains(r.stdout, "safe to remove") {
+				t.Errorf("check %q calls it safe to remove:\n%s", tc.path, r.stdout)
+			}
+			objs := jsonLines(t, nodevol(t, "check", "--json", "--", tc.path).stdout, withError(checkKeys)...)
+			if len(objs) != 1 || objs[0]["safeToRemove"] != false || objs[0]["error"] != want {
+				t.Errorf("check --json %q = %v; want safeToRemove false and error %q", tc.path, objs, want)
+			}
+			dry := nodevol(t, "rm", allowForeign, "--dry-run", "--", tc.path)
+			wantContains(t, "rm --dry-run stderr", dry.stderr, want)
+			mounttest.Intact(t, base, before)
+		})
+	}
+}

@@ -249,16 +249,25 @@ func newFlagSet(cmd *command, stdout, stderr io.Writer) *flagSet {
 // usageLine is "Usage: nodevol NAME SYNOPSIS".
 func (fs *flagSet) usageLine() string { return "Usage: " + fs.cmd.usageLine() }
 
-// writeHelp prints the whole help: synopsis, description and flags.
+// writeHelp prints the whole help: synopsis, description and flags. The
+// flag package lists each flag as "-name"; the synopsis, the help texts
+// and every message write "--name" (both are accepted), so the list does
+// too.
 func (fs *flagSet) writeHelp(w io.Writer) {
 	fmt.Fprintf(w, "%s\n\n%s\n", fs.usageLine(), fs.cmd.help)
-	var hasFlags bool
-	fs.VisitAll(func(*flag.Flag) { hasFlags = true })
-	if hasFlags {
-		fmt.Fprintln(w, "\nFlags:")
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
+	var defaults strings.Builder
+	fs.SetOutput(&defaults)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	if defaults.Len() == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nFlags:")
+	for line := range strings.Lines(defaults.String()) {
+		if name, ok := strings.CutPrefix(line, "  -"); ok {
+			line = "  --" + name
+		}
+		fmt.Fprint(w, line)
 	}
 }
 
@@ -383,7 +392,7 @@ func editDistance(a, b string) int {
 }
 
 // dotDotReason is why a path with a ".." element is refused.
-const dotDotReason = `has a ".." element: after a symlink the kernel and text cleaning disagree on where ".." leads, so what is checked and what is removed could differ; name the path without ".."`
+const dotDotReason = `has a ".." element: after a symlink the kernel and text cleaning disagree on where ".." leads, so the path could name another object than it seems to; name the path without ".."`
 
 // refuseDotDot is the first thing every command does with a path given on
 // the command line: a path with a ".." element anywhere (as given, before

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -24,7 +25,7 @@ func TestMain(m *testing.M) { mounttest.Main(m) }
 // allowForeign is passed to every rm and teardown these tests run to
 // remove something: as root they run in the private mount namespace
 // mounttest.Main creates, which is not the host's, and there rm and
-// teardown refuse without it (namespace_linux_test.go tests that refusal).
+// teardown refuse without it (nsgate_linux_test.go tests that refusal).
 const allowForeign = "--allow-foreign-mount-namespace"
 
 // namespaceWarning is the line check and scan print on stderr in this
@@ -338,5 +339,43 @@ func TestParseArgs(t *testing.T) {
 		if code != -1 || !slices.Equal(paths, tc.paths) || *dry != tc.dry {
 			t.Errorf("parseArgs(%q) = %q, %d, dry-run=%v; want %q, -1, dry-run=%v", tc.args, paths, code, *dry, tc.paths, tc.dry)
 		}
+	}
+}
+
+// TestHelpWritesFlagsAsTheSynopsis: every command's help lists its flags
+// with two dashes, as its synopsis, the help texts and the messages write
+// them, and lists every flag its synopsis names.
+func TestHelpWritesFlagsAsTheSynopsis(t *testing.T) {
+	synopsisFlag := regexp.MustCompile(`--[a-z][a-z-]*`)
+	for _, c := range commands() {
+		if c.run == nil {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			r := nodevol(t, c.name, "-h")
+			r.wantCode(t, ExitOK)
+			_, flags, ok := strings.Cut(r.stdout, "\nFlags:\n")
+			if !ok {
+				t.Fatalf("nodevol %s -h lists no flags:\n%s", c.name, r.stdout)
+			}
+			listed := map[string]bool{}
+			for line := range strings.Lines(flags) {
+				if strings.HasPrefix(line, "    ") { // a flag's description
+					continue
+				}
+				name, ok := strings.CutPrefix(line, "  --")
+				if !ok {
+					t.Errorf("nodevol %s -h: flag line %q; want it to begin with two dashes, as the synopsis writes flags", c.name, line)
+					continue
+				}
+				name, _, _ = strings.Cut(strings.TrimSpace(name), " ")
+				listed["--"+name] = true
+			}
+			for _, f := range synopsisFlag.FindAllString(c.synopsis, -1) {
+				if !listed[f] {
+					t.Errorf("nodevol %s -h: the synopsis names %s, the flags list %v", c.name, f, listed)
+				}
+			}
+		})
 	}
 }

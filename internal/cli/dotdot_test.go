@@ -122,3 +122,21 @@ func TestCheckTrailingSlashIsWhatRmRemoves(t *testing.T) {
 	r.wantCode(t, ExitOK)
 	wantContains(t, "stdout", r.stdout, "would remove the symlink "+link)
 }
+
+// TestDotDotRefusalSaysNothingOfRemoval: scan --root and usage remove
+// nothing, so their refusal of a path with a ".." element must not speak
+// of removing; it says why ".." is refused and what to do instead.
+func TestDotDotRefusalSaysNothingOfRemoval(t *testing.T) {
+	base := realTempDir(t)
+	for _, args := range [][]string{
+		{"scan", "--root", base + "/a/../kubelet"},
+		{"usage", base + "/a/../x"},
+	} {
+		r := nodevol(t, args...)
+		r.wantCode(t, ExitError)
+		wantContains(t, "stderr", r.stderr, `has a ".." element`, `name the path without ".."`)
+		if words := strings.ReplaceAll(r.stderr, base, "BASE"); strings.Contains(strings.ToLower(words), "remov") {
+			t.Errorf("nodevol %s: the refusal speaks of removing, which %s never does:\n%s", strings.Join(args, " "), args[0], r.stderr)
+		}
+	}
+}

@@ -23,7 +23,7 @@ type rmResult struct {
 	DryRun       bool                `json:"dryRun"`
 	Refused      bool                `json:"refused"`
 	NestedMounts []mountdetect.Mount `json:"nestedMounts"` // never nil: [] in JSON
-	// MountNamespace says whether rm ran in the host's (mntns.go).
+	// MountNamespace says whether rm ran in the host's (nsgate.go).
 	MountNamespace mountNamespaceJSON `json:"mountNamespace"`
 	failureJSON
 

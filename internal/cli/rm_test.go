@@ -227,7 +227,8 @@ func TestRmRejectsBadPaths(t *testing.T) {
 		{"ends in ..", vol + "/sub/..", dotDotReason},
 		{"ends in ../", vol + "/sub/../", dotDotReason},
 		{".. inside", vol + "/sub/../a.txt", dotDotReason},
-		{"ends in .", vol + "/.", "last element is ."},
+		{"ends in .", vol + "/.", "refusing to remove '.' or '..' directory"},
+		{"dot", ".", "refusing to remove '.' or '..' directory"},
 		{"empty", "", "empty path"},
 	} {
 		for _, mode := range [][]string{{"rm", allowForeign}, {"rm", allowForeign, "--dry-run"}, {"rm", allowForeign, "--workers", "4"}} {

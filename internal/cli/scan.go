@@ -48,7 +48,7 @@ type scanVolume struct {
 	ReasonCode   reasonCode      `json:"reasonCode"`
 	SafeToRemove bool            `json:"safeToRemove"`
 	Reason       string          `json:"reason"`
-	// MountNamespace says whether the answers are the host's (mntns.go).
+	// MountNamespace says whether the answers are the host's (nsgate.go).
 	MountNamespace mountNamespaceJSON `json:"mountNamespace"`
 
 	exists       bool
@@ -587,11 +587,7 @@ Exit status: 0 every volume is ok or in-use and every entry parses
 (leftovers are fine), 1 some volume is in danger or unknown, or some entry
 does not parse (it was not looked inside), 2 the root or some entry could
 not be read, a volume could not be examined, a pod was over its budget (the
-scan is incomplete), or bad usage.
-
-Changed (issue 15): the verdicts used to be safe and UNSAFE, and every
-mounted volume (each secret, projected token, CSI volume) was UNSAFE and
-made scan exit 1; now they are in-use and scan exits 0.`
+scan is incomplete), or bad usage.`
 
 func runScan(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print one JSON object per volume, problem and leftover per line")

@@ -103,17 +103,17 @@ func wantOverBudget(t *testing.T, k *kubelet, rep *scanReport, uids ...string) {
 	}
 }
 
-// TestScanHostilePodsCannotHideOthers: scan and serve stopped examining at
-// a node-wide bound of 65,536 entries, so one pod that wrote 70,000
-// entries into its own pod directory left every pod after it unexamined:
-// a NAS in another pod's emptyDir was not reported, the danger gauge read
-// 0, and the alert never fired. Now each pod spends only its own budget:
-// three hostile pods (before, between and after the healthy ones; one
-// floods one directory, one many plugin directories, one its subPath
-// tree, each with more than 70,000 entries) are reported over budget,
-// every healthy pod's NAS is in danger, a NAS in a hostile pod's own
-// emptyDir listed before its flood too, and the scan says it is
-// incomplete: in its exit status, its JSON and serve's metrics.
+// TestScanHostilePodsCannotHideOthers: each pod spends only its own
+// budget of entries, so a pod that writes 70,000 entries into its own pod
+// directory cannot leave the pods after it unexamined (under a node-wide
+// bound of 65,536 entries a NAS in another pod's emptyDir would go
+// unreported, the danger gauge read 0, and the alert never fire). Three
+// hostile pods (before, between and after the healthy ones; one floods
+// one directory, one many plugin directories, one its subPath tree, each
+// with more than 70,000 entries) are reported over budget, every healthy
+// pod's NAS is in danger, a NAS in a hostile pod's own emptyDir listed
+// before its flood too, and the scan says it is incomplete: in its exit
+// status, its JSON and serve's metrics.
 func TestScanHostilePodsCannotHideOthers(t *testing.T) {
 	mounttest.RequireMounts(t)
 	k := newKubelet(t, mounttest.MemTempDir(t))
@@ -210,13 +210,12 @@ func lastLine(s string) string {
 	return s[strings.LastIndexByte(s, '\n')+1:]
 }
 
-// TestScanSubpathTreeWithinBudget: scan listed every entry of a volume's
-// subPath tree (volume-subpaths/<volume>/<container>/<index>) into its
-// report, without any bound: a pod that wrote 20,000 entries there (well
-// under the old node-wide bound, which did not cover them) put 20,000
-// entries, each with its path, in every report of the agent. Now the
-// subPath tree is read within the pod's budget: the pod is over budget, its
-// volume could not be examined, and a healthy pod after it is examined.
+// TestScanSubpathTreeWithinBudget: a volume's subPath tree
+// (volume-subpaths/<volume>/<container>/<index>) is read within the pod's
+// budget, so a pod that writes 20,000 entries there does not put 20,000
+// entries, each with its path, in every report of the agent: the pod is
+// over budget, its volume could not be examined, and a healthy pod after
+// it is examined.
 func TestScanSubpathTreeWithinBudget(t *testing.T) {
 	mounttest.RequireMounts(t)
 	k := newKubelet(t, mounttest.MemTempDir(t))

@@ -32,3 +32,19 @@ func TestCheckServeArgs(t *testing.T) {
 		}
 	}
 }
+
+// TestServeIntervalLowerBound: an --interval under a second is refused
+// with a message that says the bound and why, before anything starts; a
+// second is the shortest taken.
+func TestServeIntervalLowerBound(t *testing.T) {
+	for _, arg := range []string{"--interval=1ms", "--interval=100ms", "--interval=999ms"} {
+		err := CheckServeArgs([]string{arg})
+		var ae *ArgsError
+		if !errors.As(err, &ae) || !strings.Contains(ae.Message, "too short: at least 1s") {
+			t.Errorf("CheckServeArgs(%s) = %v; want an *ArgsError saying it is too short, at least 1s", arg, err)
+		}
+	}
+	if err := CheckServeArgs([]string{"--interval=1s"}); err != nil {
+		t.Errorf("CheckServeArgs(--interval=1s) = %v; want nil", err)
+	}
+}

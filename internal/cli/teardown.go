@@ -40,7 +40,7 @@ type teardownResult struct {
 	// Subpaths are the containers' subPath entries of the volume, which
 	// the teardown unmounts (own binds) and removes first.
 	Subpaths []subpath.Entry `json:"subpaths"` // never nil: [] in JSON
-	// MountNamespace says whether teardown ran in the host's (mntns.go).
+	// MountNamespace says whether teardown ran in the host's (nsgate.go).
 	MountNamespace mountNamespaceJSON `json:"mountNamespace"`
 	failureJSON
 

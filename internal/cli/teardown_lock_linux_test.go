@@ -12,13 +12,13 @@ import (
 	"github.com/nodevol/nodevol/volume"
 )
 
-// TestTeardownRefusedWhileAVolumeManagerRuns: teardown tore a volume down
-// while a reconciler.Manager ran on the same kubelet root, racing its
+// TestTeardownRefusedWhileAVolumeManagerRuns: a teardown while a
+// reconciler.Manager runs on the same kubelet root would race its
 // operations on the same volume (the Manager would set it up again, or
-// tear it down at the same time). Now, while another process holds the
-// root's volume-manager lock, teardown changes nothing and names the
-// holder (exit 2); a dry run still answers; once the lock is free the
-// teardown goes through, and releases the lock when it ends.
+// tear it down at the same time). While another process holds the root's
+// volume-manager lock, teardown changes nothing and names the holder
+// (exit 2); a dry run still answers; once the lock is free the teardown
+// goes through, and releases the lock when it ends.
 func TestTeardownRefusedWhileAVolumeManagerRuns(t *testing.T) {
 	k := newKubelet(t, realTempDir(t))
 	vol := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})

@@ -136,7 +136,7 @@ func testTeardownCLI(t *testing.T, bin binary) {
 			{csi, csi + " is a kubernetes.io/csi volume, not an emptyDir (kubernetes.io/empty-dir): nodevol teardown only tears down emptyDir volumes"},
 			{"relative/pods/" + testUID + "/volumes/kubernetes.io~empty-dir/cache", "not absolute"},
 			// As rm refuses it.
-			{emptyDir + "/.", `invalid path "` + emptyDir + `/.": last element is .`},
+			{emptyDir + "/.", `invalid path "` + emptyDir + `/.": refusing to remove '.' or '..' directory`},
 			// Unclean: the error says what is unclean.
 			{strings.Replace(emptyDir, "/pods/", "//pods/", 1), `is not clean: has a doubled '/'`},
 			{strings.Replace(emptyDir, "/pods/", "/pods/./", 1), `is not clean: contains a '.' element`},

@@ -16,14 +16,18 @@ type usageResult struct {
 	Inodes    int64  `json:"inodes"`
 	Source    string `json:"source"` // "quota" or "walk"; "" on error
 	ProjectID uint32 `json:"projectID"`
+	// NotCounted are the mount points beneath the directory whose mounts
+	// the walk did not count (another mount's data is not the
+	// directory's). The walk asks nothing of those mounts, so only their
+	// paths are known. Never nil: [] in JSON.
+	NotCounted []string `json:"notCounted"`
 	// UpperBound: the walk met more hard-linked files than it remembers,
 	// and counted those past them at every link.
 	UpperBound bool `json:"upperBound,omitempty"`
 	failureJSON
 
-	skipped []mountdetect.Mount // mounts the walk did not count
-	why     string              // why the quota was not used, when it was not
-	err     error
+	why string // why the quota was not used, when it was not
+	err error
 }
 
 func (r *usageResult) setErr(err error) {
@@ -36,7 +40,7 @@ func (r *usageResult) setErr(err error) {
 // kernel accounts for it, otherwise from a walk that stays on the
 // directory's mount and counts hard links once.
 func measure(q *fsquota.Manager, path string) usageResult {
-	r := usageResult{Path: path}
+	r := usageResult{Path: path, NotCounted: []string{}}
 	if err := refuseDotDot(path); err != nil {
 		r.setErr(err)
 		return r
@@ -47,7 +51,10 @@ func measure(q *fsquota.Manager, path string) usageResult {
 		r.setErr(err)
 		return r
 	}
-	r.Bytes, r.Inodes, r.Source, r.skipped = u.Bytes, u.Inodes, u.Source.String(), u.Skipped
+	r.Bytes, r.Inodes, r.Source = u.Bytes, u.Inodes, u.Source.String()
+	for _, m := range u.Skipped {
+		r.NotCounted = append(r.NotCounted, m.MountPoint)
+	}
 	r.UpperBound = u.UpperBound
 	if u.NoQuota != nil {
 		r.why = u.NoQuota.Error()
@@ -107,8 +114,8 @@ func runUsage(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 		if r.UpperBound {
 			fmt.Fprintf(stdout, "  upper bound: more than %d hard-linked files; those past them are counted at every link\n", mountdetect.MaxHardLinkedInodes)
 		}
-		for _, m := range r.skipped {
-			fmt.Fprintf(stdout, "  not counted: %s (another mount)\n", display(m.MountPoint))
+		for _, m := range r.NotCounted {
+			fmt.Fprintf(stdout, "  not counted: %s (another mount)\n", display(m))
 		}
 	}
 	return code

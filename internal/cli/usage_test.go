@@ -5,6 +5,7 @@ package cli
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,7 +15,7 @@ import (
 	"github.com/nodevol/nodevol/internal/mounttest"
 )
 
-var usageKeys = []string{"path", "bytes", "inodes", "source", "projectID"}
+var usageKeys = []string{"path", "bytes", "inodes", "source", "projectID", "notCounted"}
 
 func TestUsageWalk(t *testing.T) {
 	base := realTempDir(t)
@@ -70,5 +71,44 @@ func TestUsageProjectWithoutQuotas(t *testing.T) {
 	objs := jsonLines(t, r.stdout, usageKeys...)
 	if len(objs) != 1 || objs[0]["projectID"] != float64(1048577) || objs[0]["source"] != "walk" || objs[0]["bytes"].(float64) >= 50000 {
 		t.Errorf("usage = %v; want project 1048577, a walk that skipped the tmpfs", objs)
+	}
+}
+
+// TestUsageJSONListsMountsNotCounted: the walk does not count a mount
+// beneath the directory (a NAS's data is not the volume's), and --json
+// lists each such mount in notCounted, as the human output does on its
+// "not counted:" lines; with none, notCounted is [].
+func TestUsageJSONListsMountsNotCounted(t *testing.T) {
+	mounttest.RequireMounts(t)
+	base := realTempDir(t)
+	vol := filepath.Join(base, "vol")
+	mounttest.Build(t, vol, "file a x", "dir nas", "dir data")
+	nas := filepath.Join(vol, "nas")
+	mounttest.Tmpfs(t, nas, "size=1m")
+	mounttest.Build(t, nas, "file big "+strings.Repeat("n", 50000))
+	other := filepath.Join(base, "other")
+	mounttest.Build(t, other, "file f y")
+	mounttest.Bind(t, other, filepath.Join(vol, "data"))
+
+	r := nodevol(t, "usage", vol)
+	r.wantCode(t, ExitOK)
+	wantContains(t, "stdout", r.stdout, "not counted: "+nas+" (another mount)", "not counted: "+filepath.Join(vol, "data")+" (another mount)")
+
+	r = nodevol(t, "usage", "--json", vol, other)
+	r.wantCode(t, ExitOK)
+	objs := jsonLines(t, r.stdout, usageKeys...)
+	if len(objs) != 2 {
+		t.Fatalf("usage --json = %s; want two objects", r.stdout)
+	}
+	var got []string
+	for _, m := range objs[0]["notCounted"].([]any) {
+		got = append(got, m.(string))
+	}
+	slices.Sort(got)
+	if want := []string{filepath.Join(vol, "data"), nas}; !slices.Equal(got, want) {
+		t.Errorf("notCounted = %#v; want %q, as the human output lists them", objs[0]["notCounted"], want)
+	}
+	if nc, ok := objs[1]["notCounted"].([]any); !ok || len(nc) != 0 {
+		t.Errorf("notCounted of a directory with no mount beneath = %#v; want []", objs[1]["notCounted"])
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 
 	"github.com/nodevol/nodevol/emptydir"
+	"github.com/nodevol/nodevol/fsquota"
 	"github.com/nodevol/nodevol/mountdetect"
 )
 
@@ -128,6 +129,8 @@ func kernelFeatures() []kernelFeature {
 		found("openat2", "openat2 RESOLVE_NO_XDEV (Linux 5.6)", k.Openat2),
 		probed("mount-api", "fsopen/fsmount, the new mount API (Linux 5.2)", mountAPI, mountAPIErr),
 		probed("tmpfs-noswap", "tmpfs noswap (Linux 6.4)", noswap, noswapErr),
+		found("quotactl-fd", "quotactl_fd (Linux 5.14)", fsquota.QuotactlFD()),
+		found("mnt-ns-init-ino", "the initial mount namespace's fixed inode (MNT_NS_INIT_INO, Linux 6.18; told by the kernel release)", mountdetect.InitialMountNamespaceInode()),
 	}
 }
 
@@ -168,7 +171,8 @@ const versionHelp = `Print nodevol's version: its module and version, the VCS re
 state it was built from ("unknown" when the build did not record them: go
 run, -buildvcs=false), the Go version, the platform and the kernel release;
 then each kernel feature nodevol uses and whether this machine has it, as
-probed now by the code that relies on it (not inferred from the release):
+the code that relies on it finds out now (probed, not inferred from the
+release, except where said):
 
   statx STATX_MNT_ID_UNIQUE  never-reused mount IDs (mount-boundary checks,
                              a Memory volume's recorded identity)
@@ -176,6 +180,14 @@ probed now by the code that relies on it (not inferred from the release):
   openat2 RESOLVE_NO_XDEV    the fallback when statx has no mount IDs
   fsopen/fsmount             how SetUp makes Memory and HugePages volumes
   tmpfs noswap               given to Memory volumes when tmpfs takes it
+  quotactl_fd                project-quota limits and usage on the
+                             directory's descriptor (older: quotactl on the
+                             block device)
+  MNT_NS_INIT_INO            the initial mount namespace's fixed inode, how
+                             the mount namespace is told when PID 1 cannot
+                             be compared (the one feature told by the
+                             kernel release: it cannot be probed from
+                             another namespace)
 
 "unknown" means it could not be asked here: without CAP_SYS_ADMIN the mount
 API cannot be tried.

@@ -2,12 +2,16 @@ package cli
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
 
 	"github.com/nodevol/nodevol/emptydir"
+	"github.com/nodevol/nodevol/fsquota"
 	"github.com/nodevol/nodevol/mountdetect"
 )
 
@@ -110,6 +114,8 @@ func TestRunVersion(t *testing.T) {
 		{"openat2", yesNo(k.Openat2)},
 		{"mount-api", probed(mountAPI, mountAPIErr)},
 		{"tmpfs-noswap", probed(noswap, noswapErr)},
+		{"quotactl-fd", yesNo(fsquota.QuotactlFD())},
+		{"mnt-ns-init-ino", yesNo(mountdetect.InitialMountNamespaceInode())},
 	}
 	if len(v.KernelFeatures) != len(want) {
 		t.Fatalf("kernelFeatures = %+v; want %d features", v.KernelFeatures, len(want))
@@ -121,6 +127,35 @@ func TestRunVersion(t *testing.T) {
 		}
 		if !strings.Contains(r.stdout, `"available":"`+w.available+`"`) {
 			t.Errorf("available is not a string in %s", r.stdout)
+		}
+	}
+}
+
+// TestVersionListsTheREADMEKernelFeatures: every row of the README's table
+// of kernel features (the Linux release in its first column) is a feature
+// nodevol version reports, so that an operator can check a node against
+// the table.
+func TestVersionListsTheREADMEKernelFeatures(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile(`(?m)^\s*\|\s*(\d+\.\d+)\s*\|([^|]*)\|`)
+	rows := row.FindAllStringSubmatch(string(readme), -1)
+	if len(rows) < 7 {
+		t.Fatalf("found %d rows of kernel features in README.md; want the table (7 rows)", len(rows))
+	}
+	v := newVersionInfo(nil, false)
+	for _, r := range rows {
+		release, feature := r[1], strings.TrimSpace(r[2])
+		found := false
+		for _, f := range v.KernelFeatures {
+			if strings.Contains(f.About, "Linux "+release+")") || strings.Contains(f.About, "Linux "+release+";") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("README.md lists %s (Linux %s); nodevol version reports no feature of Linux %s: %+v", feature, release, release, v.KernelFeatures)
 		}
 	}
 }

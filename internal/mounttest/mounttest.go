@@ -16,12 +16,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/mountns"
+	"github.com/nodevol/nodevol/internal/privatens"
 	"github.com/nodevol/nodevol/internal/treespec"
 )
 
 const (
-	envInNS = "NODEVOL_TEST_IN_MOUNTNS" // the parent's namespace, set by mountns.Reexec
+	envInNS = "NODEVOL_TEST_IN_MOUNTNS" // the parent's namespace, set by privatens.Reexec
 	envNoNS = "NODEVOL_TEST_NO_MOUNTNS" // why there is no private namespace
 )
 
@@ -31,7 +31,7 @@ const (
 // reaches the host. Call it from TestMain: func TestMain(m *testing.M) { mounttest.Main(m) }.
 func Main(m *testing.M) {
 	if os.Getenv(envInNS) == "" && os.Getenv(envNoNS) == "" {
-		code, err := mountns.Reexec(envInNS, os.Args[1:], mountns.Streams{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr})
+		code, err := privatens.Reexec(envInNS, os.Args[1:], privatens.Streams{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr})
 		if err == nil {
 			os.Exit(code)
 		}
@@ -42,7 +42,7 @@ func Main(m *testing.M) {
 
 // InPrivateNamespace reports whether this process runs in the private mount
 // namespace Main set up.
-func InPrivateNamespace() bool { return mountns.Child(envInNS) }
+func InPrivateNamespace() bool { return privatens.Child(envInNS) }
 
 // OuterNamespace returns the file of the mount namespace the test binary
 // was started in, before Main moved it into a private one: its parent's,

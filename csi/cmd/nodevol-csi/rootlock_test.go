@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodevol/nodevol/internal/clitest"
 )
 
 // TestSecondProcessOnOneRootIsRefused runs the real binary. A second
@@ -20,14 +22,7 @@ import (
 // gone (SIGKILLed: nothing released the lock but the kernel), a new one
 // serves, and stops cleanly on SIGTERM.
 func TestSecondProcessOnOneRootIsRefused(t *testing.T) {
-	goCmd, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("no go command on PATH to build nodevol-csi: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "nodevol-csi")
-	if out, err := exec.Command(goCmd, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := clitest.Build(t, ".")
 	root := t.TempDir()
 	dir, err := os.MkdirTemp("", "lk") // short: a socket path has at most 107 bytes
 	if err != nil {

@@ -60,7 +60,7 @@ func expectCSI(flavor) string {
 	return "driver registered; Default+Memory volumes written by the pod; NAS sentinel intact across a driver restart; refusal names mount; ≥2 tries; gone after umount"
 }
 
-// csiScenario is issue 17's end-to-end case, on the stock kubelet: deploy/csi
+// csiScenario is nodevol-csi's end-to-end case, on the stock kubelet: deploy/csi
 // as a cluster runs it, a pod with a Default and a Memory inline volume of
 // nodevol-csi, a tmpfs "NAS" mounted inside the Default volume from the
 // node, the driver restarted while the pod runs, then the pod deleted. The

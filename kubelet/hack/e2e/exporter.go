@@ -76,8 +76,8 @@ func expectExporter(flavor) string {
 	return "ready, foreign mount namespace, host mounts visible, kubelet root ro+slave, security context applied; danger 1 within one interval of the NAS mount, 0 within one of its unmount; nothing written; nothing left"
 }
 
-// exporterScenario runs deploy/'s DaemonSet as a static pod (issue 15's
-// "run it for real"): nodevol serve in a container, the kubelet root
+// exporterScenario runs deploy/'s DaemonSet as a static pod (run, not
+// just parsed): nodevol serve in a container, the kubelet root
 // mounted read-only with HostToContainer propagation. A second pod has a
 // Default emptyDir; the driver mounts a tmpfs "NAS" inside it from the
 // kubelet's mount namespace (the container sees it only through

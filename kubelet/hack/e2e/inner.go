@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// scenarios are issue 14's cases, in the order of the table.
+// scenarios are the cases of the table in docs/e2e.md, in its order.
 func scenarios() []scenario {
 	return []scenario{
 		{num: 1, name: "nas-tmpfs", expect: expectNAS, run: nasScenario(nasTmpfs, noRestart)},

@@ -1,14 +1,14 @@
 // Command e2e runs nodevol's end-to-end test against real kubelets: the
 // stock kubelet and the nodevol kubelet (nodevol's emptyDir plugin in
 // place of upstream's), each with containerd and runc from Debian, in
-// private mount, pid and network namespaces, through the scenarios of
-// issue 14: a NAS (tmpfs or bind mount) inside an emptyDir when its pod is
+// private mount, pid and network namespaces, through these scenarios:
+// a NAS (tmpfs or bind mount) inside an emptyDir when its pod is
 // deleted, with and without a kubelet restart in between; a Memory
 // emptyDir with a sizeLimit; downwardAPI and projected volumes (which wrap
-// emptyDir); a subPath mount; and issue 15's exporter: deploy/'s
+// emptyDir); a subPath mount; the exporter: deploy/'s
 // DaemonSet run as a static pod, reporting a NAS mounted inside an
 // emptyDir on /metrics, and its control without mount propagation, which
-// misses it; and issue 17's nodevol-csi on the stock kubelet: deploy/csi
+// misses it; and nodevol-csi on the stock kubelet: deploy/csi
 // applied through the API, a NAS inside its Default inline volume kept
 // across a driver restart, the volume gone once the NAS is.
 //

@@ -42,7 +42,7 @@ const (
 	alone                        // restarts the kubelet: runs after them, by itself
 )
 
-// scenario is one case of issue 14, run once against each kubelet.
+// scenario is one case of the table, run once against each kubelet.
 type scenario struct {
 	num   int
 	name  string

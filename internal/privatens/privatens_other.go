@@ -1,6 +1,6 @@
 //go:build !linux
 
-package mountns
+package privatens
 
 import "errors"
 

@@ -1,8 +1,8 @@
-// Package mountns runs a program again inside a new, private mount
+// Package privatens runs a program again inside a new, private mount
 // namespace, so that whatever it mounts (and forgets to unmount) vanishes
 // with it and never reaches the host. The test helpers and nodevol-demo
 // both use it.
-package mountns
+package privatens
 
 import (
 	"errors"

@@ -10,7 +10,8 @@ import (
 	"github.com/nodevol/nodevol/mountdetect"
 )
 
-// Which mount namespace check, scan, rm and teardown run in (issue 11).
+// The namespace gate: what check, scan, rm and teardown do about the mount
+// namespace they run in, as mountdetect.CheckMountNamespace tells it.
 // A process in another mount namespace than the host's — a debug
 // container, a DaemonSet's pod — reads another mount table: a NAS mounted
 // only in the host's namespace is not in it, the volume holding it looks

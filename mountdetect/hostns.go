@@ -206,3 +206,12 @@ func CheckMountNamespace(opts ...NamespaceOption) MountNamespace {
 	}
 	return checkMountNamespace(&c)
 }
+
+// InitialMountNamespaceInode reports whether the running kernel gives the
+// initial mount namespace, the host's, the fixed inode MNT_NS_INIT_INO
+// (Linux 6.18), which CheckMountNamespace relies on when PID 1 cannot be
+// compared (EvidenceInitialInode). Unlike Kernel's features it is told by
+// the kernel release, as CheckMountNamespace tells it: a process outside
+// the initial namespace cannot see that namespace's inode to probe it.
+// False on other operating systems.
+func InitialMountNamespaceInode() bool { return kernelNumbersInitialMountNamespace() }

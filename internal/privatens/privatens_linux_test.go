@@ -1,4 +1,4 @@
-package mountns
+package privatens
 
 import (
 	"bytes"

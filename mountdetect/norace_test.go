@@ -1,0 +1,5 @@
+//go:build !race
+
+package mountdetect
+
+const raceEnabled = false
