@@ -79,6 +79,10 @@ type incrementalScan struct {
 	limits volume.ScanLimits
 	// fullEvery: a whole scan at least this often (0: every scan).
 	fullEvery time.Duration
+	// stampEvery: every pod's directories are stamped at least this
+	// often (0: at every scan).
+	stampEvery  time.Duration
+	lastStamped time.Time
 	// settleAfter: how old a directory's ctime must be for its stamp to
 	// prove that nothing changed since.
 	settleAfter time.Duration
@@ -129,8 +133,9 @@ type dirStamp struct {
 	unsettled bool
 }
 
-func newIncrementalScan(clk clock.PassiveClock, fullEvery time.Duration) *incrementalScan {
-	return &incrementalScan{limits: volume.DefaultScanLimits(), fullEvery: fullEvery, settleAfter: 2 * time.Second, clock: clk, now: time.Now}
+func newIncrementalScan(clk clock.PassiveClock, fullEvery, stampEvery time.Duration) *incrementalScan {
+	return &incrementalScan{limits: volume.DefaultScanLimits(), fullEvery: fullEvery, stampEvery: stampEvery,
+		settleAfter: 2 * time.Second, clock: clk, now: time.Now}
 }
 
 // reset forgets everything: the next scan is a whole one.
@@ -184,6 +189,13 @@ func (c *incrementalScan) update(root string) (*scanReport, error) {
 		full = c.attribute(changes, tab, filepath.Join(sc.realRoot, filepath.Base(layout.PodsDir())), dirty)
 	}
 	podsStamp := stampAt(sc.rootDir, filepath.Base(layout.PodsDir()), c.settled)
+	// The pods' stamps are checked at most every stampEvery: a scan for a
+	// mount change soon after one that checked them re-reads only the
+	// pods the change lies in (and new ones), and publishes sooner.
+	stamp := full || now.Sub(c.lastStamped) >= c.stampEvery
+	if stamp {
+		c.lastStamped = now
+	}
 	if !full {
 		podsChanged = !c.podsSettled || podsStamp != c.podsStamp
 		for _, uid := range c.order {
@@ -192,7 +204,10 @@ func (c *incrementalScan) update(root string) (*scanReport, error) {
 				dirty[uid] = true
 				continue
 			}
-			if stamps, settled := c.stampPod(sc.pods, uid); !settled || !slices.Equal(stamps, p.stamps) {
+			if !stamp {
+				continue
+			}
+			if stamps, settled := c.stampPod(sc.pods, uid, p.stamps); !settled || !slices.Equal(stamps, p.stamps) {
 				dirty[uid] = true
 			}
 		}
@@ -328,7 +343,7 @@ func (c *incrementalScan) examinePods(sc *rootScanner, found volume.ScanResult, 
 	// Stamped after the listing: a change during it leaves a ctime too
 	// recent to count (settleAfter), and the pod is read again next time.
 	for uid, p := range fresh {
-		p.stamps, p.settled = c.stampPod(sc.pods, uid)
+		p.stamps, p.settled = c.stampPod(sc.pods, uid, nil)
 		if p.overBudget != "" {
 			p.settled = false // read again within its share, every scan
 		}
@@ -400,27 +415,34 @@ func newStamp(name string, st unix.Stat_t, err error, settled func(unix.Timespec
 }
 
 // stampPod stamps the directories whose entries make the pod uid's list
-// of volumes: the pod directory, its volumes directory and each plugin
-// directory, each reached by descriptors without following a symlink or
-// crossing a mount. settled is false when a stamp cannot prove that
-// nothing changed (a recent ctime, an error, a volumes directory holding
-// more entries than one directory may give a scan).
-func (c *incrementalScan) stampPod(pods *fsat.Dir, uid string) (stamps []dirStamp, settled bool) {
-	pod := stampAt(pods, uid, c.settled)
-	stamps = append(stamps, pod)
-	settled = !pod.unsettled
+// of volumes: its volumes directory and each plugin directory, reached by
+// descriptors without following a symlink or crossing a mount (the
+// volumes directory replaced is another inode). settled is false when a
+// stamp cannot prove that nothing changed (a recent ctime, an error, a
+// volumes directory holding more entries than one directory may give a
+// scan). When the volumes directory's stamp is prev's first (settled),
+// its entries are prev's: only the plugin directories are stamped again.
+func (c *incrementalScan) stampPod(pods *fsat.Dir, uid string, prev []dirStamp) (stamps []dirStamp, settled bool) {
 	vols, err := pods.OpenDir(uid+"/volumes", fsat.SameMount)
 	if errors.Is(err, fs.ErrNotExist) {
-		return append(stamps, dirStamp{name: "volumes", missing: true}), settled
+		return []dirStamp{{name: "volumes", missing: true}}, true
 	}
 	if err != nil {
-		return stamps, false
+		return nil, false
 	}
 	defer vols.Close()
 	st, err := vols.Stat()
 	v := newStamp("volumes", st, err, c.settled)
 	stamps = append(stamps, v)
-	settled = settled && !v.unsettled
+	settled = !v.unsettled
+	if settled && len(prev) > 0 && prev[0] == v {
+		for _, p := range prev[1:] {
+			s := stampAt(vols, p.name, c.settled)
+			settled = settled && !s.unsettled
+			stamps = append(stamps, s)
+		}
+		return stamps, settled
+	}
 	var names []string
 	err = vols.EachEntry(func(e fsat.Entry) error {
 		if c.limits.Dir > 0 && len(names) >= c.limits.Dir {
@@ -442,7 +464,8 @@ func (c *incrementalScan) stampPod(pods *fsat.Dir, uid string) (stamps []dirStam
 }
 
 // newServeScan is serve's scan: incremental, with a whole scan at least
-// every fullEvery.
-func newServeScan(clk clock.PassiveClock, fullEvery time.Duration) func(string) (*scanReport, error) {
-	return newIncrementalScan(clk, fullEvery).scan
+// every fullEvery and the pods' directories stamped at least every
+// stampEvery.
+func newServeScan(clk clock.PassiveClock, fullEvery, stampEvery time.Duration) func(string) (*scanReport, error) {
+	return newIncrementalScan(clk, fullEvery, stampEvery).scan
 }

@@ -31,7 +31,7 @@ func emptyDirOf(root string, p int, vol string) string {
 // after a tick of the clock that stamps ctimes (waitTick), so that it
 // cannot leave a ctime equal to the one stamped.
 func newTestIncrementalScan() *incrementalScan {
-	c := newIncrementalScan(clocktesting.NewFakeClock(time.Now()), time.Hour)
+	c := newIncrementalScan(clocktesting.NewFakeClock(time.Now()), time.Hour, 0)
 	c.settleAfter = 0
 	return c
 }
@@ -91,7 +91,7 @@ func lineDiff(a, b string) string {
 	return strings.Join(out, "\n")
 }
 
-func verdictOf(t *testing.T, s *scanReport, path string) scanVerdict {
+func verdictOf(t testing.TB, s *scanReport, path string) scanVerdict {
 	t.Helper()
 	for _, v := range s.volumes {
 		if v.Path == path {
@@ -323,5 +323,34 @@ func TestIncrementalScanUnsettledStampsRereadPods(t *testing.T) {
 		if c.last.podsReexamined != 5 {
 			t.Errorf("scan with every stamp recent: %+v; want every pod re-read", c.last)
 		}
+	}
+}
+
+// TestIncrementalScanMountChangeBetweenStamps: a scan for a mount change
+// soon after the pods' stamps were checked does not check them again, but
+// still examines the pods the change lies in, a pod new since the last
+// scan included (the pods directory is always stamped).
+func TestIncrementalScanMountChangeBetweenStamps(t *testing.T) {
+	root := scanNode(t, nodefixture.Shape{Pods: 20, Mounted: true})
+	c := newTestIncrementalScan()
+	c.limits.Node = 1 << 24 // the share stays the same as pods come
+	c.stampEvery = time.Hour
+	incScan(t, c, root)
+	waitTick()
+	uid := "eeeeeeee-1d4e-4b7a-9c21-eeeeeeeeeeee"
+	vol := filepath.Join(root, "pods", uid, "volumes", "kubernetes.io~empty-dir", "scratch")
+	if err := os.MkdirAll(filepath.Join(vol, "nas"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mounttest.Tmpfs(t, filepath.Join(vol, "nas"), "size=64k")
+	rep, err := c.scan(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := verdictOf(t, rep, vol); v != verdictDanger {
+		t.Errorf("%s, a new pod's volume with a NAS, between stamps: %s; want danger", vol, v)
+	}
+	if c.last.full || c.last.podsReexamined != 1 {
+		t.Errorf("scan: %+v; want the new pod alone examined", c.last)
 	}
 }

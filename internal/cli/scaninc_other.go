@@ -9,6 +9,6 @@ import (
 )
 
 // newServeScan is scanRoot elsewhere than Linux (where it fails).
-func newServeScan(clock.PassiveClock, time.Duration) func(string) (*scanReport, error) {
+func newServeScan(clock.PassiveClock, time.Duration, time.Duration) func(string) (*scanReport, error) {
 	return scanRoot
 }

@@ -122,7 +122,7 @@ func newServer(opts serveOptions) (*server, error) {
 		opts.fullEvery = defaultFullEvery * opts.interval
 	}
 	if opts.scan == nil {
-		opts.scan = newServeScan(opts.clock, opts.fullEvery)
+		opts.scan = newServeScan(opts.clock, opts.fullEvery, opts.interval/2)
 	}
 	m, err := newServeMetrics(opts.registry, opts.hostRoot, &opts.version)
 	if err != nil {
