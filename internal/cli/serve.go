@@ -32,7 +32,9 @@ const defaultListen = ":9477"
 const serveHelp = `Run as a node agent: scan the kubelet root (as "nodevol scan" does) every
 --interval, and sooner when the mount table changes, and serve the
 results as Prometheus metrics. It only reads: it never unmounts or
-removes anything.
+removes anything. Each scan re-examines the pods a change of the mount
+table or of their volume directories can have affected, and every 30
+intervals the whole root (docs/cli.md says why that misses no mount).
 
 Endpoints, on --listen:
 	/metrics   Prometheus metrics (see docs/cli.md for the list)
@@ -355,9 +357,11 @@ func (s *server) run(ctx context.Context, ln net.Listener, grace time.Duration) 
 }
 
 // minInterval is the shortest --interval serve takes. A scan reads the
-// whole kubelet root (about 0.4 s of CPU on a node with 10,000 volumes:
-// docs/benchmarks.md), and a change of the mount table starts one at once
-// whatever the interval, so a shorter one would only keep the agent busy.
+// mount table and checks every pod's directories, and every
+// defaultFullEvery intervals reads the whole kubelet root (about 0.5 s of
+// CPU on a node with 10,000 volumes: docs/benchmarks.md); a change of the
+// mount table starts one at once whatever the interval, so a shorter one
+// would only keep the agent busy.
 const minInterval = time.Second
 
 // serveArgs is what serve's command line says.
