@@ -244,8 +244,10 @@ func (sc *rootScanner) examine(s *scanReport, vols []volume.VolumeDir, budgets m
 	// so, instead of a walk from the root per volume. It only skips work:
 	// whatever is there is examined by descriptors.
 	hasSubpaths := map[string]bool{}
+	dirs := &pluginDirs{pods: sc.pods}
+	defer dirs.close()
 	for _, vd := range vols {
-		v := examineVolume(sc.layout, sc.pods, sc.tab, vd, filepath.Join(sc.realRoot, strings.TrimPrefix(vd.Path, root)))
+		v := examineVolume(sc.layout, dirs, sc.tab, vd, filepath.Join(sc.realRoot, strings.TrimPrefix(vd.Path, root)))
 		has, ok := hasSubpaths[vd.PodUID]
 		if !ok {
 			dir, err := sc.layout.PodVolumeSubpathsDir(vd.PodUID)
@@ -290,9 +292,10 @@ func (s *scanReport) overBudgetAt(layout volume.Layout, uid string, stop error) 
 // it or beneath it, because unmounting it is that plugin's job.
 //
 // realPath is vd.Path as the mount table names it (under the resolved
-// root). Any other plugin's volume is reached through pods, the pods
-// directory, by descriptors (examinePluginVolume).
-func examineVolume(layout volume.Layout, pods *fsat.Dir, tab *mountdetect.MountTable, vd volume.VolumeDir, realPath string) scanVolume {
+// root). Any other plugin's volume is reached through dirs, its plugin
+// directory opened from the pods directory, by descriptors
+// (examinePluginVolume).
+func examineVolume(layout volume.Layout, dirs *pluginDirs, tab *mountdetect.MountTable, vd volume.VolumeDir, realPath string) scanVolume {
 	v := scanVolume{PodUID: vd.PodUID, Plugin: vd.Plugin, Volume: vd.Volume, Path: vd.Path, NestedMounts: []mountdetect.Mount{}, Subpaths: []subpath.Entry{}}
 	fail := func(err error) scanVolume {
 		v.fail(err)
@@ -327,7 +330,7 @@ func examineVolume(layout volume.Layout, pods *fsat.Dir, tab *mountdetect.MountT
 		}
 		return v
 	}
-	e := examinePluginVolume(pods, tab, vd)
+	e := examinePluginVolume(dirs, tab, vd)
 	defer e.close()
 	c := e.checkResult
 	if c.err != nil {
