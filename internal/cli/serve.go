@@ -97,9 +97,10 @@ type server struct {
 	// vis is whether the host's mounts under the root are seen; only
 	// the scan loop uses it.
 	vis rootVisibility
-	// lastTook is how long the last scan took that did not run at the
-	// interval (the scan loop's own): a whole scan every fullEvery does
-	// not delay the next mount change's.
+	// lastTook is how long the last scan took that a mount change asked
+	// for (the scan loop's own): the first scan, and those at the
+	// interval (a whole one every fullEvery), do not delay the next mount
+	// change's.
 	lastTook time.Duration
 
 	mu      sync.Mutex
@@ -200,7 +201,9 @@ func (s *server) ready() error {
 func (s *server) scanLoop(ctx context.Context) {
 	t := s.opts.clock.NewTicker(s.opts.interval)
 	defer t.Stop()
-	tick := false
+	// tick: this scan is not one a mount change asked for (the first,
+	// or one at the interval), and does not delay the next that is.
+	tick := true
 	for {
 		took := s.scanOnce()
 		if !tick {
