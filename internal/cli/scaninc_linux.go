@@ -292,8 +292,6 @@ func (c *incrementalScan) examinePods(sc *rootScanner, found volume.ScanResult, 
 	for uid := range found.Budgets {
 		listed[uid] = true
 	}
-	var rep scanReport
-	sc.examine(&rep, found.Volumes, found.Budgets)
 	podsDir := sc.layout.PodsDir()
 	podOf := func(path string) string {
 		rest, ok := strings.CutPrefix(path, podsDir+"/")
@@ -311,6 +309,28 @@ func (c *incrementalScan) examinePods(sc *rootScanner, found volume.ScanResult, 
 		fresh[uid] = &podScan{}
 	}
 	c.last.podsReexamined = len(listed)
+	// Each pod's volumes are examined into its own report (ScanVolumes
+	// lists them pod by pod), which it keeps: no copy of the whole
+	// node's verdicts is made on the way.
+	var rep scanReport
+	for vols := found.Volumes; len(vols) > 0; {
+		uid := vols[0].PodUID
+		n := 1
+		for n < len(vols) && vols[n].PodUID == uid {
+			n++
+		}
+		p := fresh[uid]
+		if p == nil { // not a pod listed: cannot be, but never lose a volume
+			p = &podScan{}
+			fresh[uid] = p
+		}
+		pr := scanReport{volumes: p.volumes}
+		sc.examine(&pr, vols[:n], found.Budgets)
+		p.volumes = pr.volumes
+		rep.problems = append(rep.problems, pr.problems...)
+		rep.overBudget = append(rep.overBudget, pr.overBudget...)
+		vols = vols[n:]
+	}
 	c.podsProblems = c.podsProblems[:0]
 	for _, p := range found.Problems {
 		sp := newScanProblem(p.Path, p.Err)
@@ -336,9 +356,6 @@ func (c *incrementalScan) examinePods(sc *rootScanner, found volume.ScanResult, 
 		if uid := podOf(o); uid != "" {
 			fresh[uid].overBudget = o
 		}
-	}
-	for _, v := range rep.volumes {
-		fresh[v.PodUID].volumes = append(fresh[v.PodUID].volumes, v)
 	}
 	// Stamped after the listing: a change during it leaves a ctime too
 	// recent to count (settleAfter), and the pod is read again next time.
