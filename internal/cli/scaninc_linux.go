@@ -196,6 +196,11 @@ func (c *incrementalScan) update(root string) (*scanReport, error) {
 	if stamp {
 		c.lastStamped = now
 	}
+	if !full && (podsStamp.missing || podsStamp.ino != c.podsStamp.ino || podsStamp.dev != c.podsStamp.dev) {
+		// Another pods directory (or root): nothing kept is about it.
+		full, podsChanged = true, true
+		c.pods = map[string]*podScan{}
+	}
 	if !full {
 		podsChanged = !c.podsSettled || podsStamp != c.podsStamp
 		for _, uid := range c.order {

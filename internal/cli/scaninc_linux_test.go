@@ -354,3 +354,32 @@ func TestIncrementalScanMountChangeBetweenStamps(t *testing.T) {
 		t.Errorf("scan: %+v; want the new pod alone examined", c.last)
 	}
 }
+
+// TestIncrementalScanReplacedPodsDir: a pods directory swapped for another
+// one holding the same pod UIDs (the kept verdicts are about the old one)
+// makes the next scan a whole one.
+func TestIncrementalScanReplacedPodsDir(t *testing.T) {
+	root := scanNode(t, nodefixture.Shape{Pods: 5})
+	c := newTestIncrementalScan()
+	c.stampEvery = time.Hour // a mount change's scan: the pods' stamps are not due
+	incScan(t, c, root)
+	pods := filepath.Join(root, "pods")
+	other := filepath.Join(filepath.Dir(root), "other-pods")
+	if err := os.Mkdir(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	vol := filepath.Join(other, podUID(1), "volumes", "kubernetes.io~empty-dir", "cache")
+	if err := os.MkdirAll(vol, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Renameat2(unix.AT_FDCWD, pods, unix.AT_FDCWD, other, unix.RENAME_EXCHANGE); err != nil {
+		t.Fatal(err)
+	}
+	rep := incScan(t, c, root)
+	if !c.last.full {
+		t.Errorf("scan after the pods directory was replaced: %+v; want a whole scan", c.last)
+	}
+	if len(rep.volumes) != 1 {
+		t.Errorf("scan of the new pods directory: %d volumes; want its one", len(rep.volumes))
+	}
+}
