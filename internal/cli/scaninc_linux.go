@@ -101,6 +101,13 @@ type incrementalScan struct {
 	podsProblems []scanProblem
 	pods         map[string]*podScan
 	order        []string // pod UIDs, as the pods directory lists them
+	// lastReport is the report of the kept state, until a pod is read
+	// again: a scan that re-reads nothing makes no new one. Its volumes
+	// are the pods' kept verdicts themselves (report), so the verdicts
+	// are held once, not once kept and once reported: at the scan's
+	// bound of 48,000 volumes a copy is some 15 MB, twice that in the
+	// garbage collector's goal.
+	lastReport *scanReport
 
 	// stats of the last scan, for tests and benchmarks.
 	last incStats
@@ -140,7 +147,7 @@ func newIncrementalScan(clk clock.PassiveClock, fullEvery, stampEvery time.Durat
 
 // reset forgets everything: the next scan is a whole one.
 func (c *incrementalScan) reset() {
-	c.root, c.tab, c.pods, c.order, c.podsProblems = "", nil, nil, nil, nil
+	c.root, c.tab, c.pods, c.order, c.podsProblems, c.lastReport = "", nil, nil, nil, nil, nil
 }
 
 // scan scans root, re-examining what changed since the last scan (a
@@ -331,7 +338,7 @@ func (c *incrementalScan) examinePods(sc *rootScanner, found volume.ScanResult, 
 		}
 		pr := scanReport{volumes: p.volumes}
 		sc.examine(&pr, vols[:n], found.Budgets)
-		p.volumes = pr.volumes
+		p.volumes = slices.Clip(pr.volumes)
 		rep.problems = append(rep.problems, pr.problems...)
 		rep.overBudget = append(rep.overBudget, pr.overBudget...)
 		vols = vols[n:]
@@ -373,6 +380,7 @@ func (c *incrementalScan) examinePods(sc *rootScanner, found volume.ScanResult, 
 	}
 	c.order = found.Pods
 	c.share = found.Share
+	c.lastReport = nil
 	present := make(map[string]bool, len(c.order))
 	for _, uid := range c.order {
 		present[uid] = true
@@ -384,9 +392,17 @@ func (c *incrementalScan) examinePods(sc *rootScanner, found volume.ScanResult, 
 	}
 }
 
-// report is the scan report the kept state makes.
+// report is the scan report the kept state makes. Its callers only read
+// it: it is the same until a pod is read again.
 func (c *incrementalScan) report(root string) *scanReport {
-	s := &scanReport{root: root}
+	if c.lastReport != nil && c.lastReport.root == root {
+		return c.lastReport
+	}
+	n := 0
+	for _, p := range c.pods {
+		n += len(p.volumes)
+	}
+	s := &scanReport{root: root, volumes: make([]scanVolume, 0, n)}
 	s.problems = append(s.problems, c.podsProblems...)
 	for _, p := range c.podsProblems {
 		if p.OverBudget {
@@ -398,7 +414,9 @@ func (c *incrementalScan) report(root string) *scanReport {
 		if p == nil {
 			continue
 		}
+		start := len(s.volumes)
 		s.volumes = append(s.volumes, p.volumes...)
+		p.volumes = s.volumes[start:len(s.volumes):len(s.volumes)]
 		s.problems = append(s.problems, p.problems...)
 		if p.leftover != "" {
 			s.leftovers = append(s.leftovers, scanLeftover{Leftover: p.leftover})
@@ -409,6 +427,7 @@ func (c *incrementalScan) report(root string) *scanReport {
 		}
 	}
 	slices.Sort(s.overBudget)
+	c.lastReport = s
 	return s
 }
 
