@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/testhook"
+	"github.com/nodevol/nodevol/internal/base/testhook"
 )
 
 // mapKernel is a testhook.QuotaKernel in memory.

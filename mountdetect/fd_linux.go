@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/nodevol/nodevol/internal/fsat"
+	"github.com/nodevol/nodevol/internal/base/fsat"
 )
 
 // DetectFile is Detect for a file already open as fd (any open mode,
