@@ -8,6 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/nodevol/nodevol/internal/base/fsat"
 	"github.com/nodevol/nodevol/internal/base/testhook"
 )
 
@@ -21,6 +22,14 @@ var ErrCrossesMount = errors.New("crosses a mount boundary")
 // ErrInvalidPath is matched by errors for paths RemoveAll refuses to touch:
 // empty, relative, "/", ending in ".", or holding a ".." element anywhere.
 var ErrInvalidPath = errors.New("invalid path")
+
+// ErrOtherMount is matched by errors for a directory that must be on the
+// same mount as the directory it is opened from and is not: something is
+// mounted on it, or it is reached through a mount. emptydir and subpath
+// return it when a filesystem is mounted on a directory above a volume
+// (the pod directory, volumes/, the plugin's directory), where none
+// belongs; nothing was changed.
+var ErrOtherMount = fsat.ErrOtherMount
 
 // ErrUnsupported is returned on platforms (and Linux kernels) where
 // mountdetect cannot keep its guarantees. It also matches
