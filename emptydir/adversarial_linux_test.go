@@ -342,7 +342,7 @@ func TestHostileMetadata(t *testing.T) {
 				check("PlanTearDown", func() error {
 					plan, err := e.plugin.PlanTearDown(testUID, "cache", nil)
 					if err == nil {
-						err = plan.MetaErr
+						err = plan.metaErr
 					}
 					return err
 				})

@@ -11,7 +11,7 @@ import (
 )
 
 // readMetadata reads metaDir's nodevol.json by path, for tests.
-func readMetadata(metaDir string) (*Metadata, error) {
+func readMetadata(metaDir string) (*metadata, error) {
 	b, err := os.ReadFile(filepath.Join(metaDir, metaFileName))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil

@@ -63,7 +63,7 @@ func TestOrdinaryNameOfLocatedMeta(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	copyRecord(t, meta, meta, func(m *Metadata) { m.Location = nil })
+	copyRecord(t, meta, meta, func(m *metadata) { m.Location = nil })
 	if err := e.tearDown(loc.Meta); !errors.Is(err, mountdetect.ErrCrossesMount) {
 		t.Fatalf("ordinary TearDown(%s) with the record made ordinary = %v; want a refusal", loc.Meta, err)
 	}

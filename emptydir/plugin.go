@@ -296,16 +296,16 @@ func locatedRef(podUID string, loc Location) volRef {
 
 // record is what a located volume's nodevol.json says about its location;
 // nil for an ordinary volume.
-func (r volRef) record() *LocationRecord {
+func (r volRef) record() *locationRecord {
 	if !r.located {
 		return nil
 	}
-	return &LocationRecord{PodUID: r.podUID, Plugin: r.plugin, Dir: r.dir, Sub: r.sub, Meta: r.meta}
+	return &locationRecord{PodUID: r.podUID, Plugin: r.plugin, Dir: r.dir, Sub: r.sub, Meta: r.meta}
 }
 
 // owns returns an error matching ErrOtherVolumesRecord unless m (read from
 // r's metadata directory) was written for r.
-func (r volRef) owns(m *Metadata, path string) error {
+func (r volRef) owns(m *metadata, path string) error {
 	want := r.record()
 	switch {
 	case want == nil && m.Location == nil:

@@ -100,15 +100,15 @@ var rules = []rule{
 	// harness also the image writer; the deploy test also the CLI (it
 	// checks the shipped DaemonSet's arguments with the CLI's own parser).
 	{pkgs: []string{"csi/..."}, may: list(public, []string{"csi/..."}),
-		tests: list(testsupport, []string{"internal/base/testhook"}),
+		tests:  list(testsupport, []string{"internal/base/testhook"}),
 		reason: "another module: public API only, test support in tests"},
 	{pkgs: []string{"kubelet/hack/..."}, may: list(public, tools, []string{"kubelet/..."}),
 		tests: list(testsupport), reason: "the e2e harness writes images with the tools"},
 	{pkgs: []string{"kubelet/deploytest"}, may: list(public, []string{"kubelet/..."}),
-		tests: list(testsupport, []string{"internal/cli"}),
+		tests:  list(testsupport, []string{"internal/cli"}),
 		reason: "checks the DaemonSet's serve arguments with the CLI's parser"},
 	{pkgs: []string{"kubelet/..."}, may: list(public, []string{"kubelet/..."}),
-		tests: list(testsupport, []string{"internal/base/testhook"}),
+		tests:  list(testsupport, []string{"internal/base/testhook"}),
 		reason: "another module: public API only, test support in tests"},
 }
 
