@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/nodevol/nodevol/fsquota"
+	"github.com/nodevol/nodevol/internal/base/friend"
 	"github.com/nodevol/nodevol/internal/base/testhook"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -68,11 +69,15 @@ func (f optionFunc) apply(p *Plugin) { f(p) }
 // TearDown clear them.
 func WithQuotas(q Quotas) Option { return optionFunc(func(p *Plugin) { p.quotas = q }) }
 
-// WithTestHook makes SetUp and TearDown call h at their crash points
+// withTestHook makes SetUp and TearDown call h at their crash points
 // (testhook's points; RemoveAll after each entry), for nodevol's crash
-// tests, the CSI driver's among them. Its parameter's type is internal to
-// this module: elsewhere only nil can be passed, which changes nothing.
-func WithTestHook(h testhook.Hook) Option { return optionFunc(func(p *Plugin) { p.hook = h }) }
+// tests. Other nodevol packages (the CSI driver's crash tests) reach it as
+// friend.EmptyDirHook.
+func withTestHook(h testhook.Hook) Option { return optionFunc(func(p *Plugin) { p.hook = h }) }
+
+func init() {
+	friend.EmptyDirHook = func(h testhook.Hook) any { return withTestHook(h) }
+}
 
 // New returns the plugin for host.
 func New(host volume.Host, opts ...Option) *Plugin {

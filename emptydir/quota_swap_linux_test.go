@@ -84,7 +84,7 @@ func runQuotaPathSwap(t *testing.T, base, comp string, realQuota bool, rounds in
 			fsquota.Enforce(), fsquota.WithFirstID(first),
 		}
 		if !realQuota {
-			opts = append(opts, fsquota.WithTestKernel(kernel))
+			opts = append(opts, quotaTestKernel(kernel))
 		}
 		return fsquota.New(opts...)
 	}

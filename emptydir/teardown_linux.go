@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/fsquota"
+	"github.com/nodevol/nodevol/internal/base/friend"
 	"github.com/nodevol/nodevol/internal/base/fsat"
 	"github.com/nodevol/nodevol/internal/base/plural"
 	"github.com/nodevol/nodevol/internal/base/testhook"
@@ -463,7 +464,7 @@ func (v *podVolume) removeTree() error {
 	}
 	var opts []mountdetect.Option
 	if v.hook != nil {
-		opts = append(opts, mountdetect.WithTestHook(v.hook))
+		opts = append(opts, friend.RemoveAllHook(v.hook).(mountdetect.Option))
 	}
 	err := mountdetect.RemoveAllAt(v.vols.Fd(), v.name, v.dir, opts...)
 	var crossing *mountdetect.CrossesMountError

@@ -33,6 +33,10 @@ var (
 	}
 	// testsupport may be imported by tests and hack/ only.
 	testsupport = []string{"internal/testsupport/..."}
+	// crashTests is what the csi/ and kubelet/ modules' crash tests may
+	// import besides test support: the crash points and the options that
+	// install hooks at them.
+	crashTests = []string{"internal/base/testhook", "internal/base/friend"}
 	// tools may be imported by hack/ directories and tests only.
 	tools = []string{"internal/tools/..."}
 )
@@ -55,9 +59,11 @@ func list(groups ...[]string) []string { return slices.Concat(groups...) }
 var rules = []rule{
 	// Base helpers: system calls on descriptors, sizes, plurals, a
 	// capped error list, the private-namespace runner, the names of the
-	// crash points. They stand under everything, so they import nothing.
-	{pkgs: base, may: nil, tests: list(testsupport),
-		reason: "base helpers import nothing of nodevol"},
+	// crash points, the table of entry points packages offer each other
+	// (friend). They stand under everything, so they import nothing of
+	// nodevol but each other.
+	{pkgs: base, may: list(base), tests: list(testsupport),
+		reason: "base helpers import nothing of nodevol but base helpers"},
 
 	// The library, layer by layer (lower layers first).
 	{pkgs: []string{"httpserver", "reconciler/pendingops"}, may: nil,
@@ -100,7 +106,7 @@ var rules = []rule{
 	// harness also the image writer; the deploy test also the CLI (it
 	// checks the shipped DaemonSet's arguments with the CLI's own parser).
 	{pkgs: []string{"csi/..."}, may: list(public, []string{"csi/..."}),
-		tests:  list(testsupport, []string{"internal/base/testhook"}),
+		tests:  list(testsupport, crashTests),
 		reason: "another module: public API only, test support in tests"},
 	{pkgs: []string{"kubelet/hack/..."}, may: list(public, tools, []string{"kubelet/..."}),
 		tests: list(testsupport), reason: "the e2e harness writes images with the tools"},
@@ -108,7 +114,7 @@ var rules = []rule{
 		tests:  list(testsupport, []string{"internal/cli"}),
 		reason: "checks the DaemonSet's serve arguments with the CLI's parser"},
 	{pkgs: []string{"kubelet/..."}, may: list(public, []string{"kubelet/..."}),
-		tests:  list(testsupport, []string{"internal/base/testhook"}),
+		tests:  list(testsupport, crashTests),
 		reason: "another module: public API only, test support in tests"},
 }
 
@@ -251,6 +257,8 @@ func TestRulesRejectWrongImports(t *testing.T) {
 		test     bool
 	}{
 		{"internal/base/fsat", "mountdetect", false},
+		{"internal/base/friend", "emptydir", false},
+		{"csi/driver", "internal/base/friend", false},
 		{"mountdetect", "emptydir", false},
 		{"mountdetect", "internal/testsupport/mounttest", false},
 		{"emptydir", "internal/cli", false},

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/nodevol/nodevol/internal/base/friend"
 	"github.com/nodevol/nodevol/internal/base/fsat"
 	"github.com/nodevol/nodevol/internal/base/testhook"
 )
@@ -358,12 +359,15 @@ func (f optionFunc) apply(c *config) { f(c) }
 // guarantees are the same for every worker count.
 func Workers(n int) Option { return optionFunc(func(c *config) { c.workers = n }) }
 
-// WithTestHook makes the walk call h with testhook.RemoveAllRemoved and
+// withTestHook makes the walk call h with testhook.RemoveAllRemoved and
 // the entry's path after each entry it removes (the start directory
 // included), so that nodevol's crash tests can stop a removal half-way.
-// Its parameter's type is internal to this module: elsewhere only nil can
-// be passed, which changes nothing.
-func WithTestHook(h testhook.Hook) Option { return optionFunc(func(c *config) { c.hook = h }) }
+// Other nodevol packages reach it as friend.RemoveAllHook.
+func withTestHook(h testhook.Hook) Option { return optionFunc(func(c *config) { c.hook = h }) }
+
+func init() {
+	friend.RemoveAllHook = func(h testhook.Hook) any { return withTestHook(h) }
+}
 
 // ValidateRemovePath returns the error RemoveAll would return for path
 // before looking at the filesystem: an *InvalidPathError (matching

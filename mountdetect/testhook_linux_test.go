@@ -43,7 +43,7 @@ func TestRemoveAllTestHook(t *testing.T) {
 				got = append(got, path)
 				mu.Unlock()
 			})
-			opts := append(v.opts(), WithTestHook(hook))
+			opts := append(v.opts(), withTestHook(hook))
 			var err error
 			if at {
 				var pfd int
