@@ -96,8 +96,9 @@ const (
 	// unmount it by hand.
 	ReasonNoRecord
 	// ReasonMetadataUnreadable (ActionRefuse): a mount on the volume
-	// directory, and the volume's metadata cannot be read (Plan.MetaErr)
-	// to prove it the volume's own. Remedy: the metadata error says.
+	// directory, and the volume's metadata cannot be read (Reason quotes
+	// the error) to prove it the volume's own. Remedy: the metadata error
+	// says.
 	ReasonMetadataUnreadable
 	// ReasonMountChanged (ActionRefuse): a mount appeared on the volume
 	// directory, or the one there changed, while it was examined. The
