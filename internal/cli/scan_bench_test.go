@@ -19,8 +19,8 @@ import (
 	mount "k8s.io/mount-utils"
 	"k8s.io/utils/clock"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
-	"github.com/nodevol/nodevol/internal/nodefixture"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/nodefixture"
 )
 
 // Reproduce (as root, for the mounts; docs/benchmarks.md has the numbers):

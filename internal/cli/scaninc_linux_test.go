@@ -12,8 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
-	"github.com/nodevol/nodevol/internal/nodefixture"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/nodefixture"
 )
 
 // podUID is the UID nodefixture gives pod p.
