@@ -34,12 +34,14 @@ work=$(mktemp -d /dev/shm/nodevol-steady.XXXXXX)
 pid=
 cleanup() {
   if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-  # The namespace dies with this script; unmount anyway, deepest first,
-  # so that the tmpfs directory can be removed.
-  findmnt -rn -o TARGET | grep "^$work/" | sort -r | while read -r m; do umount -l "$m" || true; done
-  rm -rf "$work"
+  # Everything is on a tmpfs of its own, mounted in this namespace: one
+  # lazy unmount detaches it and every mount beneath it (one umount per
+  # mount took minutes at 4,000 mounts, each rereading the table).
+  umount -l "$work" 2>/dev/null || true
+  rmdir "$work"
 }
 trap cleanup EXIT
+mount -t tmpfs nodevol-steady "$work"
 
 if [ -n "${NODEVOL_BIN:-}" ]; then cp "$NODEVOL_BIN" "$work/nodevol"; else go build -o "$work/nodevol" ./cmd/nodevol; fi
 go build -o "$work/nodefixture" ./hack/nodefixture
