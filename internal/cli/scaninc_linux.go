@@ -79,8 +79,10 @@ type incrementalScan struct {
 	limits volume.ScanLimits
 	// fullEvery: a whole scan at least this often (0: every scan).
 	fullEvery time.Duration
-	// stampEvery: every pod's directories are stamped at least this
-	// often (0: at every scan).
+	// stampEvery: the pods' directories are stamped again when the last
+	// stamps are at least this old (0: at every scan). serve makes it
+	// half the interval: every interval's scan stamps, a mount change's
+	// scan soon after one does not.
 	stampEvery  time.Duration
 	lastStamped time.Time
 	// settleAfter: how old a directory's ctime must be for its stamp to
