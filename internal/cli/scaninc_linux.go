@@ -47,20 +47,23 @@ import (
 //     mount of the same source, unless the source is a generic one
 //     ("tmpfs", "none"): an emptyDir's own tmpfs, whose source is a name
 //     of its own, bound or moved elsewhere makes its volume's teardown
-//     refuse. Those pods are
-//     re-read and re-examined whole. A change at or above the pods
-//     directory (the root's own mount, say) re-examines everything.
+//     refuse. Those pods are re-read and re-examined whole. A change at
+//     or above the pods directory (the root's own mount, say), or a pods
+//     directory that is another inode, re-examines everything.
 //  2. Checks, per pod, the identity and change time (inode, device,
-//     ctime, type) of the pod directory, its volumes directory and each
-//     plugin directory in it: the directories whose entries make the list
-//     of volumes. A volume directory created, removed, renamed or
-//     swapped changes its parent's ctime, which no one can set back (a
-//     utimensat sets the ctime to now too). A pod whose directories
-//     changed is re-read and re-examined; so is the pods directory, for
-//     pods that came or went. A stamp whose ctime is less than
-//     settleAfter old (a change in the same clock tick as the stamp, or
-//     during the listing it stands for, could leave it equal) does not
-//     count as seen: that pod is re-read at the next scan too.
+//     ctime, type) of its volumes directory and each plugin directory in
+//     it: the directories whose entries make the list of volumes (a
+//     volumes directory replaced is another inode). A volume directory
+//     created, removed, renamed or swapped changes its parent's ctime,
+//     which no one can set back (a utimensat sets the ctime to now too).
+//     A pod whose directories changed is re-read and re-examined; so is
+//     the pods directory, for pods that came or went. A stamp whose ctime
+//     is less than settleAfter old (a change in the same clock tick as
+//     the stamp, or during the listing it stands for, could leave it
+//     equal) does not count as seen: that pod is re-read at the next scan
+//     too. Every interval's scan checks the stamps; a mount change's scan
+//     soon after does not (stampEvery), and examines the pods the change
+//     lies in and the pods new since the last scan.
 //
 // What is not checked between two whole scans is what cannot hide a mount:
 // an emptyDir's metadata (a record rewritten in place changes what
