@@ -29,7 +29,7 @@ var (
 	// production code may import of the root module.
 	public = []string{
 		"mountdetect", "volume", "fsquota", "emptydir", "subpath",
-		"reconciler", "reconciler/pendingops", "httpserver",
+		"reconciler", "reconciler/pendingops", "httpserver", "httpserver/kubeauth",
 	}
 	// testsupport may be imported by tests and hack/ only.
 	testsupport = []string{"internal/testsupport/..."}
@@ -66,8 +66,10 @@ var rules = []rule{
 		reason: "base helpers import nothing of nodevol but base helpers"},
 
 	// The library, layer by layer (lower layers first).
-	{pkgs: []string{"httpserver", "reconciler/pendingops"}, may: nil,
+	{pkgs: []string{"httpserver/kubeauth", "reconciler/pendingops"}, may: nil,
 		tests: list(testsupport), reason: "stands alone"},
+	{pkgs: []string{"httpserver"}, may: []string{"httpserver/kubeauth"},
+		tests: list(testsupport), reason: "serves HTTP, authorizing through kubeauth"},
 	{pkgs: []string{"mountdetect", "volume"}, may: list(base),
 		tests: list(testsupport), reason: "the safety core and the plugin API stand on base helpers only"},
 	{pkgs: []string{"fsquota"}, may: list(base, []string{"mountdetect"}),
@@ -92,6 +94,9 @@ var rules = []rule{
 
 	// This test.
 	{pkgs: []string{"internal"}, may: nil, reason: "holds only this test"},
+	// The alerting rules' tests, against the real agent and driver.
+	{pkgs: []string{"monitoring"}, may: nil, tests: list(testsupport),
+		reason: "holds only tests of the monitoring rules"},
 
 	// Test support and tools.
 	{pkgs: testsupport, may: list(base, public, testsupport),
