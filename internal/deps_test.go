@@ -108,13 +108,15 @@ var rules = []rule{
 
 	// The csi/ and kubelet/ modules: the root module's public packages;
 	// their tests also test support and the crash points; the e2e
-	// harness also the image writer; the deploy test also the CLI (it
-	// checks the shipped DaemonSet's arguments with the CLI's own parser).
+	// harness also the image writer; the deploy test's and the e2e
+	// harness's tests also the CLI (they check the shipped DaemonSet's
+	// arguments with the CLI's own parser, and run the agent).
 	{pkgs: []string{"csi/..."}, may: list(public, []string{"csi/..."}),
 		tests:  list(testsupport, crashTests),
 		reason: "another module: public API only, test support in tests"},
 	{pkgs: []string{"kubelet/hack/..."}, may: list(public, tools, []string{"kubelet/..."}),
-		tests: list(testsupport), reason: "the e2e harness writes images with the tools"},
+		tests:  list(testsupport, []string{"internal/cli"}),
+		reason: "the e2e harness writes images with the tools; its tests run the real agent and check the manifests' arguments with the CLI's parser"},
 	{pkgs: []string{"kubelet/deploytest"}, may: list(public, []string{"kubelet/..."}),
 		tests:  list(testsupport, []string{"internal/cli"}),
 		reason: "checks the DaemonSet's serve arguments with the CLI's parser"},
