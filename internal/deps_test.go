@@ -33,10 +33,6 @@ var (
 	}
 	// testsupport may be imported by tests and hack/ only.
 	testsupport = []string{"internal/testsupport/..."}
-	// crashTests is what the csi/ and kubelet/ modules' crash tests may
-	// import besides test support: the crash points and the options that
-	// install hooks at them.
-	crashTests = []string{"internal/base/testhook", "internal/base/friend"}
 	// tools may be imported by hack/ directories and tests only.
 	tools = []string{"internal/tools/..."}
 )
@@ -107,12 +103,13 @@ var rules = []rule{
 		tests: list(testsupport), reason: "developer commands may use test support and tools"},
 
 	// The csi/ and kubelet/ modules: the root module's public packages;
-	// their tests also test support and the crash points; the e2e
+	// their tests also test support and the base helpers (the crash
+	// points, the options that install hooks there, mount IDs); the e2e
 	// harness also the image writer; the deploy test's and the e2e
 	// harness's tests also the CLI (they check the shipped DaemonSet's
 	// arguments with the CLI's own parser, and run the agent).
 	{pkgs: []string{"csi/..."}, may: list(public, []string{"csi/..."}),
-		tests:  list(testsupport, crashTests),
+		tests:  list(testsupport, base),
 		reason: "another module: public API only, test support in tests"},
 	{pkgs: []string{"kubelet/hack/..."}, may: list(public, tools, []string{"kubelet/..."}),
 		tests:  list(testsupport, []string{"internal/cli"}),
@@ -121,7 +118,7 @@ var rules = []rule{
 		tests:  list(testsupport, []string{"internal/cli"}),
 		reason: "checks the DaemonSet's serve arguments with the CLI's parser"},
 	{pkgs: []string{"kubelet/..."}, may: list(public, []string{"kubelet/..."}),
-		tests:  list(testsupport, crashTests),
+		tests:  list(testsupport, base),
 		reason: "another module: public API only, test support in tests"},
 }
 
@@ -272,6 +269,7 @@ func TestRulesRejectWrongImports(t *testing.T) {
 		{"volume", "internal/tools/ociimage", false},
 		{"csi/driver", "internal/base/fsat", false},
 		{"csi/driver", "internal/cli", true},
+		{"csi/driver", "internal/executor", true},
 		{"kubelet/volumeplugin", "internal/executor", false},
 		{"kubelet/volumeplugin", "internal/testsupport/mounttest", false},
 		{"mountdetect", "internal/cli", true},
