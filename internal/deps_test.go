@@ -5,6 +5,7 @@
 package internal
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -285,6 +286,120 @@ func TestRulesRejectWrongImports(t *testing.T) {
 		}
 		if allowed {
 			t.Errorf("%s (test files: %v) may import %s; the layout forbids it", c.pkg, c.test, c.imp)
+		}
+	}
+}
+
+// TestPublicAPINamesNoInternalType: no exported function, method, field
+// or type of a public package takes, returns or embeds a type of an
+// internal package. Such an identifier is API that only nodevol can use
+// (a test hook whose parameter nobody else can build), and go doc shows it
+// to everyone.
+func TestPublicAPINamesNoInternalType(t *testing.T) {
+	// known names an internal type on purpose, with why.
+	known := map[string]string{
+		"mountdetect.Entry.MountStat": "the entry's statx answer (fsat.MountStat); its fields are the API",
+	}
+	for _, pkg := range public {
+		files, err := filepath.Glob(filepath.Join("..", pkg, "*.go"))
+		if err != nil || len(files) == 0 {
+			continue // a package of another branch not merged here
+		}
+		for _, name := range files {
+			if strings.HasSuffix(name, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), name, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			internalName := map[string]bool{} // local names of internal imports
+			for _, imp := range f.Imports {
+				p, _ := strconv.Unquote(imp.Path.Value)
+				if rest, ok := strings.CutPrefix(p, module+"/"); ok && match("internal/...", rest) {
+					local := p[strings.LastIndex(p, "/")+1:]
+					if imp.Name != nil {
+						local = imp.Name.Name
+					}
+					internalName[local] = true
+				}
+			}
+			check := func(where string, n ast.Node) {
+				ast.Inspect(n, func(n ast.Node) bool {
+					if _, ok := n.(*ast.FuncLit); ok {
+						return false
+					}
+					sel, ok := n.(*ast.SelectorExpr)
+					if !ok {
+						return true
+					}
+					if id, ok := sel.X.(*ast.Ident); ok && internalName[id.Name] {
+						if _, ok := known[where]; !ok {
+							t.Errorf("%s (%s) names the internal %s.%s in the public API", where, filepath.ToSlash(name), id.Name, sel.Sel.Name)
+						}
+					}
+					return true
+				})
+			}
+			for _, decl := range f.Decls {
+				switch d := decl.(type) {
+				case *ast.FuncDecl:
+					if !d.Name.IsExported() {
+						continue
+					}
+					where := pkg + "." + d.Name.Name
+					if d.Recv != nil {
+						recv := d.Recv.List[0].Type
+						if s, ok := recv.(*ast.StarExpr); ok {
+							recv = s.X
+						}
+						id, ok := recv.(*ast.Ident)
+						if !ok || !id.IsExported() {
+							continue
+						}
+						where = pkg + "." + id.Name + "." + d.Name.Name
+					}
+					check(where, d.Type)
+				case *ast.GenDecl:
+					for _, s := range d.Specs {
+						switch s := s.(type) {
+						case *ast.TypeSpec:
+							if !s.Name.IsExported() {
+								continue
+							}
+							st, ok := s.Type.(*ast.StructType)
+							if !ok {
+								check(pkg+"."+s.Name.Name, s.Type)
+								continue
+							}
+							for _, fld := range st.Fields.List {
+								fname := ""
+								if len(fld.Names) > 0 {
+									if !fld.Names[0].IsExported() {
+										continue
+									}
+									fname = fld.Names[0].Name
+								} else {
+									e := fld.Type
+									if se, ok := e.(*ast.StarExpr); ok {
+										e = se.X
+									}
+									if se, ok := e.(*ast.SelectorExpr); ok {
+										fname = se.Sel.Name
+									} else if id, ok := e.(*ast.Ident); ok {
+										fname = id.Name
+									}
+								}
+								check(pkg+"."+s.Name.Name+"."+fname, fld.Type)
+							}
+						case *ast.ValueSpec:
+							if s.Type != nil && s.Names[0].IsExported() {
+								check(pkg+"."+s.Names[0].Name, s.Type)
+							}
+						}
+					}
+				}
+			}
 		}
 	}
 }
