@@ -383,3 +383,30 @@ func TestIncrementalScanReplacedPodsDir(t *testing.T) {
 		t.Errorf("scan of the new pods directory: %d volumes; want its one", len(rep.volumes))
 	}
 }
+
+// TestIncrementalScanSeesOwnMountBoundElsewhere: an emptyDir's own tmpfs
+// bound a second time outside the kubelet root (its teardown would leave
+// that mount behind: a danger) is a change outside every pod's directory;
+// it is attributed to the volume by the tmpfs's source, which SetUp made
+// unique, and the next scan agrees with a whole one.
+func TestIncrementalScanSeesOwnMountBoundElsewhere(t *testing.T) {
+	root := scanNode(t, nodefixture.Shape{Pods: 20, Mounted: true})
+	shm := emptyDirOf(root, 2, "shm") // a Memory emptyDir, its own tmpfs mounted
+	c := newTestIncrementalScan()
+	rep := incScan(t, c, root)
+	if v := verdictOf(t, rep, shm); v != verdictInUse {
+		t.Fatalf("%s: %s; want in-use (its own tmpfs)", shm, v)
+	}
+	elsewhere := filepath.Join(filepath.Dir(root), "elsewhere")
+	if err := os.Mkdir(elsewhere, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mounttest.Bind(t, shm, elsewhere)
+	rep = incScan(t, c, root)
+	if v := verdictOf(t, rep, shm); v == verdictInUse || v == verdictOK {
+		t.Errorf("%s with its tmpfs bound elsewhere too: %s; want it unhealthy", shm, v)
+	}
+	if c.last.full || c.last.podsReexamined != 1 {
+		t.Errorf("scan after the bind: %+v; want that pod alone re-examined", c.last)
+	}
+}
