@@ -33,6 +33,35 @@ func (p *Plugin) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, erro
 	return plan, err
 }
 
+// planTearDown is Plugin.planTearDown of the ordinary volume r, with the
+// directories it shares with the previous volume reused when both are the
+// same pod's.
+func (pl *Planner) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, error) {
+	dir, metaDir, err := pl.p.refPaths(r)
+	if err != nil {
+		return Plan{}, err
+	}
+	var v *podVolume
+	if pl.held != nil && pl.held.ref.podUID == r.podUID {
+		v, err = pl.held.sibling(r, dir, metaDir)
+	} else {
+		pl.Close()
+		if v, err = pl.p.openVolume(r, false); err == nil {
+			pl.held = v
+		}
+	}
+	if err != nil {
+		return Plan{Path: dir, metaDir: metaDir}, err
+	}
+	defer func() {
+		v.meta.Close()
+		v.meta = nil
+	}()
+	plan, e, err := v.plan(tab)
+	e.Close()
+	return plan, err
+}
+
 // plan examines the volume and compares it with the record. The entry it
 // returns holds the volume directory open when it is one; the caller
 // closes it (before unmounting: an open file keeps a mount busy).

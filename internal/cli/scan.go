@@ -246,8 +246,10 @@ func (sc *rootScanner) examine(s *scanReport, vols []volume.VolumeDir, budgets m
 	hasSubpaths := map[string]bool{}
 	dirs := &pluginDirs{pods: sc.pods}
 	defer dirs.close()
+	emptyDirs := emptydir.New(volume.NewHost(sc.layout, nil, 0)).NewPlanner()
+	defer emptyDirs.Close()
 	for _, vd := range vols {
-		v := examineVolume(sc.layout, dirs, sc.tab, vd, filepath.Join(sc.realRoot, strings.TrimPrefix(vd.Path, root)))
+		v := examineVolume(emptyDirs, dirs, sc.tab, vd, filepath.Join(sc.realRoot, strings.TrimPrefix(vd.Path, root)))
 		has, ok := hasSubpaths[vd.PodUID]
 		if !ok {
 			dir, err := sc.layout.PodVolumeSubpathsDir(vd.PodUID)
@@ -292,17 +294,19 @@ func (s *scanReport) overBudgetAt(layout volume.Layout, uid string, stop error) 
 // it or beneath it, because unmounting it is that plugin's job.
 //
 // realPath is vd.Path as the mount table names it (under the resolved
-// root). Any other plugin's volume is reached through dirs, its plugin
-// directory opened from the pods directory, by descriptors
+// root). An emptyDir is planned by emptyDirs, which holds its pod's
+// directories open for the pod's next volumes; any other plugin's volume
+// is reached through dirs, its plugin directory opened from the pods
+// directory, by descriptors
 // (examinePluginVolume).
-func examineVolume(layout volume.Layout, dirs *pluginDirs, tab *mountdetect.MountTable, vd volume.VolumeDir, realPath string) scanVolume {
+func examineVolume(emptyDirs *emptydir.Planner, dirs *pluginDirs, tab *mountdetect.MountTable, vd volume.VolumeDir, realPath string) scanVolume {
 	v := scanVolume{PodUID: vd.PodUID, Plugin: vd.Plugin, Volume: vd.Volume, Path: vd.Path, NestedMounts: []mountdetect.Mount{}, Subpaths: []subpath.Entry{}}
 	fail := func(err error) scanVolume {
 		v.fail(err)
 		return v
 	}
 	if vd.Plugin == emptydir.PluginName {
-		plan, err := emptydir.New(volume.NewHost(layout, nil, 0)).PlanTearDown(vd.PodUID, vd.Volume, tab)
+		plan, err := emptyDirs.PlanTearDown(vd.PodUID, vd.Volume, tab)
 		if err != nil {
 			return fail(err)
 		}
