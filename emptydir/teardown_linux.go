@@ -116,7 +116,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 	if tab, err = tab.OrRead(); err != nil {
 		return p, e, err
 	}
-	at, beneath, err := tab.MountsAtFile(e.Fd, v.dir)
+	at, beneath, err := tab.MountsAtEntry(e.Entry)
 	if err != nil {
 		return p, e, err
 	}
@@ -125,7 +125,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		// FUSE daemon may not answer) before it is proven the volume's
 		// own: what it is comes from the mount table.
 		p.Info = infoOnDir(tab, e)
-	} else if p.Info, err = tab.DetectFile(e.Fd, v.dir); err != nil {
+	} else if p.Info, err = tab.DetectEntry(e.Entry); err != nil {
 		return p, e, err
 	}
 	if n := len(beneath); n > 0 {
@@ -185,7 +185,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		p.meta = &meta
 	}
 	// Proven the volume's own tmpfs or hugetlbfs: now it may be asked.
-	if info, err := tab.DetectFile(e.Fd, v.dir); err == nil {
+	if info, err := tab.DetectEntry(e.Entry); err == nil {
 		p.Info = info
 	}
 	return act(ActionUnmountAndRemove, ReasonOwnMount, "the volume's own "+at[0].FSType+" mount ("+p.meta.Medium.String()+" medium)")
