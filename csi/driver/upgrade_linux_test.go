@@ -1,0 +1,327 @@
+package driver
+
+// A rolling update of the DaemonSet hands the volumes an older driver
+// published to this one, which knows them only from their records. These
+// tests take records written by earlier versions' own code
+// (testdata/records, see its README) and volumes set up as those versions
+// left them, and check that this version measures, republishes and tears
+// them down, leaving nothing.
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/emptydir"
+	"github.com/nodevol/nodevol/internal/fsat"
+	"github.com/nodevol/nodevol/internal/mounttest"
+)
+
+// olderRecordFormat is what an earlier version's record lacks.
+type olderRecordFormat struct {
+	name string // testdata/records/<name>-<medium>.json
+	// noQuotaDir: no quotaDirDev and quotaDirIno (the project's directory
+	// is named by path only); noQuotaGen: no quotaDirGen (identified by
+	// device and inode).
+	noQuotaDir, noQuotaGen bool
+	// longSource: a Memory volume's tmpfs has the long source
+	// "nodevol-emptydir-<16 hex>-<16 hex>".
+	longSource bool
+}
+
+var olderRecordFormats = []olderRecordFormat{
+	{name: "before-quota-dir", noQuotaDir: true, noQuotaGen: true, longSource: true},
+	{name: "before-quota-generation", noQuotaGen: true, longSource: true},
+	{name: "before-short-sources", longSource: true},
+}
+
+func readOlderRecord(t *testing.T, f olderRecordFormat, medium string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "records", f.name+"-"+strings.ToLower(medium)+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// encodeRecord is the record's bytes as every version writes them.
+func encodeRecord(t *testing.T, m *emptydir.Metadata) []byte {
+	t.Helper()
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(b, '\n')
+}
+
+// longLocatedSource is the long source the earlier versions gave the tmpfs
+// of a located volume: 16 random hex digits and 16 of a digest binding
+// them to the volume's location.
+func longLocatedSource(nonce string, l *emptydir.LocationRecord) string {
+	h := sha256.Sum256([]byte("nodevol-emptydir-located\x00" + nonce + "\x00" + l.PodUID + "\x00" + l.Plugin + "\x00" + l.Dir + "/" + l.Sub + "\x00" + l.Meta))
+	return "nodevol-emptydir-" + nonce + "-" + hex.EncodeToString(h[:8])
+}
+
+// TestOlderRecordsDecode: every field of each earlier version's records is
+// one this version reads (nothing dropped), the records are re-encoded
+// byte for byte from what it reads (so that the upgrade test below writes
+// records exactly as those versions did), each lacks what its version
+// lacked, and a Memory record's long source is the one recomputed from its
+// random part and location.
+func TestOlderRecordsDecode(t *testing.T) {
+	for _, f := range olderRecordFormats {
+		for _, medium := range []string{"Default", "Memory"} {
+			t.Run(f.name+"/"+medium, func(t *testing.T) {
+				b := readOlderRecord(t, f, medium)
+				dec := json.NewDecoder(bytes.NewReader(b))
+				dec.DisallowUnknownFields()
+				var m emptydir.Metadata
+				if err := dec.Decode(&m); err != nil {
+					t.Fatalf("decoding %s: %v", b, err)
+				}
+				if got := encodeRecord(t, &m); !bytes.Equal(got, b) {
+					t.Errorf("re-encoded\n%s\nwant the earlier version's\n%s", got, b)
+				}
+				if m.Medium.String() != medium || m.Location == nil {
+					t.Fatalf("record %+v: not a located %s volume", m, medium)
+				}
+				if medium == "Default" {
+					if m.QuotaProjectID == 0 {
+						t.Error("no quota project in the Default record")
+					}
+					if (m.QuotaDirIno == 0) != f.noQuotaDir || (m.QuotaDirGen == 0) != f.noQuotaGen {
+						t.Errorf("quota directory %d/%d generation %d; want the format's fields only", m.QuotaDirDev, m.QuotaDirIno, m.QuotaDirGen)
+					}
+					return
+				}
+				src := m.Mount.Source
+				nonce, ok := strings.CutPrefix(src, "nodevol-emptydir-")
+				if !ok || len(nonce) != 33 || !f.longSource {
+					t.Fatalf("source %q: want the long form", src)
+				}
+				if want := longLocatedSource(nonce[:16], m.Location); src != want {
+					t.Errorf("source %q; recomputed %q", src, want)
+				}
+			})
+		}
+	}
+}
+
+// TestUpgradeFromOlderRecords: a volume published by an earlier version —
+// its record in that version's format, a Memory volume's tmpfs with that
+// version's source — is measured, republished and torn down by this
+// version, as the kubelet calls it after the DaemonSet's update: stats
+// answer, a republish keeps the volume and its files (the same tmpfs), and
+// the unpublish leaves no target, record, mount, quota project or limit.
+func TestUpgradeFromOlderRecords(t *testing.T) {
+	mounttest.RequireMounts(t)
+	// Directories take project IDs (fsxattr) on XFS without quotas.
+	base := mounttest.LoopFS(t, "xfs", 300<<20, "", "-q", "-f")
+	i := 0
+	for _, f := range olderRecordFormats {
+		for _, medium := range []string{"Default", "Memory"} {
+			for _, republish := range []bool{false, true} {
+				name := f.name + "/" + medium
+				if republish {
+					name += "/republished"
+				}
+				i++
+				dir := filepath.Join(base, fmt.Sprintf("case-%02d", i))
+				t.Run(name, func(t *testing.T) { runUpgradeFromOlderRecord(t, dir, f, medium, republish) })
+			}
+		}
+	}
+}
+
+func runUpgradeFromOlderRecord(t *testing.T, dir string, f olderRecordFormat, medium string, republish bool) {
+	c := csiCrashCase{Root: filepath.Join(dir, "kubelet"), Files: filepath.Join(dir, "files")}
+	for _, d := range []string{c.Root, c.Files} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const uid = "0b5e3c1a-2222-4222-8333-444455556666"
+	target := crashTarget(c.Root, uid, "vol")
+	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := crashPublish(crashDriver(t, c, nil), target, uid, medium); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // what a failed check left mounted
+		for mounttest.IsMountRoot(t, target) {
+			_ = unix.Unmount(target, unix.MNT_DETACH)
+		}
+	})
+	recPath := filepath.Join(c.Root, "pods", uid, "plugins", "kubernetes.io~empty-dir", "csi_vol", "nodevol.json")
+	writeOlderRecord(t, f, medium, target, recPath)
+	mounttest.Build(t, target, "file data/a from-the-pod", "file data/b/c more")
+	snap := mounttest.Sentinels(t, filepath.Join(target, "data"))
+	var before fsat.MountStat
+	if medium == "Memory" {
+		before = statMount(t, target)
+	}
+
+	// The DaemonSet's new pod: this version, on what the old one left.
+	d := crashDriver(t, c, nil)
+	stats := func(when string) {
+		resp, err := d.NodeGetVolumeStats(context.Background(), &csi.NodeGetVolumeStatsRequest{VolumeId: "v", VolumePath: target})
+		if err != nil {
+			t.Fatalf("NodeGetVolumeStats %s: %v", when, err)
+		}
+		for _, u := range resp.GetUsage() {
+			if u.GetUnit() == csi.VolumeUsage_BYTES && (u.GetTotal() <= 0 || u.GetUsed() < 0) {
+				t.Errorf("NodeGetVolumeStats %s: bytes %+v", when, u)
+			}
+		}
+		t.Logf("NodeGetVolumeStats %s: %v", when, resp.GetUsage())
+	}
+	stats("of the earlier version's volume")
+	if republish {
+		if err := crashPublish(d, target, uid, medium); err != nil {
+			t.Fatalf("republish: %v", err)
+		}
+		mounttest.Intact(t, filepath.Join(target, "data"), snap)
+		if medium == "Memory" {
+			if after := statMount(t, target); !after.SameMount(before) {
+				t.Errorf("the republished Memory volume is mount %+v; want the earlier version's tmpfs %+v", after, before)
+			}
+			if ms := mountsUnder(t, target); len(ms) != 1 {
+				t.Errorf("mounts on the target after the republish: %v; want the one tmpfs", ms)
+			}
+		}
+		stats("after the republish")
+	}
+	if err := crashUnpublish(d, target); err != nil {
+		t.Fatalf("unpublish: %v", err)
+	}
+	for _, p := range []string{target, filepath.Dir(recPath)} {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("%s is left: %v", p, err)
+		}
+	}
+	if ms := mountsUnder(t, filepath.Join(c.Root, "pods", uid)); len(ms) > 0 {
+		t.Errorf("mounts left under the pod: %v", ms)
+	}
+	projects, _ := os.ReadFile(filepath.Join(c.Files, "projects"))
+	if strings.Contains(string(projects), target) {
+		t.Errorf("the volume's project is left in the bookkeeping: %q", projects)
+	}
+	limits, err := (&mounttest.FileQuotaKernel{Path: filepath.Join(c.Files, "limits.json")}).Limits()
+	if err != nil || len(limits) != 0 {
+		t.Errorf("project limits left: %v, %v", limits, err)
+	}
+}
+
+// writeOlderRecord makes the volume this version published at target what
+// the earlier version f would have left: its record in f's format (its
+// fields only, encoded as f's code did), and for a Memory volume with a
+// long source a tmpfs mounted with one in place of this version's.
+func writeOlderRecord(t *testing.T, f olderRecordFormat, medium, target, recPath string) {
+	t.Helper()
+	b, err := os.ReadFile(recPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m emptydir.Metadata
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if f.noQuotaDir {
+		m.QuotaDirDev, m.QuotaDirIno = 0, 0
+	}
+	if f.noQuotaGen {
+		m.QuotaDirGen = 0
+	}
+	if medium == "Memory" && f.longSource {
+		var nonce [8]byte
+		if _, err := unix.Getrandom(nonce[:], 0); err != nil {
+			t.Fatal(err)
+		}
+		src := longLocatedSource(hex.EncodeToString(nonce[:]), m.Location)
+		if err := unix.Unmount(target, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount(src, target, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0777", m.SizeBytes)); err != nil {
+			t.Fatal(err)
+		}
+		ms := statMount(t, target)
+		m.Mount.Source, m.Mount.UniqueID, m.Mount.ID, m.Mount.Dev = src, ms.UniqueID, ms.ID, ms.Dev
+	}
+	old := encodeRecord(t, &m)
+	if got, want := jsonKeys(t, old), jsonKeys(t, readOlderRecord(t, f, medium)); got != want {
+		t.Fatalf("the record written has the fields %s; the earlier version's %s", got, want)
+	}
+	if err := os.WriteFile(recPath, old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// jsonKeys lists an object's keys in order, nested objects' in braces.
+func jsonKeys(t *testing.T, b []byte) string {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(b))
+	var out strings.Builder
+	expectKey := []bool{}
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			break
+		}
+		switch v := tok.(type) {
+		case json.Delim:
+			out.WriteString(string(v))
+			switch v {
+			case '{':
+				expectKey = append(expectKey, true)
+			case '}':
+				expectKey = expectKey[:len(expectKey)-1]
+				if len(expectKey) > 0 {
+					expectKey[len(expectKey)-1] = true
+				}
+			}
+			continue
+		default:
+			if n := len(expectKey); n > 0 {
+				if expectKey[n-1] {
+					fmt.Fprintf(&out, "%v ", v)
+				}
+				expectKey[n-1] = !expectKey[n-1]
+			}
+		}
+	}
+	return out.String()
+}
+
+func statMount(t *testing.T, path string) fsat.MountStat {
+	t.Helper()
+	ms, err := fsat.StatMount(unix.AT_FDCWD, path, fsat.MountKey|fsat.TableID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
+}
+
+func mountsUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.Mountpoint)
+	}
+	return out
+}
