@@ -22,6 +22,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/nodevol/nodevol/emptydir"
 	"github.com/nodevol/nodevol/internal/fsat"
@@ -324,4 +326,115 @@ func mountsUnder(t *testing.T, dir string) []string {
 		out = append(out, m.Mountpoint)
 	}
 	return out
+}
+
+// TestRecordsOfANewerVersion: this version as the one rolled back to. A
+// record with a field it does not know is read without it; a Memory
+// volume whose tmpfs has a source in a form it does not make cannot be
+// proven its own: stats and unpublish refuse, naming the tmpfs and what to
+// do, and delete nothing; once the tmpfs is unmounted by hand, the next
+// unpublish removes the volume.
+func TestRecordsOfANewerVersion(t *testing.T) {
+	mounttest.RequireMounts(t)
+	base := mounttest.LoopFS(t, "xfs", 300<<20, "", "-q", "-f")
+	for _, medium := range []string{"Default", "Memory"} {
+		t.Run(medium, func(t *testing.T) {
+			c := csiCrashCase{Root: filepath.Join(base, medium, "kubelet"), Files: filepath.Join(base, medium, "files")}
+			for _, d := range []string{c.Root, c.Files} {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			const uid = "0b5e3c1a-3333-4222-8333-444455556666"
+			target := crashTarget(c.Root, uid, "vol")
+			if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
+				t.Fatal(err)
+			}
+			if err := crashPublish(crashDriver(t, c, nil), target, uid, medium); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				for mounttest.IsMountRoot(t, target) {
+					_ = unix.Unmount(target, unix.MNT_DETACH)
+				}
+			})
+			recPath := filepath.Join(c.Root, "pods", uid, "plugins", "kubernetes.io~empty-dir", "csi_vol", "nodevol.json")
+			b, err := os.ReadFile(recPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rec map[string]any
+			if err := json.Unmarshal(b, &rec); err != nil {
+				t.Fatal(err)
+			}
+			rec["quotaFromANewerVersion"] = 7
+			newSource := ""
+			if medium == "Memory" {
+				// A source this version does not make, on a tmpfs of the
+				// record's identity.
+				newSource = "nv2-0123456789abcdef"
+				if err := unix.Unmount(target, 0); err != nil {
+					t.Fatal(err)
+				}
+				if err := unix.Mount(newSource, target, "tmpfs", 0, "size=4m,mode=0777"); err != nil {
+					t.Fatal(err)
+				}
+				ms := statMount(t, target)
+				m := rec["mount"].(map[string]any)
+				m["source"], m["uniqueID"], m["id"], m["dev"] = newSource, ms.UniqueID, ms.ID, ms.Dev
+			}
+			nb, err := json.Marshal(rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(recPath, append(nb, '\n'), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			mounttest.Build(t, target, "file data/a from-the-pod")
+			snap := mounttest.Sentinels(t, filepath.Join(target, "data"))
+
+			d := crashDriver(t, c, nil)
+			_, statsErr := d.NodeGetVolumeStats(context.Background(), &csi.NodeGetVolumeStatsRequest{VolumeId: "v", VolumePath: target})
+			unpubErr := crashUnpublish(d, target)
+			t.Logf("stats: %v", statsErr)
+			t.Logf("unpublish: %v", unpubErr)
+			if medium == "Default" {
+				if statsErr != nil || unpubErr != nil {
+					t.Fatalf("a Default record with a field this version does not know: stats %v, unpublish %v; want both to work", statsErr, unpubErr)
+				}
+			} else {
+				for what, err := range map[string]error{"stats": statsErr, "unpublish": unpubErr} {
+					if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), newSource) {
+						t.Errorf("%s of a tmpfs with an unknown source: %v; want FAILED_PRECONDITION naming it", what, err)
+					}
+				}
+				if !strings.Contains(unpubErr.Error(), "newer") {
+					t.Errorf("the refusal %q does not say the record may be a newer version's", unpubErr)
+				}
+				mounttest.Intact(t, filepath.Join(target, "data"), snap)
+				if !mounttest.IsMountRoot(t, target) {
+					t.Fatal("the refusal unmounted the tmpfs")
+				}
+				// The operator's remedy: unmount it by hand.
+				if err := unix.Unmount(target, 0); err != nil {
+					t.Fatal(err)
+				}
+				if err := crashUnpublish(d, target); err != nil {
+					t.Fatalf("unpublish after the tmpfs was unmounted by hand: %v", err)
+				}
+			}
+			for _, p := range []string{target, filepath.Dir(recPath)} {
+				if _, err := os.Lstat(p); !os.IsNotExist(err) {
+					t.Errorf("%s is left: %v", p, err)
+				}
+			}
+			if ms := mountsUnder(t, filepath.Join(c.Root, "pods", uid)); len(ms) > 0 {
+				t.Errorf("mounts left under the pod: %v", ms)
+			}
+			limits, err := (&mounttest.FileQuotaKernel{Path: filepath.Join(c.Files, "limits.json")}).Limits()
+			if err != nil || len(limits) != 0 {
+				t.Errorf("project limits left: %v, %v", limits, err)
+			}
+		})
+	}
 }
