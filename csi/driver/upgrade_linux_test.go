@@ -146,27 +146,66 @@ func TestUpgradeFromOlderRecords(t *testing.T) {
 	}
 }
 
-func runUpgradeFromOlderRecord(t *testing.T, dir string, f olderRecordFormat, medium string, republish bool) {
+// handedOver is a volume published by a driver on a kubelet root of its
+// own in dir (with quotas: bookkeeping and stand-in limits beside it),
+// for another driver to take over.
+type handedOver struct {
+	c                   csiCrashCase
+	target, pod, record string
+}
+
+const handedOverUID = "0b5e3c1a-2222-4222-8333-444455556666"
+
+// publishToHandOver publishes a volume of the medium with this version.
+func publishToHandOver(t *testing.T, dir, medium string) handedOver {
+	t.Helper()
 	c := csiCrashCase{Root: filepath.Join(dir, "kubelet"), Files: filepath.Join(dir, "files")}
 	for _, d := range []string{c.Root, c.Files} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	const uid = "0b5e3c1a-2222-4222-8333-444455556666"
-	target := crashTarget(c.Root, uid, "vol")
-	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
+	v := handedOver{c: c, target: crashTarget(c.Root, handedOverUID, "vol"), pod: filepath.Join(c.Root, "pods", handedOverUID)}
+	v.record = filepath.Join(v.pod, "plugins", "kubernetes.io~empty-dir", "csi_vol", "nodevol.json")
+	if err := os.MkdirAll(filepath.Dir(v.target), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	if err := crashPublish(crashDriver(t, c, nil), target, uid, medium); err != nil {
+	if err := crashPublish(crashDriver(t, c, nil), v.target, handedOverUID, medium); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { // what a failed check left mounted
-		for mounttest.IsMountRoot(t, target) {
-			_ = unix.Unmount(target, unix.MNT_DETACH)
+		for mounttest.IsMountRoot(t, v.target) {
+			_ = unix.Unmount(v.target, unix.MNT_DETACH)
 		}
 	})
-	recPath := filepath.Join(c.Root, "pods", uid, "plugins", "kubernetes.io~empty-dir", "csi_vol", "nodevol.json")
+	return v
+}
+
+// nothingLeft checks that the unpublished volume left no target, record,
+// mount, quota project or limit.
+func (v handedOver) nothingLeft(t *testing.T) {
+	t.Helper()
+	for _, p := range []string{v.target, filepath.Dir(v.record)} {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("%s is left: %v", p, err)
+		}
+	}
+	if ms := mountsUnder(t, v.pod); len(ms) > 0 {
+		t.Errorf("mounts left under the pod: %v", ms)
+	}
+	projects, _ := os.ReadFile(filepath.Join(v.c.Files, "projects"))
+	if strings.Contains(string(projects), v.target) {
+		t.Errorf("the volume's project is left in the bookkeeping: %q", projects)
+	}
+	limits, err := (&mounttest.FileQuotaKernel{Path: filepath.Join(v.c.Files, "limits.json")}).Limits()
+	if err != nil || len(limits) != 0 {
+		t.Errorf("project limits left: %v, %v", limits, err)
+	}
+}
+
+func runUpgradeFromOlderRecord(t *testing.T, dir string, f olderRecordFormat, medium string, republish bool) {
+	v := publishToHandOver(t, dir, medium)
+	c, uid, target, recPath := v.c, handedOverUID, v.target, v.record
 	writeOlderRecord(t, f, medium, target, recPath)
 	mounttest.Build(t, target, "file data/a from-the-pod", "file data/b/c more")
 	snap := mounttest.Sentinels(t, filepath.Join(target, "data"))
@@ -208,22 +247,7 @@ func runUpgradeFromOlderRecord(t *testing.T, dir string, f olderRecordFormat, me
 	if err := crashUnpublish(d, target); err != nil {
 		t.Fatalf("unpublish: %v", err)
 	}
-	for _, p := range []string{target, filepath.Dir(recPath)} {
-		if _, err := os.Lstat(p); !os.IsNotExist(err) {
-			t.Errorf("%s is left: %v", p, err)
-		}
-	}
-	if ms := mountsUnder(t, filepath.Join(c.Root, "pods", uid)); len(ms) > 0 {
-		t.Errorf("mounts left under the pod: %v", ms)
-	}
-	projects, _ := os.ReadFile(filepath.Join(c.Files, "projects"))
-	if strings.Contains(string(projects), target) {
-		t.Errorf("the volume's project is left in the bookkeeping: %q", projects)
-	}
-	limits, err := (&mounttest.FileQuotaKernel{Path: filepath.Join(c.Files, "limits.json")}).Limits()
-	if err != nil || len(limits) != 0 {
-		t.Errorf("project limits left: %v, %v", limits, err)
-	}
+	v.nothingLeft(t)
 }
 
 // writeOlderRecord makes the volume this version published at target what
@@ -339,26 +363,8 @@ func TestRecordsOfANewerVersion(t *testing.T) {
 	base := mounttest.LoopFS(t, "xfs", 300<<20, "", "-q", "-f")
 	for _, medium := range []string{"Default", "Memory"} {
 		t.Run(medium, func(t *testing.T) {
-			c := csiCrashCase{Root: filepath.Join(base, medium, "kubelet"), Files: filepath.Join(base, medium, "files")}
-			for _, d := range []string{c.Root, c.Files} {
-				if err := os.MkdirAll(d, 0o755); err != nil {
-					t.Fatal(err)
-				}
-			}
-			const uid = "0b5e3c1a-3333-4222-8333-444455556666"
-			target := crashTarget(c.Root, uid, "vol")
-			if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
-				t.Fatal(err)
-			}
-			if err := crashPublish(crashDriver(t, c, nil), target, uid, medium); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				for mounttest.IsMountRoot(t, target) {
-					_ = unix.Unmount(target, unix.MNT_DETACH)
-				}
-			})
-			recPath := filepath.Join(c.Root, "pods", uid, "plugins", "kubernetes.io~empty-dir", "csi_vol", "nodevol.json")
+			v := publishToHandOver(t, filepath.Join(base, medium), medium)
+			c, target, recPath := v.c, v.target, v.record
 			b, err := os.ReadFile(recPath)
 			if err != nil {
 				t.Fatal(err)
@@ -423,18 +429,7 @@ func TestRecordsOfANewerVersion(t *testing.T) {
 					t.Fatalf("unpublish after the tmpfs was unmounted by hand: %v", err)
 				}
 			}
-			for _, p := range []string{target, filepath.Dir(recPath)} {
-				if _, err := os.Lstat(p); !os.IsNotExist(err) {
-					t.Errorf("%s is left: %v", p, err)
-				}
-			}
-			if ms := mountsUnder(t, filepath.Join(c.Root, "pods", uid)); len(ms) > 0 {
-				t.Errorf("mounts left under the pod: %v", ms)
-			}
-			limits, err := (&mounttest.FileQuotaKernel{Path: filepath.Join(c.Files, "limits.json")}).Limits()
-			if err != nil || len(limits) != 0 {
-				t.Errorf("project limits left: %v, %v", limits, err)
-			}
+			v.nothingLeft(t)
 		})
 	}
 }
