@@ -25,9 +25,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/nodevol/nodevol/emptydir"
-	"github.com/nodevol/nodevol/internal/fsat"
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
 
 // olderRecordFormat is what an earlier version's record lacks.
@@ -48,6 +46,58 @@ var olderRecordFormats = []olderRecordFormat{
 	{name: "before-short-sources", longSource: true},
 }
 
+// record is nodevol.json as the driver writes it: emptydir's record,
+// field for field, in its order and with its JSON names (emptydir does not
+// export it). A record of this version that has a field this mirror lacks
+// fails the upgrade test: a change of the format comes with its entry in
+// olderRecordFormats and its records in testdata.
+type record struct {
+	Medium         string          `json:"medium"`
+	SizeLimit      int64           `json:"sizeLimit,omitempty"`
+	SizeBytes      int64           `json:"sizeBytes,omitempty"`
+	Mode           *uint32         `json:"mode,omitempty"`
+	StickyBit      bool            `json:"stickyBit,omitempty"`
+	HugePageSize   int64           `json:"hugePageSize,omitempty"`
+	QuotaProjectID uint32          `json:"quotaProjectID,omitempty"`
+	QuotaDirDev    uint64          `json:"quotaDirDev,omitempty"`
+	QuotaDirIno    uint64          `json:"quotaDirIno,omitempty"`
+	QuotaDirGen    uint32          `json:"quotaDirGen,omitempty"`
+	QuotaPending   bool            `json:"quotaPending,omitempty"`
+	Mount          *mountRecord    `json:"mount,omitempty"`
+	Location       *locationRecord `json:"location,omitempty"`
+}
+
+type mountRecord struct {
+	UniqueID uint64 `json:"uniqueID,omitempty"`
+	ID       uint64 `json:"id"`
+	Dev      uint64 `json:"dev"`
+	FSType   string `json:"fsType"`
+	Source   string `json:"source"`
+	DirDev   uint64 `json:"dirDev,omitempty"`
+	DirIno   uint64 `json:"dirIno,omitempty"`
+	Pending  bool   `json:"pending,omitempty"`
+}
+
+type locationRecord struct {
+	PodUID string `json:"podUID"`
+	Plugin string `json:"plugin"`
+	Dir    string `json:"dir"`
+	Sub    string `json:"sub,omitempty"`
+	Meta   string `json:"meta"`
+}
+
+// decodeRecord reads a record, refusing a field the mirror does not have.
+func decodeRecord(t *testing.T, b []byte) *record {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var m record
+	if err := dec.Decode(&m); err != nil {
+		t.Fatalf("decoding %s: %v", b, err)
+	}
+	return &m
+}
+
 func readOlderRecord(t *testing.T, f olderRecordFormat, medium string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", "records", f.name+"-"+strings.ToLower(medium)+".json"))
@@ -58,7 +108,7 @@ func readOlderRecord(t *testing.T, f olderRecordFormat, medium string) []byte {
 }
 
 // encodeRecord is the record's bytes as every version writes them.
-func encodeRecord(t *testing.T, m *emptydir.Metadata) []byte {
+func encodeRecord(t *testing.T, m *record) []byte {
 	t.Helper()
 	b, err := json.Marshal(m)
 	if err != nil {
@@ -70,7 +120,7 @@ func encodeRecord(t *testing.T, m *emptydir.Metadata) []byte {
 // longLocatedSource is the long source the earlier versions gave the tmpfs
 // of a located volume: 16 random hex digits and 16 of a digest binding
 // them to the volume's location.
-func longLocatedSource(nonce string, l *emptydir.LocationRecord) string {
+func longLocatedSource(nonce string, l *locationRecord) string {
 	h := sha256.Sum256([]byte("nodevol-emptydir-located\x00" + nonce + "\x00" + l.PodUID + "\x00" + l.Plugin + "\x00" + l.Dir + "/" + l.Sub + "\x00" + l.Meta))
 	return "nodevol-emptydir-" + nonce + "-" + hex.EncodeToString(h[:8])
 }
@@ -86,16 +136,11 @@ func TestOlderRecordsDecode(t *testing.T) {
 		for _, medium := range []string{"Default", "Memory"} {
 			t.Run(f.name+"/"+medium, func(t *testing.T) {
 				b := readOlderRecord(t, f, medium)
-				dec := json.NewDecoder(bytes.NewReader(b))
-				dec.DisallowUnknownFields()
-				var m emptydir.Metadata
-				if err := dec.Decode(&m); err != nil {
-					t.Fatalf("decoding %s: %v", b, err)
-				}
-				if got := encodeRecord(t, &m); !bytes.Equal(got, b) {
+				m := decodeRecord(t, b)
+				if got := encodeRecord(t, m); !bytes.Equal(got, b) {
 					t.Errorf("re-encoded\n%s\nwant the earlier version's\n%s", got, b)
 				}
-				if m.Medium.String() != medium || m.Location == nil {
+				if m.Medium != medium || m.Location == nil {
 					t.Fatalf("record %+v: not a located %s volume", m, medium)
 				}
 				if medium == "Default" {
@@ -209,7 +254,7 @@ func runUpgradeFromOlderRecord(t *testing.T, dir string, f olderRecordFormat, me
 	writeOlderRecord(t, f, medium, target, recPath)
 	mounttest.Build(t, target, "file data/a from-the-pod", "file data/b/c more")
 	snap := mounttest.Sentinels(t, filepath.Join(target, "data"))
-	var before fsat.MountStat
+	var before mountIDs
 	if medium == "Memory" {
 		before = statMount(t, target)
 	}
@@ -235,7 +280,7 @@ func runUpgradeFromOlderRecord(t *testing.T, dir string, f olderRecordFormat, me
 		}
 		mounttest.Intact(t, filepath.Join(target, "data"), snap)
 		if medium == "Memory" {
-			if after := statMount(t, target); !after.SameMount(before) {
+			if after := statMount(t, target); after != before {
 				t.Errorf("the republished Memory volume is mount %+v; want the earlier version's tmpfs %+v", after, before)
 			}
 			if ms := mountsUnder(t, target); len(ms) != 1 {
@@ -260,9 +305,9 @@ func writeOlderRecord(t *testing.T, f olderRecordFormat, medium, target, recPath
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m emptydir.Metadata
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
+	m := decodeRecord(t, b)
+	if got := encodeRecord(t, m); !bytes.Equal(got, b) {
+		t.Fatalf("this version's record\n%s\nre-encoded as\n%s", b, got)
 	}
 	if f.noQuotaDir {
 		m.QuotaDirDev, m.QuotaDirIno = 0, 0
@@ -285,7 +330,7 @@ func writeOlderRecord(t *testing.T, f olderRecordFormat, medium, target, recPath
 		ms := statMount(t, target)
 		m.Mount.Source, m.Mount.UniqueID, m.Mount.ID, m.Mount.Dev = src, ms.UniqueID, ms.ID, ms.Dev
 	}
-	old := encodeRecord(t, &m)
+	old := encodeRecord(t, m)
 	if got, want := jsonKeys(t, old), jsonKeys(t, readOlderRecord(t, f, medium)); got != want {
 		t.Fatalf("the record written has the fields %s; the earlier version's %s", got, want)
 	}
@@ -330,13 +375,29 @@ func jsonKeys(t *testing.T, b []byte) string {
 	return out.String()
 }
 
-func statMount(t *testing.T, path string) fsat.MountStat {
+// mountIDs is a mount's identity as a record has it.
+type mountIDs struct{ UniqueID, ID, Dev uint64 }
+
+// statMount is the identity of the mount path is the root of.
+func statMount(t *testing.T, path string) mountIDs {
 	t.Helper()
-	ms, err := fsat.StatMount(unix.AT_FDCWD, path, fsat.MountKey|fsat.TableID)
-	if err != nil {
-		t.Fatal(err)
+	var ids mountIDs
+	for _, mask := range []int{unix.STATX_MNT_ID_UNIQUE, unix.STATX_MNT_ID} {
+		var st unix.Statx_t
+		if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, mask, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Mask&uint32(mask) == 0 {
+			continue // a kernel without unique mount IDs
+		}
+		if mask == unix.STATX_MNT_ID {
+			ids.ID = st.Mnt_id
+		} else {
+			ids.UniqueID = st.Mnt_id
+		}
+		ids.Dev = unix.Mkdev(st.Dev_major, st.Dev_minor)
 	}
-	return ms
+	return ids
 }
 
 func mountsUnder(t *testing.T, dir string) []string {
