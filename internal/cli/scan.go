@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -678,13 +679,20 @@ func runScan(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	for i := range s.volumes {
 		s.volumes[i].MountNamespace = nsJSON
 	}
+	// One write per buffer, not per table cell or JSON line: unbuffered,
+	// the report's writes were most of a scan's system calls.
+	out := bufio.NewWriter(stdout)
 	if *asJSON {
-		if err := writeScanJSON(stdout, s); err != nil {
-			fmt.Fprintf(stderr, "nodevol scan: write report: %v\n", err)
-			return ExitError
-		}
+		err = writeScanJSON(out, s)
 	} else {
-		writeScanHuman(stdout, s)
+		writeScanHuman(out, s)
+	}
+	if err == nil {
+		err = out.Flush()
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "nodevol scan: write report: %v\n", err)
+		return ExitError
 	}
 	return s.code()
 }
