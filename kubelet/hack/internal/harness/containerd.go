@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -20,9 +21,11 @@ const runtimePath = "PATH=/usr/sbin:/usr/bin:/sbin:/bin"
 type containerd struct {
 	dir    string
 	socket string
-	cmd    *exec.Cmd
-	exited chan struct{}
-	log    *logger
+	// cmdArgs run it: the node's nsenter prefix, containerd and its flags.
+	cmdArgs []string
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	log     *logger
 }
 
 // containerdConfig is the version 2 config of containerd 1.6: every path
@@ -82,7 +85,7 @@ type containerdSpec struct {
 // answers, and imports the images.
 func startContainerdFor(ctx context.Context, spec containerdSpec, log *logger) (*containerd, error) {
 	dir := spec.dir
-	c := &containerd{dir: dir, socket: filepath.Join(dir, "containerd.sock"), exited: make(chan struct{}), log: log}
+	c := &containerd{dir: dir, socket: filepath.Join(dir, "containerd.sock"), log: log}
 	for _, d := range []string{filepath.Join(dir, "root"), filepath.Join(dir, "state"), filepath.Join(dir, "opt"), spec.cniBin, spec.cniConf} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
@@ -94,30 +97,9 @@ func startContainerdFor(ctx context.Context, spec containerdSpec, log *logger) (
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	logf, err := os.Create(filepath.Join(dir, "containerd.log"))
-	if err != nil {
+	c.cmdArgs = append(slices.Clone(spec.enter), "/usr/bin/containerd", "--config", cfgPath)
+	if err := c.launch(ctx); err != nil {
 		return nil, err
-	}
-	defer logf.Close()
-	c.cmd = commandIn(spec.enter, "/usr/bin/containerd", "--config", cfgPath)
-	c.cmd.Env = []string{runtimePath}
-	c.cmd.Stdout, c.cmd.Stderr = logf, logf
-	if err := c.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting containerd: %w", err)
-	}
-	go func() { _ = c.cmd.Wait(); close(c.exited) }()
-
-	err = poll(ctx, 30*time.Second, func() (bool, error) {
-		select {
-		case <-c.exited:
-			return false, fmt.Errorf("containerd exited: %s (see %s)", c.cmd.ProcessState, logf.Name())
-		default:
-		}
-		return c.ctr(ctx, "version") == nil, nil
-	})
-	if err != nil {
-		c.stop()
-		return nil, fmt.Errorf("containerd did not come up: %w", err)
 	}
 	for _, img := range spec.images {
 		if err := c.ctr(ctx, "-n", "k8s.io", "images", "import", img); err != nil {
@@ -126,6 +108,46 @@ func startContainerdFor(ctx context.Context, spec containerdSpec, log *logger) (
 		}
 	}
 	return c, nil
+}
+
+// launch starts containerd (appending to its log) and waits until it
+// answers.
+func (c *containerd) launch(ctx context.Context) error {
+	logf, err := os.OpenFile(filepath.Join(c.dir, "containerd.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	c.cmd = exec.Command(c.cmdArgs[0], c.cmdArgs[1:]...)
+	c.cmd.Env = []string{runtimePath}
+	c.cmd.Stdout, c.cmd.Stderr = logf, logf
+	if err := c.cmd.Start(); err != nil {
+		return fmt.Errorf("starting containerd: %w", err)
+	}
+	exited := make(chan struct{})
+	c.exited = exited
+	go func(cmd *exec.Cmd) { _ = cmd.Wait(); close(exited) }(c.cmd)
+	err = poll(ctx, 30*time.Second, func() (bool, error) {
+		select {
+		case <-exited:
+			return false, fmt.Errorf("containerd exited: %s (see %s)", c.cmd.ProcessState, logf.Name())
+		default:
+		}
+		return c.ctr(ctx, "version") == nil, nil
+	})
+	if err != nil {
+		c.stop()
+		return fmt.Errorf("containerd did not come up: %w", err)
+	}
+	return nil
+}
+
+// restart stops containerd (SIGTERM, as a service manager's restart does)
+// and starts it again with the same configuration. The containers' shims
+// and processes are not its children and keep running.
+func (c *containerd) restart(ctx context.Context) error {
+	stopProcess(c.cmd, c.exited, 10*time.Second)
+	return c.launch(ctx)
 }
 
 // ctr runs Debian's ctr against this containerd, for at most 10 seconds

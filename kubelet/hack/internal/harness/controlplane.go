@@ -105,25 +105,33 @@ func (s controlPlaneSpec) cluster() bool { return s.advertise != nil }
 
 // daemon is a process the control plane started, with its log.
 type daemon struct {
-	name   string
-	cmd    *exec.Cmd
-	exited chan struct{}
+	name    string
+	logPath string
+	args    []string // the binary and its arguments
+	cmd     *exec.Cmd
+	exited  chan struct{}
 }
 
 func startDaemon(name, logPath, bin string, args ...string) (*daemon, error) {
-	logf, err := os.Create(logPath)
+	d := &daemon{name: name, logPath: logPath, args: append([]string{bin}, args...)}
+	return d, d.launch()
+}
+
+// launch starts the daemon's process, appending to its log.
+func (d *daemon) launch() error {
+	logf, err := os.OpenFile(d.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer logf.Close()
-	d := &daemon{name: name, cmd: exec.Command(bin, args...), exited: make(chan struct{})}
+	d.cmd, d.exited = exec.Command(d.args[0], d.args[1:]...), make(chan struct{})
 	d.cmd.Env = []string{runtimePath}
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	if err := d.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", name, err)
+		return fmt.Errorf("starting %s: %w", d.name, err)
 	}
-	go func() { _ = d.cmd.Wait(); close(d.exited) }()
-	return d, nil
+	go func(cmd *exec.Cmd, exited chan struct{}) { _ = cmd.Wait(); close(exited) }(d.cmd, d.exited)
+	return nil
 }
 
 // alive is nil while the daemon runs.
@@ -255,6 +263,26 @@ func startControlPlaneFor(ctx context.Context, dir string, spec controlPlaneSpec
 	return cp, nil
 }
 
+// restartAPIServer kills the API server (SIGKILL, as a crash would), waits
+// down, starts it again with the same flags and waits until it is ready.
+func (cp *controlPlane) restartAPIServer(ctx context.Context, down time.Duration) error {
+	cp.apiserver.kill()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(down):
+	}
+	if err := cp.apiserver.launch(); err != nil {
+		return err
+	}
+	return poll(ctx, 90*time.Second, func() (bool, error) {
+		if err := cp.apiserver.alive(); err != nil {
+			return false, fmt.Errorf("%w (log %s)", err, cp.apiserver.logPath)
+		}
+		return cp.get(ctx, "/readyz", nil) == nil, nil
+	})
+}
+
 // stop kills the API server, then etcd.
 // pids are the control plane's processes, which live across both kubelets'
 // turns.
@@ -368,6 +396,15 @@ func (cp *controlPlane) get(ctx context.Context, path string, v any) error {
 // ErrExists is matched by the error of do for a 409 Conflict.
 var ErrExists = errors.New("already exists")
 
+// StatusError is an answer of the API server other than 2xx, 404 and 409.
+type StatusError struct {
+	Code   int
+	Status string // "500 Internal Server Error"
+	Body   string
+}
+
+func (e *StatusError) Error() string { return e.Status + ": " + e.Body }
+
 // do sends in (unless nil) as JSON to path with method, as the admin, and
 // decodes the JSON answer into v (unless nil).
 func (cp *controlPlane) do(ctx context.Context, method, path string, in, v any) error {
@@ -401,11 +438,32 @@ func (cp *controlPlane) do(ctx context.Context, method, path string, in, v any) 
 	case resp.StatusCode == http.StatusConflict:
 		return fmt.Errorf("%s %s: %w", method, path, ErrExists)
 	case resp.StatusCode/100 != 2:
-		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(out)))
+		return fmt.Errorf("%s %s: %w", method, path, &StatusError{Code: resp.StatusCode, Status: resp.Status, Body: strings.TrimSpace(string(out))})
 	case v == nil:
 		return nil
 	}
 	return json.Unmarshal(out, v)
+}
+
+// text reads path as the admin, as text (a pod's log).
+func (cp *controlPlane) text(ctx context.Context, path string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, apiURL(path), nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := cp.client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %w", path, &StatusError{Code: resp.StatusCode, Status: resp.Status, Body: strings.TrimSpace(string(b))})
+	}
+	return string(b), nil
 }
 
 // mirrorPod is the API server's mirror of the kubelet's static pod, or an

@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -483,32 +485,100 @@ func (n *clusterNode) nodeCommand(ctx context.Context, bin string, args ...strin
 	return nil
 }
 
-// nodeNAS is a tmpfs "NAS" with a sentinel, mounted in a node's mount
-// namespace at dir (a path in the node).
+// nodeNAS is a "NAS" mounted in a node's mount namespace at dir (a path
+// in the node): a tmpfs, or a bind mount of a host directory, holding
+// sentinel files whose sha256 is known.
 type nodeNAS struct {
-	node     *clusterNode
-	dir      string
-	sentinel []byte
-	mounted  bool
+	node    *clusterNode
+	dir     string
+	kind    nasKind
+	source  string // a bind mount's host directory (a path of the run's namespace, seen the same in the node)
+	files   []nasFile
+	mounted bool
 }
 
+// nasFile is one sentinel file of a NAS.
+type nasFile struct {
+	path string // relative to the NAS
+	size int
+	sum  [sha256.Size]byte
+}
+
+// mountNodeNAS mounts a tmpfs NAS at dir with one 64 KiB sentinel,
+// SENTINEL.
 func mountNodeNAS(ctx context.Context, n *clusterNode, dir string) (*nodeNAS, error) {
-	nas := &nodeNAS{node: n, dir: dir, sentinel: make([]byte, sentinelSize)}
-	_, _ = rand.Read(nas.sentinel)
+	return mountNodeNASOf(ctx, n, dir, nasTmpfs, "", map[string]int{"SENTINEL": sentinelSize})
+}
+
+// mountNodeNASOf mounts a NAS of the kind at dir, holding random files of
+// the given paths and sizes. A bind NAS's files are written into source
+// (created) before the mount, as a host directory's data; a tmpfs NAS's
+// into the fresh mount.
+func mountNodeNASOf(ctx context.Context, n *clusterNode, dir string, kind nasKind, source string, files map[string]int) (*nodeNAS, error) {
+	nas := &nodeNAS{node: n, dir: dir, kind: kind, source: source}
 	if err := os.Mkdir(n.inNode(dir), 0o755); err != nil {
 		return nil, err
 	}
-	if err := n.nodeCommand(ctx, "/bin/mount", "-t", "tmpfs", "-o", "size=4m", "e2e-nas", dir); err != nil {
-		return nil, err
+	write := func(root string) error {
+		for _, p := range slices.Sorted(maps.Keys(files)) {
+			b := make([]byte, files[p])
+			_, _ = rand.Read(b)
+			if err := os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755); err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(root, p), b, 0o644); err != nil {
+				return err
+			}
+			nas.files = append(nas.files, nasFile{path: p, size: len(b), sum: sha256.Sum256(b)})
+		}
+		return nil
 	}
-	nas.mounted = true
-	return nas, os.WriteFile(n.inNode(dir+"/SENTINEL"), nas.sentinel, 0o644)
+	switch kind {
+	case nasTmpfs:
+		if err := n.nodeCommand(ctx, "/bin/mount", "-t", "tmpfs", "-o", "size=4m", "e2e-nas", dir); err != nil {
+			return nil, err
+		}
+		nas.mounted = true
+		return nas, write(n.inNode(dir))
+	case nasBind:
+		if err := os.MkdirAll(source, 0o755); err != nil {
+			return nil, err
+		}
+		if err := write(source); err != nil {
+			return nil, err
+		}
+		if err := n.nodeCommand(ctx, "/bin/mount", "--bind", source, dir); err != nil {
+			return nil, err
+		}
+		nas.mounted = true
+		return nas, nil
+	}
+	return nil, fmt.Errorf("NAS kind %v", kind)
 }
 
-// intact says whether the sentinel is there, byte for byte.
+// lost checks every sentinel file through the mount, byte for byte (its
+// sha256): the paths missing or changed, and their bytes.
+func (nas *nodeNAS) lost() (paths []string, lostBytes int64) {
+	return nas.lostUnder(nas.node.inNode(nas.dir))
+}
+
+// lostUnder checks the sentinel files under root (the mount, or a bind
+// NAS's host directory).
+func (nas *nodeNAS) lostUnder(root string) (paths []string, lostBytes int64) {
+	for _, f := range nas.files {
+		b, err := os.ReadFile(filepath.Join(root, f.path))
+		if err != nil || len(b) != f.size || sha256.Sum256(b) != f.sum {
+			paths = append(paths, f.path)
+			lostBytes += int64(f.size)
+		}
+	}
+	return paths, lostBytes
+}
+
+// intact says whether every sentinel is there, byte for byte.
 func (nas *nodeNAS) intact() bool {
-	b, err := os.ReadFile(nas.node.inNode(nas.dir + "/SENTINEL"))
-	return err == nil && bytes.Equal(b, nas.sentinel)
+	lost, _ := nas.lost()
+	return len(lost) == 0
 }
 
 func (nas *nodeNAS) unmount(ctx context.Context) error {
@@ -740,9 +810,10 @@ func (d *deployRun) rollingUpdate(ctx context.Context, o *outcome) {
 }
 
 // prepareDeploy reads the manifests and the two images the DaemonSets
-// name (built with the root module's hack/image unless given), and writes
-// each image again with another digest for the rolling update.
-func prepareDeploy(ctx context.Context, opts options, dir string, log *logger) (*deployInputs, error) {
+// name (built with the root module's hack/image unless given), and, with
+// rollout, writes each image again with another digest for the rolling
+// update.
+func prepareDeploy(ctx context.Context, opts options, dir string, rollout bool, log *logger) (*deployInputs, error) {
 	files, err := deployManifestFiles(opts.deploy, opts.csiDeploy)
 	if err != nil {
 		return nil, err
@@ -768,6 +839,10 @@ func prepareDeploy(ctx context.Context, opts options, dir string, log *logger) (
 		}
 		if x.img.Name != ref {
 			return nil, fmt.Errorf("the image %s is named %s; DaemonSet %s runs %s", x.img.Tar, x.img.Name, x.ds, ref)
+		}
+		if !rollout {
+			log.Printf("deploy: %s image %s (%s)", x.ds, x.img.Name, x.img.Digest)
+			continue
 		}
 		if *x.rollout, err = rolloutImage(*x.img, filepath.Join(dir, x.binary+"-rollout.tar")); err != nil {
 			return nil, err

@@ -65,7 +65,9 @@ type options struct {
 	scheduler, controllerManager string
 	e2eTest, ginkgo, agnhost     string
 	procs                        int
-	kubelets                     []string // the flavors the suite runs against, in order
+	kubelets                     []string // the flavors the suite runs against, in order; the soak's nodes'
+	// soak is the soak's parameters (modeSoak).
+	soak *soakInputs
 }
 
 // The driver's modes.
@@ -73,6 +75,9 @@ const (
 	modeScenarios   = "scenarios"
 	modeConformance = "conformance"
 	modeDeploy      = "deploy"
+	// modeSoak is kubelet/hack/soak's: churn and faults on a two-node
+	// cluster.
+	modeSoak = "soak"
 )
 
 const usageLine = `usage: go run ./hack/e2e -stock KUBELET -nodevol KUBELET -apiserver KUBE-APISERVER [-run REGEXP] [-timeout 15m] [-workdir DIR] [-nodevol-image FILE] [-deploy DIR] [-csi-image FILE] [-csi-deploy DIR]
@@ -185,6 +190,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	return runDriver(opts, stdout, stderr)
+}
+
+// runDriver runs the driver with its options: it takes the host, runs the
+// namespace under the watchdog, and prints the result.
+func runDriver(opts options, stdout, stderr io.Writer) int {
 	start := time.Now()
 	log := newLogger(stderr, start, "")
 	if os.Geteuid() != 0 {
@@ -211,6 +222,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		code = 2
 	}
 	switch {
+	case res != nil && res.Soak != nil && opts.mode == modeSoak:
+		printSoak(stdout, res.Soak, time.Since(start))
+		if code == 0 && len(res.Soak.Violations) > 0 {
+			code = 1
+		}
 	case res != nil && res.Conformance != nil && opts.mode == modeConformance:
 		printConformance(stdout, res.Conformance, time.Since(start))
 		if code == 0 && len(conformanceProblems(res.Conformance)) > 0 {
@@ -223,6 +239,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return code
+}
+
+// passed says whether the result is a pass of its mode.
+func (res *innerResult) passed() bool {
+	switch {
+	case res.Soak != nil:
+		return len(res.Soak.Violations) == 0
+	case res.Conformance != nil:
+		return len(conformanceProblems(res.Conformance)) == 0
+	}
+	return allAsExpected(res.Rows)
 }
 
 // allAsExpected says whether every row is as expected and none is missing.
@@ -255,7 +282,7 @@ func drive(ctx context.Context, opts options, start time.Time, log *logger) (res
 	}
 	log.Printf("workdir %s", workdir)
 	defer func() {
-		if err != nil || res == nil || (res.Conformance == nil && !allAsExpected(res.Rows)) || (res.Conformance != nil && len(conformanceProblems(res.Conformance)) > 0) {
+		if err != nil || res == nil || !res.passed() {
 			keep = true
 		}
 		if keep {
@@ -277,11 +304,17 @@ func drive(ctx context.Context, opts options, start time.Time, log *logger) (res
 			return nil, err
 		}
 		var deploy *deployInputs
-		if opts.mode == modeDeploy {
-			if deploy, err = prepareDeploy(ctx, opts, filepath.Join(workdir, "images"), log); err != nil {
+		switch opts.mode {
+		case modeDeploy:
+			if deploy, err = prepareDeploy(ctx, opts, filepath.Join(workdir, "images"), true, log); err != nil {
 				return nil, err
 			}
 			images = append(images, deploy.Agent.Tar, deploy.AgentRollout.Tar, deploy.CSI.Tar, deploy.CSIRollout.Tar)
+		case modeSoak:
+			if deploy, err = prepareDeploy(ctx, opts, filepath.Join(workdir, "images"), false, log); err != nil {
+				return nil, err
+			}
+			images = append(images, deploy.Agent.Tar, deploy.CSI.Tar)
 		}
 		log.Printf("packages and images ready in %.1fs", time.Since(t).Seconds())
 		return driveNamespace(ctx, opts, workdir, images, nil, nil, deploy, start, log)
@@ -419,9 +452,14 @@ func runNamespace(ctx context.Context, opts options, workdir string, images []st
 		cfg.Cluster = &clusterInputs{Scheduler: opts.scheduler, ControllerManager: opts.controllerManager, Nodes: 1}
 		cfg.Conformance = &conformanceInputs{E2ETest: opts.e2eTest, Ginkgo: opts.ginkgo, Procs: opts.procs, Kubelets: opts.kubelets}
 	}
-	if opts.mode == modeDeploy {
+	switch opts.mode {
+	case modeDeploy:
 		cfg.Cluster.Nodes = deployNodes
 		cfg.Deploy = deploy
+	case modeSoak:
+		cfg.Cluster.Nodes = len(opts.kubelets)
+		cfg.Deploy = deploy
+		cfg.Soak = opts.soak
 	}
 	b, err := json.Marshal(cfg)
 	if err != nil {

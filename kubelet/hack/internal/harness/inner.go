@@ -63,10 +63,13 @@ type innerConfig struct {
 	// Conformance is the suite's (conformance), and the kubelet flavor
 	// (deploy).
 	Conformance *conformanceInputs `json:"conformance,omitempty"`
-	// Deploy is the deploy scenario's images and manifests.
-	Deploy   *deployInputs `json:"deploy,omitempty"`
-	Start    time.Time     `json:"start"`
-	Deadline time.Time     `json:"deadline"`
+	// Deploy is the deploy scenario's images and manifests (and the
+	// soak's).
+	Deploy *deployInputs `json:"deploy,omitempty"`
+	// Soak is the soak's parameters.
+	Soak     *soakInputs `json:"soak,omitempty"`
+	Start    time.Time   `json:"start"`
+	Deadline time.Time   `json:"deadline"`
 }
 
 // innerResult is what it hands back.
@@ -74,6 +77,7 @@ type innerResult struct {
 	Versions    map[string]string  `json:"versions"`
 	Rows        []row              `json:"rows"`
 	Conformance *conformanceResult `json:"conformance,omitempty"`
+	Soak        *soakResult        `json:"soak,omitempty"`
 	Error       string             `json:"error,omitempty"`
 }
 
@@ -108,6 +112,8 @@ func runInner(args []string, stderr io.Writer) int {
 			res.Conformance, err = runConformance(ctx, cfg, log)
 		case modeDeploy:
 			res.Rows, err = runDeploy(ctx, cfg, log)
+		case modeSoak:
+			res.Soak, err = runSoak(ctx, cfg, log)
 		default:
 			res.Rows, err = runAll(ctx, cfg, log)
 		}

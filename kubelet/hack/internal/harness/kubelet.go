@@ -86,6 +86,7 @@ type kubelet struct {
 	kubeconfig string
 	nodeName   string
 	address    string   // its --node-ip, where it serves
+	cgroupRoot string   // its cgroupRoot
 	enter      []string // the prefix that runs it in its node's namespaces; nil: the run's
 	cmd        *exec.Cmd
 	exited     chan struct{}
@@ -119,6 +120,7 @@ func newKubeletFor(s kubeletSpec, log *logger) (*kubelet, error) {
 		kubeconfig: kubeconfig,
 		nodeName:   s.nodeName,
 		address:    s.address,
+		cgroupRoot: s.cgroupRoot,
 		enter:      s.enter,
 		bin:        bin,
 		dir:        dir,
@@ -207,6 +209,15 @@ func (k *kubelet) lastErrors() string {
 		lines = lines[len(lines)-3:]
 	}
 	return strings.Join(lines, " | ")
+}
+
+// kill ends the kubelet with SIGKILL, as a crash or the OOM killer would:
+// the containers are containerd's and keep running. start starts it again.
+func (k *kubelet) kill() {
+	if k.cmd != nil && k.cmd.Process != nil {
+		_ = k.cmd.Process.Kill()
+		<-k.exited
+	}
 }
 
 func (k *kubelet) stop() {
@@ -305,9 +316,32 @@ func (k *kubelet) failedEmptyDirUnmounts(ctx context.Context) (float64, error) {
 
 // countFailedEmptyDirUnmounts reads the Prometheus text format.
 func countFailedEmptyDirUnmounts(r io.Reader) (float64, error) {
+	n, err := countFailedUnmounts(r, "kubernetes.io/empty-dir")
+	if err != nil {
+		return 0, err
+	}
+	return n[0], nil
+}
+
+// failedUnmounts is, for each of plugins (the metric's volume_plugin
+// label: "kubernetes.io/empty-dir", "kubernetes.io/csi:<driver>"), the
+// number of unmount operations the kubelet counts as failed.
+func (k *kubelet) failedUnmounts(ctx context.Context, plugins ...string) ([]float64, error) {
+	var n []float64
+	err := k.get(ctx, k.url(readOnlyPort, "/metrics"), func(r io.Reader) (err error) {
+		n, err = countFailedUnmounts(r, plugins...)
+		return err
+	})
+	return n, err
+}
+
+// countFailedUnmounts reads the Prometheus text format: the
+// storage_operation_duration_seconds_count of operation_name
+// "volume_unmount", status "fail-unknown", for each plugin, summed over
+// the other labels.
+func countFailedUnmounts(r io.Reader, plugins ...string) ([]float64, error) {
 	const name = "storage_operation_duration_seconds_count{"
-	want := []string{`volume_plugin="kubernetes.io/empty-dir"`, `operation_name="volume_unmount"`, `status="fail-unknown"`}
-	var total float64
+	totals := make([]float64, len(plugins))
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -321,15 +355,21 @@ func countFailedEmptyDirUnmounts(r io.Reader) (float64, error) {
 			continue
 		}
 		have := strings.Split(labels, ",")
-		if !slices.ContainsFunc(want, func(l string) bool { return !slices.Contains(have, l) }) {
+		if !slices.Contains(have, `operation_name="volume_unmount"`) || !slices.Contains(have, `status="fail-unknown"`) {
+			continue
+		}
+		for i, p := range plugins {
+			if !slices.Contains(have, `volume_plugin="`+p+`"`) {
+				continue
+			}
 			v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
 			if err != nil {
-				return 0, fmt.Errorf("metric line %q: %w", line, err)
+				return nil, fmt.Errorf("metric line %q: %w", line, err)
 			}
-			total += v
+			totals[i] += v
 		}
 	}
-	return total, sc.Err()
+	return totals, sc.Err()
 }
 
 // addPod writes the static pod's manifest (JSON is YAML) atomically: the
