@@ -113,22 +113,23 @@ func TestTearDownRefusesMountsItDidNotMake(t *testing.T) {
 		// returns the directory holding the foreign data.
 		mount  func(t *testing.T, base, vol string) string
 		reason string
+		code   ReasonCode
 	}{
 		{"tmpfs on a Default volume", "", func(t *testing.T, base, vol string) string {
 			mounttest.Mount(t, "nas:/export", vol, "tmpfs", 0, "size=1m")
 			return vol
-		}, "Default-medium"},
+		}, "Default-medium", ReasonForeignMount},
 		{"tmpfs stacked on a Memory volume", "Memory", func(t *testing.T, base, vol string) string {
 			mounttest.Mount(t, "nas:/export", vol, "tmpfs", 0, "size=1m")
 			return vol
-		}, "stacked"},
+		}, "stacked", ReasonStackedMounts},
 		{"Memory volume's tmpfs replaced by another", "Memory", func(t *testing.T, base, vol string) string {
 			if err := unix.Unmount(vol, 0); err != nil {
 				t.Fatal(err)
 			}
 			mounttest.Mount(t, "tmpfs", vol, "tmpfs", 0, "size=1m")
 			return vol
-		}, "not the mount SetUp made"},
+		}, "not the mount SetUp made", ReasonForeignMount},
 		{"bind of a foreign directory on a Memory volume's place", "Memory", func(t *testing.T, base, vol string) string {
 			if err := unix.Unmount(vol, 0); err != nil {
 				t.Fatal(err)
@@ -139,7 +140,7 @@ func TestTearDownRefusesMountsItDidNotMake(t *testing.T) {
 			}
 			mounttest.Bind(t, share, vol)
 			return share
-		}, "not the mount SetUp made"},
+		}, "not the mount SetUp made", ReasonForeignMount},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -159,8 +160,8 @@ func TestTearDownRefusesMountsItDidNotMake(t *testing.T) {
 			whole := mounttest.Snapshot(t, base)
 
 			plan, err := e.plugin.PlanTearDown(testUID, "cache", nil)
-			if err != nil || plan.Action != ActionRefuse || !strings.Contains(plan.Reason, c.reason) {
-				t.Errorf("PlanTearDown = %v %q, %v; want a refusal saying %q", plan.Action, plan.Reason, err, c.reason)
+			if err != nil || plan.Action != ActionRefuse || !strings.Contains(plan.Reason, c.reason) || plan.Code != c.code {
+				t.Errorf("PlanTearDown = %v %v %q, %v; want a refusal (%v) saying %q", plan.Action, plan.Code, plan.Reason, err, c.code, c.reason)
 			}
 			err = e.tearDown("cache")
 			var refused *RefusedError

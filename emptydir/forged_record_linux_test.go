@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/internal/mounttest"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -39,12 +40,12 @@ func identityOf(t *testing.T, vol string) *MountRecord {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mi, err := identify(fd, "")
+	mi, err := fsat.StatMount(fd, "", bothIDs)
 	unix.Close(fd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &MountRecord{UniqueID: mi.uniqueID, ID: mi.id, Dev: mi.dev}
+	return &MountRecord{UniqueID: mi.UniqueID, ID: mi.ID, Dev: mi.Dev}
 }
 
 // writeForged writes a nodevol.json claiming a Memory-medium volume whose

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/internal/mounttest"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
@@ -321,7 +322,7 @@ func TestLocatedSourceBinding(t *testing.T) {
 	base := locatedRef(testUID, secretLoc("a"))
 	src := newSource(base)
 	rec := MountRecord{FSType: "tmpfs", Source: src, UniqueID: 7, ID: 3, Dev: 9}
-	mi := mountIdentity{uniqueID: 7, id: 3, dev: 9, root: true}
+	mi := fsat.MountStat{UniqueID: 7, ID: 3, Dev: 9, Root: true}
 	if !rec.provenBy(mi, "tmpfs", src, base) {
 		t.Fatal("the record does not prove its own mount")
 	}

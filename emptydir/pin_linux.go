@@ -164,13 +164,13 @@ func (p *pin) release() error {
 // refuses mounts; so is a filesystem without the attribute, where nothing
 // can have been pinned.
 func unpinLeftover(e entry, path string) error {
-	if e.kind != entryDir || e.mi.root {
+	if e.kind != entryDir || e.Root {
 		return nil
 	}
-	if _, err := getFlags(e.fd, path); err != nil {
+	if _, err := getFlags(e.Fd, path); err != nil {
 		return nil
 	}
-	return clearImmutable(e.fd, path)
+	return clearImmutable(e.Fd, path)
 }
 
 // clearImmutable clears FS_IMMUTABLE_FL on the directory fd (path names

@@ -55,10 +55,10 @@ func (p *Plugin) resizeVolume(ctx context.Context, podUID, vol string, sizeBytes
 		return fail(volume.Transient, fmt.Errorf("volume %s: %w (its mount is not recorded yet)", vol, ErrResizeDeferred))
 	}
 	e, err := v.openEntry()
-	defer e.close()
 	if err != nil {
 		return fail(volume.Transient, err)
 	}
+	defer e.Close()
 	switch {
 	case e.kind == entryMissing:
 		return fail(volume.Transient, fmt.Errorf("volume %s: %w (the volume directory does not exist)", vol, ErrResizeDeferred))
@@ -66,7 +66,7 @@ func (p *Plugin) resizeVolume(ctx context.Context, podUID, vol string, sizeBytes
 		return fail(volume.Transient, fmt.Errorf("%s is a symlink, not the volume's directory; not resizing anything", dir))
 	case e.kind != entryDir:
 		return fail(volume.Transient, fmt.Errorf("%s is not a directory; not resizing anything", dir))
-	case !e.mi.root:
+	case !e.Root:
 		return fail(volume.Transient, fmt.Errorf("volume %s: %w (nothing is mounted on its directory)", vol, ErrResizeDeferred))
 	}
 	ours, err := recordedMountOn(e, dir, meta.Mount, ordinaryRef(podUID, vol))
@@ -75,12 +75,12 @@ func (p *Plugin) resizeVolume(ctx context.Context, podUID, vol string, sizeBytes
 	}
 	if !ours || meta.Mount.FSType != "tmpfs" {
 		return fail(volume.Transient, fmt.Errorf("%w: the mount on %s (%s) is not the tmpfs SetUp made (or cannot be proven to be; two stacked count as not); not resizing it, nothing changed",
-			ErrForeignMount, dir, e.mi.describe()))
+			ErrForeignMount, dir, describeMount(e.MountStat)))
 	}
 	v.hook.At(testhook.ResizeProven, dir)
-	// e.fd is the proven mount's root, held since the proof: fspick picks
+	// e.Fd is the proven mount's root, held since the proof: fspick picks
 	// that mount's superblock, whatever the name shows by now.
-	if err := reconfigureSize(e.fd, dir, sizeBytes); err != nil {
+	if err := reconfigureSize(e.Fd, dir, sizeBytes); err != nil {
 		return fail(volume.Transient, err)
 	}
 	logger.V(2).Info("Resized the emptyDir volume's tmpfs", "oldSize", meta.SizeBytes, "newSize", sizeBytes)

@@ -114,11 +114,11 @@ func (m *mounter) mountedOnDir(v *podVolume) bool {
 	if v.vols == nil {
 		return false
 	}
-	mi, err := identify(v.vols.Fd(), v.name)
+	mi, err := fsat.StatMount(v.vols.Fd(), v.name, bothIDs)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false
 	}
-	return err != nil || mi.root
+	return err != nil || mi.Root
 }
 
 // mountElsewhere is an error matching ErrMountElsewhere when the mount
@@ -131,7 +131,7 @@ func (m *mounter) mountElsewhere(meta *Metadata) error {
 		return err
 	}
 	if len(elsewhere) > 0 {
-		return fmt.Errorf("%w: %s: %s", ErrMountElsewhere, m.dir, movedReason(elsewhere))
+		return fmt.Errorf("%w: %s: %s: it is at %s", ErrMountElsewhere, m.dir, movedReason(elsewhere), elsewhere[0])
 	}
 	return nil
 }
@@ -140,17 +140,17 @@ func (m *mounter) mountElsewhere(meta *Metadata) error {
 // a plain directory for Default, the recorded mount for the others.
 func (m *mounter) inPlace(v *podVolume, plan setupPlan, meta *Metadata) (bool, error) {
 	e, err := v.openEntry()
-	defer e.close()
 	if err != nil || e.kind != entryDir {
-		return false, err
+		return false, err // nothing open
 	}
+	defer e.Close()
 	if plan.medium == volume.MediumDefault {
-		if e.mi.root {
+		if e.Root {
 			return false, nil
 		}
 		return m.quotaInPlace(e, meta)
 	}
-	if !e.mi.root || meta == nil || meta.Medium != plan.medium || (plan.medium == volume.MediumHugePages && meta.HugePageSize != plan.pageSize) {
+	if !e.Root || meta == nil || meta.Medium != plan.medium || (plan.medium == volume.MediumHugePages && meta.HugePageSize != plan.pageSize) {
 		return false, nil
 	}
 	if meta.Mount != nil && meta.Mount.Pending {
@@ -173,7 +173,7 @@ func (m *mounter) quotaInPlace(e entry, meta *Metadata) (bool, error) {
 	if meta.QuotaPending {
 		return false, nil
 	}
-	u, err := m.plugin.quotas.Usage(e.fd, m.dir)
+	u, err := m.plugin.quotas.Usage(e.Fd, m.dir)
 	switch {
 	case errors.Is(err, errors.ErrUnsupported):
 		// The filesystem has no project quotas any more (remounted
@@ -192,7 +192,7 @@ func (m *mounter) quotaInPlace(e entry, meta *Metadata) (bool, error) {
 func (m *mounter) openDir(v *podVolume, mode uint32, what string) (entry, error) {
 	err := fsat.Retry(func() error { return unix.Mkdirat(v.vols.Fd(), v.name, mode) })
 	if err != nil && err != unix.EEXIST {
-		return entry{fd: -1}, &os.PathError{Op: "mkdirat", Path: m.dir, Err: err}
+		return noEntry, &os.PathError{Op: "mkdirat", Path: m.dir, Err: err}
 	}
 	e, err := v.openEntry()
 	if err != nil {
@@ -213,14 +213,14 @@ func (m *mounter) setUpDir(logger klog.Logger, v *podVolume, plan setupPlan, arg
 	// Created owner-only: the plan's mode is set by setMode below, so no
 	// instant shows the directory more open than the spec asks.
 	e, err := m.openDir(v, 0o700, "a Default-medium volume")
-	defer e.close()
 	if err != nil {
 		return err
 	}
-	if e.mi.root {
+	defer e.Close()
+	if e.Root {
 		return fmt.Errorf("something is mounted on %s, which a Default-medium volume never is; not using it", m.dir)
 	}
-	if err := m.setMode(e.fd, plan, args); err != nil {
+	if err := m.setMode(e.Fd, plan, args); err != nil {
 		return err
 	}
 	v.hook.At(testhook.SetUpDirCreated, m.dir)
@@ -230,7 +230,7 @@ func (m *mounter) setUpDir(logger klog.Logger, v *podVolume, plan setupPlan, arg
 		// may name the directory until its ID is recorded, the record
 		// says a project may exist, and which directory it is on.
 		var st unix.Stat_t
-		if err := unix.Fstat(e.fd, &st); err != nil {
+		if err := unix.Fstat(e.Fd, &st); err != nil {
 			return &os.PathError{Op: "fstat", Path: m.dir, Err: err}
 		}
 		meta.QuotaDirDev, meta.QuotaDirIno = uint64(st.Dev), st.Ino
@@ -240,7 +240,7 @@ func (m *mounter) setUpDir(logger klog.Logger, v *podVolume, plan setupPlan, arg
 			return fmt.Errorf("record metadata: %w", err)
 		}
 		v.hook.At(testhook.SetUpQuotaIntent, m.dir)
-		project, err := m.plugin.quotas.Assign(e.fd, m.dir, m.source.SizeLimit)
+		project, err := m.plugin.quotas.Assign(e.Fd, m.dir, m.source.SizeLimit)
 		switch {
 		case errors.Is(err, errors.ErrUnsupported):
 			// No project quotas on this filesystem: usage is measured by
@@ -290,60 +290,59 @@ func (m *mounter) setMode(pathFd int, plan setupPlan, args volume.MounterArgs) e
 	return nil
 }
 
-// setUpMount mounts the plan's filesystem on the volume directory, unless
-// the recorded mount is already there (a SetUp that stopped before writing
-// the ready marker); any other mount there is an error, never adopted.
-func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, args volume.MounterArgs, old *Metadata) error {
-	// The source is a new random name: the record's proof that a mount
-	// found on the directory later is this one (see provenBy).
-	source, fstype := newSource(m.ref), "tmpfs"
-	var opts []string
-	meta := &Metadata{Medium: plan.medium, SizeLimit: m.source.SizeLimit, Mode: m.source.Mode, StickyBit: m.source.StickyBit}
+// newFS is the filesystem setUpMount is to mount: its type, source and
+// options, and the record that will describe it.
+type newFS struct {
+	fstype string
+	// source is a new random name: the record's proof that a mount found
+	// on the directory later is this one (see provenBy).
+	source string
+	opts   []string // "key=value" or a flag
+	meta   *Metadata
+}
+
+// newFSFor is the filesystem plan asks for.
+func (m *mounter) newFSFor(plan setupPlan) newFS {
+	f := newFS{fstype: "tmpfs", source: newSource(m.ref)}
+	f.meta = &Metadata{Medium: plan.medium, SizeLimit: m.source.SizeLimit, Mode: m.source.Mode, StickyBit: m.source.StickyBit}
 	if plan.medium == volume.MediumHugePages {
-		fstype = "hugetlbfs"
-		opts = append(opts, "pagesize="+strconv.FormatInt(plan.pageSize, 10))
-		meta.HugePageSize = plan.pageSize
-	} else {
-		if plan.size > 0 {
-			opts = append(opts, "size="+strconv.FormatInt(plan.size, 10))
-			meta.SizeBytes = plan.size
-		}
-		if kernelSupportsNoswap() {
-			opts = append(opts, "noswap")
-		}
+		f.fstype = "hugetlbfs"
+		f.opts = append(f.opts, "pagesize="+strconv.FormatInt(plan.pageSize, 10))
+		f.meta.HugePageSize = plan.pageSize
+		return f
 	}
-	e, err := m.openDir(v, 0o750, fstype)
+	if plan.size > 0 {
+		f.opts = append(f.opts, "size="+strconv.FormatInt(plan.size, 10))
+		f.meta.SizeBytes = plan.size
+	}
+	if kernelSupportsNoswap() {
+		f.opts = append(f.opts, "noswap")
+	}
+	return f
+}
+
+// setUpMount mounts the plan's filesystem on the volume directory, unless
+// a mount there is proven the volume's own (adopt); any other mount there
+// is an error, never adopted. It owns the volume directory's descriptor
+// for its whole run; each way of mounting is a function of its own that
+// uses the descriptor and never closes it: the embedder's mounter
+// (mountWithSystemMounter) when the host has one, else a detached mount
+// (mountDetached).
+func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, args volume.MounterArgs, old *Metadata) error {
+	f := m.newFSFor(plan)
+	e, err := m.openDir(v, 0o750, f.fstype)
 	if err != nil {
-		e.close()
 		return err
 	}
-	if !e.mi.root {
-		v.hook.At(testhook.SetUpDirCreated, m.dir)
-	}
-	if e.mi.root {
-		defer e.close()
-		if old != nil && old.Medium == plan.medium {
-			ours, err := recordedMountOn(e, m.dir, old.Mount, m.ref)
-			if err != nil {
-				return err
-			}
-			if ours {
-				logger.V(2).Info("Already mounted", "fsType", fstype)
-				if old.Mount.Pending {
-					// A SetUp through the embedder's mounter stopped
-					// between the mount and recording its identity.
-					pinned := *old
-					rec := old.Mount.pin(e.mi)
-					pinned.Mount = &rec
-					if err := v.writeMeta(&pinned); err != nil {
-						return fmt.Errorf("record metadata: %w", err)
-					}
-				}
-				return m.setMode(e.fd, plan, args)
-			}
+	defer e.Close()
+	if e.Root {
+		adopted, err := m.adopt(logger, v, e, plan, args, old)
+		if err != nil || adopted {
+			return err
 		}
-		return fmt.Errorf("%s is already a mount point (%s) that SetUp did not record; not mounting %s over it", m.dir, e.mi.describe(), fstype)
+		return fmt.Errorf("%s is already a mount point (%s) that SetUp did not record; not mounting %s over it", m.dir, describeMount(e.MountStat), f.fstype)
 	}
+	v.hook.At(testhook.SetUpDirCreated, m.dir)
 	if old != nil && old.Mount != nil {
 		// The directory as opened is not a mount root; SetUp's check
 		// before may have seen a mount there that is gone now (one
@@ -351,94 +350,133 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 		// mount with the recorded source is elsewhere: a new mount and
 		// record would leave it mounted for good.
 		if err := m.mountElsewhere(old); err != nil {
-			e.close()
 			return err
 		}
 	}
 	var under unix.Stat_t
-	if err := unix.Fstat(e.fd, &under); err != nil {
-		e.close()
+	if err := unix.Fstat(e.Fd, &under); err != nil {
 		return &os.PathError{Op: "fstat", Path: m.dir, Err: err}
 	}
 	if sm := m.plugin.host.Mounter(); sm != nil {
-		// A mounter of the embedder's: it gets the directory as the magic
-		// link of its descriptor, so the mount's IDs are known only after
-		// it. Its source is known before: the record says the mount is
-		// pending before it is made, so that a crash in between leaves a
-		// mount the record proves by that source (see MountRecord.Pending),
-		// never one nothing records.
-		pending := &MountRecord{FSType: fstype, Source: source, DirDev: under.Dev, DirIno: under.Ino, Pending: true}
-		meta.Mount = pending
-		if err := v.writeMeta(meta); err != nil {
-			e.close()
-			return fmt.Errorf("record metadata: %w", err)
+		return m.mountWithSystemMounter(v, sm, e.Fd, &under, f, plan, args)
+	}
+	return m.mountDetached(v, e.Fd, &under, f, plan, args)
+}
+
+// adopt reports whether the mount already on the volume directory (e, a
+// mount root) is proven the volume's own, and if so takes it as the
+// volume: its record completed and its mode set. Each proof is a function
+// of its own, tried in turn; today the only one is SetUp's own record
+// (adoptRecorded). A mount no proof accepts is not the volume's.
+func (m *mounter) adopt(logger klog.Logger, v *podVolume, e entry, plan setupPlan, args volume.MounterArgs, old *Metadata) (bool, error) {
+	return m.adoptRecorded(logger, v, e, plan, args, old)
+}
+
+// adoptRecorded adopts the mount that old, the volume's record, proves
+// its own (a SetUp that stopped before writing the ready marker), as
+// TearDown would prove it; a pending record (a SetUp through the
+// embedder's mounter that stopped between the mount and recording its
+// IDs) is completed with the mount's IDs.
+func (m *mounter) adoptRecorded(logger klog.Logger, v *podVolume, e entry, plan setupPlan, args volume.MounterArgs, old *Metadata) (bool, error) {
+	if old == nil || old.Medium != plan.medium {
+		return false, nil
+	}
+	ours, err := recordedMountOn(e, m.dir, old.Mount, m.ref)
+	if err != nil || !ours {
+		return false, err
+	}
+	logger.V(2).Info("Already mounted", "fsType", old.Mount.FSType)
+	if old.Mount.Pending {
+		pinned := *old
+		rec := old.Mount.pin(e.MountStat)
+		pinned.Mount = &rec
+		if err := v.writeMeta(&pinned); err != nil {
+			return false, fmt.Errorf("record metadata: %w", err)
 		}
-		v.hook.At(testhook.SetUpMetadataWritten, m.dir)
-		err := sm.Mount(source, "/proc/self/fd/"+strconv.Itoa(e.fd), fstype, opts)
-		e.close()
-		if err != nil {
-			return fmt.Errorf("mount %s on %s (options %v): %w", fstype, m.dir, opts, err)
-		}
-		v.hook.At(testhook.SetUpMounted, m.dir)
-		top, err := v.openEntry()
-		defer top.close()
+	}
+	return true, m.setMode(e.Fd, plan, args)
+}
+
+// mountWithSystemMounter mounts f on the volume directory (open as dirFd,
+// the directory under, whose fstat is under) with the embedder's mounter.
+// The mounter gets the directory as the magic link of the descriptor, so
+// the mount's IDs are known only after it. Its source is known before: the
+// record says the mount is pending before it is made, so that a crash in
+// between leaves a mount the record proves by that source (see
+// MountRecord.Pending), never one nothing records.
+func (m *mounter) mountWithSystemMounter(v *podVolume, sm volume.SystemMounter, dirFd int, under *unix.Stat_t, f newFS, plan setupPlan, args volume.MounterArgs) error {
+	pending := &MountRecord{FSType: f.fstype, Source: f.source, DirDev: under.Dev, DirIno: under.Ino, Pending: true}
+	f.meta.Mount = pending
+	if err := v.writeMeta(f.meta); err != nil {
+		return fmt.Errorf("record metadata: %w", err)
+	}
+	v.hook.At(testhook.SetUpMetadataWritten, m.dir)
+	if err := sm.Mount(f.source, "/proc/self/fd/"+strconv.Itoa(dirFd), f.fstype, f.opts); err != nil {
+		return fmt.Errorf("mount %s on %s (options %v): %w", f.fstype, m.dir, f.opts, err)
+	}
+	v.hook.At(testhook.SetUpMounted, m.dir)
+	top, err := v.openEntry()
+	if err != nil {
+		return err
+	}
+	defer top.Close()
+	f.meta.Mount = nil
+	if top.kind == entryDir && top.Root {
+		ours, err := recordedMountOn(top, m.dir, pending, m.ref)
 		if err != nil {
 			return err
 		}
-		meta.Mount = nil
-		if top.kind == entryDir && top.mi.root {
-			ours, err := recordedMountOn(top, m.dir, pending, m.ref)
-			if err != nil {
-				return err
-			}
-			if !ours {
-				return fmt.Errorf("after mounting %s (source %s) on %s, the directory shows something else (%s)", fstype, source, m.dir, top.mi.describe())
-			}
-			rec := pending.pin(top.mi)
-			meta.Mount = &rec
+		if !ours {
+			return fmt.Errorf("after mounting %s (source %s) on %s, the directory shows something else (%s)", f.fstype, f.source, m.dir, describeMount(top.MountStat))
 		}
-		if err := v.writeMeta(meta); err != nil {
-			return fmt.Errorf("record metadata: %w", err)
-		}
-		v.hook.At(testhook.SetUpMountRecorded, m.dir)
-		if top.kind == entryDir {
-			return m.setMode(top.fd, plan, args)
-		}
-		return nil
+		rec := pending.pin(top.MountStat)
+		f.meta.Mount = &rec
 	}
-	mnt, rec, err := newMount(source, fstype, opts)
+	if err := v.writeMeta(f.meta); err != nil {
+		return fmt.Errorf("record metadata: %w", err)
+	}
+	v.hook.At(testhook.SetUpMountRecorded, m.dir)
+	if top.kind == entryDir {
+		return m.setMode(top.Fd, plan, args)
+	}
+	return nil
+}
+
+// mountDetached mounts f on the volume directory (open as dirFd; its
+// fstat is under) without resolving a path: the filesystem is created
+// detached (fsopen, fsmount), recorded with its IDs, then attached to the
+// directory's descriptor (move_mount).
+func (m *mounter) mountDetached(v *podVolume, dirFd int, under *unix.Stat_t, f newFS, plan setupPlan, args volume.MounterArgs) error {
+	mnt, rec, err := newMount(f.source, f.fstype, f.opts)
 	if err != nil {
-		e.close()
-		return fmt.Errorf("mount %s on %s (options %v): %w", fstype, m.dir, opts, err)
+		return fmt.Errorf("mount %s on %s (options %v): %w", f.fstype, m.dir, f.opts, err)
 	}
 	defer unix.Close(mnt)
 	// The record goes to disk before the mount is attached: a crash from
 	// here on leaves a record of a mount that either never appeared (the
 	// detached mount dies with this process) or is exactly this one.
 	rec.DirDev, rec.DirIno = under.Dev, under.Ino
-	meta.Mount = &rec
-	if err := v.writeMeta(meta); err != nil {
-		e.close()
+	f.meta.Mount = &rec
+	if err := v.writeMeta(f.meta); err != nil {
 		return fmt.Errorf("record metadata: %w", err)
 	}
 	v.hook.At(testhook.SetUpMetadataWritten, m.dir)
 	err = fsat.Retry(func() error {
-		return unix.MoveMount(mnt, "", e.fd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
+		return unix.MoveMount(mnt, "", dirFd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
 	})
-	e.close()
 	if err != nil {
-		return fmt.Errorf("attach %s to %s: %w", fstype, m.dir, &os.PathError{Op: "move_mount", Path: m.dir, Err: err})
+		return fmt.Errorf("attach %s to %s: %w", f.fstype, m.dir, &os.PathError{Op: "move_mount", Path: m.dir, Err: err})
 	}
 	v.hook.At(testhook.SetUpMounted, m.dir)
 	top, err := v.openEntry()
-	defer top.close()
 	if err != nil {
 		return err
 	}
-	if top.kind != entryDir || !top.mi.root || !rec.sameMount(top.mi, m.ref) {
-		return fmt.Errorf("after attaching %s (%s) to %s, the directory shows something else (%s)", fstype, rec.describe(), m.dir, top.mi.describe())
+	defer top.Close()
+	if top.kind != entryDir || !top.Root || !rec.sameMount(top.MountStat, m.ref) {
+		return fmt.Errorf("after attaching %s (%s) to %s, the directory shows something else (%s)", f.fstype, rec.describe(), m.dir, describeMount(top.MountStat))
 	}
-	return m.setMode(top.fd, plan, args)
+	return m.setMode(top.Fd, plan, args)
 }
 
 // newMount creates a detached mount of fstype with the kubelet's source
@@ -472,11 +510,11 @@ func newMount(source, fstype string, opts []string) (int, MountRecord, error) {
 	if err != nil {
 		return -1, rec, &os.SyscallError{Syscall: "fsmount", Err: err}
 	}
-	mi, err := identify(mnt, "")
+	mi, err := fsat.StatMount(mnt, "", bothIDs)
 	if err != nil {
 		unix.Close(mnt)
 		return -1, rec, err
 	}
-	rec.UniqueID, rec.ID, rec.Dev = mi.uniqueID, mi.id, mi.dev
+	rec.UniqueID, rec.ID, rec.Dev = mi.UniqueID, mi.ID, mi.Dev
 	return mnt, rec, nil
 }

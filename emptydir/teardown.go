@@ -42,6 +42,106 @@ func (a Action) String() string {
 // MarshalText prints the action's name.
 func (a Action) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
 
+// ReasonCode says why a teardown plan does what it does: for programs (a
+// scan reads it), where Plan.Reason says it to people with the details,
+// and Plan.Remedy what an operator can do about a refusal. The names
+// (String) are stable. Each code belongs to one Action.
+type ReasonCode int
+
+const (
+	// ReasonMissing (ActionNone): the volume directory does not exist.
+	ReasonMissing ReasonCode = iota
+	// ReasonNotMounted (ActionRemove): a Default volume, nothing mounted
+	// on or beneath it.
+	ReasonNotMounted
+	// ReasonMountGone (ActionRemove): a Memory or HugePages volume whose
+	// own mount is already gone.
+	ReasonMountGone
+	// ReasonSymlink (ActionRemove): the volume path is a symlink, which is
+	// unlinked, not followed.
+	ReasonSymlink
+	// ReasonFile (ActionRemove): the volume path is a file, which is
+	// unlinked.
+	ReasonFile
+	// ReasonOwnMount (ActionUnmountAndRemove): the volume's own tmpfs or
+	// hugetlbfs, proven by SetUp's record.
+	ReasonOwnMount
+	// ReasonNestedMounts (ActionRefuse): mounts beneath the volume
+	// directory (Plan.Mounts), whose data is not the volume's. Remedy:
+	// unmount them.
+	ReasonNestedMounts
+	// ReasonUncertain (ActionRefuse): the kernel cannot say for sure
+	// whether the volume directory is a mount point (no statx mount IDs,
+	// Linux < 5.8).
+	ReasonUncertain
+	// ReasonMountElsewhere (ActionRefuse): the volume's own mount is
+	// mounted somewhere else (Plan.Mounts): its directory was renamed or
+	// the mount moved, or a bind of it was made. It is never unmounted
+	// there. Remedy: move it back, or unmount the others.
+	ReasonMountElsewhere
+	// ReasonStackedMounts (ActionRefuse): several mounts are stacked on the
+	// volume directory; only a single mount SetUp made is ever unmounted.
+	// Remedy: unmount the others.
+	ReasonStackedMounts
+	// ReasonForeignMount (ActionRefuse): something is mounted on the volume
+	// path that cannot be proven the one SetUp made: a file mounted there,
+	// a mount on a Default volume, one whose identity or source is not
+	// the recorded one, one that is not the whole filesystem SetUp made.
+	// Remedy: unmount it; it is not the volume's.
+	ReasonForeignMount
+	// ReasonNoRecord (ActionRefuse): a mount on the volume directory, and
+	// no record of SetUp making it that could prove it the volume's own
+	// (a volume set up by a stock kubelet or an older nodevol, or a
+	// foreign mount). Remedy: if it is the volume's own tmpfs or hugetlbfs,
+	// unmount it by hand.
+	ReasonNoRecord
+	// ReasonMetadataUnreadable (ActionRefuse): a mount on the volume
+	// directory, and the volume's metadata cannot be read (Plan.MetaErr)
+	// to prove it the volume's own. Remedy: the metadata error says.
+	ReasonMetadataUnreadable
+	// ReasonMountChanged (ActionRefuse): a mount appeared on the volume
+	// directory, or the one there changed, while it was examined. The
+	// next try examines it again.
+	ReasonMountChanged
+)
+
+func (c ReasonCode) String() string {
+	switch c {
+	case ReasonMissing:
+		return "missing"
+	case ReasonNotMounted:
+		return "not-mounted"
+	case ReasonMountGone:
+		return "mount-gone"
+	case ReasonSymlink:
+		return "symlink"
+	case ReasonFile:
+		return "file"
+	case ReasonOwnMount:
+		return "own-mount"
+	case ReasonNestedMounts:
+		return "nested-mounts"
+	case ReasonUncertain:
+		return "uncertain"
+	case ReasonMountElsewhere:
+		return "mount-elsewhere"
+	case ReasonStackedMounts:
+		return "stacked-mounts"
+	case ReasonForeignMount:
+		return "foreign-mount"
+	case ReasonNoRecord:
+		return "no-record"
+	case ReasonMetadataUnreadable:
+		return "metadata-unreadable"
+	case ReasonMountChanged:
+		return "mount-changed"
+	}
+	return fmt.Sprintf("ReasonCode(%d)", int(c))
+}
+
+// MarshalText prints the code's name.
+func (c ReasonCode) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
+
 // Plan is what TearDown found on disk and will do. PlanTearDown computes it
 // without changing anything (a dry run); TearDown computes it and acts.
 type Plan struct {
@@ -62,8 +162,12 @@ type Plan struct {
 	// are stacked) when they are not provably the volume's own, or Path
 	// when its mount status is uncertain.
 	Mounts []mountdetect.Mount
-	// Reason says why, in words.
+	// Code says why, for programs; Reason in words, with the details
+	// (short: the mounts are in Mounts); Remedy, for a refusal, what an
+	// operator can do about it ("" when only a retry helps).
+	Code   ReasonCode
 	Reason string
+	Remedy string
 }
 
 // ErrUnexpectedMetadata is matched by the error for a metadata directory

@@ -28,15 +28,8 @@ func (p *Plugin) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, erro
 	}
 	defer v.Close()
 	plan, e, err := v.plan(tab)
-	e.close()
+	e.Close()
 	return plan, err
-}
-
-func (e *entry) close() {
-	if e.fd >= 0 {
-		unix.Close(e.fd)
-		e.fd = -1
-	}
 }
 
 // plan examines the volume and compares it with the record. The entry it
@@ -52,12 +45,16 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 	if err != nil {
 		return p, e, err
 	}
-	refuse := func(reason string, mounts []mountdetect.Mount) (Plan, entry, error) {
-		p.Action, p.Reason, p.Mounts = ActionRefuse, reason, mounts
+	refuse := func(code ReasonCode, reason, remedy string, mounts []mountdetect.Mount) (Plan, entry, error) {
+		p.Action, p.Code, p.Reason, p.Remedy, p.Mounts = ActionRefuse, code, reason, remedy, mounts
+		return p, e, nil
+	}
+	act := func(a Action, code ReasonCode, reason string) (Plan, entry, error) {
+		p.Action, p.Code, p.Reason = a, code, reason
 		return p, e, nil
 	}
 	self := []mountdetect.Mount{{MountPoint: v.dir}}
-	if !(e.kind == entryDir && e.mi.root) {
+	if !(e.kind == entryDir && e.Root) {
 		// The volume directory is not a mount: if the recorded mount is
 		// still mounted somewhere (the directory was renamed, or the
 		// mount moved, by someone who can write in the pod directory),
@@ -68,104 +65,108 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		}
 		if len(elsewhere) > 0 {
 			p.Exists = e.kind != entryMissing
-			return refuse(movedReason(elsewhere), elsewhere)
+			return refuse(ReasonMountElsewhere, movedReason(elsewhere), movedRemedy, elsewhere)
 		}
 	}
 	switch e.kind {
 	case entryMissing:
-		p.Action, p.Reason = ActionNone, "the volume directory does not exist"
-		return p, e, nil
+		return act(ActionNone, ReasonMissing, "the volume directory does not exist")
 	case entrySymlink:
 		// Not what SetUp makes; it is unlinked, never followed.
 		p.Exists = true
-		p.Action, p.Reason = ActionRemove, "the volume path is a symlink; it is unlinked, not followed"
-		return p, e, nil
+		return act(ActionRemove, ReasonSymlink, "the volume path is a symlink; it is unlinked, not followed")
 	case entryOther:
 		p.Exists = true
-		if e.mi.root {
-			return refuse("a file is mounted on the volume path", self)
+		if e.Root {
+			return refuse(ReasonForeignMount, "a file is mounted on the volume path", "unmount it, then tear down again", self)
 		}
-		p.Action, p.Reason = ActionRemove, "the volume path is a file, not a directory; it is unlinked"
-		return p, e, nil
+		return act(ActionRemove, ReasonFile, "the volume path is a file, not a directory; it is unlinked")
 	}
 	p.Exists = true
 	if tab, err = tab.OrRead(); err != nil {
 		return p, e, err
 	}
-	at, beneath, err := tab.MountsAtFile(e.fd, v.dir)
+	at, beneath, err := tab.MountsAtFile(e.Fd, v.dir)
 	if err != nil {
 		return p, e, err
 	}
-	if e.mi.root {
+	if e.Root {
 		// Nothing is asked of a filesystem mounted on the directory (a
 		// FUSE daemon may not answer) before it is proven the volume's
 		// own: what it is comes from the mount table.
-		p.Info = infoFromTable(v.dir, at)
-	} else if p.Info, err = tab.DetectFile(e.fd, v.dir); err != nil {
+		p.Info = infoOnDir(tab, e)
+	} else if p.Info, err = tab.DetectFile(e.Fd, v.dir); err != nil {
 		return p, e, err
 	}
 	if n := len(beneath); n > 0 {
-		return refuse(fmt.Sprintf("%d %s beneath the volume; unmount %s first (their data is not the volume's)",
-			n, plural.Of(n, "mount", "mounts"), plural.Of(n, "it", "them")), beneath)
+		return refuse(ReasonNestedMounts, plural.Count(n, "mount")+" beneath the volume",
+			"unmount "+plural.Of(n, "it", "them")+" first (their data is not the volume's)", beneath)
 	}
 	if !p.Info.MountPointSure {
 		self[0].FSType = p.Info.FSType
-		return refuse("the kernel cannot say for sure whether the volume directory is a mount point", self)
+		return refuse(ReasonUncertain, "the kernel cannot say for sure whether the volume directory is a mount point", "", self)
 	}
-	if !e.mi.root {
+	if !e.Root {
 		if len(at) > 0 {
 			// The directory was opened before a mount appeared on it.
-			return refuse("a mount appeared on the volume directory while it was examined", at)
+			return refuse(ReasonMountChanged, "a mount appeared on the volume directory while it was examined", "", at)
 		}
-		p.Action = ActionRemove
 		if p.Meta != nil && p.Meta.Medium != volume.MediumDefault {
-			p.Reason = "the volume's " + p.Meta.Medium.String() + "-medium mount is already gone; the directory is removed"
-		} else {
-			p.Reason = "a Default-medium volume on " + p.Info.FSType
+			return act(ActionRemove, ReasonMountGone, "the volume's "+p.Meta.Medium.String()+"-medium mount is already gone; the directory is removed")
 		}
-		return p, e, nil
+		return act(ActionRemove, ReasonNotMounted, "a Default-medium volume on "+p.Info.FSType)
 	}
 	if len(at) == 0 {
 		at = []mountdetect.Mount{{MountPoint: v.dir, FSType: p.Info.FSType}}
 	}
-	top := at[len(at)-1]
-	what := "a filesystem of type " + top.FSType
-	if top.Source != "" {
-		what += " from " + top.Source
-	}
+	// What is mounted on the directory (type, source) is in Mounts, named
+	// as mountdetect names mounts: a source and a FUSE type are chosen by
+	// whoever mounted them.
+	const notOurs = "unmount it: it is not the volume's"
 	switch {
-	case p.MetaErr != nil:
-		return refuse(what+" is mounted on the volume directory itself and its metadata cannot be read ("+p.MetaErr.Error()+"), so the mount cannot be proven to be the volume's own", at)
-	case p.Meta == nil:
-		return refuse(what+" is mounted on the volume directory itself, but nodevol has no record of mounting it (a volume set up by another kubelet, or a foreign mount); if it is the volume's own tmpfs or hugetlbfs, unmount it yourself, then tear down again", at)
-	case p.Meta.Medium == volume.MediumDefault:
-		return refuse(what+" is mounted on the directory of a Default-medium volume, which SetUp never does: it is not the volume's to unmount", at)
-	case p.Meta.Mount == nil || !isNodevolSource(p.Meta.Mount.Source):
-		return refuse(what+" is mounted on the volume directory itself, but SetUp recorded no mount identity it could prove (metadata written by an older nodevol), so it cannot be proven to be the volume's own; if it is, unmount it yourself, then tear down again", at)
 	case len(at) > 1:
-		return refuse(fmt.Sprintf("%d mounts are stacked on the volume directory; only a single mount that SetUp made is ever unmounted", len(at)), at)
-	case !p.Meta.Mount.provenBy(e.mi, top.FSType, top.Source, v.ref):
-		return refuse(fmt.Sprintf("%s is mounted on the volume directory itself (%s), but it is not the mount SetUp made (%s)",
-			what, e.mi.describe(), p.Meta.Mount.describe()), at)
+		return refuse(ReasonStackedMounts, fmt.Sprintf("%d mounts are stacked on the volume directory", len(at)),
+			"unmount all but the volume's own: only a single mount that SetUp made is ever unmounted", at)
+	case p.MetaErr != nil:
+		return refuse(ReasonMetadataUnreadable, "a filesystem is mounted on the volume directory itself and the volume's metadata cannot be read ("+p.MetaErr.Error()+"), so it cannot be proven the volume's own", "", at)
+	case p.Meta == nil:
+		return refuse(ReasonNoRecord, "a filesystem is mounted on the volume directory itself, but nodevol has no record of mounting it", unmountByHand, at)
+	case p.Meta.Medium == volume.MediumDefault:
+		return refuse(ReasonForeignMount, "a filesystem is mounted on the directory of a Default-medium volume, which SetUp never does", notOurs, at)
+	case p.Meta.Mount == nil || !isNodevolSource(p.Meta.Mount.Source):
+		return refuse(ReasonNoRecord, "a filesystem is mounted on the volume directory itself, but SetUp recorded no mount identity that could prove it the volume's own (metadata written by an older nodevol)", unmountByHand, at)
+	case !p.Meta.Mount.provenBy(e.MountStat, at[0].FSType, at[0].Source, v.ref):
+		return refuse(ReasonForeignMount, fmt.Sprintf("the mount on the volume directory (%s) is not the mount SetUp made (%s)",
+			describeMount(e.MountStat), p.Meta.Mount.describe()), notOurs, at)
 	}
-	if why, others := soleWholeMount(tab, p.Meta.Mount, e.mi.id); why != "" {
-		return refuse(why, append(at, others...))
+	if code, why, others := soleWholeMount(tab, p.Meta.Mount, e.ID); why != "" {
+		remedy := notOurs
+		if code == ReasonMountElsewhere {
+			remedy = "unmount the others first: unmounting the directory's would leave it mounted with no record"
+		}
+		return refuse(code, why, remedy, append(at, others...))
 	}
 	if p.Meta.Mount.Pending {
 		// Proven by its source alone: the checks around umount2 hold it
 		// to the IDs seen now.
 		meta := *p.Meta
-		rec := p.Meta.Mount.pin(e.mi)
+		rec := p.Meta.Mount.pin(e.MountStat)
 		meta.Mount = &rec
 		p.Meta = &meta
 	}
 	// Proven the volume's own tmpfs or hugetlbfs: now it may be asked.
-	if info, err := tab.DetectFile(e.fd, v.dir); err == nil {
+	if info, err := tab.DetectFile(e.Fd, v.dir); err == nil {
 		p.Info = info
 	}
-	p.Action, p.Reason = ActionUnmountAndRemove, "the volume's own "+top.FSType+" mount ("+p.Meta.Medium.String()+" medium)"
-	return p, e, nil
+	return act(ActionUnmountAndRemove, ReasonOwnMount, "the volume's own "+at[0].FSType+" mount ("+p.Meta.Medium.String()+" medium)")
 }
+
+// unmountByHand is the remedy for a mount on the volume directory that no
+// record proves the volume's own.
+const unmountByHand = "if it is the volume's own tmpfs or hugetlbfs (a volume set up by another kubelet), unmount it yourself, then tear down again"
+
+// movedRemedy is the remedy for a volume whose own mount is elsewhere.
+const movedRemedy = "move it back or unmount it, then tear down again: it is never unmounted elsewhere"
 
 // recordedMountElsewhere lists where the mount meta records is mounted,
 // found in the mount table by its source (a unique random name SetUp gave
@@ -195,10 +196,9 @@ func recordedMountElsewhere(meta *Metadata, r volRef, tab **mountdetect.MountTab
 // of the volume's tmpfs elsewhere, or the tmpfs itself moved away with a
 // bind of it left in its place, would keep it mounted after the unmount,
 // with no record left) and it must mount the filesystem's root (a bind of
-// a subdirectory of it passes a superblock check). "" when it is; else
-// why not, and the other mounts.
-func soleWholeMount(tab *mountdetect.MountTable, rec *MountRecord, onDir uint64) (string, []mountdetect.Mount) {
-	var others []mountdetect.Mount
+// a subdirectory of it passes a superblock check). why is "" when it is;
+// else why not, with the code, and the other mounts.
+func soleWholeMount(tab *mountdetect.MountTable, rec *MountRecord, onDir uint64) (code ReasonCode, why string, others []mountdetect.Mount) {
 	whole := false
 	for _, m := range tab.MountsFromSource(rec.Source) {
 		if uint64(m.ID) == onDir {
@@ -209,34 +209,17 @@ func soleWholeMount(tab *mountdetect.MountTable, rec *MountRecord, onDir uint64)
 	}
 	switch {
 	case len(others) > 0:
-		return fmt.Sprintf("the volume's own %s is also mounted at %s (a bind of it, or the tmpfs itself moved with a bind left in its place): unmounting the directory's would leave it mounted with no record; unmount the others first", rec.FSType, others[0].MountPoint), others
+		return ReasonMountElsewhere, fmt.Sprintf("the volume's own %s is also mounted elsewhere (a bind of it, or the %[1]s itself moved with a bind left in its place)", rec.FSType), others
 	case !whole:
-		return fmt.Sprintf("the %s on the volume directory is not the whole filesystem SetUp mounted (a bind of a part of it, or not in the mount table)", rec.FSType), nil
+		return ReasonForeignMount, fmt.Sprintf("the %s on the volume directory is not the whole filesystem SetUp mounted (a bind of a part of it, or not in the mount table)", rec.FSType), nil
 	}
-	return "", nil
+	return 0, "", nil
 }
 
-// movedReason says why a volume whose mount is elsewhere is left alone.
+// movedReason says why a volume whose mount is elsewhere (at) is left
+// alone; at names where.
 func movedReason(at []mountdetect.Mount) string {
-	return fmt.Sprintf("the volume's own %s mount is no longer on the volume directory but at %s (renamed or moved); it is never unmounted elsewhere: move it back or unmount it, then try again", at[0].FSType, at[0].MountPoint)
-}
-
-// infoFromTable describes the mount on the volume directory from the
-// mount table alone (the top of at), without asking its filesystem. The
-// magic number is filled in for the types MediumOf looks at (tmpfs and
-// hugetlbfs) and left 0 for others.
-func infoFromTable(path string, at []mountdetect.Mount) mountdetect.FSInfo {
-	info := mountdetect.FSInfo{Path: path, MountPoint: true, MountPointSure: true, FSType: "unknown"}
-	if len(at) > 0 {
-		info.FSType = at[len(at)-1].FSType
-	}
-	switch info.FSType {
-	case "tmpfs":
-		info.Magic = mountdetect.MagicTmpfs
-	case "hugetlbfs":
-		info.Magic = mountdetect.MagicHugetlbfs
-	}
-	return info
+	return fmt.Sprintf("the volume's own %s mount is no longer on the volume directory (renamed or moved)", at[0].FSType)
 }
 
 // describe names a recorded mount for messages.
@@ -251,17 +234,17 @@ func (rec *MountRecord) describe() string {
 // sameMount compares the identity statx gives, without the mount table:
 // the unique mount ID where the kernel has them (a record without one does
 // not match then), else the classic ID and the device.
-func (rec *MountRecord) sameMount(mi mountIdentity, r volRef) bool {
+func (rec *MountRecord) sameMount(mi fsat.MountStat, r volRef) bool {
 	if r.anyMountNamespace {
 		// Mount IDs are those of the namespace that made the mount; in
 		// another one it is a propagated copy with IDs of its own. Its
 		// superblock (device) is the same everywhere.
-		return rec.Dev != 0 && rec.Dev == mi.dev
+		return rec.Dev != 0 && rec.Dev == mi.Dev
 	}
-	if mi.uniqueID != 0 {
-		return rec.UniqueID == mi.uniqueID
+	if mi.UniqueID != 0 {
+		return rec.UniqueID == mi.UniqueID
 	}
-	return rec.ID == mi.id && rec.Dev == mi.dev
+	return rec.ID == mi.ID && rec.Dev == mi.Dev
 }
 
 func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
@@ -281,13 +264,13 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 	// The entry stays open for the quota's Clear, which acts on the
 	// directory the plan examined, never on a name.
 	plan, e, err := v.plan(nil)
-	defer e.close()
+	defer e.Close()
 	if err != nil {
 		return plan, fail(volume.Transient, err)
 	}
 	if kind, err := p.stop(&plan); err != nil {
 		if plan.Action == ActionRefuse {
-			logger.Info("Refusing emptyDir teardown", "reason", plan.Reason, "mounts", len(plan.Mounts))
+			logger.Info("Refusing emptyDir teardown", "code", plan.Code, "reason", plan.Reason, "mounts", len(plan.Mounts))
 		}
 		return plan, fail(kind, err)
 	}
@@ -317,7 +300,7 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 	}
 	switch plan.Action {
 	case ActionUnmountAndRemove:
-		e.close() // an open descriptor keeps the mount busy
+		e.Close() // an open descriptor keeps the mount busy
 		pinned, err := v.unmount(logger, plan)
 		if err != nil {
 			var refused *RefusedError
@@ -380,7 +363,7 @@ func (p *Plugin) releaseQuota(v *podVolume, e entry, meta *Metadata) error {
 		if meta != nil {
 			rec = meta.quotaProject()
 		}
-		return q.Clear(e.fd, v.dir, rec)
+		return q.Clear(e.Fd, v.dir, rec)
 	}
 	for _, d := range []*fsat.Dir{v.vols, v.pod, v.pods} {
 		if d != nil {
@@ -412,7 +395,7 @@ func (p *Plugin) releaseQuota(v *podVolume, e entry, meta *Metadata) error {
 func (v *podVolume) unmount(logger klog.Logger, plan Plan) (*pin, error) {
 	rec := plan.Meta.Mount
 	refuse := func(reason string) (*pin, error) {
-		plan.Action, plan.Reason = ActionRefuse, reason
+		plan.Action, plan.Code, plan.Reason, plan.Remedy = ActionRefuse, ReasonMountChanged, reason, ""
 		plan.Mounts = []mountdetect.Mount{{MountPoint: v.dir}}
 		return nil, plan.refusal()
 	}
@@ -433,11 +416,11 @@ func (v *podVolume) unmount(logger klog.Logger, plan Plan) (*pin, error) {
 		}
 		return nil, err
 	}
-	mi, err := identify(v.vols.Fd(), v.name)
+	mi, err := fsat.StatMount(v.vols.Fd(), v.name, bothIDs)
 	if err != nil {
 		return fail(fmt.Errorf("statx %s: %w", v.dir, err))
 	}
-	if !mi.root || !rec.sameMount(mi, v.ref) {
+	if !mi.Root || !rec.sameMount(mi, v.ref) {
 		_, err := refuse("the mount on the volume directory changed while it was examined")
 		return fail(err)
 	}
@@ -449,15 +432,15 @@ func (v *podVolume) unmount(logger klog.Logger, plan Plan) (*pin, error) {
 		// lazily) or the mount vanished meanwhile.
 		return fail(fmt.Errorf("unmount %s %s: %w", plan.Info.FSType, v.dir, err))
 	}
-	after, err := identify(v.vols.Fd(), v.name)
+	after, err := fsat.StatMount(v.vols.Fd(), v.name, bothIDs)
 	if err != nil {
 		return fail(fmt.Errorf("statx %s after unmount: %w", v.dir, err))
 	}
-	if after.root {
+	if after.Root {
 		if rec.sameMount(after, v.ref) {
 			return fail(fmt.Errorf("unmount %s: a mount stacked on the volume's own mount at the last moment was unmounted instead of it (%s is still mounted); nothing was removed", v.dir, rec.describe()))
 		}
-		return fail(fmt.Errorf("unmount %s: another mount (%s) is on the volume directory after the volume's own was unmounted; nothing was removed", v.dir, after.describe()))
+		return fail(fmt.Errorf("unmount %s: another mount (%s) is on the volume directory after the volume's own was unmounted; nothing was removed", v.dir, describeMount(after)))
 	}
 	if rec.DirIno != 0 {
 		st, err := v.vols.Lstat(v.name)
@@ -485,7 +468,7 @@ func (v *podVolume) removeTree() error {
 	err := mountdetect.RemoveAllAt(v.vols.Fd(), v.name, v.dir, opts...)
 	var crossing *mountdetect.CrossesMountError
 	if errors.As(err, &crossing) {
-		return &RefusedError{Plan: Plan{Path: v.dir, Action: ActionRefuse, Mounts: crossing.Mounts, Reason: "a mount appeared beneath the volume"}, Err: err}
+		return &RefusedError{Plan: Plan{Path: v.dir, Action: ActionRefuse, Mounts: crossing.Mounts, Code: ReasonNestedMounts, Reason: "a mount appeared beneath the volume"}, Err: err}
 	}
 	return err
 }

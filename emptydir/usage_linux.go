@@ -28,10 +28,10 @@ func (p *Plugin) usage(r volRef) (Usage, error) {
 		return Usage{}, err
 	}
 	e, err := v.openEntry()
-	defer e.close()
 	if err != nil {
 		return Usage{}, err
 	}
+	defer e.Close()
 	switch e.kind {
 	case entryMissing:
 		return Usage{}, &os.PathError{Op: "open", Path: dir, Err: fs.ErrNotExist}
@@ -39,16 +39,16 @@ func (p *Plugin) usage(r volRef) (Usage, error) {
 	default:
 		return Usage{}, &os.PathError{Op: "open", Path: dir, Err: unix.ENOTDIR}
 	}
-	if p.quotas != nil && meta != nil && meta.QuotaProjectID != 0 && !e.mi.root {
+	if p.quotas != nil && meta != nil && meta.QuotaProjectID != 0 && !e.Root {
 		// The project of the directory open as e, asked through e.
-		u, err := p.quotas.Usage(e.fd, dir)
+		u, err := p.quotas.Usage(e.Fd, dir)
 		if err == nil && u.ProjectID != meta.QuotaProjectID {
 			// Retagged (its owner may): another project's numbers are
 			// not the volume's.
 			err = fmt.Errorf("%w: the directory carries project %d, not the recorded %d", fsquota.ErrNoProject, u.ProjectID, meta.QuotaProjectID)
 		}
 		if err == nil {
-			fs, _, err := statfs(e.fd, dir)
+			fs, _, err := statfs(e.Fd, dir)
 			return Usage{Bytes: u.Bytes, Inodes: u.Inodes, Source: SourceQuota, FS: fs}, err
 		}
 		// Unsupported, or the directory lost its project ID: walk instead.
@@ -56,7 +56,7 @@ func (p *Plugin) usage(r volRef) (Usage, error) {
 			return Usage{}, fmt.Errorf("quota usage of %s: %w", dir, err)
 		}
 	}
-	if e.mi.root {
+	if e.Root {
 		// Only the volume's own tmpfs or hugetlbfs is asked anything (a
 		// foreign filesystem's daemon may not answer).
 		var rec *MountRecord
@@ -70,18 +70,18 @@ func (p *Plugin) usage(r volRef) (Usage, error) {
 		if !ours {
 			return Usage{}, fmt.Errorf("usage of %s: %w: something is mounted on the volume directory that SetUp did not make (or cannot prove it made); it is not measured", dir, ErrForeignMount)
 		}
-		fs, st, err := statfs(e.fd, dir)
+		fs, st, err := statfs(e.Fd, dir)
 		if err != nil {
 			return Usage{}, err
 		}
 		return Usage{Bytes: int64(st.Blocks-st.Bfree) * int64(st.Bsize), Inodes: int64(st.Files - st.Ffree), Source: SourceStatfs, FS: fs}, nil
 	}
 	// The walk starts at the open directory, named by its descriptor.
-	u, err := mountdetect.DiskUsageFile(e.fd, dir)
+	u, err := mountdetect.DiskUsageFile(e.Fd, dir)
 	if err != nil {
 		return Usage{}, fmt.Errorf("usage of %s: %w", dir, err)
 	}
-	fs, _, err := statfs(e.fd, dir)
+	fs, _, err := statfs(e.Fd, dir)
 	if err != nil {
 		return Usage{}, err
 	}
@@ -120,25 +120,24 @@ func (p *Plugin) constructMedium(podUID, vol string) (medium volume.Medium, page
 		return meta.Medium, meta.HugePageSize, meta.SizeLimit, meta.Mode, meta.StickyBit, nil
 	}
 	e, err := v.openEntry()
-	defer e.close()
-	if err != nil || e.kind != entryDir || !e.mi.root {
+	if err != nil {
 		return volume.MediumDefault, 0, 0, nil, false, err
+	}
+	defer e.Close()
+	if e.kind != entryDir || !e.Root {
+		return volume.MediumDefault, 0, 0, nil, false, nil
 	}
 	tab, err := mountdetect.ReadMountTable()
 	if err != nil {
 		return 0, 0, 0, nil, false, err
 	}
-	at, _, err := tab.MountsAtFile(e.fd, v.dir)
-	if err != nil {
-		return 0, 0, 0, nil, false, err
-	}
 	// The type from the table; only a tmpfs or hugetlbfs is asked for more
 	// (a foreign filesystem's daemon may not answer).
-	info := infoFromTable(v.dir, at)
+	info := infoOnDir(tab, e)
 	if MediumOf(info) == volume.MediumDefault {
 		return volume.MediumDefault, 0, 0, nil, false, nil
 	}
-	if info, err = tab.DetectFile(e.fd, v.dir); err != nil {
+	if info, err = tab.DetectFile(e.Fd, v.dir); err != nil {
 		return 0, 0, 0, nil, false, err
 	}
 	return MediumOf(info), info.HugePageSize, 0, nil, false, nil

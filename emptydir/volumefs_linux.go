@@ -254,44 +254,10 @@ const (
 	entryOther // a regular file, device, FIFO, socket
 )
 
-// mountIdentity is what the kernel says about the mount a file is on.
-type mountIdentity struct {
-	uniqueID uint64 // 0 before Linux 6.8
-	id       uint64
-	dev      uint64 // st_dev: the superblock
-	root     bool   // the file is the root of its mount
-}
-
-// identify asks statx about name in dirfd (name "": dirfd itself),
-// without following a symlink or triggering an automount.
-func identify(dirfd int, name string) (mountIdentity, error) {
-	var mi mountIdentity
-	// AT_STATX_DONT_SYNC, and only mount IDs asked for: a FUSE daemon
-	// mounted on the directory that stopped answering is never asked.
-	flags := unix.AT_SYMLINK_NOFOLLOW | unix.AT_NO_AUTOMOUNT | unix.AT_STATX_DONT_SYNC
-	if name == "" {
-		flags |= unix.AT_EMPTY_PATH
-	}
-	var sx unix.Statx_t
-	err := fsat.Retry(func() error { return unix.Statx(dirfd, name, flags, unix.STATX_MNT_ID_UNIQUE, &sx) })
-	if err != nil {
-		return mi, err
-	}
-	if sx.Mask&unix.STATX_MNT_ID_UNIQUE != 0 {
-		mi.uniqueID = sx.Mnt_id
-	}
-	err = fsat.Retry(func() error { return unix.Statx(dirfd, name, flags, unix.STATX_MNT_ID, &sx) })
-	if err != nil {
-		return mi, err
-	}
-	if sx.Mask&unix.STATX_MNT_ID == 0 || sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 {
-		return mi, fmt.Errorf("statx gives no mount ID or mount-root attribute (Linux < 5.8): %w", errors.ErrUnsupported)
-	}
-	mi.id = sx.Mnt_id
-	mi.dev = unix.Mkdev(sx.Dev_major, sx.Dev_minor)
-	mi.root = sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
-	return mi, nil
-}
+// bothIDs is what the volume's identity checks ask fsat.StatMount: the
+// unique mount ID to compare mounts by where the kernel has one, and the
+// classic one to find the mount in the mount table (and record it).
+const bothIDs = fsat.MountKey | fsat.TableID
 
 // provenBy reports whether the mount identified by mi, listed in the mount
 // table with fsType and source, is the one rec recorded for the volume r —
@@ -310,7 +276,7 @@ func identify(dirfd int, name string) (mountIdentity, error) {
 // except in a pending record (written before an embedder's mounter made the
 // mount, which a crash interrupted before its IDs were recorded), where the
 // source is all there is.
-func (rec *MountRecord) provenBy(mi mountIdentity, fsType, source string, r volRef) bool {
+func (rec *MountRecord) provenBy(mi fsat.MountStat, fsType, source string, r volRef) bool {
 	if fsType != "tmpfs" && fsType != "hugetlbfs" {
 		return false // SetUp makes nothing else; a FUSE or overlay mount may name any source
 	}
@@ -322,9 +288,9 @@ func (rec *MountRecord) provenBy(mi mountIdentity, fsType, source string, r volR
 
 // pin returns the pending record rec completed with the IDs of the mount
 // mi, which has proven to be its mount.
-func (rec *MountRecord) pin(mi mountIdentity) MountRecord {
+func (rec *MountRecord) pin(mi fsat.MountStat) MountRecord {
 	r := *rec
-	r.UniqueID, r.ID, r.Dev, r.Pending = mi.uniqueID, mi.id, mi.dev, false
+	r.UniqueID, r.ID, r.Dev, r.Pending = mi.UniqueID, mi.ID, mi.Dev, false
 	return r
 }
 
@@ -436,103 +402,76 @@ func isSourceFor(s string, r volRef) bool {
 // (a mount root) is the one rec recorded for the volume r: a single mount
 // there, proven by the mount table's type and source and the mount ID.
 func recordedMountOn(e entry, path string, rec *MountRecord, r volRef) (bool, error) {
-	if rec == nil || !e.mi.root {
+	if rec == nil || !e.Root {
 		return false, nil
 	}
 	tab, err := mountdetect.ReadMountTable()
 	if err != nil {
 		return false, err
 	}
-	at, _, err := tab.MountsAtFile(e.fd, path)
+	at, _, err := tab.MountsAtFile(e.Fd, path)
 	if err != nil {
 		return false, err
 	}
-	if len(at) != 1 || !rec.provenBy(e.mi, at[0].FSType, at[0].Source, r) {
+	if len(at) != 1 || !rec.provenBy(e.MountStat, at[0].FSType, at[0].Source, r) {
 		return false, nil
 	}
-	why, _ := soleWholeMount(tab, rec, e.mi.id)
+	_, why, _ := soleWholeMount(tab, rec, e.ID)
 	return why == "", nil
 }
 
-// describe names a mount identity for messages.
-func (mi mountIdentity) describe() string {
-	if mi.uniqueID != 0 {
-		return fmt.Sprintf("mount ID %d (unique %#x)", mi.id, mi.uniqueID)
+// describeMount names a mount identity for messages.
+func describeMount(mi fsat.MountStat) string {
+	if mi.UniqueID != 0 {
+		return fmt.Sprintf("mount ID %d (unique %#x)", mi.ID, mi.UniqueID)
 	}
-	return fmt.Sprintf("mount ID %d", mi.id)
+	return fmt.Sprintf("mount ID %d", mi.ID)
 }
 
-// entry is the volume directory as lstat sees it, opened when it is a
-// directory (the caller closes fd).
+// entry is the volume directory as mountdetect.LookAt saw it (its
+// filesystem, and one mounted on it, asked nothing), open (Fd) when it is
+// a directory: O_PATH when it is a mount root, since only what the plan
+// proves to be the volume's own mount is asked anything (fstatfs)
+// afterwards. The caller closes it.
 type entry struct {
 	kind entryKind
-	fd   int // entryDir only; -1 otherwise
-	mi   mountIdentity
+	mountdetect.Entry
 }
 
+// noEntry is the entry of a volume directory that does not exist.
+var noEntry = entry{Entry: mountdetect.Entry{Fd: -1}}
+
 func (v *podVolume) openEntry() (entry, error) {
-	e := entry{fd: -1}
 	if v.vols == nil {
-		return e, nil
+		return noEntry, nil
 	}
-	// The type from statx with AT_STATX_DONT_SYNC, not lstat: the volume
-	// directory may have a FUSE filesystem mounted on it whose daemon
-	// does not answer, and nothing here may ask it anything.
-	var sx unix.Statx_t
-	err := fsat.Retry(func() error {
-		return unix.Statx(v.vols.Fd(), v.name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &sx)
-	})
+	le, err := mountdetect.LookAt(v.vols.Fd(), v.name, v.dir, mountdetect.OpenDir)
 	switch {
-	case err == unix.ENOENT:
-		return e, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return noEntry, nil
 	case err != nil:
-		return e, &os.PathError{Op: "statx", Path: v.dir, Err: err}
+		return noEntry, err
 	}
-	switch uint32(sx.Mode) & unix.S_IFMT {
+	e := entry{Entry: le}
+	switch le.Mode {
 	case unix.S_IFDIR:
+		e.kind = entryDir
 	case unix.S_IFLNK:
 		e.kind = entrySymlink
-		return e, nil
 	default:
 		e.kind = entryOther
-		if e.mi, err = identify(v.vols.Fd(), v.name); err != nil {
-			return e, &os.PathError{Op: "statx", Path: v.dir, Err: err}
-		}
-		return e, nil
 	}
-	if e.mi, err = identify(v.vols.Fd(), v.name); err != nil {
-		if err == unix.ENOENT {
-			return entry{fd: -1}, nil
-		}
-		return e, &os.PathError{Op: "statx", Path: v.dir, Err: err}
-	}
-	// A mount root is opened O_PATH: no open reaches its filesystem (a
-	// FUSE daemon would be asked to open it). Only what the plan proves to
-	// be the volume's own mount is asked anything (fstatfs) afterwards.
-	flags := unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW
-	if e.mi.root {
-		flags = unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW
-	}
-	fd, err := fsat.Openat(v.vols.Fd(), v.name, flags, 0)
-	switch err {
-	case nil:
-	case unix.ENOENT:
-		return entry{fd: -1}, nil
-	case unix.ELOOP, unix.ENOTDIR:
-		// Swapped since the statx: a tree that keeps changing is an error.
-		return e, &os.PathError{Op: "openat", Path: v.dir, Err: fmt.Errorf("%w (changed while examined)", err)}
-	default:
-		return e, &os.PathError{Op: "openat", Path: v.dir, Err: err}
-	}
-	mi, err := identify(fd, "")
-	if err != nil {
-		unix.Close(fd)
-		return e, &os.PathError{Op: "statx", Path: v.dir, Err: err}
-	}
-	if mi != e.mi {
-		unix.Close(fd)
-		return e, &os.PathError{Op: "openat", Path: v.dir, Err: errors.New("changed while examined")}
-	}
-	e.kind, e.fd = entryDir, fd
 	return e, nil
+}
+
+// infoOnDir is what Detect would say of the volume directory e, a mount
+// root, from the table alone: nothing is asked of the filesystem mounted
+// there before it is proven the volume's own.
+func infoOnDir(tab *mountdetect.MountTable, e entry) mountdetect.FSInfo {
+	m, _, _ := tab.MountOf(e.Entry)
+	info := e.InfoFromTable(m)
+	if info.FSType == "" {
+		info.FSType = "unknown"
+	}
+	return info
 }

@@ -9,10 +9,10 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/nodevol/nodevol/internal/fsat"
+	"github.com/nodevol/nodevol/mountdetect"
 )
 
 // Statfs magic numbers of the filesystems with project quotas.
@@ -250,31 +250,34 @@ var haveQuotactlFD = sync.OnceValue(func() bool {
 })
 
 // blockDevice finds the block device of r's filesystem in the mount table
-// and checks that it is one: quotactl(2) names filesystems by device.
+// (the source of the mount r is on, by its mount ID) and checks that it is
+// one: quotactl(2) names filesystems by device.
 func (k *kernelQuota) blockDevice(r *fsRef) (string, error) {
 	k.devMu.Lock()
 	defer k.devMu.Unlock()
 	if p, ok := k.devPath[r.dev]; ok {
 		return p, nil
 	}
-	major, minor := int(unix.Major(r.dev)), int(unix.Minor(r.dev))
-	mounts, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
-		return m.Major != major || m.Minor != minor, false
-	})
+	e, err := mountdetect.LookAt(r.fd, "", r.path, mountdetect.LookOnly)
+	if err != nil {
+		// No mount IDs (Linux < 5.8): any mount of the device has its
+		// source.
+		e = mountdetect.Entry{Path: r.path, MountStat: fsat.MountStat{Dev: r.dev}}
+	}
+	tab, err := mountdetect.ReadMountTable()
 	if err != nil {
 		return "", fmt.Errorf("find the block device of %s: %w", r.path, err)
 	}
-	for _, m := range mounts {
-		var st unix.Stat_t
-		if unix.Stat(m.Source, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFBLK && uint64(st.Rdev) == r.dev {
-			if k.devPath == nil {
-				k.devPath = map[uint64]string{}
-			}
-			k.devPath[r.dev] = m.Source
-			return m.Source, nil
+	m, ok, _ := tab.MountOf(e)
+	var st unix.Stat_t
+	if ok && unix.Stat(m.Source, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFBLK && uint64(st.Rdev) == r.dev {
+		if k.devPath == nil {
+			k.devPath = map[uint64]string{}
 		}
+		k.devPath[r.dev] = m.Source
+		return m.Source, nil
 	}
-	return "", fmt.Errorf("no block device node for %d:%d (the filesystem of %s): %w", major, minor, r.path, unix.ENODEV)
+	return "", fmt.Errorf("no block device node for %d:%d (the filesystem of %s): %w", unix.Major(r.dev), unix.Minor(r.dev), r.path, unix.ENODEV)
 }
 
 func (k *kernelQuota) state(r *fsRef) (quotaState, error) {

@@ -100,24 +100,17 @@ func describe(fd int, path string) (*fsRef, error) {
 		return nil, &os.PathError{Op: "fstatfs", Path: path, Err: err}
 	}
 	r.magic = uint32(sfs.Type)
-	var sx unix.Statx_t
-	err := fsat.Retry(func() error {
-		return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_TYPE|unix.STATX_INO|unix.STATX_MNT_ID_UNIQUE|unix.STATX_MNT_ID, &sx)
-	})
-	if err != nil {
+	if s, err := fsat.StatMount(fd, "", fsat.MountKey); err == nil {
+		r.dev, r.ino, r.mode = s.Dev, s.Ino, s.Mode
+		r.key.mntID, r.key.unique = s.Key(), s.UniqueID != 0
+	} else {
+		// No statx, or no mount IDs (Linux < 5.8): the support cache is
+		// keyed by the device alone.
 		var st unix.Stat_t
 		if err := unix.Fstat(fd, &st); err != nil {
 			return nil, &os.PathError{Op: "fstat", Path: path, Err: err}
 		}
 		r.dev, r.ino, r.mode = uint64(st.Dev), st.Ino, st.Mode
-	} else {
-		r.dev, r.ino, r.mode = unix.Mkdev(sx.Dev_major, sx.Dev_minor), sx.Ino, uint32(sx.Mode)
-		switch {
-		case sx.Mask&unix.STATX_MNT_ID_UNIQUE != 0:
-			r.key.mntID, r.key.unique = sx.Mnt_id, true
-		case sx.Mask&unix.STATX_MNT_ID != 0:
-			r.key.mntID = sx.Mnt_id
-		}
 	}
 	if r.mode&unix.S_IFMT != unix.S_IFDIR {
 		return nil, &os.PathError{Op: "fsquota", Path: path, Err: unix.ENOTDIR}

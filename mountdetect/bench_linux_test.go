@@ -7,8 +7,10 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/internal/fsat"
+	"github.com/nodevol/nodevol/internal/mounttest"
 )
 
 // Reproduce (as root for the ext4 image and the mount-table benchmark):
@@ -99,12 +101,12 @@ func BenchmarkMountCheck(b *testing.B) {
 		}
 		w := &walk{s: autoStrategy()}
 		parent := &dirNode{fd: pfd, name: plain}
-		if mask := w.s.statxMask(); mask != 0 {
-			var sx unix.Statx_t
-			if err := unix.Statx(pfd, "", unix.AT_EMPTY_PATH, mask, &sx); err != nil {
+		if q := w.s.mountQuery(); q != 0 {
+			s, err := fsat.StatMount(pfd, "", q)
+			if err != nil {
 				b.Fatal(err)
 			}
-			w.rootMnt = sx.Mnt_id
+			w.rootMnt = s.Key()
 		}
 		b.Run(fmt.Sprintf("mounts=+%d/walk-openDir", extra), func(b *testing.B) {
 			for b.Loop() {

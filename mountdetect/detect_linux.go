@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/nodevol/nodevol/internal/fsat"
@@ -53,15 +52,26 @@ func (s strategy) walkSafe() bool {
 	return s == strategyStatxUnique || s == strategyStatxMntID || s == strategyOpenat2
 }
 
-// statxMask is the statx mask that asks for the strategy's mount ID.
-func (s strategy) statxMask() int {
+// mountQuery is what fsat.StatMount is asked for the strategy's mount ID
+// (0: the strategy uses none).
+func (s strategy) mountQuery() fsat.MountQuery {
 	switch s {
 	case strategyStatxUnique:
-		return unix.STATX_MNT_ID_UNIQUE
+		return fsat.MountKey
 	case strategyStatxMntID:
-		return unix.STATX_MNT_ID
+		return fsat.TableID
 	}
 	return 0
+}
+
+// statMount is fsat.StatMount with a kernel that gives no mount IDs
+// reported as this package's ErrUnsupported.
+func statMount(dirfd int, name string, q fsat.MountQuery) (fsat.MountStat, error) {
+	s, err := fsat.StatMount(dirfd, name, q)
+	if errors.Is(err, fsat.ErrUnsupported) {
+		err = fmt.Errorf("%w: statx gives no mount ID (Linux < 5.8)", ErrUnsupported)
+	}
+	return s, err
 }
 
 var kernelFeatures = sync.OnceValue(probeKernel)
@@ -73,20 +83,14 @@ func autoStrategy() strategy { return kernelStrategy() }
 // probeKernel asks the kernel about "/" once for each feature: each is
 // found by using it, never inferred from another or from the release.
 func probeKernel() KernelFeatures {
-	statx := func(mask int) bool {
-		var sx unix.Statx_t
-		err := fsat.Retry(func() error { return unix.Statx(unix.AT_FDCWD, "/", unix.AT_SYMLINK_NOFOLLOW, mask, &sx) })
-		return err == nil && sx.Mask&uint32(mask) != 0 && sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0
-	}
+	unique, err := fsat.StatMount(unix.AT_FDCWD, "/", fsat.MountKey)
+	_, classicErr := fsat.StatMount(unix.AT_FDCWD, "/", fsat.TableID)
 	f := KernelFeatures{
-		// Asked for alone: a kernel older than 6.8 ignores the unknown
-		// STATX_MNT_ID_UNIQUE bit and answers STATX_MNT_ID instead, and a
-		// newer one answers only the unique ID when asked for both.
-		StatxMountIDUnique: statx(unix.STATX_MNT_ID_UNIQUE),
-		StatxMountID:       statx(unix.STATX_MNT_ID),
+		StatxMountIDUnique: err == nil && unique.UniqueID != 0,
+		StatxMountID:       classicErr == nil,
 	}
 	var fd int
-	err := fsat.Retry(func() (err error) {
+	err = fsat.Retry(func() (err error) {
 		fd, err = unix.Openat2(unix.AT_FDCWD, "/", &unix.OpenHow{
 			Flags:   unix.O_PATH | unix.O_CLOEXEC,
 			Resolve: unix.RESOLVE_NO_XDEV,
@@ -186,12 +190,10 @@ func detectFd(fd int, path string, tab *MountTable) (FSInfo, error) {
 		return info, err
 	}
 	if info.Magic == MagicHugetlbfs {
-		var size int64
-		if tab != nil {
-			size, err = tab.hugePageSizeOf(fd, path)
-		} else {
-			size, err = hugePageSizeOf(fd, path)
+		if tab, err = tab.OrRead(); err != nil {
+			return info, err
 		}
+		size, err := tab.hugePageSizeOf(fd, path)
 		if err != nil {
 			return info, err
 		}
@@ -205,12 +207,8 @@ func detectFd(fd int, path string, tab *MountTable) (FSInfo, error) {
 
 // fdIsMountRoot answers IsMountPoint for an open file.
 func fdIsMountRoot(fd int, path string) (mounted, sure bool, err error) {
-	var sx unix.Statx_t
-	err = fsat.Retry(func() error {
-		return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &sx)
-	})
-	if err == nil && sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 {
-		return sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, true, nil
+	if s, err := fsat.StatMount(fd, "", fsat.TableID); err == nil {
+		return s.Root, true, nil
 	}
 	// No statx mount-root attribute: ask by name, which runs the rest of
 	// the fallback chain.
@@ -219,49 +217,6 @@ func fdIsMountRoot(fd int, path string) (mounted, sure bool, err error) {
 		return false, false, err
 	}
 	return isMountPoint(real, strategyOpenat2)
-}
-
-// hugePageSizeOf reads the pagesize= option of the hugetlbfs mount fd is on.
-// It returns 0 when the mount has no such option.
-func hugePageSizeOf(fd int, path string) (int64, error) {
-	var sx unix.Statx_t
-	err := fsat.Retry(func() error {
-		return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &sx)
-	})
-	var filter mountinfo.FilterFunc
-	if err == nil && sx.Mask&unix.STATX_MNT_ID != 0 {
-		id := int(sx.Mnt_id)
-		filter = func(m *mountinfo.Info) (skip, stop bool) { return m.ID != id, m.ID == id }
-	} else {
-		real, err := fdPath(fd, path)
-		if err != nil {
-			return 0, err
-		}
-		// Without mount IDs take the last (topmost) hugetlbfs mount on the
-		// longest mount point that contains the path.
-		filter = func(m *mountinfo.Info) (bool, bool) {
-			return m.FSType != "hugetlbfs" || !within(real, m.Mountpoint), false
-		}
-	}
-	mounts, err := mountinfo.GetMounts(filter)
-	if err != nil {
-		return 0, fmt.Errorf("read mount table for %s: %w", path, err)
-	}
-	if len(mounts) == 0 {
-		return 0, nil
-	}
-	slices.SortStableFunc(mounts, func(a, b *mountinfo.Info) int { return len(a.Mountpoint) - len(b.Mountpoint) })
-	m := mounts[len(mounts)-1]
-	for _, opts := range []string{m.VFSOptions, m.Options} {
-		size, ok, err := ParseHugePageSize(opts)
-		if err != nil {
-			return 0, fmt.Errorf("hugetlbfs mount %s: %w", m.Mountpoint, err)
-		}
-		if ok {
-			return size, nil
-		}
-	}
-	return 0, nil
 }
 
 // within reports whether path is dir or beneath it. Both must be clean.
@@ -338,15 +293,12 @@ func isMountPointResolved(path string, s strategy) (mounted, sure bool, err erro
 func childIsMountRoot(pfd int, name, path string, st *unix.Stat_t, s strategy) (mounted, sure bool, err error) {
 	switch s {
 	case strategyStatxUnique, strategyStatxMntID:
-		var sx unix.Statx_t
-		err := fsat.Retry(func() error {
-			return unix.Statx(pfd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT, s.statxMask(), &sx)
-		})
-		if err != nil {
+		ms, err := fsat.StatMount(pfd, name, s.mountQuery())
+		switch {
+		case err == nil:
+			return ms.Root, true, nil
+		case !errors.Is(err, fsat.ErrUnsupported):
 			return false, false, &os.PathError{Op: "statx", Path: path, Err: err}
-		}
-		if sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 {
-			return sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, true, nil
 		}
 		fallthrough
 	case strategyOpenat2:
@@ -369,10 +321,8 @@ func childIsMountRoot(pfd int, name, path string, st *unix.Stat_t, s strategy) (
 	case strategyMountinfo:
 		real, err := fdPath(pfd, filepath.Dir(path))
 		if err == nil {
-			target := filepath.Join(real, name)
-			mounts, err := mountinfo.GetMounts(mountinfo.SingleEntryFilter(target))
-			if err == nil {
-				return len(mounts) > 0, true, nil
+			if t, err := readMountTable(); err == nil {
+				return t.mountedOn(filepath.Join(real, name)), true, nil
 			}
 		}
 		fallthrough
@@ -394,24 +344,24 @@ func nestedMounts(path string) ([]Mount, error) {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
-	_, nested, _, err := mountsAtAndBeneath(fd, path)
+	_, nested, _, _, err := mountsAtAndBeneath(fd, path)
 	return nested, err
 }
 
 // mountsAtAndBeneath reads the mount table once and returns
 // MountsAtFile's answer for the directory fd, with the kernel's name for
-// fd that in-tree mounts are named under.
-func mountsAtAndBeneath(fd int, path string) (at, beneath []Mount, real string, err error) {
+// fd that in-tree mounts are named under, and the table.
+func mountsAtAndBeneath(fd int, path string) (at, beneath []Mount, real string, t *MountTable, err error) {
 	real, err = fdPath(fd, path)
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("resolve %s: %w", path, err)
+		return nil, nil, "", nil, fmt.Errorf("resolve %s: %w", path, err)
 	}
-	t, err := readMountTable()
+	t, err = readMountTable()
 	if err != nil {
-		return nil, nil, "", err
+		return nil, nil, "", nil, err
 	}
 	at, beneath = t.mountsAt(fd, real)
-	return at, beneath, real, nil
+	return at, beneath, real, t, nil
 }
 
 // renameWithin renames the mount points at or beneath the directory from

@@ -59,10 +59,21 @@
 // something for the host should not go on unless the state is
 // MountNamespaceHost; nodevol rm and teardown refuse when it is foreign.
 //
+// # Looking without asking
+//
+// A filesystem mounted where a node agent looks may not answer: a FUSE
+// daemon that hung, a hard NFS mount whose server is gone. [LookAt] looks
+// at a directory entry with statx alone (AT_STATX_DONT_SYNC: type, device,
+// mount IDs, whether something is mounted on it), opens a mount root only
+// O_PATH, and [MountTable.MountOf] gives the type and source of the mount
+// from the table by mount ID: nothing is asked of the mounted filesystem.
+// RemoveAll and DiskUsage look at what they meet the same way.
+//
 // # Cost
 //
 // The mount table (/proc/self/mountinfo) is read once per RemoveAll, before
-// the walk, never once per directory: it costs milliseconds on a node with
+// the walk (and once more after it when mounts appeared meanwhile, to name
+// their types), never once per directory: it costs milliseconds on a node with
 // thousands of mounts, while the per-directory check is one statx (or one
 // openat2), independent of the number of mounts. Directories are listed
 // with getdents64 into a pooled 1 MiB buffer; on disk filesystems the files

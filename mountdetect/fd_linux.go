@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/nodevol/nodevol/internal/fsat"
 )
 
@@ -49,25 +47,20 @@ func (t *MountTable) MountsAtFile(fd int, path string) (at, beneath []Mount, err
 // a mount missing from the table (made after it was read) is an error. A
 // nil table: the kernel's, read now.
 func (t *MountTable) BindWithin(fd int, path string, dirFd int, dirPath string) (bool, error) {
-	var sx unix.Statx_t
-	err := fsat.Retry(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &sx) })
+	s, err := statMount(fd, "", fsat.TableID)
 	if err != nil {
 		return false, &os.PathError{Op: "statx", Path: path, Err: err}
 	}
-	if sx.Mask&unix.STATX_MNT_ID == 0 || sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 {
-		return false, &os.PathError{Op: "statx", Path: path, Err: fmt.Errorf("no mount ID (Linux < 5.8): %w", ErrUnsupported)}
-	}
-	if sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT == 0 {
+	if !s.Root {
 		return false, &os.PathError{Op: "statx", Path: path, Err: errors.New("not the root of a mount")}
 	}
 	if t, err = t.OrRead(); err != nil {
 		return false, err
 	}
-	i, ok := t.byID[int(sx.Mnt_id)]
+	m, ok := t.byMountID(int(s.ID))
 	if !ok {
-		return false, fmt.Errorf("%s: mount %d is not in the mount table (mounted since it was read)", path, sx.Mnt_id)
+		return false, fmt.Errorf("%s: mount %d is not in the mount table (mounted since it was read)", path, s.ID)
 	}
-	m := &t.entries[i]
 	realDir, err := fdPath(dirFd, dirPath)
 	if err != nil {
 		return false, fmt.Errorf("resolve %s: %w", dirPath, err)
@@ -81,33 +74,4 @@ func (t *MountTable) BindWithin(fd int, path string, dirFd int, dirPath string) 
 	}
 	_, within := cutDir(m.root, pos)
 	return within, nil
-}
-
-// MountOfFile returns, from the table, the mount the file open as fd is
-// on (found by the mount ID statx reports, never by a name), and whether
-// fd is that mount's root. Nothing is asked of the mounted filesystem
-// (AT_STATX_DONT_SYNC): a mount whose server or daemon stopped answering
-// does not block it. ok is false when the mount is not in the table
-// (made after it was read). Needs statx mount IDs (Linux 5.8); elsewhere
-// an error matching ErrUnsupported. A nil table: the kernel's, read now.
-func (t *MountTable) MountOfFile(fd int, path string) (m Mount, root, ok bool, err error) {
-	var sx unix.Statx_t
-	err = fsat.Retry(func() error {
-		return unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW|unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID, &sx)
-	})
-	if err != nil {
-		return Mount{}, false, false, &os.PathError{Op: "statx", Path: path, Err: err}
-	}
-	if sx.Mask&unix.STATX_MNT_ID == 0 || sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 {
-		return Mount{}, false, false, &os.PathError{Op: "statx", Path: path, Err: fmt.Errorf("no mount ID (Linux < 5.8): %w", ErrUnsupported)}
-	}
-	root = sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
-	if t, err = t.OrRead(); err != nil {
-		return Mount{}, root, false, err
-	}
-	i, ok := t.byID[int(sx.Mnt_id)]
-	if !ok {
-		return Mount{}, root, false, nil
-	}
-	return t.entries[i].Mount, root, true, nil
 }

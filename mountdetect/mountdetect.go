@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/nodevol/nodevol/internal/testhook"
 )
@@ -60,7 +61,7 @@ type CrossesMountError struct {
 func (e *CrossesMountError) Error() string {
 	var b strings.Builder
 	b.WriteString("refusing to remove ")
-	b.WriteString(quotePath(e.Path))
+	b.WriteString(quoteName(e.Path))
 	b.WriteString(": ")
 	b.WriteString(ErrCrossesMount.Error())
 	if e.DuringWalk {
@@ -69,33 +70,53 @@ func (e *CrossesMountError) Error() string {
 		b.WriteString(" (nothing was deleted)")
 	}
 	b.WriteString(":")
-	for _, m := range e.Mounts {
-		b.WriteString(" ")
-		b.WriteString(quotePath(m.MountPoint))
-		if m.FSType != "" || m.Source != "" {
-			b.WriteString(" [")
-			b.WriteString(m.FSType)
-			if m.Source != "" {
-				b.WriteString(" from ")
-				b.WriteString(m.Source)
-			}
-			b.WriteString("]")
+	for i, m := range e.Mounts {
+		if i > 0 {
+			b.WriteString(";")
 		}
-		b.WriteString(";")
+		b.WriteString(" ")
+		b.WriteString(m.String())
 	}
-	s := b.String()
-	return strings.TrimSuffix(s, ";")
+	return b.String()
 }
 
-// quotePath quotes a path for an error message when it holds characters
-// that would let it pass for more of the message: mount points found during
-// a walk are named by whoever wrote into the volume, and a newline or "; "
-// in a name could split a log line or add a fake entry to the list.
-func quotePath(p string) string {
-	if strings.ContainsFunc(p, func(r rune) bool { return r < 0x20 || r == 0x7f || r == ';' || r == '[' || r == '"' }) {
-		return strconv.Quote(p)
+// String describes the mount for people, in log lines, error messages and
+// the CLI's output: "MOUNTPOINT (FSTYPE from SOURCE)", leaving out what is
+// empty. Each part is shown by one rule (quoteName): mount points, and
+// the sources and FUSE types of mounts made by whoever writes into a
+// volume, are chosen by an attacker.
+func (m Mount) String() string {
+	s := quoteName(m.MountPoint)
+	switch {
+	case m.FSType != "" && m.Source != "":
+		return s + " (" + quoteName(m.FSType) + " from " + quoteName(m.Source) + ")"
+	case m.FSType != "":
+		return s + " (" + quoteName(m.FSType) + ")"
+	case m.Source != "":
+		return s + " (from " + quoteName(m.Source) + ")"
 	}
-	return p
+	return s
+}
+
+// quoteName is how a name found on disk or in the mount table appears in a
+// message: as it is when every character is printable (strconv.IsPrint:
+// letters of any script and spaces included) and none is a quote or opens
+// a part of a description ("(") or the next mount of a list ("; ");
+// otherwise as a Go string literal (strconv.Quote), which escapes
+// newlines, control and format characters (an ANSI escape, U+202E) and
+// each byte of invalid UTF-8. Whoever names a mount point inside a volume
+// can then neither split a log line, nor reach the terminal with an escape
+// sequence, nor add a fake mount or type to a description; a quoted name
+// is told from a plain one by its leading quote.
+func quoteName(s string) string {
+	if strings.ContainsFunc(s, needsQuote) {
+		return strconv.Quote(s)
+	}
+	return s
+}
+
+func needsQuote(r rune) bool {
+	return r == utf8.RuneError || !strconv.IsPrint(r) || r == '"' || r == '(' || r == ';'
 }
 
 // Is makes errors.Is(err, ErrCrossesMount) true.
@@ -115,9 +136,10 @@ func (e *InvalidPathError) Error() string {
 // Is makes errors.Is(err, ErrInvalidPath) true.
 func (e *InvalidPathError) Is(target error) bool { return target == ErrInvalidPath }
 
-// MoreErrorsError ends the failures RemoveAll and RemoveAllAt report when
-// there were more than the 100 they report one by one: N more happened
-// beyond those listed (the ones with the smallest paths).
+// MoreErrorsError ends the failures RemoveAll and RemoveAllAt (and
+// subpath's Check and Clean) report when there were more than the 100 they
+// report one by one: N more happened beyond those listed (the ones with
+// the smallest paths, sorted by path).
 type MoreErrorsError struct {
 	N int
 }

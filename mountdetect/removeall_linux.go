@@ -7,72 +7,64 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"unsafe"
 
-	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/internal/testhook"
 )
 
-// maxErrors bounds the failures one RemoveAll reports one by one; the rest
-// are counted. A tree of a million files that all fail must not hold a
-// million errors.
-const maxErrors = 100
-
+// fail records a failure: RemoveAll reports at most errlist.Max of them
+// one by one (those with the smallest paths, whatever the order the
+// parallel walk met them in) and counts the rest.
 func (w *walk) fail(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.errs = append(w.errs, err)
-	if len(w.errs) >= 2*maxErrors {
-		w.trimErrors()
-	}
+	w.errs.Add(err)
 }
 
-// trimErrors keeps the maxErrors failures with the smallest paths, so that
-// which failures are reported does not depend on the order the (parallel)
-// walk met them.
-func (w *walk) trimErrors() {
-	slices.SortStableFunc(w.errs, func(a, b error) int { return strings.Compare(errPath(a), errPath(b)) })
-	if len(w.errs) > maxErrors {
-		clear(w.errs[maxErrors:])
-		w.dropped += len(w.errs) - maxErrors
-		w.errs = w.errs[:maxErrors]
-	}
-}
-
-// errPath is the path a failure is sorted by.
-func errPath(err error) string {
-	if pe, ok := err.(*os.PathError); ok {
-		return pe.Path
-	}
-	return err.Error()
-}
-
-// foundMount records a mount met during the walk; describe fills in its
-// filesystem type when it can (the entry is opened O_PATH, which does
-// nothing to it).
+// foundMount records a mount met during the walk, as LookAt sees it
+// (nothing is asked of its filesystem: a FUSE daemon that stopped
+// answering would block the walk). Its type and source are the mount
+// table's, looked up once the walk is over (crossedMounts).
 func (w *walk) foundMount(dirfd int, name, path string) {
-	// Its type and source come from the mount table, found by the mount
-	// ID statx gives (AT_STATX_DONT_SYNC, nothing else asked): asking the
-	// mount itself (fstatfs) would reach its filesystem, and a FUSE daemon
-	// that stopped answering would block the walk.
-	m := Mount{MountPoint: path}
-	var sx unix.Statx_t
-	err := fsat.Retry(func() error {
-		return unix.Statx(dirfd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID, &sx)
-	})
-	if err == nil && sx.Mask&unix.STATX_MNT_ID != 0 {
-		id := int(sx.Mnt_id)
-		if infos, err := mountinfo.GetMounts(func(i *mountinfo.Info) (skip, stop bool) { return i.ID != id, i.ID == id }); err == nil && len(infos) == 1 {
-			m.FSType, m.Source = infos[0].FSType, infos[0].Source
-		}
+	e, err := lookAt(dirfd, name, path, LookOnly)
+	if err != nil {
+		e = Entry{Path: path} // no mount ID: described by its path alone
 	}
 	w.mu.Lock()
-	w.crossed = append(w.crossed, m)
+	w.crossed = append(w.crossed, e)
 	w.mu.Unlock()
+}
+
+// crossedMounts is the mounts the walk met, sorted, with their type and
+// source from the mount table by ID: the table read before the walk, and
+// for mounts it does not list (made during the walk) one read more, at
+// most, for all of them. (A classic ID is reused once its mount is gone:
+// a mount unmounted during the walk may be described by its successor's
+// type. The description is for people; nothing is decided by it.)
+func (w *walk) crossedMounts() []Mount {
+	out := make([]Mount, len(w.crossed))
+	tab := w.tab
+	for i, e := range w.crossed {
+		out[i].MountPoint = e.Path
+		if e.ID == 0 {
+			continue
+		}
+		m, ok := tab.mountOf(e)
+		if !ok && tab == w.tab {
+			if t, err := readMountTable(); err == nil {
+				tab = t
+				m, ok = tab.mountOf(e)
+			}
+		}
+		if ok {
+			out[i].FSType, out[i].Source = m.FSType, m.Source
+		}
+	}
+	sortMounts(out)
+	return out
 }
 
 func (w *walk) abort(err error) {
@@ -82,18 +74,17 @@ func (w *walk) abort(err error) {
 
 // result turns what the walk met into RemoveAll's error: nil, the one
 // failure itself, or every failure joined (mounts met first, then the
-// rest sorted by path, at most maxErrors of them and a *MoreErrorsError
+// rest sorted by path, at most errlist.Max of them and a *MoreErrorsError
 // counting the others).
 func (w *walk) result(path string) error {
 	var errs []error
 	if len(w.crossed) > 0 {
-		sortMounts(w.crossed)
-		errs = append(errs, &CrossesMountError{Path: path, Mounts: w.crossed, DuringWalk: true})
+		errs = append(errs, &CrossesMountError{Path: path, Mounts: w.crossedMounts(), DuringWalk: true})
 	}
-	w.trimErrors()
-	errs = append(errs, w.errs...)
-	if w.dropped > 0 {
-		errs = append(errs, &MoreErrorsError{N: w.dropped})
+	kept, more := w.errs.Errors()
+	errs = append(errs, kept...)
+	if more > 0 {
+		errs = append(errs, &MoreErrorsError{N: more})
 	}
 	switch len(errs) {
 	case 0:
@@ -282,7 +273,7 @@ func (w *walk) removeDenied(pfd int, base, shown, path string, st *unix.Stat_t) 
 		return denied
 	case unix.EBUSY:
 		w.foundMount(pfd, base, shown)
-		return &CrossesMountError{Path: path, Mounts: w.crossed}
+		return &CrossesMountError{Path: path, Mounts: w.crossedMounts()}
 	case unix.ENOTDIR:
 		return removeEntry(pfd, base, shown)
 	default:
@@ -299,12 +290,12 @@ func (w *walk) removeFile(pfd int, base, shown, path string, st *unix.Stat_t) er
 	}
 	if mounted || !sure {
 		w.foundMount(pfd, base, shown)
-		return &CrossesMountError{Path: path, Mounts: w.crossed}
+		return &CrossesMountError{Path: path, Mounts: w.crossedMounts()}
 	}
 	if err := removeEntry(pfd, base, shown); err != nil {
 		if errors.Is(err, unix.EBUSY) {
 			w.foundMount(pfd, base, shown)
-			return &CrossesMountError{Path: path, Mounts: w.crossed}
+			return &CrossesMountError{Path: path, Mounts: w.crossedMounts()}
 		}
 		return err
 	}
@@ -321,16 +312,13 @@ var errStartGone = errors.New("start directory gone")
 // nothing may be mounted beneath it. It sets w.rootMnt.
 func (w *walk) refuseMounts(pfd int, base string, fd int, shown, path string, st *unix.Stat_t) error {
 	selfMounted := false
-	if mask := w.s.statxMask(); mask != 0 {
-		var sx unix.Statx_t
-		if err := fsat.Retry(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, mask, &sx) }); err != nil {
+	if q := w.s.mountQuery(); q != 0 {
+		s, err := statMount(fd, "", q)
+		if err != nil {
 			return &os.PathError{Op: "statx", Path: shown, Err: err}
 		}
-		if sx.Mask&uint32(mask) == 0 {
-			return &os.PathError{Op: "statx", Path: shown, Err: fmt.Errorf("kernel returned no mount ID: %w", ErrUnsupported)}
-		}
-		w.rootMnt = sx.Mnt_id
-		selfMounted = sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
+		w.rootMnt = s.Key()
+		selfMounted = s.Root
 	} else {
 		mounted, _, err := childIsMountRoot(pfd, base, shown, st, w.s)
 		if errors.Is(err, unix.ENOENT) {
@@ -343,17 +331,18 @@ func (w *walk) refuseMounts(pfd int, base string, fd int, shown, path string, st
 		}
 		selfMounted = mounted
 	}
-	at, beneath, real, err := mountsAtAndBeneath(fd, shown)
+	at, beneath, real, tab, err := mountsAtAndBeneath(fd, shown)
 	if err != nil {
 		return fmt.Errorf("remove %s: list mounts: %w", path, err)
 	}
+	w.tab = tab
 	// Name the mounts as the caller names the tree, as mounts met during
 	// the walk are named.
 	renameWithin(at, real, shown)
 	renameWithin(beneath, real, shown)
 	if selfMounted && len(at) == 0 {
 		w.foundMount(pfd, base, shown)
-		at = w.crossed
+		at = w.crossedMounts()
 	}
 	if len(at) > 0 || len(beneath) > 0 {
 		return &CrossesMountError{Path: path, Mounts: append(at, beneath...)}
@@ -569,17 +558,13 @@ func (w *walk) finish(n *dirNode) (again bool) {
 // (AT_STATX_DONT_SYNC). A directory really removed has no links left or
 // its name shows something else (or nothing).
 func (w *walk) stillNamed(n *dirNode) bool {
-	const flags = unix.AT_STATX_DONT_SYNC
-	var self, named unix.Statx_t
-	if err := fsat.Retry(func() error {
-		return unix.Statx(n.fd, "", unix.AT_EMPTY_PATH|flags, unix.STATX_INO|unix.STATX_NLINK, &self)
-	}); err != nil || self.Mask&unix.STATX_NLINK != 0 && self.Nlink == 0 {
+	self, err := fsat.StatMount(n.fd, "", fsat.Usage)
+	if err != nil || self.Nlink == 0 {
 		return false
 	}
-	if err := fsat.Retry(func() error {
-		return unix.Statx(n.parent.fd, n.name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT|flags, unix.STATX_INO, &named)
-	}); err != nil {
+	named, err := fsat.StatMount(n.parent.fd, n.name, 0)
+	if err != nil {
 		return false
 	}
-	return named.Dev_major == self.Dev_major && named.Dev_minor == self.Dev_minor && named.Ino == self.Ino
+	return named.Dev == self.Dev && named.Ino == self.Ino
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodevol/nodevol/internal/errlist"
 	"github.com/nodevol/nodevol/internal/mounttest"
 	"golang.org/x/sys/unix"
 )
@@ -707,11 +708,11 @@ func TestRemoveAllReportsEveryError(t *testing.T) {
 	})
 }
 
-// TestRemoveAllErrorsCapped: past maxErrors failures, the ones with the
+// TestRemoveAllErrorsCapped: past errlist.Max failures, the ones with the
 // smallest paths are listed and a *MoreErrorsError counts the rest.
 func TestRemoveAllErrorsCapped(t *testing.T) {
 	requireMounts(t)
-	const n = maxErrors + 5
+	const n = errlist.Max + 5
 	forEachVariant(t, func(t *testing.T, v variant) {
 		base := t.TempDir()
 		mounttest.Tmpfs(t, base, "")
@@ -719,19 +720,19 @@ func TestRemoveAllErrorsCapped(t *testing.T) {
 		locked := immutableTree(t, vol, n)
 		err := RemoveAll(vol, v.opts()...)
 		errs := joined(t, err)
-		if len(errs) != maxErrors+1 {
-			t.Fatalf("RemoveAll joined %d errors; want %d and a count", len(errs), maxErrors)
+		if len(errs) != errlist.Max+1 {
+			t.Fatalf("RemoveAll joined %d errors; want %d and a count", len(errs), errlist.Max)
 		}
-		for i, e := range errs[:maxErrors] {
+		for i, e := range errs[:errlist.Max] {
 			if pe, ok := e.(*os.PathError); !ok || pe.Path != locked[i] {
 				t.Errorf("error %d = %v; want %s", i, e, locked[i])
 			}
 		}
 		var more *MoreErrorsError
-		if !errors.As(errs[maxErrors], &more) || more.N != n-maxErrors {
-			t.Errorf("last error = %#v; want *MoreErrorsError{N: %d}", errs[maxErrors], n-maxErrors)
+		if !errors.As(errs[errlist.Max], &more) || more.N != n-errlist.Max {
+			t.Errorf("last error = %#v; want *MoreErrorsError{N: %d}", errs[errlist.Max], n-errlist.Max)
 		}
-		if want := fmt.Sprintf("and %d more errors", n-maxErrors); !strings.HasSuffix(err.Error(), want) {
+		if want := fmt.Sprintf("and %d more errors", n-errlist.Max); !strings.HasSuffix(err.Error(), want) {
 			t.Errorf("error text ends %q; want %q", err.Error()[max(0, len(err.Error())-40):], want)
 		}
 	})

@@ -19,6 +19,7 @@ type tableEntry struct {
 	dev        uint64 // the filesystem's major:minor, as the table gives it
 	root       string // the mount's root within its filesystem
 	options    string // per-mount and superblock options
+	optional   string // the optional fields: propagation ("shared:1 master:2")
 }
 
 // placed is a mount located by where its mount point is in the filesystem
@@ -49,12 +50,13 @@ func readMountTable() (*MountTable, error) {
 	t.entries = make([]tableEntry, len(infos))
 	for i, m := range infos {
 		t.entries[i] = tableEntry{
-			Mount:   Mount{MountPoint: m.Mountpoint, FSType: m.FSType, Source: m.Source},
-			id:      m.ID,
-			parent:  m.Parent,
-			dev:     unix.Mkdev(uint32(m.Major), uint32(m.Minor)),
-			root:    m.Root,
-			options: m.VFSOptions + "," + m.Options,
+			Mount:    Mount{MountPoint: m.Mountpoint, FSType: m.FSType, Source: m.Source},
+			id:       m.ID,
+			parent:   m.Parent,
+			dev:      unix.Mkdev(uint32(m.Major), uint32(m.Minor)),
+			root:     m.Root,
+			options:  m.VFSOptions + "," + m.Options,
+			optional: m.Optional,
 		}
 	}
 	slices.SortStableFunc(t.entries, func(a, b tableEntry) int { return strings.Compare(a.MountPoint, b.MountPoint) })
@@ -97,6 +99,30 @@ func (e *tableEntry) position(path string) (string, bool) {
 	return e.root + rest, true
 }
 
+// byMountID is the table's entry for the mount with the (classic) ID id.
+func (t *MountTable) byMountID(id int) (*tableEntry, bool) {
+	if t == nil {
+		return nil, false
+	}
+	i, ok := t.byID[id]
+	if !ok {
+		return nil, false
+	}
+	return &t.entries[i], true
+}
+
+// firstAt is the index of the first entry whose mount point is path or
+// sorts after it.
+func (t *MountTable) firstAt(path string) int {
+	return sort.Search(len(t.entries), func(i int) bool { return t.entries[i].MountPoint >= path })
+}
+
+// mountedOn reports whether anything is mounted on path.
+func (t *MountTable) mountedOn(path string) bool {
+	i := t.firstAt(path)
+	return i < len(t.entries) && t.entries[i].MountPoint == path
+}
+
 // mountsAt returns the mounts whose mount point is the directory open as fd
 // (named real by the kernel), in table order, and every other mount whose
 // mount point is that directory or lies beneath it, sorted by mount point.
@@ -113,7 +139,7 @@ func (e *tableEntry) position(path string) (string, bool) {
 //   - mounts made on or inside any mount found so far.
 func (t *MountTable) mountsAt(fd int, real string) (at, beneath []Mount) {
 	found := make(map[int]bool)
-	i := sort.Search(len(t.entries), func(i int) bool { return t.entries[i].MountPoint >= real })
+	i := t.firstAt(real)
 	for ; i < len(t.entries) && t.entries[i].MountPoint == real; i++ {
 		at = append(at, t.entries[i].Mount)
 		found[i] = true
@@ -121,7 +147,7 @@ func (t *MountTable) mountsAt(fd int, real string) (at, beneath []Mount) {
 	// Mount points beneath real sort right after real+"/" (not right after
 	// real: "real-2" sorts between them).
 	prefix := strings.TrimSuffix(real, "/") + "/"
-	i = sort.Search(len(t.entries), func(i int) bool { return t.entries[i].MountPoint >= prefix })
+	i = t.firstAt(prefix)
 	for ; i < len(t.entries) && strings.HasPrefix(t.entries[i].MountPoint, prefix); i++ {
 		found[i] = true
 	}
@@ -162,20 +188,14 @@ func (t *MountTable) mountsAt(fd int, real string) (at, beneath []Mount) {
 // positionOf is where the directory open as fd (named real) lies in its
 // filesystem, found through its mount's table entry.
 func (t *MountTable) positionOf(fd int, real string) (pos string, dev uint64, ok bool) {
-	var sx unix.Statx_t
-	// AT_STATX_DONT_SYNC: the mount ID is the VFS's; a filesystem that
-	// revalidates cached attributes on every statx (CIFS) is not asked.
-	err := fsat.Retry(func() error {
-		return unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_STATX_DONT_SYNC, unix.STATX_MNT_ID, &sx)
-	})
-	if err != nil || sx.Mask&unix.STATX_MNT_ID == 0 {
+	s, err := fsat.StatMount(fd, "", fsat.TableID)
+	if err != nil {
 		return "", 0, false
 	}
-	i, ok := t.byID[int(sx.Mnt_id)]
+	e, ok := t.byMountID(int(s.ID))
 	if !ok {
 		return "", 0, false // mounted after the table was read
 	}
-	e := &t.entries[i]
 	pos, ok = e.position(real)
 	return pos, e.dev, ok
 }
@@ -194,27 +214,38 @@ func (t *MountTable) nestedMounts(path string) ([]Mount, error) {
 	return beneath, nil
 }
 
-// hugePageSizeOf is hugePageSizeOf from the table: the pagesize= option of
-// the mount (found by the mount ID statx reports) that fd is on.
+// hugePageSizeOf reads the pagesize= option of the hugetlbfs mount fd is
+// on, found by the mount ID statx reports; 0 when the mount has no such
+// option, or is not in the table (mounted after it was read).
 func (t *MountTable) hugePageSizeOf(fd int, path string) (int64, error) {
-	var sx unix.Statx_t
-	err := fsat.Retry(func() error {
-		return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &sx)
-	})
-	if err != nil || sx.Mask&unix.STATX_MNT_ID == 0 {
-		return hugePageSizeOf(fd, path) // no mount IDs: the slow path
-	}
-	for _, e := range t.entries {
-		if e.id != int(sx.Mnt_id) {
-			continue
+	var e *tableEntry
+	if s, err := fsat.StatMount(fd, "", fsat.TableID); err == nil {
+		var ok bool
+		if e, ok = t.byMountID(int(s.ID)); !ok {
+			return 0, nil
 		}
-		size, _, err := ParseHugePageSize(e.options)
+	} else {
+		// Without mount IDs take the last (topmost) hugetlbfs mount on
+		// the longest mount point that contains the path.
+		real, err := fdPath(fd, path)
 		if err != nil {
-			return 0, fmt.Errorf("hugetlbfs mount %s: %w", e.MountPoint, err)
+			return 0, err
 		}
-		return size, nil
+		for i := range t.entries {
+			c := &t.entries[i]
+			if c.FSType == "hugetlbfs" && within(real, c.MountPoint) && (e == nil || len(c.MountPoint) >= len(e.MountPoint)) {
+				e = c
+			}
+		}
+		if e == nil {
+			return 0, nil
+		}
 	}
-	return 0, nil // mounted after the table was read: fall back to the block size
+	size, _, err := ParseHugePageSize(e.options)
+	if err != nil {
+		return 0, fmt.Errorf("hugetlbfs mount %s: %w", e.MountPoint, err)
+	}
+	return size, nil
 }
 
 func (t *MountTable) fromSource(source string) []SourceMount {

@@ -44,4 +44,12 @@ func checkMountNamespace(*namespaceConfig) MountNamespace {
 	return MountNamespace{Err: ErrUnsupported}
 }
 
+func lookAt(_ int, _, path string, _ Open) (Entry, error) {
+	return Entry{Path: path, Fd: -1}, ErrUnsupported
+}
+
+func (t *MountTable) mountOf(Entry) (Mount, bool) { return Mount{}, false }
+
+func (e *Entry) close() { e.Fd = -1 }
+
 func kernelNumbersInitialMountNamespace() bool { return false }

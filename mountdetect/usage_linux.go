@@ -17,12 +17,12 @@ import (
 // the walk.
 type usage struct {
 	u     Usage
-	mask  int // what statx is asked: the counted fields and the mount ID
+	query fsat.MountQuery // what statx is asked: the counted fields and the mount ID
 	links linkSet
 }
 
-func (a *usage) count(sx *unix.Statx_t) {
-	if sx.Nlink > 1 && sx.Mode&unix.S_IFMT != unix.S_IFDIR {
+func (a *usage) count(sx *fsat.MountStat) {
+	if sx.Nlink > 1 && sx.Mode != unix.S_IFDIR {
 		switch a.links.add(sx) {
 		case linkSeen:
 			return
@@ -40,15 +40,12 @@ func (a *usage) count(sx *unix.Statx_t) {
 // (btrfs subvolumes).
 type linkSet struct {
 	max   int
-	dev   [2]uint32 // the first device's major and minor
+	dev   uint64 // the first device
 	inos  inoSet
 	other map[inodeKey]struct{}
 }
 
-type inodeKey struct {
-	major, minor uint32
-	ino          uint64
-}
+type inodeKey struct{ dev, ino uint64 }
 
 // linkAdded says what linkSet.add made of an inode.
 type linkAdded int
@@ -59,8 +56,8 @@ const (
 	linkNotKept                  // not met before as far as the set knows, and not remembered: it is full
 )
 
-func (s *linkSet) add(sx *unix.Statx_t) linkAdded {
-	dev := [2]uint32{sx.Dev_major, sx.Dev_minor}
+func (s *linkSet) add(sx *fsat.MountStat) linkAdded {
+	dev := sx.Dev
 	if s.inos.len() == 0 && len(s.other) == 0 {
 		s.dev = dev
 	}
@@ -75,7 +72,7 @@ func (s *linkSet) add(sx *unix.Statx_t) linkAdded {
 		s.inos.insert(sx.Ino)
 		return linkNew
 	}
-	k := inodeKey{sx.Dev_major, sx.Dev_minor, sx.Ino}
+	k := inodeKey{dev, sx.Ino}
 	if _, ok := s.other[k]; ok {
 		return linkSeen
 	}
@@ -162,8 +159,8 @@ func (a *usage) skip(path string) { a.u.Skipped = append(a.u.Skipped, Mount{Moun
 
 // entered counts a directory the walk opened.
 func (a *usage) entered(w *walk, n *dirNode) bool {
-	var sx unix.Statx_t
-	if err := fsat.Retry(func() error { return unix.Statx(n.fd, "", unix.AT_EMPTY_PATH, a.mask, &sx) }); err != nil {
+	sx, err := fsat.StatMount(n.fd, "", a.query)
+	if err != nil {
 		w.abort(&os.PathError{Op: "statx", Path: n.path(), Err: err})
 		return false
 	}
@@ -173,25 +170,22 @@ func (a *usage) entered(w *walk, n *dirNode) bool {
 
 // files counts a batch of n's non-directories, looked at by name.
 func (a *usage) files(w *walk, n *dirNode, sc *scratch, files []fileEnt, subdir func(name []byte)) {
-	var sx unix.Statx_t
 	for _, d := range files {
 		sc.pace()
 		name := string(d.name(sc.buf))
-		err := fsat.Retry(func() error {
-			// AT_STATX_DONT_SYNC: no effect on a local filesystem, and a
-			// FUSE mounted on a file here is not asked.
-			return unix.Statx(n.fd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, a.mask, &sx)
-		})
+		// StatMount asks nothing of the filesystem: no effect on a local
+		// one, and a FUSE mounted on a file here is not asked.
+		sx, err := fsat.StatMount(n.fd, name, a.query)
 		switch {
 		case err == unix.ENOENT:
 		case err != nil:
 			w.abort(&os.PathError{Op: "statx", Path: n.child(name), Err: err})
 			return
-		case sx.Mode&unix.S_IFMT == unix.S_IFDIR:
+		case sx.Mode == unix.S_IFDIR:
 			subdir(d.name(sc.buf)) // DT_UNKNOWN directory
-		case sx.Mnt_id != w.rootMnt && w.s.statxMask() != 0:
+		case sx.Key() != w.rootMnt && w.s.mountQuery() != 0:
 			a.skip(n.child(name)) // a bind-mounted file
-		case sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0:
+		case sx.Root:
 			a.skip(n.child(name))
 		default:
 			a.count(&sx)
@@ -248,20 +242,20 @@ func diskUsageFile(dirFd int, path string, c *config) (Usage, error) {
 // diskUsageOpen walks the directory open as fd, which it closes.
 func diskUsageOpen(fd int, path string, s strategy, c *config) (Usage, error) {
 	a := &usage{
-		mask:  unix.STATX_TYPE | unix.STATX_INO | unix.STATX_NLINK | unix.STATX_BLOCKS | s.statxMask(),
+		query: fsat.Usage | s.mountQuery(),
 		links: linkSet{max: c.maxLinked},
 	}
 	if a.links.max <= 0 {
 		a.links.max = MaxHardLinkedInodes
 	}
-	var sx unix.Statx_t
-	if err := fsat.Retry(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, a.mask, &sx) }); err != nil {
+	sx, err := statMount(fd, "", a.query)
+	if err != nil {
 		unix.Close(fd)
 		return Usage{}, &os.PathError{Op: "statx", Path: path, Err: err}
 	}
 	a.count(&sx)
 
-	w := &walk{act: a, s: s, rootMnt: sx.Mnt_id, maxOpen: c.maxOpen}
+	w := &walk{act: a, s: s, rootMnt: sx.Key(), maxOpen: c.maxOpen}
 	if w.maxOpen <= 0 {
 		w.maxOpen = defaultMaxOpen
 	}
@@ -274,8 +268,8 @@ func diskUsageOpen(fd int, path string, s strategy, c *config) (Usage, error) {
 	if c.walked != nil {
 		c.walked()
 	}
-	if len(w.errs) > 0 {
-		return a.u, w.errs[0]
+	if errs, _ := w.errs.Errors(); len(errs) > 0 {
+		return a.u, errs[0] // the walk stops at its first failure
 	}
 	sortMounts(a.u.Skipped)
 	return a.u, nil

@@ -2,7 +2,6 @@ package mountdetect
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"runtime"
@@ -12,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodevol/nodevol/internal/errlist"
 	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/internal/testhook"
 )
@@ -148,9 +148,9 @@ type walk struct {
 	growBatches bool
 
 	mu      sync.Mutex
-	crossed []Mount
-	errs    []error // the failures with the smallest paths (see fail)
-	dropped int     // failures beyond maxErrors, no longer held
+	crossed []Entry      // the mounts met (LookAt), described by crossedMounts
+	tab     *MountTable  // read before the walk (crossedMounts); nil: none yet
+	errs    errlist.List // the failures (see fail)
 	aborted atomic.Bool
 }
 
@@ -212,32 +212,24 @@ func (w *walk) openDirMode(parent *dirNode, name string, mode int) (fd int, cros
 		}
 		return fd, false, err
 	}
-	mask := w.s.statxMask()
-	var sx unix.Statx_t
+	q := w.s.mountQuery()
 	// Look before opening: opening a mount point reaches the mounted
 	// filesystem (a FUSE daemon that stopped answering would block the
-	// walk). AT_STATX_DONT_SYNC and only the mount ID asked: nothing is
-	// asked of it. The check after the open catches a mount that appears
-	// in between.
-	err = fsat.Retry(func() error {
-		return unix.Statx(parent.fd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, mask, &sx)
-	})
-	if err == nil && sx.Mask&uint32(mask) != 0 && (sx.Mnt_id != w.rootMnt || sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0) {
+	// walk). StatMount asks nothing of it. The check after the open
+	// catches a mount that appears in between.
+	s, err := fsat.StatMount(parent.fd, name, q)
+	if err == nil && (s.Key() != w.rootMnt || s.Root) {
 		return -1, true, nil
 	}
 	fd, err = fsat.Openat(parent.fd, name, mode|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return -1, false, err
 	}
-	err = fsat.Retry(func() error { return unix.Statx(fd, "", unix.AT_EMPTY_PATH, mask, &sx) })
-	if err == nil && sx.Mask&uint32(mask) == 0 {
-		err = fmt.Errorf("kernel returned no mount ID: %w", ErrUnsupported)
-	}
-	if err != nil {
+	if s, err = statMount(fd, "", q); err != nil {
 		unix.Close(fd)
 		return -1, false, err
 	}
-	if sx.Mnt_id != w.rootMnt || sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0 {
+	if s.Key() != w.rootMnt || s.Root {
 		unix.Close(fd)
 		return -1, true, nil
 	}

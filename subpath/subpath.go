@@ -65,7 +65,10 @@ var ErrRefused = errors.New("subpath cleanup refused, nothing was changed")
 type RefusedError struct {
 	Dir    string              // the volume's subpath directory
 	Mounts []mountdetect.Mount // every mount that is not one of the volume's own binds
-	Errs   []error             // entries that could not be examined
+	// Errs are the entries that could not be examined: past 100 of them,
+	// the 100 with the smallest paths, sorted, and a
+	// *mountdetect.MoreErrorsError counting the rest (RemoveAll's rule).
+	Errs []error
 }
 
 func (e *RefusedError) Error() string {

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/nodevol/nodevol/internal/errlist"
 	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
@@ -97,7 +98,7 @@ func (c *Cleaner) open(podUID, plugin, vol string) (_ *tree, err error) {
 	}
 	// Something mounted on volume-subpaths/<volume> is never opened (its
 	// filesystem would be asked); it is reported by the examination.
-	if root, _, _, err := mountRoot(t.parent.Fd(), vol); err == nil && root {
+	if s, err := fsat.StatMount(t.parent.Fd(), vol, fsat.MountKey); err == nil && s.Root {
 		t.mountedOn = true
 		return t, nil
 	}
@@ -149,36 +150,28 @@ func (t *tree) close() {
 
 // report is what an examination found. Its size is bounded by the mount
 // table, not by what an attacker writes: entries that are not mount
-// points are kept only when the caller lists them (collect), and at most
-// maxErrors failures are kept, the rest counted.
+// points are kept only when the caller lists them (collect), and failures
+// go to an errlist.List (the errlist.Max with the smallest paths kept, the
+// rest counted).
 type report struct {
-	collect  bool
-	budget   *volume.EntryBudget // what the listing may still read; nil: no bound
-	stop     error               // the budget stopped the listing here
-	entries  []entry
-	foreign  []mountdetect.Mount // every mount that is not an own bind
-	errs     []error             // what could not be examined
-	moreErrs int
+	collect bool
+	budget  *volume.EntryBudget // what the listing may still read; nil: no bound
+	stop    error               // the budget stopped the listing here
+	entries []entry
+	foreign []mountdetect.Mount // every mount that is not an own bind
+	errs    errlist.List        // what could not be examined
 }
 
-// maxErrors bounds the failures a report keeps one by one.
-const maxErrors = 100
-
-func (r *report) fail(err error) {
-	if len(r.errs) < maxErrors {
-		r.errs = append(r.errs, err)
-		return
-	}
-	r.moreErrs++
-}
+func (r *report) fail(err error) { r.errs.Add(err) }
 
 // failures is every failure kept, then a *mountdetect.MoreErrorsError
 // counting those that were not.
 func (r *report) failures() []error {
-	if r.moreErrs == 0 {
-		return r.errs
+	kept, more := r.errs.Errors()
+	if more == 0 {
+		return kept
 	}
-	return append(slices.Clip(r.errs), &mountdetect.MoreErrorsError{N: r.moreErrs})
+	return append(kept, &mountdetect.MoreErrorsError{N: more})
 }
 
 // listed is the entries found, for listing.
@@ -192,13 +185,13 @@ func (r *report) listed() []Entry {
 
 type entry struct {
 	Entry
-	mntID mountID // an own bind's mount identity
+	mnt fsat.MountStat // an own bind's mount identity
 }
 
 // refusal is the error Check and Clean refuse with, nil when there is
 // nothing foreign and everything could be examined.
 func (t *tree) refusal(r *report) error {
-	if len(r.foreign) == 0 && len(r.errs) == 0 && r.moreErrs == 0 {
+	if len(r.foreign) == 0 && r.errs.Len() == 0 {
 		return nil
 	}
 	// A mount can be found twice (by path and through a bind of its
@@ -206,35 +199,6 @@ func (t *tree) refusal(r *report) error {
 	ms := slices.Clone(r.foreign)
 	slices.SortStableFunc(ms, func(a, b mountdetect.Mount) int { return strings.Compare(a.MountPoint, b.MountPoint) })
 	return &RefusedError{Dir: t.dir, Mounts: slices.Compact(ms), Errs: r.failures()}
-}
-
-// mountID identifies a mount: the unique, never-reused ID where the kernel
-// has one (Linux 6.8), else the classic one (reused at once after an
-// unmount), with the device of the file, so that a mount swapped in keeps
-// no identity of the one it replaced.
-type mountID struct{ id, dev uint64 }
-
-// mountRoot asks statx, without following a symlink, whether name in
-// dirfd (name "": dirfd itself) is the root of a mount, and for its mount
-// identity and file type.
-func mountRoot(dirfd int, name string) (root bool, id mountID, typ uint32, err error) {
-	// AT_STATX_DONT_SYNC: a FUSE filesystem mounted here is not asked.
-	flags := unix.AT_SYMLINK_NOFOLLOW | unix.AT_NO_AUTOMOUNT | unix.AT_STATX_DONT_SYNC
-	if name == "" {
-		flags |= unix.AT_EMPTY_PATH
-	}
-	for _, mask := range []int{unix.STATX_MNT_ID_UNIQUE, unix.STATX_MNT_ID} {
-		var sx unix.Statx_t
-		if err := fsat.Retry(func() error { return unix.Statx(dirfd, name, flags, unix.STATX_TYPE|mask, &sx) }); err != nil {
-			return false, id, 0, err
-		}
-		if sx.Mask&uint32(mask) == 0 || sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 {
-			continue
-		}
-		id = mountID{id: sx.Mnt_id, dev: unix.Mkdev(sx.Dev_major, sx.Dev_minor)}
-		return sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, id, uint32(sx.Mode) & unix.S_IFMT, nil
-	}
-	return false, id, 0, fmt.Errorf("statx gives no mount ID or mount-root attribute (Linux < 5.8): %w", mountdetect.ErrUnsupported)
 }
 
 // examineAll is Examine for an open tree, reading at most what b allows
@@ -267,7 +231,7 @@ func (t *tree) examineIn(tab *mountdetect.MountTable, collect bool, b *volume.En
 	if t.sub == nil {
 		return r, nil
 	}
-	if root, _, _, err := mountRoot(t.sub.Fd(), ""); err != nil || root {
+	if s, err := fsat.StatMount(t.sub.Fd(), "", fsat.MountKey); err != nil || s.Root {
 		if err != nil {
 			return nil, &os.PathError{Op: "statx", Path: t.dir, Err: err}
 		}
@@ -339,9 +303,9 @@ func (t *tree) examineIn(tab *mountdetect.MountTable, collect bool, b *volume.En
 }
 
 func (t *tree) examineContainer(r *report, tab *mountdetect.MountTable, cdir *fsat.Dir, ctr, real string, seen map[string]bool) {
-	if root, _, _, err := mountRoot(cdir.Fd(), ""); err != nil || root {
+	if s, err := fsat.StatMount(cdir.Fd(), "", fsat.MountKey); err != nil || s.Root {
 		if err != nil {
-			r.errs = append(r.errs, &os.PathError{Op: "statx", Path: cdir.Path(), Err: err})
+			r.fail(&os.PathError{Op: "statx", Path: cdir.Path(), Err: err})
 			return
 		}
 		// A mount on the container directory: foreign, with all it holds.
@@ -357,7 +321,8 @@ func (t *tree) examineContainer(r *report, tab *mountdetect.MountTable, cdir *fs
 		}
 		read++
 		p := cdir.Join(idx.Name)
-		mounted, id, _, err := mountRoot(cdir.Fd(), idx.Name)
+		s, err := fsat.StatMount(cdir.Fd(), idx.Name, fsat.MountKey)
+		mounted := s.Root
 		if errors.Is(err, unix.ENOENT) {
 			return nil
 		}
@@ -380,7 +345,7 @@ func (t *tree) examineContainer(r *report, tab *mountdetect.MountTable, cdir *fs
 				r.fail(err)
 				return nil
 			}
-			e.mntID = id
+			e.mnt = s
 		}
 		if mounted || r.collect {
 			r.entries = append(r.entries, e)
@@ -503,10 +468,10 @@ func (t *tree) clean(ctx context.Context) error {
 	if testHookBeforeAct != nil {
 		testHookBeforeAct()
 	}
-	own := map[string]mountID{}
+	own := map[string]fsat.MountStat{}
 	for _, e := range r.entries {
 		if e.MountPoint && e.Own {
-			own[e.Container+"/"+e.Index] = e.mntID
+			own[e.Container+"/"+e.Index] = e.mnt
 		}
 	}
 	logger := klog.FromContext(ctx)
@@ -518,7 +483,7 @@ func (t *tree) clean(ctx context.Context) error {
 	if err != nil {
 		left.fail(err)
 	}
-	if len(left.errs) > 0 {
+	if left.errs.Len() > 0 {
 		return fmt.Errorf("%w under %s: %w", ErrLeft, t.dir, errors.Join(left.failures()...))
 	}
 	if err := unlinkat(t.parent.Fd(), t.name, unix.AT_REMOVEDIR); err != nil {
@@ -532,7 +497,7 @@ func (t *tree) clean(ctx context.Context) error {
 // same mount (a mount on it is reported, never entered), its own binds
 // unmounted and its entries removed (cleanContainer), then it is removed
 // with rmdir. Failures go to left.
-func (t *tree) cleanEntry(logger klog.Logger, ctr fsat.Entry, own map[string]mountID, left *report) {
+func (t *tree) cleanEntry(logger klog.Logger, ctr fsat.Entry, own map[string]fsat.MountStat, left *report) {
 	cpath := t.sub.Join(ctr.Name)
 	if ctr.Type != fs.ModeDir {
 		if err := unlinkat(t.sub.Fd(), ctr.Name, 0); err != nil {
@@ -561,7 +526,7 @@ func (t *tree) cleanEntry(logger klog.Logger, ctr fsat.Entry, own map[string]mou
 	defer cdir.Close()
 	// Ask the open directory itself: a mount that appeared on it since
 	// the examination is never entered.
-	if root, _, _, err := mountRoot(cdir.Fd(), ""); err != nil || root {
+	if s, err := fsat.StatMount(cdir.Fd(), "", fsat.MountKey); err != nil || s.Root {
 		if err != nil {
 			left.fail(&os.PathError{Op: "statx", Path: cpath, Err: err})
 		} else {
@@ -587,10 +552,10 @@ func unlinkat(dirfd int, name string, flags int) error {
 // cleanContainer unmounts the own binds among cdir's entries (own maps
 // "<container>/<index>" to the mount examined) and removes the entries;
 // failures go to left.
-func cleanContainer(logger klog.Logger, cdir *fsat.Dir, ctr string, own map[string]mountID, dir string, left *report) {
+func cleanContainer(logger klog.Logger, cdir *fsat.Dir, ctr string, own map[string]fsat.MountStat, dir string, left *report) {
 	err := cdir.EachEntry(func(idx fsat.Entry) error {
 		p := cdir.Join(idx.Name)
-		mounted, id, typ, err := mountRoot(cdir.Fd(), idx.Name)
+		s, err := fsat.StatMount(cdir.Fd(), idx.Name, fsat.MountKey)
 		if err == unix.ENOENT {
 			return nil
 		}
@@ -598,8 +563,8 @@ func cleanContainer(logger klog.Logger, cdir *fsat.Dir, ctr string, own map[stri
 			left.fail(&os.PathError{Op: "statx", Path: p, Err: err})
 			return nil
 		}
-		if mounted {
-			if want, ok := own[ctr+"/"+idx.Name]; !ok || want != id {
+		if s.Root {
+			if want, ok := own[ctr+"/"+idx.Name]; !ok || !want.SameMount(s) {
 				// Not the mount examined: it appeared or was swapped since.
 				left.fail(&mountdetect.CrossesMountError{Path: dir, Mounts: []mountdetect.Mount{{MountPoint: p}}, DuringWalk: true})
 				return nil
@@ -611,7 +576,7 @@ func cleanContainer(logger klog.Logger, cdir *fsat.Dir, ctr string, own map[stri
 				return nil
 			}
 			logger.V(2).Info("Unmounted subpath", "path", p)
-			if mounted, _, typ, err = mountRoot(cdir.Fd(), idx.Name); err != nil || mounted {
+			if s, err = fsat.StatMount(cdir.Fd(), idx.Name, fsat.MountKey); err != nil || s.Root {
 				if err == nil {
 					err = errors.New("still a mount point after unmount (a mount was stacked on it or swapped in)")
 				}
@@ -620,7 +585,7 @@ func cleanContainer(logger klog.Logger, cdir *fsat.Dir, ctr string, own map[stri
 			}
 		}
 		op, flags := "unlink", 0
-		if typ == unix.S_IFDIR {
+		if s.Mode == unix.S_IFDIR {
 			op, flags = "rmdir", unix.AT_REMOVEDIR // rmdir only: a non-empty directory stays
 		}
 		if err := unlinkat(cdir.Fd(), idx.Name, flags); err != nil {

@@ -409,14 +409,17 @@ func (d *demo) tearDownWithNAS(m *reconciler.Manager, reg prometheus.Gatherer, w
 	}
 	fmt.Fprintf(d.out, "  RemovePod(web); WaitForUnmount(web) gives up after its %s timeout (%s);\n", demoRefusedWait, context.DeadlineExceeded)
 	fmt.Fprintln(d.out, "  errors.As finds the *mountdetect.CrossesMountError of the last refusal:")
-	reason := crosses.Error()
+	reason, remedy := crosses.Error(), ""
 	var refused *emptydir.RefusedError
 	if errors.As(err, &refused) {
-		reason = refused.Plan.Reason
+		reason, remedy = refused.Plan.Reason, refused.Plan.Remedy
 	}
 	fmt.Fprintf(d.out, "    %s\n", d.short().Replace(reason))
 	for _, mnt := range crosses.Mounts {
-		fmt.Fprintf(d.out, "    %s\n", d.short().Replace(cli.DescribeMount(mnt)))
+		fmt.Fprintf(d.out, "    %s\n", d.short().Replace(mnt.String()))
+	}
+	if remedy != "" {
+		fmt.Fprintf(d.out, "    %s\n", remedy)
 	}
 	n, err := counterValue(reg, refusedMetric, "plugin", emptydir.PluginName)
 	if err != nil {

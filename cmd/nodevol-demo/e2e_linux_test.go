@@ -123,8 +123,9 @@ func wantDemoWithNAS(t *testing.T, r result) {
 		" in-use, 1 danger, 0 unknown, 0 error), 0 problems, 0 leftovers\n    (exit status 1)\n",
 		"  RemovePod(web); WaitForUnmount(web) gives up after its 1s timeout (context deadline exceeded);\n"+
 			"  errors.As finds the *mountdetect.CrossesMountError of the last refusal:\n"+
-			"    1 mount beneath the volume; unmount it first (their data is not the volume's)\n"+
-			"    $VOL/nas (tmpfs from tmpfs)\n",
+			"    1 mount beneath the volume\n"+
+			"    $VOL/nas (tmpfs from tmpfs)\n"+
+			"    unmount it first (their data is not the volume's)\n",
 		"  MountedVolumes(web): cache uncertain; the others were unmounted and removed\n",
 		`The NAS is intact: $VOL/nas/important.txt still reads "`+demoNASData+`"`,
 		"web's own files in $VOL and its ready marker are still there too",

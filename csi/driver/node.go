@@ -265,21 +265,25 @@ func statusOf(err error) error {
 	return status.Error(codes.Internal, err.Error())
 }
 
-// refusalMessage says why a teardown is refused and names every mount.
+// refusalMessage says why a teardown is refused, names every mount and
+// says what to do (the plan's remedy; else that the next retry looks
+// again).
 func refusalMessage(p emptydir.Plan) string {
-	return fmt.Sprintf("%s: %s; unmount them and the next retry removes the volume", p.Reason, mountList(p.Mounts))
+	remedy := p.Remedy
+	if remedy == "" {
+		remedy = "the next retry looks again"
+	}
+	return fmt.Sprintf("%s: %s; %s", p.Reason, mountList(p.Mounts), remedy)
 }
 
+// mountList names the mounts, each as mountdetect describes a mount (names
+// an attacker chose escaped).
 func mountList(ms []mountdetect.Mount) string {
 	parts := make([]string, len(ms))
 	for i, m := range ms {
-		if m.FSType != "" {
-			parts[i] = fmt.Sprintf("%s (%s)", m.MountPoint, m.FSType)
-		} else {
-			parts[i] = m.MountPoint
-		}
+		parts[i] = m.String()
 	}
-	return strings.Join(parts, ", ")
+	return strings.Join(parts, "; ")
 }
 
 // joinMessages is every error's message, in order, in one line.

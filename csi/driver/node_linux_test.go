@@ -8,9 +8,12 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
@@ -386,5 +389,37 @@ func TestStatsDuringUnpublish(t *testing.T) {
 		if _, err := os.Lstat(target); !os.IsNotExist(err) {
 			t.Fatalf("iteration %d: target left after a successful unpublish", i)
 		}
+	}
+}
+
+// TestRefusalEscapesMountNames: the pod names the mount points inside its
+// volume. One named with a newline and an ANSI escape appears in the
+// FAILED_PRECONDITION message Go-quoted, as mountdetect.Mount.String shows
+// every mount: it can neither forge a line of the kubelet's log nor reach
+// a terminal.
+func TestRefusalEscapesMountNames(t *testing.T) {
+	mounttest.RequireMounts(t)
+	e := newNodeEnv(t)
+	_, target := e.vol(t, testPodUID, "scratch")
+	e.publish(t, testPodUID, target, AttrMedium, "Default")
+	const evil = "evil\nE1123 forged log line\x1b[2J"
+	nested := filepath.Join(target, evil)
+	if err := os.Mkdir(nested, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mounttest.Tmpfs(t, nested, "size=64k")
+	_, err := e.d.NodeUnpublishVolume(e.ctx, unpubReq(target))
+	if c := status.Code(err); c != codes.FailedPrecondition {
+		t.Fatalf("unpublish with a mount inside: %v; want FailedPrecondition", err)
+	}
+	msg := status.Convert(err).Message()
+	if i := strings.IndexFunc(msg, func(r rune) bool { return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) }); i >= 0 {
+		t.Errorf("the message holds a raw control character: %q", msg)
+	}
+	if want := strconv.Quote(nested); !strings.Contains(msg, want) {
+		t.Errorf("the message %q does not name the mount as %s", msg, want)
+	}
+	if !mounttest.IsMountRoot(t, nested) {
+		t.Error("the mount inside the volume was unmounted")
 	}
 }

@@ -279,7 +279,7 @@ func writeCheckHuman(w io.Writer, r *checkResult) {
 		} else {
 			line("nested mounts", fmt.Sprint(len(r.NestedMounts)))
 			for _, m := range r.NestedMounts {
-				fmt.Fprintf(w, "    %s\n", DescribeMount(m))
+				fmt.Fprintf(w, "    %s\n", m.String())
 			}
 		}
 	}
@@ -309,21 +309,6 @@ func unsafeReason(r *checkResult) string {
 		why = append(why, plural.Count(n, "mount")+" beneath it")
 	}
 	return strings.Join(why, "; ") + "; nodevol rm would refuse and delete nothing"
-}
-
-// DescribeMount prints a mount as "mountPoint (fsType from source)", for
-// the human output (display escapes each part).
-func DescribeMount(m mountdetect.Mount) string {
-	m.MountPoint, m.FSType, m.Source = display(m.MountPoint), display(m.FSType), display(m.Source)
-	switch {
-	case m.FSType != "" && m.Source != "":
-		return fmt.Sprintf("%s (%s from %s)", m.MountPoint, m.FSType, m.Source)
-	case m.FSType != "":
-		return fmt.Sprintf("%s (%s)", m.MountPoint, m.FSType)
-	case m.Source != "":
-		return fmt.Sprintf("%s (from %s)", m.MountPoint, m.Source)
-	}
-	return m.MountPoint
 }
 
 func yesNo(b bool) string {

@@ -4,11 +4,13 @@ package cli
 
 import (
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode"
 
 	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/volume"
 )
 
 func TestDisplay(t *testing.T) {
@@ -100,4 +102,34 @@ func TestHumanOutputEscapesNames(t *testing.T) {
 		wantContains(t, args[0]+" output", r.stdout+r.stderr, display(vol))
 	}
 	mounttest.Intact(t, base, before)
+}
+
+// A mount point inside a volume is named by whoever writes there: check,
+// scan, rm and teardown show a mount named with a newline and an ANSI
+// escape as mountdetect.Mount.String does, Go-quoted, never raw.
+func TestHumanOutputEscapesMountNames(t *testing.T) {
+	mounttest.RequireMounts(t)
+	base := realTempDir(t)
+	k := newKubelet(t, base)
+	vol := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
+	const evil = "evil\nrefusing to remove /x: nothing\x1b[2J"
+	nested := filepath.Join(vol, evil)
+	mounttest.Build(t, vol, "dir "+evil)
+	mounttest.Tmpfs(t, nested, "size=64k")
+	want := strconv.Quote(nested)
+	for _, args := range [][]string{
+		{"check", vol},
+		{"scan", "--root", k.root},
+		{"rm", allowForeign, "--dry-run", vol},
+		{"teardown", allowForeign, "--dry-run", vol},
+		{"teardown", allowForeign, vol},
+	} {
+		r := nodevol(t, args...)
+		wantNoControl(t, args[0]+" stdout", r.stdout)
+		wantNoControl(t, args[0]+" stderr", r.stderr)
+		wantContains(t, args[0]+" output", r.stdout+r.stderr, want)
+	}
+	if !mounttest.IsMountRoot(t, nested) {
+		t.Error("the nested mount was unmounted")
+	}
 }

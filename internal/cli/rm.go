@@ -211,7 +211,7 @@ func writeRmHuman(stdout, stderr io.Writer, r *rmResult) {
 			fmt.Fprintf(stderr, "refused %s: %s; nothing was deleted:\n", path, mountCount(r))
 		}
 		for _, m := range r.NestedMounts {
-			fmt.Fprintf(stderr, "  %s\n", DescribeMount(m))
+			fmt.Fprintf(stderr, "  %s\n", m.String())
 		}
 		if !r.duringWalk {
 			fmt.Fprintf(stderr, "unmount %s first (%s data is not the volume's to delete), then run nodevol rm again\n",

@@ -281,8 +281,8 @@ func examineVolume(layout volume.Layout, pods *fsat.Dir, tab *mountdetect.MountT
 			}
 		}
 		v.SafeToRemove = plan.Action != emptydir.ActionRefuse
-		v.setCode(emptyDirCode(&plan, realPath))
-		v.Reason = plan.Reason
+		v.setCode(emptyDirCode(&plan))
+		v.Reason = withRemedy(plan)
 		switch plan.Action {
 		case emptydir.ActionNone:
 			v.Reason = "gone since it was listed"
@@ -408,39 +408,32 @@ func (v *scanVolume) wrappedForeign(c *checkResult) bool {
 	}
 	v.SafeToRemove = false
 	for _, m := range c.on {
-		v.Reason += "; " + DescribeMount(m)
+		v.Reason += "; " + m.String()
 	}
 	return true
 }
 
-// emptyDirCode is the reason code of an emptyDir volume, from what
-// PlanTearDown found (its Action, Mounts and Info): nothing here looks at
-// the mounts again.
-func emptyDirCode(plan *emptydir.Plan, realPath string) reasonCode {
-	switch plan.Action {
-	case emptydir.ActionNone:
+// emptyDirCode is the reason code of an emptyDir volume, from the code of
+// the plan PlanTearDown made: nothing here looks at the mounts again. A
+// mount of the volume's own that is elsewhere (moved, or bound elsewhere
+// too) is a mount its teardown must not leave behind: nested-mount, like
+// the mounts beneath it.
+func emptyDirCode(plan *emptydir.Plan) reasonCode {
+	switch plan.Code {
+	case emptydir.ReasonMissing:
 		return reasonGone
-	case emptydir.ActionRemove:
+	case emptydir.ReasonNotMounted, emptydir.ReasonMountGone, emptydir.ReasonSymlink, emptydir.ReasonFile:
 		return reasonNotMounted
-	case emptydir.ActionUnmountAndRemove:
+	case emptydir.ReasonOwnMount:
 		return reasonOwnMount
-	}
-	// ActionRefuse. Mounts are those beneath the directory when there are
-	// any; else those on it (every one when stacked), or the directory
-	// itself when the kernel was unsure (Info then comes from the kernel,
-	// with its filesystem type, and says so).
-	for _, m := range plan.Mounts {
-		if !onDir(m, plan.Path, realPath) {
-			return reasonNestedMount
-		}
-	}
-	switch {
-	case len(plan.Mounts) > 1:
+	case emptydir.ReasonNestedMounts, emptydir.ReasonMountElsewhere:
+		return reasonNestedMount
+	case emptydir.ReasonStackedMounts:
 		return reasonStackedMounts
-	case plan.Info.FSType != "" && !plan.Info.MountPointSure:
+	case emptydir.ReasonUncertain:
 		return reasonUncertain
 	}
-	return reasonForeignMount
+	return reasonForeignMount // foreign, no record, unreadable metadata, changed
 }
 
 // onDir reports whether m is mounted on the volume directory itself,
@@ -503,7 +496,7 @@ func (v *scanVolume) addSubpaths(c *subpath.Cleaner, tab *mountdetect.MountTable
 		v.setCode(reasonSubpathForeignMount)
 		v.Reason += fmt.Sprintf("; %s in its subPath tree %s not the volume's own subPath binds, so nodevol teardown would refuse:", plural.Count(n, "mount"), plural.Of(n, "is", "are"))
 		for _, m := range refused.Mounts {
-			v.Reason += " " + DescribeMount(m)
+			v.Reason += " " + m.String()
 		}
 		if len(refused.Errs) > 0 {
 			v.fail(errors.Join(refused.Errs...))
@@ -714,7 +707,7 @@ func writeScanHuman(w io.Writer, s *scanReport) {
 				fmt.Fprintf(w, "    %s\n", display(v.Reason))
 			}
 			for _, m := range v.NestedMounts {
-				fmt.Fprintf(w, "    %s\n", DescribeMount(m))
+				fmt.Fprintf(w, "    %s\n", m.String())
 			}
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 
 	"golang.org/x/sys/unix"
 
@@ -81,29 +80,24 @@ func (e *examinedDir) child(tab *mountdetect.MountTable, name, path string) chec
 // returned (else -1), for the caller to close.
 func examineAt(dirfd int, name, path string, tab *mountdetect.MountTable, keep bool) (checkResult, int) {
 	r := checkResult{Path: path, NestedMounts: []mountdetect.Mount{}}
-	fd, err := fsat.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW, 0)
-	if err == unix.ENOENT {
+	e, err := mountdetect.LookAt(dirfd, name, path, mountdetect.OpenPath)
+	if errors.Is(err, fs.ErrNotExist) {
 		r.SafeToRemove = true
 		return r, -1
 	}
-	if err != nil {
-		return r.fail(&os.PathError{Op: "openat", Path: path, Err: err}), -1
+	unsupported := errors.Is(err, mountdetect.ErrUnsupported) && e.Fd >= 0
+	if err != nil && !unsupported {
+		return r.fail(err), -1
 	}
+	fd := e.Fd
 	ok := false
 	defer func() {
 		if !ok || !keep || r.kind != kindDir {
-			unix.Close(fd)
+			e.Close()
 		}
 	}()
-	var sx unix.Statx_t
-	err = fsat.Retry(func() error {
-		return unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_SYMLINK_NOFOLLOW|unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE, &sx)
-	})
-	if err != nil {
-		return r.fail(&os.PathError{Op: "statx", Path: path, Err: err}), -1
-	}
 	r.Exists = true
-	switch uint32(sx.Mode) & unix.S_IFMT {
+	switch e.Mode {
 	case unix.S_IFDIR:
 		r.kind = kindDir
 	case unix.S_IFLNK:
@@ -112,12 +106,23 @@ func examineAt(dirfd int, name, path string, tab *mountdetect.MountTable, keep b
 	default:
 		r.kind = kindFile
 	}
-	m, root, inTable, err := tab.MountOfFile(fd, path)
+	var m mountdetect.Mount
+	inTable := false
+	if e.Root {
+		if m, inTable, err = tab.MountOf(e); err != nil {
+			return r.fail(err), -1
+		}
+	}
 	var info mountdetect.FSInfo
-	switch {
-	case errors.Is(err, mountdetect.ErrUnsupported):
-		// No statx mount IDs (Linux < 5.8): the fallbacks of Detect,
-		// which ask the filesystem.
+	if e.Root && (!inTable || m.FSType != "tmpfs" && m.FSType != "hugetlbfs") {
+		// A mount of any other filesystem is not asked anything: its
+		// type is the table's ("" when mounted since it was read).
+		info = e.InfoFromTable(m)
+	} else {
+		// Not a mount root: on the directory's own filesystem (the
+		// kubelet root's); or a tmpfs or hugetlbfs, which never block;
+		// or, without statx mount IDs (Linux < 5.8), anything: Detect's
+		// fallbacks, which ask the filesystem.
 		target := fd
 		if r.kind == kindSymlink {
 			target = dirfd // a symlink's filesystem is its directory's
@@ -125,26 +130,12 @@ func examineAt(dirfd int, name, path string, tab *mountdetect.MountTable, keep b
 		if info, err = tab.DetectFile(target, path); err != nil {
 			return r.fail(fmt.Errorf("detect: %w", err)), -1
 		}
-		if r.kind == kindSymlink {
+		switch {
+		case !unsupported:
+			info.MountPoint, info.MountPointSure = e.Root, true
+		case r.kind == kindSymlink:
 			info.MountPoint, info.MountPointSure = false, true
 		}
-	case err != nil:
-		return r.fail(err), -1
-	case root && inTable && m.FSType != "tmpfs" && m.FSType != "hugetlbfs", root && !inTable:
-		// A mount of any other filesystem is not asked anything: its
-		// type is the table's ("" when mounted since it was read).
-		info = mountdetect.FSInfo{Path: path, FSType: m.FSType, MountPoint: true, MountPointSure: true}
-	default:
-		// Not a mount root: on the directory's own filesystem (the
-		// kubelet root's), or a tmpfs or hugetlbfs, which never block.
-		target := fd
-		if r.kind == kindSymlink {
-			target = dirfd
-		}
-		if info, err = tab.DetectFile(target, path); err != nil {
-			return r.fail(fmt.Errorf("detect: %w", err)), -1
-		}
-		info.MountPoint, info.MountPointSure = root, true
 	}
 	r.MountPoint, r.MountPointSure = info.MountPoint, info.MountPointSure
 	r.FSType, r.Medium = info.FSType, emptydir.MediumOf(info)

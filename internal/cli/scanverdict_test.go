@@ -7,30 +7,33 @@ import (
 	"github.com/nodevol/nodevol/mountdetect"
 )
 
-// The reason codes come from what PlanTearDown and examineIn found; the
-// uncertain cases cannot be made with real mounts on a kernel that is
-// sure, so they are told here.
+// The reason codes come from the code of the plan PlanTearDown made and
+// from what examineIn found; the uncertain cases cannot be made with real
+// mounts on a kernel that is sure, so they are told here.
 func TestScanReasonCodes(t *testing.T) {
-	const dir, real = "/link/pods/u/volumes/kubernetes.io~empty-dir/v", "/data/pods/u/volumes/kubernetes.io~empty-dir/v"
-	on := mountdetect.Mount{MountPoint: real, FSType: "tmpfs"}
+	const dir = "/link/pods/u/volumes/kubernetes.io~empty-dir/v"
 	for _, tc := range []struct {
 		name string
 		plan emptydir.Plan
 		want reasonCode
 	}{
-		{"gone", emptydir.Plan{Action: emptydir.ActionNone}, reasonGone},
-		{"default", emptydir.Plan{Action: emptydir.ActionRemove, Exists: true}, reasonNotMounted},
-		{"own", emptydir.Plan{Action: emptydir.ActionUnmountAndRemove, Exists: true, Mounts: []mountdetect.Mount{on}}, reasonOwnMount},
-		{"nested", emptydir.Plan{Action: emptydir.ActionRefuse, Mounts: []mountdetect.Mount{{MountPoint: real + "/nas"}}}, reasonNestedMount},
-		{"nested under a mount", emptydir.Plan{Action: emptydir.ActionRefuse, Info: mountdetect.FSInfo{MountPoint: true, MountPointSure: true, FSType: "tmpfs"}, Mounts: []mountdetect.Mount{{MountPoint: real + "/nas"}}}, reasonNestedMount},
-		{"foreign", emptydir.Plan{Action: emptydir.ActionRefuse, Info: mountdetect.FSInfo{MountPoint: true, MountPointSure: true, FSType: "nfs"}, Mounts: []mountdetect.Mount{on}}, reasonForeignMount},
-		{"foreign, as listed", emptydir.Plan{Action: emptydir.ActionRefuse, Info: mountdetect.FSInfo{MountPoint: true, MountPointSure: true, FSType: "nfs"}, Mounts: []mountdetect.Mount{{MountPoint: dir}}}, reasonForeignMount},
-		{"file mounted on the volume path", emptydir.Plan{Action: emptydir.ActionRefuse, Mounts: []mountdetect.Mount{{MountPoint: dir}}}, reasonForeignMount},
-		{"stacked", emptydir.Plan{Action: emptydir.ActionRefuse, Info: mountdetect.FSInfo{MountPoint: true, MountPointSure: true, FSType: "tmpfs"}, Mounts: []mountdetect.Mount{on, on}}, reasonStackedMounts},
-		{"uncertain", emptydir.Plan{Action: emptydir.ActionRefuse, Info: mountdetect.FSInfo{FSType: "ext4"}, Mounts: []mountdetect.Mount{{MountPoint: dir, FSType: "ext4"}}}, reasonUncertain},
+		{"gone", emptydir.Plan{Action: emptydir.ActionNone, Code: emptydir.ReasonMissing}, reasonGone},
+		{"default", emptydir.Plan{Action: emptydir.ActionRemove, Exists: true, Code: emptydir.ReasonNotMounted}, reasonNotMounted},
+		{"mount already gone", emptydir.Plan{Action: emptydir.ActionRemove, Exists: true, Code: emptydir.ReasonMountGone}, reasonNotMounted},
+		{"symlink", emptydir.Plan{Action: emptydir.ActionRemove, Exists: true, Code: emptydir.ReasonSymlink}, reasonNotMounted},
+		{"file", emptydir.Plan{Action: emptydir.ActionRemove, Exists: true, Code: emptydir.ReasonFile}, reasonNotMounted},
+		{"own", emptydir.Plan{Action: emptydir.ActionUnmountAndRemove, Exists: true, Code: emptydir.ReasonOwnMount}, reasonOwnMount},
+		{"nested", emptydir.Plan{Action: emptydir.ActionRefuse, Code: emptydir.ReasonNestedMounts}, reasonNestedMount},
+		{"own mount elsewhere", emptydir.Plan{Action: emptydir.ActionRefuse, Code: emptydir.ReasonMountElsewhere}, reasonNestedMount},
+		{"foreign", emptydir.Plan{Action: emptydir.ActionRefuse, Code: emptydir.ReasonForeignMount}, reasonForeignMount},
+		{"no record", emptydir.Plan{Action: emptydir.ActionRefuse, Code: emptydir.ReasonNoRecord}, reasonForeignMount},
+		{"metadata unreadable", emptydir.Plan{Action: emptydir.ActionRefuse, Code: emptydir.ReasonMetadataUnreadable}, reasonForeignMount},
+		{"changed while examined", emptydir.Plan{Action: emptydir.ActionRefuse, Code: emptydir.ReasonMountChanged}, reasonForeignMount},
+		{"stacked", emptydir.Plan{Action: emptydir.ActionRefuse, Code: emptydir.ReasonStackedMounts}, reasonStackedMounts},
+		{"uncertain", emptydir.Plan{Action: emptydir.ActionRefuse, Code: emptydir.ReasonUncertain}, reasonUncertain},
 	} {
 		tc.plan.Path = dir
-		if got := emptyDirCode(&tc.plan, real); got != tc.want {
+		if got := emptyDirCode(&tc.plan); got != tc.want {
 			t.Errorf("%s: emptyDirCode(%+v) = %v; want %v", tc.name, tc.plan, got, tc.want)
 		}
 	}

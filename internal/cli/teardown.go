@@ -67,9 +67,19 @@ func (r *teardownResult) setPlan(p emptydir.Plan) {
 	r.plan = p
 	r.Medium = emptydir.MediumOf(p.Info).String()
 	r.Action = p.Action.String()
-	r.Reason = p.Reason
+	r.Reason = withRemedy(p)
 	r.Refused = p.Action == emptydir.ActionRefuse
 	r.Mounts = append(r.Mounts[:0], p.Mounts...)
+}
+
+// withRemedy is the plan's reason followed by its remedy, if any: the
+// "reason" of --json and of scan, which say both in one field. The human
+// output of teardown prints the remedy on a line of its own.
+func withRemedy(p emptydir.Plan) string {
+	if p.Remedy == "" {
+		return p.Reason
+	}
+	return p.Reason + "; " + p.Remedy
 }
 
 // emptyDirVolume parses a volume directory given on the command line and
@@ -195,7 +205,7 @@ func tearDownVolume(ctx context.Context, path string, locks rootLocks) teardownR
 	r.setPlan(refused.Plan)
 	r.Refused = true
 	r.Action = emptydir.ActionRefuse.String()
-	r.Reason = refused.Plan.Reason
+	r.Reason = withRemedy(refused.Plan)
 	r.Mounts = append(r.Mounts[:0], refused.Plan.Mounts...)
 	var crossed *mountdetect.CrossesMountError
 	if errors.As(err, &crossed) {
@@ -333,6 +343,9 @@ func runTeardown(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 // display.
 func writeTeardownHuman(stdout, stderr io.Writer, r *teardownResult) {
 	path, reason := display(r.Path), display(r.Reason)
+	if r.plan.Remedy != "" {
+		reason = display(r.plan.Reason)
+	}
 	if r.Refused {
 		switch {
 		case r.DryRun:
@@ -344,9 +357,13 @@ func writeTeardownHuman(stdout, stderr io.Writer, r *teardownResult) {
 			fmt.Fprintf(stderr, "refused %s: %s; nothing was changed (the ready marker and metadata are kept):\n", path, reason)
 		}
 		for _, m := range r.Mounts {
-			fmt.Fprintf(stderr, "  %s\n", DescribeMount(m))
+			fmt.Fprintf(stderr, "  %s\n", m.String())
 		}
-		if !r.duringWalk && !strings.Contains(r.Reason, "unmount") {
+		switch {
+		case r.duringWalk:
+		case r.plan.Remedy != "":
+			fmt.Fprintf(stderr, "%s\n", display(r.plan.Remedy))
+		default:
 			fmt.Fprintf(stderr, "unmount %s first, then run nodevol teardown again\n", plural.Of(len(r.Mounts), "it", "them"))
 		}
 	}

@@ -23,9 +23,11 @@
 // (temporary file, fsync, rename, fsync of the directory).
 //
 // It is also the one home of the low-level helpers every package of the
-// module uses: Retry (a system call retried on EINTR) and Openat (with
-// O_CLOEXEC). mountdetect and fsquota import them; fsat imports nothing
-// of the module, so no package has a cycle through it.
+// module uses: Retry (a system call retried on EINTR), Openat (with
+// O_CLOEXEC) and StatMount (a file's mount IDs, device and mount-root
+// attribute, asked without reaching its filesystem). mountdetect, fsquota
+// and the rest import them; fsat imports nothing of the module, so no
+// package has a cycle through it.
 //
 // Linux only; elsewhere every function returns ErrUnsupported.
 package fsat

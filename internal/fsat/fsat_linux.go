@@ -177,9 +177,11 @@ func (d *Dir) walk(rel string, create bool, mode uint32, opts []Option) (*Dir, e
 	}
 	var mnt uint64
 	if o&SameMount != 0 {
-		if mnt, _, err = MountID(d.fd); err != nil {
+		s, err := StatMount(d.fd, "", MountKey)
+		if err != nil {
 			return nil, &os.PathError{Op: "statx", Path: d.path, Err: err}
 		}
+		mnt = s.Key()
 	}
 	cur := &Dir{fd: d.fd, path: d.path}
 	owned := false
@@ -189,8 +191,8 @@ func (d *Dir) walk(rel string, create bool, mode uint32, opts []Option) (*Dir, e
 			// mounted filesystem (a FUSE daemon that stopped answering
 			// would block). Nothing is asked of it: statx with
 			// AT_STATX_DONT_SYNC, mount IDs only.
-			id, root, err := mountIDAt(cur.fd, name)
-			if err == nil && (id != mnt || root) {
+			s, err := StatMount(cur.fd, name, MountKey)
+			if err == nil && (s.Key() != mnt || s.Root) {
 				if owned {
 					cur.Close()
 				}
@@ -206,12 +208,12 @@ func (d *Dir) walk(rel string, create bool, mode uint32, opts []Option) (*Dir, e
 		}
 		cur, owned = next, true
 		if o&SameMount != 0 {
-			id, root, err := MountID(cur.fd)
+			s, err := StatMount(cur.fd, "", MountKey)
 			if err != nil {
 				cur.Close()
 				return nil, &os.PathError{Op: "statx", Path: cur.path, Err: err}
 			}
-			if id != mnt || root {
+			if s.Key() != mnt || s.Root {
 				cur.Close()
 				return nil, &os.PathError{Op: "openat", Path: cur.path, Err: ErrOtherMount}
 			}
@@ -335,7 +337,7 @@ func (d *Dir) ReadFile(name string, max int64) ([]byte, error) {
 	p := d.Join(name)
 	// A file that is a mount point is not opened (opening reaches the
 	// mounted filesystem, which may never answer).
-	if _, root, err := mountIDAt(d.fd, name); err == nil && root {
+	if s, err := StatMount(d.fd, name, MountKey); err == nil && s.Root {
 		return nil, &os.PathError{Op: "open", Path: p, Err: ErrOtherMount}
 	}
 	fd, err := Openat(d.fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
@@ -477,33 +479,6 @@ func (d *Dir) Rmdir(name string) error {
 		return &os.PathError{Op: "rmdir", Path: d.Join(name), Err: err}
 	}
 	return nil
-}
-
-// MountID returns the mount ID of the file fd refers to and whether it is
-// the root of its mount: the unique, never-reused ID (STATX_MNT_ID_UNIQUE,
-// Linux 6.8) where the kernel has one, else the classic one (Linux 5.8).
-// Older kernels give an error matching ErrUnsupported.
-func MountID(fd int) (id uint64, mountRoot bool, err error) { return mountIDAt(fd, "") }
-
-// mountIDAt is MountID for name in dirfd (name "": dirfd itself), a
-// symlink not followed, and nothing asked of the file's filesystem
-// (AT_STATX_DONT_SYNC, mount IDs only).
-func mountIDAt(dirfd int, name string) (id uint64, mountRoot bool, err error) {
-	flags := unix.AT_SYMLINK_NOFOLLOW | unix.AT_NO_AUTOMOUNT | unix.AT_STATX_DONT_SYNC
-	if name == "" {
-		flags |= unix.AT_EMPTY_PATH
-	}
-	for _, mask := range []int{unix.STATX_MNT_ID_UNIQUE, unix.STATX_MNT_ID} {
-		var sx unix.Statx_t
-		err := Retry(func() error { return unix.Statx(dirfd, name, flags, mask, &sx) })
-		if err != nil {
-			return 0, false, err
-		}
-		if sx.Mask&uint32(mask) != 0 && sx.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 {
-			return sx.Mnt_id, sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, nil
-		}
-	}
-	return 0, false, fmt.Errorf("statx gives no mount ID or mount-root attribute (Linux < 5.8): %w", ErrUnsupported)
 }
 
 // Entry is a directory entry: its name and its type as lstat sees it.

@@ -53,3 +53,11 @@ func (d *Dir) Fd() int { return -1 }
 
 // Rmdir returns ErrUnsupported.
 func (d *Dir) Rmdir(name string) error { return ErrUnsupported }
+
+// StatMount returns ErrUnsupported.
+func StatMount(dirfd int, name string, q MountQuery) (MountStat, error) {
+	return MountStat{}, ErrUnsupported
+}
+
+// StatmountOf returns ErrUnsupported.
+func StatmountOf(id uint64) (Statmount, error) { return Statmount{}, ErrUnsupported }

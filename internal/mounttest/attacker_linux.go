@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/internal/fsat"
 )
 
 // Attacker runs a step on a thread of its own in a mount namespace of its
@@ -158,14 +160,14 @@ func Exchange(dirfd int, a, b string) error {
 // of a mount; a missing path is not.
 func IsMountRoot(t testing.TB, path string) bool {
 	t.Helper()
-	var sx unix.Statx_t
-	if err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID, &sx); err != nil {
+	s, err := fsat.StatMount(unix.AT_FDCWD, path, fsat.TableID)
+	if err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return false
 		}
 		t.Fatalf("statx %s: %v", path, err)
 	}
-	return sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
+	return s.Root
 }
 
 // RestoreSwap undoes what an Attacker exchanging name and swap in dir left

@@ -1,0 +1,100 @@
+package mountdetect
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/internal/fsat"
+)
+
+// bothIDs asks fsat.StatMount for the ID to compare mounts by and the one
+// the mount table lists.
+const bothIDs = fsat.MountKey | fsat.TableID
+
+// errChanged is the error of an entry that LookAt opened and found not to
+// be what it looked at.
+var errChanged = errors.New("changed while examined")
+
+func lookAt(dirfd int, name, path string, open Open) (Entry, error) {
+	e := Entry{Path: path, Fd: -1}
+	if open == OpenPath {
+		fd, err := fsat.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			return e, &os.PathError{Op: "openat", Path: path, Err: err}
+		}
+		s, err := statMount(fd, "", bothIDs)
+		if errors.Is(err, ErrUnsupported) {
+			if t, err2 := fsat.StatMount(fd, "", 0); err2 == nil {
+				e.MountStat, e.Fd = t, fd
+				return e, &os.PathError{Op: "statx", Path: path, Err: err}
+			}
+		}
+		if err != nil {
+			unix.Close(fd)
+			return e, &os.PathError{Op: "statx", Path: path, Err: err}
+		}
+		e.MountStat, e.Fd = s, fd
+		return e, nil
+	}
+	s, err := statMount(dirfd, name, bothIDs)
+	if err != nil {
+		return e, &os.PathError{Op: "statx", Path: path, Err: err}
+	}
+	e.MountStat = s
+	if open == LookOnly || s.Mode != unix.S_IFDIR {
+		return e, nil
+	}
+	// A mount root is opened O_PATH: no open reaches its filesystem (a
+	// FUSE daemon would be asked to open it).
+	flags := unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW
+	if s.Root {
+		flags = unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW
+	}
+	fd, err := fsat.Openat(dirfd, name, flags, 0)
+	switch err {
+	case nil:
+	case unix.ELOOP, unix.ENOTDIR:
+		// Swapped since the statx: a tree that keeps changing is an error.
+		return e, &os.PathError{Op: "openat", Path: path, Err: fmt.Errorf("%w (%w)", err, errChanged)}
+	default:
+		return e, &os.PathError{Op: "openat", Path: path, Err: err}
+	}
+	now, err := statMount(fd, "", bothIDs)
+	if err != nil {
+		unix.Close(fd)
+		return e, &os.PathError{Op: "statx", Path: path, Err: err}
+	}
+	if !now.SameMount(s) {
+		unix.Close(fd)
+		return e, &os.PathError{Op: "openat", Path: path, Err: errChanged}
+	}
+	e.Fd = fd
+	return e, nil
+}
+
+func (e *Entry) close() {
+	if e.Fd >= 0 {
+		unix.Close(e.Fd)
+		e.Fd = -1
+	}
+}
+
+// mountOf is MountOf for a table that is there.
+func (t *MountTable) mountOf(e Entry) (Mount, bool) {
+	if e.ID == 0 {
+		for i := range t.entries {
+			if t.entries[i].dev == e.Dev {
+				return t.entries[i].Mount, true
+			}
+		}
+		return Mount{}, false
+	}
+	m, ok := t.byMountID(int(e.ID))
+	if !ok {
+		return Mount{}, false
+	}
+	return m.Mount, true
+}
