@@ -148,11 +148,24 @@ func scanRoot(root string) (*scanReport, error) {
 	return scanRootWithin(root, volume.DefaultScanLimits())
 }
 
+// scanRootFrom is scanRoot for a process in the mount namespace ns: from
+// any but the host's (an agent in a container), a volume's own tmpfs or
+// hugetlbfs is a propagated copy with mount IDs of its own, proven the
+// volume's by its superblock instead (emptydir.FromAnotherMountNamespace).
+func scanRootFrom(ns mountdetect.MountNamespace) func(root string) (*scanReport, error) {
+	if ns.State == mountdetect.MountNamespaceHost {
+		return scanRoot
+	}
+	return func(root string) (*scanReport, error) {
+		return scanRootWithin(root, volume.DefaultScanLimits(), emptydir.FromAnotherMountNamespace())
+	}
+}
+
 // scanRootWithin is scanRoot within limits: every pod gets the same share
 // of entries (volume.ScanLimits), spent on listing its volumes and on its
 // subPath trees; a pod over it is a problem, and the others are examined
-// all the same.
-func scanRootWithin(root string, limits volume.ScanLimits) (*scanReport, error) {
+// all the same. The emptyDir volumes are examined by a plugin with opts.
+func scanRootWithin(root string, limits volume.ScanLimits, opts ...emptydir.Option) (*scanReport, error) {
 	layout, err := volume.NewLayout(root)
 	if err != nil {
 		return nil, err
@@ -209,8 +222,9 @@ func scanRootWithin(root string, limits volume.ScanLimits) (*scanReport, error) 
 	// so, instead of a walk from the root per volume. It only skips work:
 	// whatever is there is examined by descriptors.
 	hasSubpaths := map[string]bool{}
+	emptyDirs := emptydir.New(volume.NewHost(layout, nil, 0), opts...)
 	for _, vd := range found.Volumes {
-		v := examineVolume(layout, pods, tab, vd, filepath.Join(realRoot, strings.TrimPrefix(vd.Path, root)))
+		v := examineVolume(emptyDirs, pods, tab, vd, filepath.Join(realRoot, strings.TrimPrefix(vd.Path, root)))
 		has, ok := hasSubpaths[vd.PodUID]
 		if !ok {
 			dir, err := layout.PodVolumeSubpathsDir(vd.PodUID)
@@ -260,14 +274,14 @@ func (s *scanReport) overBudgetAt(layout volume.Layout, uid string, stop error) 
 // realPath is vd.Path as the mount table names it (under the resolved
 // root). Any other plugin's volume is reached through pods, the pods
 // directory, by descriptors (examinePluginVolume).
-func examineVolume(layout volume.Layout, pods *fsat.Dir, tab *mountdetect.MountTable, vd volume.VolumeDir, realPath string) scanVolume {
+func examineVolume(emptyDirs *emptydir.Plugin, pods *fsat.Dir, tab *mountdetect.MountTable, vd volume.VolumeDir, realPath string) scanVolume {
 	v := scanVolume{PodUID: vd.PodUID, Plugin: vd.Plugin, Volume: vd.Volume, Path: vd.Path, NestedMounts: []mountdetect.Mount{}, Subpaths: []subpath.Entry{}}
 	fail := func(err error) scanVolume {
 		v.fail(err)
 		return v
 	}
 	if vd.Plugin == emptydir.PluginName {
-		plan, err := emptydir.New(volume.NewHost(layout, nil, 0)).PlanTearDown(vd.PodUID, vd.Volume, tab)
+		plan, err := emptyDirs.PlanTearDown(vd.PodUID, vd.Volume, tab)
 		if err != nil {
 			return fail(err)
 		}
@@ -629,7 +643,7 @@ func runScan(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "nodevol scan: warning: %s\n", display(vis.why))
 		}
 	}
-	s, err := scanRoot(dir)
+	s, err := scanRootFrom(ns.ns)(dir)
 	if err != nil {
 		writeErrors(stderr, "nodevol scan: ", err, "")
 		return ExitError

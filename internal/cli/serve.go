@@ -71,7 +71,7 @@ type serveOptions struct {
 	logger        logr.Logger
 	// scanned, when set, is called after each scan (tests).
 	scanned func()
-	// scan scans a root; nil: scanRoot (tests stand in for it).
+	// scan scans a root; nil: scanRootFrom(ns) (tests stand in for it).
 	scan func(root string) (*scanReport, error)
 }
 
@@ -102,7 +102,7 @@ func newServer(opts serveOptions) (*server, error) {
 		opts.logger = logr.Discard()
 	}
 	if opts.scan == nil {
-		opts.scan = scanRoot
+		opts.scan = scanRootFrom(opts.ns)
 	}
 	if opts.interval <= 0 {
 		return nil, fmt.Errorf("interval %v: must be positive", opts.interval)
