@@ -356,8 +356,17 @@ func driveNamespace(ctx context.Context, opts options, workdir string, images []
 	if err != nil {
 		return nil, err
 	}
+	var restoreHugePages func() error
+	if opts.soak != nil && opts.soak.HugePages > 0 {
+		if restoreHugePages, err = reserveHugePages(opts.soak.HugePages, log); err != nil {
+			return nil, err
+		}
+	}
 	nsErr := runNamespace(ctx, opts, workdir, images, exporter, csi, deploy, cgroupName, cgroups, start, log)
 	cleanErr := cleanHost(before, cgroups)
+	if restoreHugePages != nil {
+		cleanErr = errors.Join(cleanErr, restoreHugePages())
+	}
 	after, err := snapshotHost(workdir, cgroups, cgroupName)
 	if err != nil {
 		return nil, err

@@ -41,7 +41,9 @@ var kubeletSysctls = []sysctl{
 
 // watchedSysctls are host settings the run changes only in its own
 // network namespace (the cluster's forwarding): compared, never masked.
-var watchedSysctls = []string{"net/ipv4/ip_forward"}
+// vm/nr_hugepages is the soak's, which reserves huge pages for its run
+// (reserveHugePages) and gives them back.
+var watchedSysctls = []string{"net/ipv4/ip_forward", hugePagesSysctl}
 
 // hostState is what the run must leave as it found it.
 type hostState struct {

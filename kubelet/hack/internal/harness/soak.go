@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -38,10 +39,13 @@ type soakInputs struct {
 	// Command is the command line that replays the run (its seed and
 	// parameters).
 	Command string `json:"command"`
+	// HugePages is how many huge pages of the default size the host's
+	// pool holds at least during the run (0: the host's as it is).
+	HugePages int `json:"hugePages"`
 }
 
 const soakUsage = `usage: go run ./hack/soak -nodevol KUBELET -stock KUBELET -apiserver KUBE-APISERVER -scheduler KUBE-SCHEDULER -controller-manager KUBE-CONTROLLER-MANAGER
-           [-kubelets nodevol,stock] [-duration 30m] [-rate 30] [-seed N] [-fault-every 45s]
+           [-kubelets nodevol,stock] [-duration 30m] [-rate 30] [-seed N] [-fault-every 45s] [-hugepages 32]
            [-nodevol-image FILE] [-csi-image FILE] [-deploy DIR] [-csi-deploy DIR] [-timeout D] [-workdir DIR]`
 
 // Soak is the soak command (kubelet/hack/soak): its flags are args; it
@@ -95,6 +99,7 @@ func parseSoakFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&p.FaultEvery, "fault-every", 45*time.Second, "mean interval between injected faults (0: none)")
 	fs.DurationVar(&in.LivenessBound, "liveness-bound", 150*time.Second, "a deleted pod must leave the API and the node within this long after its deletion, its NAS's unmount or the end of a fault, whichever is last")
 	fs.DurationVar(&in.RunBound, "run-bound", 3*time.Minute, "a pod must be Running within this long after its creation or the end of a fault, whichever is last")
+	fs.IntVar(&in.HugePages, "hugepages", 32, "the host's pool of 2 MiB huge pages is made at least this large for the run and given back afterwards, so that the nodes can give HugePages volumes (0: left as it is; the volumes are in the mix when the nodes have 4 MiB of huge pages)")
 	fs.DurationVar(&in.SampleEvery, "sample-every", 15*time.Second, "how often the kubelets', nodevol-csi's and the exporter's RSS, descriptors and goroutines are sampled")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -172,4 +177,46 @@ func soakCommand(fs *flag.FlagSet, seed uint64) string {
 		}
 	})
 	return strings.Join(append(parts, fmt.Sprintf("-seed %d", seed)), " ")
+}
+
+// hugePagesSysctl is the host's pool of huge pages of the default size
+// (2 MiB on x86_64 and arm64), which the kubelets report as their nodes'
+// hugepages-2Mi.
+const hugePagesSysctl = "vm/nr_hugepages"
+
+// reserveHugePages makes the host's pool of default-size huge pages at
+// least n for the run (the kernel may give fewer: memory too fragmented),
+// so that the nodes have pages to give HugePages volumes; restore gives the
+// pool back its size before. A pool already that large is left alone.
+func reserveHugePages(n int, log *logger) (restore func() error, err error) {
+	path := filepath.Join("/proc/sys", hugePagesSysctl)
+	read := func() (int, error) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return 0, err
+		}
+		return strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	was, err := read()
+	if err != nil {
+		return nil, fmt.Errorf("huge pages: %w", err)
+	}
+	if was >= n {
+		return func() error { return nil }, nil
+	}
+	restore = func() error {
+		if err := os.WriteFile(path, []byte(strconv.Itoa(was)), 0o644); err != nil {
+			return fmt.Errorf("giving back the huge pages (%s to %d): %w", path, was, err)
+		}
+		return nil
+	}
+	if err := os.WriteFile(path, []byte(strconv.Itoa(n)), 0o644); err != nil {
+		return nil, fmt.Errorf("reserving %d huge pages: %w", n, err)
+	}
+	got, err := read()
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("huge pages: %w", err), restore())
+	}
+	log.Printf("huge pages: the host's pool is %d pages for the run (was %d, asked %d)", got, was, n)
+	return restore, nil
 }

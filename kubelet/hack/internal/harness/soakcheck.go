@@ -478,13 +478,17 @@ var kubeletSockets = []string{"device-plugins/kubelet.sock", "pod-resources/kube
 // CNI plugin still holds.
 func (s *soak) checkLeaks(ctx context.Context) {
 	for _, n := range s.nodes {
-		var leaks []string
+		var leaks, orphans []string
 		// Containers of deleted pods are removed by the kubelet's garbage
 		// collection (every minute); give it two rounds.
 		err := poll(ctx, 150*time.Second, func() (bool, error) {
-			leaks = n.leaks(ctx, s.driver)
+			leaks, orphans = n.leaks(ctx, s.driver)
 			return len(leaks) == 0, nil
 		})
+		for _, o := range orphans {
+			s.log.Printf("%s: containerd's orphan, left by its restart: %s", n.name, o)
+		}
+		n.count(func(st *nodeStats) { st.ContainerdOrphans = orphans })
 		if err == nil {
 			s.log.Printf("%s: nothing left after the drain", n.name)
 			continue
@@ -495,9 +499,10 @@ func (s *soak) checkLeaks(ctx context.Context) {
 	}
 }
 
-// leaks is what the node has left that it should not.
-func (n *soakNode) leaks(ctx context.Context, driver string) []string {
-	var out []string
+// leaks is what the node has left that it should not, and the shims
+// containerd orphaned when it was restarted while it started them
+// (containerd's own leak, which the soak counts apart).
+func (n *soakNode) leaks(ctx context.Context, driver string) (out, orphans []string) {
 	root := n.kubelet.root
 	if ents, err := os.ReadDir(filepath.Join(root, "pods")); err != nil || len(ents) > 0 {
 		var names []string
@@ -535,6 +540,13 @@ func (n *soakNode) leaks(ctx context.Context, driver string) []string {
 			})
 		}
 	}
+	ids, ctrErr := n.containerd.ctrOutput(ctx, "-n", "k8s.io", "containers", "ls", "-q")
+	if ctrErr != nil || strings.TrimSpace(ids) != "" {
+		out = append(out, fmt.Sprintf("containerd containers %q %v", strings.Fields(ids), ctrErr))
+	}
+	n.mu.Lock()
+	containerdRestarted := n.containerdRestarts > 0
+	n.mu.Unlock()
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
@@ -545,13 +557,19 @@ func (n *soakNode) leaks(ctx context.Context, driver string) []string {
 		if err1 != nil || err2 != nil {
 			continue
 		}
-		cmdline := strings.ReplaceAll(string(cmd), "\x00", " ")
-		if strings.Contains(string(cg), "/"+cgroupRoot+"/kubepods/") || strings.Contains(cmdline, "containerd-shim") && strings.Contains(cmdline, n.containerd.socket) {
-			out = append(out, "process "+e.Name()+" "+strings.TrimSpace(cmdline))
+		args := strings.Split(strings.TrimRight(string(cmd), "\x00"), "\x00")
+		cmdline := strings.Join(args, " ")
+		shim := strings.Contains(cmdline, "containerd-shim") && strings.Contains(cmdline, n.containerd.socket)
+		switch {
+		case shim && containerdRestarted && ctrErr == nil && !slices.Contains(strings.Fields(ids), flagValue(args, "-id")):
+			// containerd 1.6 restarted while it started this sandbox's
+			// shim: the new containerd stopped and removed the sandbox
+			// but never knew the shim. containerd's leak, not the
+			// kubelet's or nodevol's: counted apart.
+			orphans = append(orphans, "process "+e.Name()+" "+cmdline)
+		case shim || strings.Contains(string(cg), "/"+cgroupRoot+"/kubepods/"):
+			out = append(out, "process "+e.Name()+" "+cmdline)
 		}
-	}
-	if ids, err := n.containerd.ctrOutput(ctx, "-n", "k8s.io", "containers", "ls", "-q"); err != nil || strings.TrimSpace(ids) != "" {
-		out = append(out, fmt.Sprintf("containerd containers %q %v", strings.Fields(ids), err))
 	}
 	ipam := filepath.Join(n.dir, "cni", "ipam", cniNetworkName)
 	if ents, err := os.ReadDir(ipam); err == nil {
@@ -561,7 +579,21 @@ func (n *soakNode) leaks(ctx context.Context, driver string) []string {
 			}
 		}
 	}
-	return out
+	return out, orphans
+}
+
+// flagValue is the value of the flag name in a command's arguments ("" when
+// it has none).
+func flagValue(args []string, name string) string {
+	for i, a := range args {
+		if a == name && i+1 < len(args) {
+			return args[i+1]
+		}
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // cgroupDirs are the mounted cgroup hierarchies' directories.

@@ -94,6 +94,9 @@ func (s *soak) inject(ctx context.Context, f faultPlan) error {
 	case faultContainerdRestart:
 		n.procMu.Lock()
 		defer n.procMu.Unlock()
+		n.mu.Lock()
+		n.containerdRestarts++
+		n.mu.Unlock()
 		return n.containerd.restart(ctx)
 	case faultCSIKill:
 		return s.killCSIDriver(ctx, n)

@@ -97,7 +97,7 @@ func printSoak(w io.Writer, r *soakResult, wall time.Duration) {
 	fmt.Fprintf(w, "- %d pods planned; churn %.0f s (until every pod was gone), drain and leak checks %.0f s; wall time %.0f s\n",
 		r.PodsPlanned, r.ChurnSeconds, r.DrainSeconds, wall.Seconds())
 	if !r.Params.HugePages {
-		fmt.Fprintln(w, "- HugePages volumes: none (the nodes have no huge pages to give: vm.nr_hugepages is the host's, and the run does not change it)")
+		fmt.Fprintln(w, "- HugePages volumes: none (the nodes had no 4 MiB of huge pages to give: see -hugepages)")
 	}
 	table := func(title string, rows [][]string) {
 		fmt.Fprintf(w, "\n%s\n\n| | %s |\n|---|%s\n", title, strings.Join(head, " | "), strings.Repeat("---|", len(head)))
@@ -124,6 +124,17 @@ func printSoak(w io.Writer, r *soakResult, wall time.Duration) {
 			return fmt.Sprintf("%d (%d)", st.SetUpDeletes, st.SetUpDeletesDuring)
 		}),
 	})
+	leaks := map[string]int{}
+	for _, v := range r.Violations {
+		if v.Kind == violLeak {
+			leaks[v.Node]++
+		}
+	}
+	row := []string{"leaks after the drain (mounts, directories, sockets, quota projects, cgroups, processes, containers, addresses) / shims containerd orphaned in its restarts (containerd's)"}
+	for _, n := range r.Nodes {
+		row = append(row, fmt.Sprintf("%d / %d", leaks[n.Name], len(n.Stats.ContainerdOrphans)))
+	}
+	table("### After the drain", [][]string{row})
 	var vrows [][]string
 	for _, t := range volumeTypes {
 		if t == volHugePages && !r.Params.HugePages {

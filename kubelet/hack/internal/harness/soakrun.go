@@ -239,6 +239,8 @@ type soakNode struct {
 	lives      []kubeletLife
 	faultStart time.Time   // of the fault under way on this node (or the API server); zero: none
 	faultEnds  []time.Time // when each fault on this node (or the API server) ended
+	// containerdRestarts is how many times containerd was restarted.
+	containerdRestarts int
 }
 
 // kubeletLife is one kubelet process.
@@ -806,6 +808,10 @@ type nodeStats struct {
 	BytesLostByType map[volumeType]int64
 
 	FailedNAS, FailedFault, FailedUnexplained int // failed TearDowns of the soak's volumes, by what explains them
+
+	// ContainerdOrphans are the shims left after the drain that
+	// containerd no longer knew: started while it was restarted.
+	ContainerdOrphans []string
 
 	UnmountCounterChecks, UnmountCounterMismatches int
 	DangerChecks, DangerLagged, DangerMismatches   int
