@@ -355,15 +355,14 @@ type podRun struct {
 	node *soakNode
 	uid  string
 
-	mu           sync.Mutex
-	started      chan struct{} // closed when the kubelet starts mounting its volumes
-	startedOnce  sync.Once
-	setUp        map[string]time.Time // volume → SetUp succeeded (the kubelet's time)
-	nas          *nodeNAS
-	nasType      volumeType
-	nasLost      map[string]bool // sentinel paths found lost
-	unmountedAt  time.Time
-	failuresSeen int
+	mu          sync.Mutex
+	started     chan struct{} // closed when the kubelet starts mounting its volumes
+	startedOnce sync.Once
+	setUp       map[string]time.Time // volume → SetUp succeeded (the kubelet's time)
+	nas         *nodeNAS
+	nasType     volumeType
+	nasLost     map[string]bool // sentinel paths found lost
+	unmountedAt time.Time
 }
 
 func (r *podRun) setUpStarted() { r.startedOnce.Do(func() { close(r.started) }) }
