@@ -633,11 +633,22 @@ func (s *soak) exporterUnhealthy(ctx context.Context, pod corev1.Pod) string {
 	if err != nil {
 		return err.Error()
 	}
+	// The last line of each volume (a scan logs every unhealthy volume
+	// each time), at most 6 volumes.
 	var lines []string
+	last := map[string]int{}
 	for _, l := range strings.Split(log, "\n") {
-		if strings.Contains(l, "not healthy") {
-			lines = append(lines, l)
+		if !strings.Contains(l, "not healthy") {
+			continue
 		}
+		_, path, _ := strings.Cut(l, " path=")
+		path, _, _ = strings.Cut(path, " ")
+		if i, ok := last[path]; ok {
+			lines[i] = l
+			continue
+		}
+		last[path] = len(lines)
+		lines = append(lines, l)
 	}
 	if len(lines) > 6 {
 		lines = lines[len(lines)-6:]
