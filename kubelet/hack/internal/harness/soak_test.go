@@ -332,3 +332,18 @@ func TestGrowthOf(t *testing.T) {
 		t.Errorf("goroutines not exported: %+v", g)
 	}
 }
+
+// TestFlagValue: a shim's sandbox ID is read from its command line, in
+// either form of the flag.
+func TestFlagValue(t *testing.T) {
+	args := []string{"/usr/bin/containerd-shim-runc-v2", "-namespace", "k8s.io", "-id", "86cb89ec", "-address", "/run/c.sock"}
+	if got := flagValue(args, "-id"); got != "86cb89ec" {
+		t.Errorf("flagValue(-id) = %q", got)
+	}
+	if got := flagValue([]string{"shim", "-id=abc"}, "-id"); got != "abc" {
+		t.Errorf("flagValue(-id=abc) = %q", got)
+	}
+	if got := flagValue([]string{"shim", "-id"}, "-id"); got != "" {
+		t.Errorf("flagValue of a flag without its value = %q", got)
+	}
+}
