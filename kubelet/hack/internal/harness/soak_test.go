@@ -1,7 +1,11 @@
 package harness
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -345,5 +349,29 @@ func TestFlagValue(t *testing.T) {
 	}
 	if got := flagValue([]string{"shim", "-id"}, "-id"); got != "" {
 		t.Errorf("flagValue of a flag without its value = %q", got)
+	}
+}
+
+// TestTransient: the soak retries what a slow or restarting API server
+// answers (a client timeout, a refused connection, 5xx, 429) and nothing
+// that says the request itself is wrong.
+func TestTransient(t *testing.T) {
+	timeout := &url.Error{Op: "Post", URL: "https://127.0.0.1:6443/api/v1/namespaces/nodevol-soak/pods", Err: context.DeadlineExceeded}
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{timeout, true},
+		{fmt.Errorf("POST /x: %w", &StatusError{Code: 503}), true},
+		{fmt.Errorf("POST /x: %w", &StatusError{Code: 429}), true},
+		{errors.New("connection refused"), true},
+		{fmt.Errorf("POST /x: %w", &StatusError{Code: 400}), false},
+		{fmt.Errorf("GET /x: %w", ErrNotFound), false},
+		{fmt.Errorf("POST /x: %w", ErrExists), false},
+		{nil, false},
+	} {
+		if got := transient(c.err); got != c.want {
+			t.Errorf("transient(%v) = %v; want %v", c.err, got, c.want)
+		}
 	}
 }

@@ -22,9 +22,11 @@ const apiRetryLimit = 3 * time.Minute
 
 // transient says whether an API call's error may go away on its own:
 // anything but an answer that the request itself is wrong (4xx, but 429
-// Too Many Requests) or a 404 or 409.
+// Too Many Requests) or a 404 or 409. A call that timed out is transient
+// (the client's 5 s: an API server slowed down by the load, or restarting);
+// retry stops when its own context ends.
 func transient(err error) bool {
-	if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrExists) {
 		return false
 	}
 	var se *StatusError
