@@ -110,9 +110,9 @@ func (n *soakNode) nodeDanger() (int, string, error) {
 }
 
 // Danger gauge check timing: compared once what is mounted has been the
-// same for dangerSettle, a mismatch that lasts dangerBound of it (two
-// scan intervals and a half: a missed mount-table event is caught by the
-// interval scan) is a violation.
+// same for dangerSettle, a mismatch that every check (every 2 s) sees for
+// dangerBound (two scan intervals and a half: a missed mount-table event
+// is caught by the interval scan) is a violation.
 const (
 	dangerSettle = 5 * time.Second
 	dangerBound  = 25 * time.Second
@@ -123,8 +123,8 @@ const (
 // has been steady long enough, until ctx ends.
 func (s *soak) checkDanger(ctx context.Context, n *soakNode) {
 	var key string
-	var since time.Time
-	lagging, reported := false, false
+	var since, wrongSince time.Time // the key's first sight; the first check of the mismatch under way
+	reported := false
 	for sleepFor(ctx, 2*time.Second) {
 		want, k, err := n.nodeDanger()
 		if err != nil {
@@ -132,7 +132,7 @@ func (s *soak) checkDanger(ctx context.Context, n *soakNode) {
 		}
 		now := time.Now()
 		if k != key || since.IsZero() {
-			key, since, lagging, reported = k, now, false, false
+			key, since, wrongSince, reported = k, now, time.Time{}, false
 		}
 		if now.Sub(since) < dangerSettle || n.faultOngoing(now) {
 			continue
@@ -153,15 +153,19 @@ func (s *soak) checkDanger(ctx context.Context, n *soakNode) {
 		n.count(func(st *nodeStats) { st.DangerChecks++ })
 		switch {
 		case got == float64(want):
-			lagging = false
-		case time.Since(since) >= dangerBound && !reported:
+			wrongSince = time.Time{}
+		case wrongSince.IsZero():
+			// A scan can catch a volume in the middle of its teardown,
+			// which does not change the danger set: wrong until the
+			// next scan. Only a mismatch every check sees for
+			// dangerBound is the gauge lying.
+			wrongSince = now
+			n.count(func(st *nodeStats) { st.DangerLagged++ })
+		case now.Sub(wrongSince) >= dangerBound && !reported:
 			reported = true
 			n.count(func(st *nodeStats) { st.DangerMismatches++ })
-			s.violate(n, "", violDangerGauge, "nodevol_scan_danger_volumes %g, but %d volumes have been in danger by the mount table for %.0fs: [%s]; the exporter's danger series: %s; its log: %s",
-				got, want, time.Since(since).Seconds(), strings.ReplaceAll(key, "\n", ", "), dangerSeries(m), s.exporterUnhealthy(ctx, pod))
-		case !lagging:
-			lagging = true
-			n.count(func(st *nodeStats) { st.DangerLagged++ })
+			s.violate(n, "", violDangerGauge, "nodevol_scan_danger_volumes %g, but %d volumes have been in danger by the mount table for %.0fs, and the gauge has been wrong at every check for %.0fs: [%s]; the exporter's danger series: %s; its log: %s",
+				got, want, now.Sub(since).Seconds(), now.Sub(wrongSince).Seconds(), strings.ReplaceAll(key, "\n", ", "), dangerSeries(m), s.exporterUnhealthy(ctx, pod))
 		}
 	}
 }

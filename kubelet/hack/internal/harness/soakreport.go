@@ -192,7 +192,7 @@ func printSoak(w io.Writer, r *soakResult, wall time.Duration) {
 		per("NAS unmounted → volumes gone (pods with a NAS)", lat(func(st *nodeStats) []float64 { return st.UnmountToVolumesGone })),
 	})
 	table("### Metrics against the mount table and the log", [][]string{
-		per("exporter's nodevol_scan_danger_volumes: checks / lagging (< 25 s) / wrong", func(st *nodeStats) string {
+		per("exporter's nodevol_scan_danger_volumes: checks / wrong for a moment (a scan during a teardown) / wrong for 25 s", func(st *nodeStats) string {
 			return fmt.Sprintf("%d / %d / %d", st.DangerChecks, st.DangerLagged, st.DangerMismatches)
 		}),
 		per("kubelet's failed-unmount counter: checks / wrong", func(st *nodeStats) string {
