@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,8 +9,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -179,6 +183,7 @@ func (s *soak) run(ctx context.Context) (*soakResult, error) {
 	defer stopBG()
 	var bgWG sync.WaitGroup
 	bgWG.Go(func() { s.pods.run(bg) })
+	bgWG.Go(func() { reapOrphans(bg) })
 	if err := poll(ctx, 30*time.Second, func() (bool, error) {
 		s.pods.mu.Lock()
 		defer s.pods.mu.Unlock()
@@ -851,3 +856,43 @@ func (n *soakNode) faultOngoing(t time.Time) bool {
 	defer n.mu.Unlock()
 	return !n.faultStart.IsZero() && !t.Before(n.faultStart)
 }
+
+// reapOrphans waits, every 10 s until ctx ends, for the exited processes
+// this process inherited as the namespace's PID 1: the containerd shims
+// (each daemonizes, and its parent, the namespace's init, must reap it)
+// and the CNI plugins a restarted containerd left. The processes the
+// harness started itself are its exec.Cmds' to wait for, and are left
+// alone: only a zombie whose name is one of orphanNames is reaped.
+func reapOrphans(ctx context.Context) {
+	for sleepFor(ctx, 10*time.Second) {
+		ents, err := os.ReadDir("/proc")
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+			if err != nil {
+				continue
+			}
+			// pid (comm) state ppid …; comm may hold spaces and parentheses.
+			lp, rp := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+			if lp < 0 || rp < lp {
+				continue
+			}
+			comm, rest := string(b[lp+1:rp]), strings.Fields(string(b[rp+1:]))
+			if len(rest) < 2 || rest[0] != "Z" || rest[1] != strconv.Itoa(os.Getpid()) || !slices.ContainsFunc(orphanNames, func(p string) bool { return strings.HasPrefix(comm, p) }) {
+				continue
+			}
+			var ws syscall.WaitStatus
+			_, _ = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+		}
+	}
+}
+
+// orphanNames are the name prefixes (comm, at most 15 bytes) of the
+// processes reapOrphans reaps.
+var orphanNames = []string{"containerd-shim", "host-local", "bridge", "loopback", "portmap"}
