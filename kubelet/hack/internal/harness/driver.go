@@ -363,10 +363,13 @@ func driveNamespace(ctx context.Context, opts options, workdir string, images []
 		}
 	}
 	nsErr := runNamespace(ctx, opts, workdir, images, exporter, csi, deploy, cgroupName, cgroups, start, log)
-	cleanErr := cleanHost(before, cgroups)
+	// The pool goes back before the clean-up, which puts back (and
+	// reports) any watched sysctl the run left changed.
+	var restoreErr error
 	if restoreHugePages != nil {
-		cleanErr = errors.Join(cleanErr, restoreHugePages())
+		restoreErr = restoreHugePages()
 	}
+	cleanErr := errors.Join(restoreErr, cleanHost(before, cgroups))
 	after, err := snapshotHost(workdir, cgroups, cgroupName)
 	if err != nil {
 		return nil, err
