@@ -131,19 +131,26 @@ func TestScheduleMix(t *testing.T) {
 // every kind, so that a short run (CI's) injects each once.
 func TestShortScheduleInjectsEveryFault(t *testing.T) {
 	p := testSoakParams()
-	p.Duration, p.FaultEvery = 4*time.Minute, 25*time.Second
-	for seed := uint64(1); seed <= 20; seed++ {
-		p.Seed = seed
-		s, _ := makeSchedule(p)
-		if len(s.Faults) < len(scheduledFaults) {
-			continue
-		}
-		kinds := map[faultKind]bool{}
-		for _, f := range s.Faults[:len(scheduledFaults)] {
-			kinds[f.Kind] = true
-		}
-		if len(kinds) != len(scheduledFaults) {
-			t.Errorf("seed %d: the first %d faults are of %d kinds", seed, len(scheduledFaults), len(kinds))
+	for _, c := range []struct{ duration, every time.Duration }{{4 * time.Minute, 25 * time.Second}, {3 * time.Minute, 20 * time.Second}, {3 * time.Minute, 2 * time.Minute}} {
+		p.Duration, p.FaultEvery = c.duration, c.every
+		for seed := uint64(1); seed <= 50; seed++ {
+			p.Seed = seed
+			s, _ := makeSchedule(p)
+			if len(s.Faults) < len(scheduledFaults) {
+				t.Fatalf("%v with a fault every %v, seed %d: %d faults", c.duration, c.every, seed, len(s.Faults))
+			}
+			kinds := map[faultKind]bool{}
+			var last time.Duration
+			for _, f := range s.Faults[:len(scheduledFaults)] {
+				kinds[f.Kind] = true
+				if f.At < last || f.At >= p.Duration || (f.Kind == faultAPIServerRestart) != (f.Node == 0) {
+					t.Fatalf("%v with a fault every %v, seed %d: fault %+v", c.duration, c.every, seed, f)
+				}
+				last = f.At
+			}
+			if len(kinds) != len(scheduledFaults) {
+				t.Errorf("%v with a fault every %v, seed %d: the first %d faults are of %d kinds", c.duration, c.every, seed, len(scheduledFaults), len(kinds))
+			}
 		}
 	}
 }

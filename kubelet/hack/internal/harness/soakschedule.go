@@ -36,7 +36,8 @@ type soakParams struct {
 	// SetUpDeleteEvery: one pod in SetUpDeleteEvery is deleted as soon as
 	// the kubelet starts setting up its volumes (0: none).
 	SetUpDeleteEvery int `json:"setUpDeleteEvery"`
-	// FaultEvery is the mean interval between injected faults (0: none).
+	// FaultEvery is the mean interval between injected faults (0: none);
+	// a run gets at least one fault of each kind.
 	FaultEvery time.Duration `json:"faultEvery"`
 	// HugePages says whether the nodes have huge pages to give HugePages
 	// volumes (the schedule has none otherwise).
@@ -260,6 +261,25 @@ func makeSchedule(p soakParams) (soakSchedule, error) {
 			}
 			f.Down = time.Duration(faults.Int64N(int64(3 * time.Second)))
 			s.Faults = append(s.Faults, f)
+		}
+		// A run too short for one round by the mean interval still gets
+		// one fault of each kind, at random times in its first 90 %.
+		if n := len(scheduledFaults); len(s.Faults) < n {
+			round := slices.Clone(scheduledFaults)
+			faults.Shuffle(n, func(a, b int) { round[a], round[b] = round[b], round[a] })
+			ats := make([]time.Duration, n)
+			for i := range ats {
+				ats[i] = time.Duration(faults.Int64N(int64(p.Duration) * 9 / 10))
+			}
+			slices.Sort(ats)
+			s.Faults = s.Faults[:0]
+			for i, k := range round {
+				f := faultPlan{At: ats[i], Kind: k, Node: 1 + faults.IntN(p.Nodes), Down: time.Duration(faults.Int64N(int64(3 * time.Second)))}
+				if k == faultAPIServerRestart {
+					f.Node = 0
+				}
+				s.Faults = append(s.Faults, f)
+			}
 		}
 	}
 	return s, nil
