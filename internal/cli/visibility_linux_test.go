@@ -139,7 +139,7 @@ func TestScanFromContainerKnowsMemoryVolumes(t *testing.T) {
 	agent.Do(func() {
 		errs[0] = unix.Unmount(mem, 0)
 		fromHost, errs[1] = scanRoot(containerRoot)
-		fromContainer, errs[2] = scanRootFrom(foreignNS)(containerRoot)
+		fromContainer, errs[2] = scanRootWithin(containerRoot, volume.DefaultScanLimits(), scanOptionsFrom(foreignNS)...)
 	})
 	for _, err := range errs {
 		if err != nil {
