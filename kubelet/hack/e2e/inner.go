@@ -29,6 +29,10 @@ func scenarios() []scenario {
 		// nodevol-csi serves stock kubelets: the nodevol kubelet's row would
 		// add nothing.
 		{num: 9, name: csiScenarioName, sched: alone, kubelets: []flavor{stockKubelet}, nodevolOnStock: true, expect: expectCSI, run: csiScenario},
+		// An operator replaces the kubelet binary and restarts the service,
+		// without draining: each way once, on a node of its own.
+		{num: 10, name: "switch-to-nodevol", sched: alone, switches: &kubeletSwitch{stockKubelet, nodevolKubelet}, expect: expectSwitch(nodevolKubelet), run: switchScenario(kubeletSwitch{stockKubelet, nodevolKubelet})},
+		{num: 11, name: "switch-to-stock", sched: alone, switches: &kubeletSwitch{nodevolKubelet, stockKubelet}, expect: expectSwitch(stockKubelet), run: switchScenario(kubeletSwitch{nodevolKubelet, stockKubelet})},
 	}
 }
 
@@ -148,6 +152,16 @@ func runAll(ctx context.Context, cfg innerConfig, log *logger) ([]row, error) {
 			return rows, fmt.Errorf("%s kubelet: %w", f, err)
 		}
 	}
+	for _, s := range selected {
+		if s.switches == nil {
+			continue
+		}
+		r, err := runSwitch(ctx, cfg, cp, s, log.with(s.switches.String()+": "))
+		rows = append(rows, r)
+		if err != nil {
+			return rows, fmt.Errorf("%s kubelet: %w", s.switches, err)
+		}
+	}
 	return rows, nil
 }
 
@@ -169,10 +183,14 @@ func selectScenarios(run string) ([]scenario, error) {
 	return selected, nil
 }
 
-// scenariosFor is the scenarios that run against the flavor's kubelet.
+// scenariosFor is the scenarios that run against the flavor's kubelet (not
+// those that switch kubelets: they have a node of their own).
 func scenariosFor(selected []scenario, f flavor) []scenario {
 	var out []scenario
 	for _, s := range selected {
+		if s.switches != nil {
+			continue
+		}
 		if len(s.kubelets) == 0 || slices.Contains(s.kubelets, f) {
 			out = append(out, s)
 		}
