@@ -643,9 +643,8 @@ func (r *switchRun) afterSwitch(ctx context.Context, switched time.Time) {
 	for _, p := range r.pods {
 		for path := range p.tokens {
 			jwt, _ := readInContainer(p.pid, path)
-			if c, err := parseTokenClaims(jwt); !o.want(err == nil && c.Kubernetes.Pod.UID == string(p.pod.UID), "%s: %s after the switch is not a token bound to the pod: %v", p.pod.Name, path, err) {
-				continue
-			}
+			c, err := parseTokenClaims(jwt)
+			o.want(err == nil && c.Kubernetes.Pod.UID == string(p.pod.UID), "%s: %s after the switch is not a token bound to the pod: %v", p.pod.Name, path, err)
 		}
 	}
 }
@@ -695,7 +694,7 @@ func (r *switchRun) tokensChanged() int {
 	n := 0
 	for _, p := range r.pods {
 		for path, before := range p.tokens {
-			if now, ok := readInContainer(p.pid, path); ok == nil && now != before && now != "" {
+			if now, err := readInContainer(p.pid, path); err == nil && now != before && now != "" {
 				n++
 			}
 		}
