@@ -48,6 +48,9 @@ type Plugin struct {
 	// hook is called at SetUp's and TearDown's crash points (and passed
 	// on to RemoveAll); set by this package's tests only.
 	hook testhook.Hook
+	// adoption is set by WithAdoption: this process's session and the
+	// adoption counter; nil adopts nothing.
+	adoption *adoption
 }
 
 var (
@@ -74,11 +77,15 @@ func WithQuotas(q Quotas) Option { return optionFunc(func(p *Plugin) { p.quotas 
 // this module: elsewhere only nil can be passed, which changes nothing.
 func WithTestHook(h testhook.Hook) Option { return optionFunc(func(p *Plugin) { p.hook = h }) }
 
-// New returns the plugin for host.
+// New returns the plugin for host. With WithAdoption it opens this
+// process's session in the kubelet root's session log (see Adoption).
 func New(host volume.Host, opts ...Option) *Plugin {
 	p := &Plugin{host: host}
 	for _, o := range opts {
 		o.apply(p)
+	}
+	if p.adoption != nil {
+		p.adoption.start(host.Layout().Root())
 	}
 	return p
 }

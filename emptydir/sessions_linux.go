@@ -72,6 +72,8 @@ type sessions struct {
 	boot  string    // the boot's ID
 	prior []session // earlier processes' sessions, oldest first
 	mine  session   // this process's
+
+	done chan struct{} // closed when run returns
 }
 
 // startSessions opens this process's session in the log under root: it
@@ -79,7 +81,7 @@ type sessions struct {
 // dropped), appends the new session and writes the log. A failure is
 // kept: the returned sessions then adopts nothing and says why.
 func startSessions(root string, log klog.Logger) *sessions {
-	s := &sessions{root: root, log: log}
+	s := &sessions{root: root, log: log, done: make(chan struct{})}
 	s.err = s.start()
 	if s.err != nil {
 		log.Info("Mounts made by a kubelet before nodevol will not be adopted", "reason", s.err)
@@ -159,6 +161,7 @@ func (s *sessions) heartbeat() error {
 // run beats until stop is closed, then ends the session with a last
 // beat.
 func (s *sessions) run(stop <-chan struct{}) {
+	defer close(s.done)
 	t := time.NewTicker(heartbeatPeriod)
 	defer t.Stop()
 	for {
@@ -214,16 +217,14 @@ func sampleMountID(root string) (uint64, error) {
 		return 0, &os.PathError{Op: "open_tree", Path: root, Err: err}
 	}
 	defer unix.Close(fd)
-	var sx unix.Statx_t
-	if err := fsat.Retry(func() error {
-		return unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID_UNIQUE, &sx)
-	}); err != nil {
+	mi, err := fsat.StatMount(fd, "", fsat.MountKey)
+	if err != nil {
 		return 0, &os.PathError{Op: "statx", Path: root, Err: err}
 	}
-	if sx.Mask&unix.STATX_MNT_ID_UNIQUE == 0 {
+	if mi.UniqueID == 0 {
 		return 0, errNoUniqueMountIDs
 	}
-	return sx.Mnt_id, nil
+	return mi.UniqueID, nil
 }
 
 // bootID is the kernel's random ID of this boot.

@@ -103,6 +103,10 @@ const (
 	// directory, or the one there changed, while it was examined. The
 	// next try examines it again.
 	ReasonMountChanged
+	// ReasonAdoptedMount (ActionUnmountAndRemove): the volume's own tmpfs
+	// or hugetlbfs, mounted by the kubelet that ran before nodevol and
+	// adopted by SetUp (WithAdoption), proven by its unique mount ID.
+	ReasonAdoptedMount
 )
 
 func (c ReasonCode) String() string {
@@ -135,6 +139,8 @@ func (c ReasonCode) String() string {
 		return "metadata-unreadable"
 	case ReasonMountChanged:
 		return "mount-changed"
+	case ReasonAdoptedMount:
+		return "adopted-mount"
 	}
 	return fmt.Sprintf("ReasonCode(%d)", int(c))
 }
