@@ -567,6 +567,9 @@ func (r *switchRun) afterSwitch(ctx context.Context, switched time.Time) {
 		}
 	}
 	o.observe("%d/%d volumes set up again", good, total)
+	if r.sw.to == nodevolKubelet {
+		r.checkAdoptions(k)
+	}
 	if setUpSeen != 0 {
 		o.time("SIGTERM → every volume set up again (kubelet log)", setUpSeen)
 	}
@@ -1116,6 +1119,40 @@ const (
 	fsAppendFL    = 0x00000020
 )
 
+// adoptionLine is what nodevol logs once per volume whose tmpfs it adopts.
+var adoptionLine = regexp.MustCompile(`Adopted the previous kubelet's mount as the volume's own`)
+
+// checkAdoptions checks that nodevol-kubelet logged one adoption for each
+// tmpfs the stock kubelet mounted (and none for another volume).
+func (r *switchRun) checkAdoptions(k *kubelet) {
+	o := r.o
+	lines, _, err := k.logLines(0, adoptionLine)
+	if err != nil {
+		o.harness(fmt.Errorf("reading the kubelet's log: %w", err))
+		return
+	}
+	want, adopted := 0, 0
+	for _, p := range r.pods {
+		for _, v := range p.vols {
+			n := 0
+			for _, l := range lines {
+				if strings.Contains(l, `volume="`+v.dir+`"`) {
+					n++
+				}
+			}
+			if v.tmpfs {
+				want++
+				o.want(n == 1, "%s: %s: %d adoption log lines, want 1", p.pod.Name, v.key, n)
+			} else {
+				o.want(n == 0, "%s: %s is not a tmpfs, and %d adoption log lines name it", p.pod.Name, v.key, n)
+			}
+			adopted += n
+		}
+	}
+	o.want(len(lines) == want, "%d adoption log lines, want %d (one per tmpfs)", len(lines), want)
+	o.observe("%d/%d tmpfs adopted (log)", adopted, want)
+}
+
 // rootLeftovers walks the kubelet root (without following symlinks or
 // leaving it for another filesystem's mount without saying so) and lists
 // what a switch could leave behind: mounts below it, pod directories,
@@ -1148,6 +1185,10 @@ func rootLeftovers(root string) ([]string, error) {
 		}
 		name := d.Name()
 		switch {
+		case path == filepath.Join(root, "nodevol-sessions.json"):
+			// The session log stays by design: it is what tells a
+			// later nodevol which mounts were made while none ran
+			// (docs/kubelet.md), and no kubelet reads it.
 		case strings.Contains(name, "nodevol"):
 			left = append(left, "nodevol file "+rel(path))
 		case name == "ready" && strings.HasPrefix(path, filepath.Join(root, "pods")+"/"):
