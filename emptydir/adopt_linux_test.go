@@ -13,8 +13,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/internal/mounttest"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
@@ -379,4 +381,101 @@ func TestAdoptAgainAfterStockKubelet(t *testing.T) {
 	if got := adoptedCount(t, reg); got != 1 {
 		t.Errorf("adopted volumes counted: %v, want 1", got)
 	}
+}
+
+// TestAdoptedMountBoundElsewhereIsNotTornDown: once adopted, the tmpfs is
+// proven as the volume's own; a bind of it outside the pod's subPath
+// directory (its data still reachable there) stops its teardown.
+func TestAdoptedMountBoundElsewhereIsNotTornDown(t *testing.T) {
+	n := newStockNode(t)
+	dir, want := n.memoryVolume(t)
+	e, _ := n.nodevol(t)
+	e.setUp(t, memoryPod(e), "cache")
+	elsewhere := filepath.Join(t.TempDir(), "elsewhere")
+	mounttest.Bind(t, dir, elsewhere)
+	if err := e.tearDown("cache"); !errors.Is(err, mountdetect.ErrCrossesMount) {
+		t.Fatalf("TearDown with a bind of the adopted tmpfs elsewhere = %v, want a refusal", err)
+	}
+	if !mounttest.IsMountRoot(t, dir) {
+		t.Error("the adopted tmpfs was unmounted while bound elsewhere")
+	}
+	mounttest.Intact(t, dir, want)
+}
+
+// TestForgedAdoptedRecord: nodevol.json is in the pod directory, where
+// the attacker writes. A record claiming that a mount on the volume
+// directory was adopted proves it only by the kernel's unique mount ID,
+// of the kubelet's type and source, in this boot, alone on its
+// superblock: a NAS, a ramfs named like a tmpfs, another pod's tmpfs
+// bound in, or a record of another boot is never unmounted.
+func TestForgedAdoptedRecord(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		mount func(t *testing.T, n *stockNode, dir string) (keep string)
+		boot  string
+	}{{
+		name: "NAS",
+		mount: func(t *testing.T, n *stockNode, dir string) string {
+			nas := filepath.Join(t.TempDir(), "nas")
+			if err := os.Mkdir(nas, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			mounttest.Bind(t, nas, dir)
+			return nas
+		},
+	}, {
+		name: "another pod's tmpfs bound in",
+		mount: func(t *testing.T, n *stockNode, dir string) string {
+			other := n.volumeDir(t, victimUID, PluginName, "cache", "cache")
+			mounttest.Tmpfs(t, other, "size=1m")
+			mounttest.Bind(t, other, dir)
+			return other
+		},
+	}, {
+		name: "a ramfs from tmpfs",
+		mount: func(t *testing.T, n *stockNode, dir string) string {
+			mounttest.Mount(t, "tmpfs", dir, "ramfs", 0, "")
+			return dir
+		},
+	}, {
+		name: "a record of another boot",
+		boot: "00000000-0000-0000-0000-000000000000",
+		mount: func(t *testing.T, n *stockNode, dir string) string {
+			mounttest.Tmpfs(t, dir, "size=1m")
+			return dir
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newStockNode(t)
+			dir := n.volumeDir(t, testUID, PluginName, "cache", "cache")
+			keep := tc.mount(t, n, dir)
+			want := mounttest.Sentinels(t, keep)
+			e, _ := n.nodevol(t)
+			mi := mountOn(t, dir)
+			boot := tc.boot
+			if boot == "" {
+				var err error
+				if boot, err = bootID(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			writeForged(t, e.metaDir(t, "cache"), &MountRecord{UniqueID: mi.UniqueID, ID: mi.ID, Dev: mi.Dev, FSType: "tmpfs", Source: "tmpfs", Adopted: true, BootID: boot})
+			err := e.tearDown("cache")
+			t.Logf("TearDown = %v", err)
+			if err == nil || !mounttest.IsMountRoot(t, dir) {
+				t.Error("TearDown unmounted a mount a forged record claims was adopted")
+			}
+			mounttest.Intact(t, keep, want)
+		})
+	}
+}
+
+// mountOn is the identity of the mount on dir.
+func mountOn(t *testing.T, dir string) fsat.MountStat {
+	t.Helper()
+	mi, err := fsat.StatMount(unix.AT_FDCWD, dir, bothIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mi
 }
