@@ -31,9 +31,9 @@ type Adoption struct {
 // nodevol process ran on this kubelet root since the node booted — which
 // the session log, <root>/nodevol-sessions.json, tells. New opens this
 // process's session in the log. The adopted mount is recorded as the
-// volume's own (MountRecord.Adopted) and torn down as nodevol's own
-// mounts are. Without unique mount IDs (Linux before 6.8) nothing is
-// adopted.
+// volume's own in its nodevol.json ("adopted": true) and torn down as
+// nodevol's own mounts are. Without unique mount IDs (Linux before 6.8)
+// nothing is adopted.
 func WithAdoption(a Adoption) Option {
 	return optionFunc(func(p *Plugin) { p.adoption = &adoption{cfg: a} })
 }

@@ -7,7 +7,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/internal/fsat"
+	"github.com/nodevol/nodevol/internal/base/fsat"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -24,10 +24,10 @@ func kubeletSource(fsType string) string {
 // adoptPrevious adopts the mount on the volume directory (e, a mount
 // root) when the adoption rule (WithAdoption) proves it the one the
 // kubelet before nodevol mounted for this volume: it is recorded as the
-// volume's own (MountRecord.Adopted), logged and counted; it is left as
+// volume's own (mountRecord.Adopted), logged and counted; it is left as
 // it is (its mode and owner are what that kubelet set). whyNot says why a
 // mount is not adopted ("" when adoption is off).
-func (m *mounter) adoptPrevious(logger klog.Logger, v *podVolume, e entry, plan setupPlan, old *Metadata) (adopted bool, whyNot string, err error) {
+func (m *mounter) adoptPrevious(logger klog.Logger, v *podVolume, e entry, plan setupPlan, old *metadata) (adopted bool, whyNot string, err error) {
 	a := m.plugin.adoption
 	switch {
 	case a == nil:
@@ -60,7 +60,7 @@ func (m *mounter) adoptPrevious(logger klog.Logger, v *podVolume, e entry, plan 
 	if rec.BootID, err = bootID(); err != nil {
 		return false, "", err
 	}
-	meta := &Metadata{Medium: plan.medium, SizeLimit: m.source.SizeLimit, Mode: m.source.Mode, StickyBit: m.source.StickyBit, Mount: &rec}
+	meta := &metadata{Medium: plan.medium, SizeLimit: m.source.SizeLimit, Mode: m.source.Mode, StickyBit: m.source.StickyBit, Mount: &rec}
 	if plan.medium == volume.MediumHugePages {
 		meta.HugePageSize = plan.pageSize
 	}
@@ -80,19 +80,19 @@ func (m *mounter) adoptPrevious(logger klog.Logger, v *podVolume, e entry, plan 
 // subPath directories of the volume (binds the kubelet made for
 // containers). It returns the record the mount would get, or why not.
 // When it was made is the session log's to say.
-func previousKubeletsMount(tab *mountdetect.MountTable, e entry, at, beneath []mountdetect.Mount, plan setupPlan, r volRef, path string) (MountRecord, string) {
+func previousKubeletsMount(tab *mountdetect.MountTable, e entry, at, beneath []mountdetect.Mount, plan setupPlan, r volRef, path string) (mountRecord, string) {
 	switch {
 	case len(beneath) > 0:
-		return MountRecord{}, fmt.Sprintf("%d mounts are beneath it (first %s)", len(beneath), beneath[0])
+		return mountRecord{}, fmt.Sprintf("%d mounts are beneath it (first %s)", len(beneath), beneath[0])
 	case len(at) != 1:
-		return MountRecord{}, fmt.Sprintf("%d mounts are stacked on the volume directory", len(at))
+		return mountRecord{}, fmt.Sprintf("%d mounts are stacked on the volume directory", len(at))
 	}
 	fsType := "tmpfs"
 	if plan.medium == volume.MediumHugePages {
 		fsType = "hugetlbfs"
 	}
 	if at[0].FSType != fsType || at[0].Source != kubeletSource(fsType) {
-		return MountRecord{}, fmt.Sprintf("it is %s, not the %s from %q the kubelet mounts for a %s volume", at[0], fsType, kubeletSource(fsType), plan.medium)
+		return mountRecord{}, fmt.Sprintf("it is %s, not the %s from %q the kubelet mounts for a %s volume", at[0], fsType, kubeletSource(fsType), plan.medium)
 	}
 	var self *mountdetect.SourceMount
 	var others []mountdetect.SourceMount
@@ -105,21 +105,21 @@ func previousKubeletsMount(tab *mountdetect.MountTable, e entry, at, beneath []m
 	}
 	switch {
 	case self == nil:
-		return MountRecord{}, "it is not in the mount table"
+		return mountRecord{}, "it is not in the mount table"
 	case self.Dev != e.Dev:
-		return MountRecord{}, "the mount table shows another filesystem on it than statx"
+		return mountRecord{}, "the mount table shows another filesystem on it than statx"
 	case self.Root != "/":
-		return MountRecord{}, fmt.Sprintf("it mounts %q of its filesystem, not the whole filesystem", self.Root)
+		return mountRecord{}, fmt.Sprintf("it mounts %q of its filesystem, not the whole filesystem", self.Root)
 	case fsType == "hugetlbfs" && self.HugePageSize != plan.pageSize:
-		return MountRecord{}, fmt.Sprintf("its page size is %d, not the volume's %d", self.HugePageSize, plan.pageSize)
+		return mountRecord{}, fmt.Sprintf("its page size is %d, not the volume's %d", self.HugePageSize, plan.pageSize)
 	}
 	subpaths := subpathsPrefix(r, path, self.MountPoint)
 	for _, o := range others {
 		if o.Dev == self.Dev && (subpaths == "" || !strings.HasPrefix(o.MountPoint, subpaths)) {
-			return MountRecord{}, fmt.Sprintf("its filesystem is mounted elsewhere too (%s)", o.Mount)
+			return mountRecord{}, fmt.Sprintf("its filesystem is mounted elsewhere too (%s)", o.Mount)
 		}
 	}
-	return MountRecord{UniqueID: e.UniqueID, ID: e.ID, Dev: e.Dev, FSType: fsType, Source: at[0].Source, Adopted: true}, ""
+	return mountRecord{UniqueID: e.UniqueID, ID: e.ID, Dev: e.Dev, FSType: fsType, Source: at[0].Source, Adopted: true}, ""
 }
 
 // subpathsPrefix is the pod's subPath directory of the volume r
@@ -146,7 +146,7 @@ func subpathsPrefix(r volRef, path, mountPoint string) string {
 // mount's record) names: the kubelet's type and source, and the unique
 // mount ID, in the boot the record was written in (unique IDs are unique
 // within one boot). Without unique IDs nothing is proven.
-func (rec *MountRecord) adoptedProvenBy(mi fsat.MountStat, fsType, source string) bool {
+func (rec *mountRecord) adoptedProvenBy(mi fsat.MountStat, fsType, source string) bool {
 	if (fsType != "tmpfs" && fsType != "hugetlbfs") || rec.FSType != fsType || rec.Source != source || source != kubeletSource(fsType) {
 		return false
 	}
@@ -155,7 +155,7 @@ func (rec *MountRecord) adoptedProvenBy(mi fsat.MountStat, fsType, source string
 
 // sameAdopted compares an adopted mount's recorded identity with mi: its
 // unique mount ID, in this boot.
-func (rec *MountRecord) sameAdopted(mi fsat.MountStat) bool {
+func (rec *mountRecord) sameAdopted(mi fsat.MountStat) bool {
 	if mi.UniqueID == 0 || rec.UniqueID != mi.UniqueID || rec.BootID == "" {
 		return false
 	}
@@ -165,7 +165,7 @@ func (rec *MountRecord) sameAdopted(mi fsat.MountStat) bool {
 
 // adoptedElsewhere lists where an adopted mount is mounted when it is not
 // on the volume directory: found by its unique mount ID, in this boot.
-func adoptedElsewhere(rec *MountRecord) ([]mountdetect.Mount, error) {
+func adoptedElsewhere(rec *mountRecord) ([]mountdetect.Mount, error) {
 	if rec.UniqueID == 0 || rec.BootID == "" {
 		return nil, nil
 	}

@@ -16,8 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/nodevol/nodevol/internal/fsat"
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/base/fsat"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -459,7 +459,7 @@ func TestForgedAdoptedRecord(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			writeForged(t, e.metaDir(t, "cache"), &MountRecord{UniqueID: mi.UniqueID, ID: mi.ID, Dev: mi.Dev, FSType: "tmpfs", Source: "tmpfs", Adopted: true, BootID: boot})
+			writeForged(t, e.metaDir(t, "cache"), &mountRecord{UniqueID: mi.UniqueID, ID: mi.ID, Dev: mi.Dev, FSType: "tmpfs", Source: "tmpfs", Adopted: true, BootID: boot})
 			err := e.tearDown("cache")
 			t.Logf("TearDown = %v", err)
 			if err == nil || !mounttest.IsMountRoot(t, dir) {

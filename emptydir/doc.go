@@ -138,7 +138,7 @@
 // within a boot, and the log holds the span of IDs during which each
 // nodevol process of the boot ran. A mount made while one ran is never
 // adopted, by any later process either. The adopted mount is recorded
-// (MountRecord.Adopted, with its unique ID and the boot's ID) and proven
+// in nodevol.json ("adopted", with its unique ID and the boot's ID) and proven
 // by that unique ID from then on, as nodevol's own mounts are by theirs;
 // TearDown plans it with ReasonAdoptedMount, and refuses it, like any
 // volume, with a mount beneath it. Each adoption is logged and counted
