@@ -50,9 +50,9 @@ const (
 func expectSwitch(to flavor) func(flavor) string {
 	return func(flavor) string {
 		if to == nodevolKubelet {
-			return "pods keep running, no restart; every volume set up again on the stock kubelet's tmpfs (same mount); configMap change seen in the container; tokens refreshed; NAS refused (≥2 tries, backoff), sentinel intact, gone after umount; everything torn down; nothing left"
+			return "pods keep running, no restart; every volume set up again on the stock kubelet's tmpfs (same mount), each tmpfs adopted (one log line each); configMap change seen in the container; tokens refreshed; NAS refused (≥2 tries, backoff), sentinel intact, gone after umount; everything torn down; nothing left"
 		}
-		return "pods keep running, no restart; every volume set up again on nodevol's tmpfs (same mount); configMap change seen in the container; tokens refreshed; everything torn down: no mount, directory, nodevol file, immutable flag or quota project left"
+		return "pods keep running, no restart; every volume set up again on nodevol's tmpfs (same mount); configMap change seen in the container; tokens refreshed; everything torn down: no mount, directory, nodevol file (but the session log), immutable flag or quota project left"
 	}
 }
 

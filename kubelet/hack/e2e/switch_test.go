@@ -106,8 +106,11 @@ func TestRootLeftovers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(root, "cpu_manager_state"), []byte("{}"), 0o644); err != nil {
-		t.Fatal(err)
+	// The kubelet's own state, and nodevol's session log (kept by design).
+	for _, f := range []string{"cpu_manager_state", "nodevol-sessions.json"} {
+		if err := os.WriteFile(filepath.Join(root, f), []byte("{}"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	left, err := rootLeftovers(root)
 	if err != nil || len(left) != 0 {
@@ -117,7 +120,7 @@ func TestRootLeftovers(t *testing.T) {
 	if err := os.MkdirAll(meta, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"ready", "nodevol.json", ".nodevol.json.tmp-0123456789abcdef"} {
+	for _, f := range []string{"ready", "nodevol.json", ".nodevol.json.tmp-0123456789abcdef", "nodevol-sessions.json"} {
 		if err := os.WriteFile(filepath.Join(meta, f), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -127,7 +130,7 @@ func TestRootLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	rel := "$ROOT/pods/u/plugins/kubernetes.io~empty-dir/wrapped_secret/"
-	for _, want := range []string{"pod directory $ROOT/pods/u", "ready marker " + rel + "ready", "nodevol file " + rel + "nodevol.json", "nodevol file " + rel + ".nodevol.json.tmp-0123456789abcdef"} {
+	for _, want := range []string{"pod directory $ROOT/pods/u", "ready marker " + rel + "ready", "nodevol file " + rel + "nodevol.json", "nodevol file " + rel + ".nodevol.json.tmp-0123456789abcdef", "nodevol file " + rel + "nodevol-sessions.json"} {
 		if !slices.Contains(left, want) {
 			t.Errorf("leftovers %q lack %q", left, want)
 		}
