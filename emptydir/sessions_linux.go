@@ -90,6 +90,13 @@ func startSessions(root string, log klog.Logger) *sessions {
 }
 
 func (s *sessions) start() error {
+	// A kubelet on a fresh node makes its root after its plugins are
+	// initialised: made here as the kubelet makes it (the root is
+	// trusted), the session starts now, not at a later retry that would
+	// leave this process's first stretch outside every session.
+	if err := os.MkdirAll(s.root, 0o750); err != nil {
+		return err
+	}
 	id, err := sampleMountID(s.root)
 	if err != nil {
 		return err

@@ -171,3 +171,17 @@ func TestSessionsBounded(t *testing.T) {
 		t.Error("a mount between two merged sessions is adoptable; want it covered")
 	}
 }
+
+// TestSessionsOnAFreshNode: a kubelet on a fresh node initialises its
+// plugins before it makes its root; the session starts anyway.
+func TestSessionsOnAFreshNode(t *testing.T) {
+	mounttest.RequireMounts(t)
+	root := filepath.Join(t.TempDir(), "kubelet")
+	s := startSessions(root, ktesting.NewLogger(t, ktesting.NewConfig()))
+	if s.err != nil {
+		t.Fatalf("the session did not start on a root yet to be made: %v", s.err)
+	}
+	if l := readSessions(t, root); len(l.Sessions) != 1 {
+		t.Errorf("sessions: %+v", l.Sessions)
+	}
+}
