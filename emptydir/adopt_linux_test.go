@@ -479,3 +479,27 @@ func mountOn(t *testing.T, dir string) fsat.MountStat {
 	}
 	return mi
 }
+
+// TestAdoptStockKubeletsHugetlbfs: the stock kubelet's HugePages volume, a
+// hugetlbfs from "nodev" of the volume's page size, is adopted and torn
+// down as nodevol's own.
+func TestAdoptStockKubeletsHugetlbfs(t *testing.T) {
+	n := newStockNode(t)
+	dir := n.volumeDir(t, testUID, PluginName, "cache", "cache")
+	mounttest.Mount(t, "nodev", dir, "hugetlbfs", 0, "pagesize=2M")
+	e, reg := n.nodevol(t)
+	pod := e.pod(volume.Spec{Name: "cache", EmptyDir: &volume.EmptyDirSource{Medium: "HugePages-2Mi"}})
+	pod.HugePages = map[int64]int64{2 << 20: 2 << 20}
+	e.setUp(t, pod, "cache")
+	rec, err := readMetadata(e.metaDir(t, "cache"))
+	if err != nil || rec == nil || rec.Mount == nil || !rec.Mount.Adopted || rec.Mount.FSType != "hugetlbfs" || rec.HugePageSize != 2<<20 {
+		t.Fatalf("record after adoption: %+v, %v", rec, err)
+	}
+	if got := adoptedCount(t, reg); got != 1 {
+		t.Errorf("adopted volumes counted: %v, want 1", got)
+	}
+	if err := e.tearDown("cache"); err != nil {
+		t.Fatal(err)
+	}
+	mustNotExist(t, dir)
+}
