@@ -16,11 +16,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/klog/v2/textlogger"
 	"k8s.io/utils/clock"
 
+	"github.com/nodevol/nodevol/internal/promtext"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -66,7 +65,7 @@ type serveOptions struct {
 	propagationOf func(string) (mountdetect.Propagation, error)
 	version       versionInfo
 	clock         clock.WithTicker
-	registry      *prometheus.Registry
+	registry      *promtext.Registry
 	logger        logr.Logger
 	// scanned, when set, is called after each scan (tests).
 	scanned func()
@@ -95,7 +94,7 @@ func newServer(opts serveOptions) (*server, error) {
 		opts.clock = clock.RealClock{}
 	}
 	if opts.registry == nil {
-		opts.registry = prometheus.NewRegistry()
+		opts.registry = promtext.NewRegistry()
 	}
 	if opts.logger.GetSink() == nil {
 		opts.logger = logr.Discard()
@@ -144,7 +143,7 @@ func (s *server) warnNotVisible() {
 // handler serves /metrics, /healthz and /readyz.
 func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(s.opts.registry, promhttp.HandlerOpts{Registry: s.opts.registry}))
+	mux.Handle("/metrics", s.opts.registry)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})

@@ -23,6 +23,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"slices"
@@ -179,17 +180,18 @@ func (f *family) get(vals []string) *series {
 	return s
 }
 
-// with is the series of vals, checked.
-func (f *family) with(vals []string) (*series, error) {
+// with is the series of vals, checked: it panics when they are not one
+// valid UTF-8 string per variable label. f.mu is held.
+func (f *family) with(vals []string) *series {
 	if len(vals) != len(f.varNames) {
-		return nil, fmt.Errorf("promtext: %s: %d label values for %d labels: %w", f.name, len(vals), len(f.varNames), ErrLabelCount)
+		panic(fmt.Errorf("promtext: %s: %d label values for %d labels: %w", f.name, len(vals), len(f.varNames), ErrLabelCount))
 	}
 	for _, v := range vals {
 		if !utf8.ValidString(v) {
-			return nil, fmt.Errorf("promtext: %s: label value %q: %w", f.name, v, ErrInvalidLabel)
+			panic(fmt.Errorf("promtext: %s: label value %q: %w", f.name, v, ErrInvalidLabel))
 		}
 	}
-	return f.get(vals), nil
+	return f.get(vals)
 }
 
 // Register adds the metrics ms to r: their names must be new to r.
@@ -276,28 +278,21 @@ func NewGaugeVec(o Opts, constLabels Labels, labelNames ...string) (*GaugeVec, e
 func (g *GaugeVec) family() *family { return g.f }
 
 // Set sets the gauge of the label values vals (one per label name, in
-// their order) to v.
-func (g *GaugeVec) Set(v float64, vals ...string) error {
+// their order) to v. As client_golang's WithLabelValues, it panics, with
+// an error matching ErrLabelCount or ErrInvalidLabel, when vals are not
+// one valid UTF-8 string per label: label values come from the caller's
+// code, a fixed set, never from input as they are.
+func (g *GaugeVec) Set(v float64, vals ...string) {
 	g.f.mu.Lock()
 	defer g.f.mu.Unlock()
-	s, err := g.f.with(vals)
-	if err != nil {
-		return err
-	}
-	s.value = v
-	return nil
+	g.f.with(vals).value = v
 }
 
-// Add adds d to the gauge of the label values vals.
-func (g *GaugeVec) Add(d float64, vals ...string) error {
+// Add adds d to the gauge of the label values vals; it panics as Set does.
+func (g *GaugeVec) Add(d float64, vals ...string) {
 	g.f.mu.Lock()
 	defer g.f.mu.Unlock()
-	s, err := g.f.with(vals)
-	if err != nil {
-		return err
-	}
-	s.value += d
-	return nil
+	g.f.with(vals).value += d
 }
 
 // Reset removes every series.
@@ -340,7 +335,7 @@ func (h *Histogram) Observe(v float64) {
 
 // WriteTo writes every registered metric with a series, in the text
 // exposition format.
-func (r *Registry) WriteTo(w interface{ Write([]byte) (int, error) }) (int64, error) {
+func (r *Registry) WriteTo(w io.Writer) (int64, error) {
 	r.mu.Lock()
 	fams := make([]*family, 0, len(r.families))
 	for _, f := range r.families {
@@ -356,20 +351,12 @@ func (r *Registry) WriteTo(w interface{ Write([]byte) (int, error) }) (int64, er
 	return int64(n), err
 }
 
-// ServeHTTP serves the metrics (any method but GET and HEAD is refused).
-func (r *Registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	if req.Method != http.MethodGet && req.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-		return
-	}
+// ServeHTTP serves the metrics, whatever the request, as promhttp does.
+func (r *Registry) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	var buf bytes.Buffer
 	r.WriteTo(&buf) // a bytes.Buffer takes everything
 	w.Header().Set("Content-Type", ContentType)
 	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
-	if req.Method == http.MethodHead {
-		return
-	}
 	w.Write(buf.Bytes()) // the client's error; nothing to tell it
 }
 
