@@ -49,7 +49,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nodevol/nodevol/internal/ociimage"
+	"github.com/nodevol/nodevol/internal/tools/ociimage"
 )
 
 const (

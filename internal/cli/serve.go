@@ -19,7 +19,7 @@ import (
 	"k8s.io/klog/v2/textlogger"
 	"k8s.io/utils/clock"
 
-	"github.com/nodevol/nodevol/internal/promtext"
+	"github.com/nodevol/nodevol/internal/base/promtext"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )

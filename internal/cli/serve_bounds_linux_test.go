@@ -17,8 +17,8 @@ import (
 	"github.com/go-logr/logr/funcr"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/nodevol/nodevol/internal/promtext"
-	"github.com/nodevol/nodevol/internal/slowclient"
+	"github.com/nodevol/nodevol/internal/base/promtext"
+	"github.com/nodevol/nodevol/internal/testsupport/slowclient"
 	"github.com/nodevol/nodevol/mountdetect"
 )
 

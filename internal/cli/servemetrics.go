@@ -6,7 +6,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/nodevol/nodevol/internal/promtext"
+	"github.com/nodevol/nodevol/internal/base/promtext"
 	"github.com/nodevol/nodevol/mountdetect"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodevol/nodevol/internal/promtext"
+	"github.com/nodevol/nodevol/internal/base/promtext"
 	"github.com/nodevol/nodevol/mountdetect"
 )
 
