@@ -7,7 +7,7 @@
 //
 //	go run ./hack/image -o nodevol-image.tar [-name REF] [-arch amd64|arm64]
 //	go run ./hack/image -o nodevol-csi-image.tar -binary nodevol-csi [-name REF] [-arch amd64|arm64]
-//	go run ./hack/image -o X.tar [-binary B] -arch amd64,arm64 [-version vX.Y.Z] [-bin-dir DIR]
+//	go run ./hack/image -o FILE [-binary B] -arch amd64,arm64 [-version vX.Y.Z] [-bin-dir DIR]
 //
 // With more than one -arch the image is multi-platform: an OCI image
 // index of one image per architecture (what hack/release builds), and its
