@@ -215,7 +215,8 @@ func (r *Registry) Register(ms ...Metric) error {
 	return nil
 }
 
-// Metric is what Register takes: a Gauge, GaugeVec, Counter or Histogram.
+// Metric is what Register takes: a Gauge, GaugeVec, Counter, CounterVec
+// or Histogram.
 type Metric interface{ family() *family }
 
 // Gauge is a value that goes up and down.
@@ -302,6 +303,37 @@ func (g *GaugeVec) Reset() {
 	clear(g.f.order)
 	g.f.mu.Unlock()
 }
+
+// CounterVec is counters by the values of variable labels: a series
+// exists from its first Inc or Add until Reset.
+type CounterVec struct{ f *family }
+
+// NewCounterVec is a CounterVec with the variable labels labelNames and
+// the constant labels constLabels.
+func NewCounterVec(o Opts, constLabels Labels, labelNames ...string) (*CounterVec, error) {
+	f, err := newFamily(o, kindCounter, constLabels, labelNames, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &CounterVec{f}, nil
+}
+
+func (c *CounterVec) family() *family { return c.f }
+
+// Add adds d (not negative: a counter only goes up) to the counter of the
+// label values vals, made at 0 when new; it panics as GaugeVec.Set does,
+// and when d is negative.
+func (c *CounterVec) Add(d float64, vals ...string) {
+	if d < 0 {
+		panic(fmt.Errorf("promtext: %s: adding %v to a counter", c.f.name, d))
+	}
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	c.f.with(vals).value += d
+}
+
+// Inc adds 1 to the counter of the label values vals.
+func (c *CounterVec) Inc(vals ...string) { c.Add(1, vals...) }
 
 // Histogram counts observations in buckets.
 type Histogram struct{ f *family }

@@ -30,7 +30,8 @@ func TestSameBytesAsClientGolang(t *testing.T) {
 	c := must(NewCounter(Opts{Namespace: "ns", Name: "scans_total", Help: "Scans."}, root))
 	h := must(NewHistogram(Opts{Namespace: "ns", Subsystem: "scan", Name: "duration_seconds", Help: "Durations."}, root, buckets))
 	info := must(NewGaugeVec(Opts{Namespace: "ns", Name: "build_info", Help: "Build."}, nil, "version", "revision", "goversion"))
-	if err := ours.Register(vec, empty, g, c, h, info); err != nil {
+	auth := must(NewCounterVec(Opts{Namespace: "ns", Name: "auth_requests_total", Help: "Requests."}, nil, "result"))
+	if err := ours.Register(vec, empty, g, c, h, info, auth); err != nil {
 		t.Fatal(err)
 	}
 
@@ -42,8 +43,9 @@ func TestSameBytesAsClientGolang(t *testing.T) {
 	pc := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "ns", Name: "scans_total", Help: "Scans."})
 	ph := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "ns", Subsystem: "scan", Name: "duration_seconds", Help: "Durations.", Buckets: buckets})
 	pinfo := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "ns", Name: "build_info", Help: "Build."}, []string{"version", "revision", "goversion"})
+	pauth := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "ns", Name: "auth_requests_total", Help: "Requests."}, []string{"result"})
 	wrapped.MustRegister(pvec, pempty, pc, ph)
-	theirs.MustRegister(pg, pinfo)
+	theirs.MustRegister(pg, pinfo, pauth)
 
 	series := [][]string{
 		{"kubernetes.io/empty-dir", "ok", "not-mounted"},
@@ -67,6 +69,12 @@ func TestSameBytesAsClientGolang(t *testing.T) {
 	g.Set(1764233200.123456789)
 	pg.Set(1764233200.123456789)
 	info.Set(1, "v1.2.3", "", "go1.26.8")
+	for _, r := range []string{"forbidden", "allowed", "allowed", "unavailable"} {
+		auth.Inc(r)
+		pauth.WithLabelValues(r).Inc()
+	}
+	auth.Add(0, "unauthenticated") // made, at 0, as WithLabelValues makes it
+	pauth.WithLabelValues("unauthenticated")
 	pinfo.WithLabelValues("v1.2.3", "", "go1.26.8").Set(1)
 	compare(t, ours, theirs)
 
