@@ -24,9 +24,10 @@
 // go command stamps no VCS state in a linked git worktree (see
 // hack/image): a release is built from a clone.
 //
-// -kubelet-arch narrows nodevol-kubelet's architectures: a cold
-// nodevol-kubelet build compiles most of Kubernetes, for each
-// architecture, and CI builds amd64 only (see docs/release.md).
+// -kubelet-arch narrows nodevol-kubelet's architectures (none: no
+// nodevol-kubelet, and no SBOM of it): a cold nodevol-kubelet build
+// compiles most of Kubernetes, for each architecture, and CI builds amd64
+// only (see docs/release.md). A release builds both.
 package main
 
 import (
@@ -71,7 +72,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	version := fs.String("version", "", "the release's `VERSION`, vX.Y.Z")
 	out := fs.String("o", "", "write the release to `DIR` (new or empty)")
-	kubeletArch := fs.String("kubelet-arch", strings.Join(arches, ","), "build nodevol-kubelet for these architectures (comma-separated)")
+	kubeletArch := fs.String("kubelet-arch", strings.Join(arches, ","), "build nodevol-kubelet for these architectures (comma-separated), or none")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -82,10 +83,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: go run ./hack/release -version vX.Y.Z -o DIR [-kubelet-arch amd64,arm64]")
 		return 2
 	}
-	ka := strings.Split(*kubeletArch, ",")
+	var ka []string
+	if *kubeletArch != "none" {
+		ka = strings.Split(*kubeletArch, ",")
+	}
 	for i, a := range ka {
 		if !slices.Contains(arches, a) || slices.Contains(ka[:i], a) {
-			fmt.Fprintf(stderr, "release: -kubelet-arch %q: want amd64, arm64 or both, each once\n", *kubeletArch)
+			fmt.Fprintf(stderr, "release: -kubelet-arch %q: want amd64, arm64 or both, each once, or none\n", *kubeletArch)
 			return 2
 		}
 	}
@@ -165,7 +169,10 @@ func build(version, dir string, kubeletArches []string, log io.Writer) ([]byte, 
 	if err != nil {
 		return nil, err
 	}
-	sboms := append(slices.Clone(images), "nodevol-kubelet")
+	sboms := slices.Clone(images)
+	if len(kubeletArches) > 0 {
+		sboms = append(sboms, "nodevol-kubelet")
+	}
 	for _, name := range sboms {
 		archs := arches
 		subject := name + "-image.oci.tar"
