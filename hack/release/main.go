@@ -109,6 +109,9 @@ func build(version, dir string, kubeletArches []string, log io.Writer) ([]byte, 
 	if err != nil {
 		return nil, err
 	}
+	if err := cleanTree(root); err != nil {
+		return nil, err
+	}
 	if err := emptyDir(dir); err != nil {
 		return nil, err
 	}
@@ -212,6 +215,22 @@ func moduleDir() (string, error) {
 		return "", fmt.Errorf("the main module is %q: run in a checkout of %s", path, modulePath)
 	}
 	return dir, nil
+}
+
+// cleanTree refuses a checkout with changes git sees: its binaries would
+// say "+dirty" or ".dirty", and no one could build them again from the
+// commit.
+func cleanTree(root string) error {
+	cmd := exec.Command("git", "status", "--porcelain")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("git status (a release is built from a git checkout): %w", err)
+	}
+	if len(out) > 0 {
+		return fmt.Errorf("the checkout has changes; commit or remove them:\n%s", out)
+	}
+	return nil
 }
 
 // emptyDir makes dir, or checks that it is an empty directory: a release
