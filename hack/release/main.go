@@ -129,6 +129,7 @@ func build(version, dir string, kubeletArches []string, log io.Writer) ([]byte, 
 		return nil, err
 	}
 	var digests bytes.Buffer
+	imageDigest := map[string]string{}
 	for _, name := range images {
 		step := time.Now()
 		ref := registry + name + ":" + version
@@ -147,7 +148,8 @@ func build(version, dir string, kubeletArches []string, log io.Writer) ([]byte, 
 		if err := os.Remove(tarball + ".digest"); err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(&digests, "%s@%s\n", ref, strings.TrimSpace(string(d)))
+		imageDigest[name] = strings.TrimSpace(string(d))
+		fmt.Fprintf(&digests, "%s@%s\n", ref, imageDigest[name])
 		fmt.Fprintf(log, "release: %s image and binaries in %s\n", name, time.Since(step).Round(time.Second))
 	}
 
@@ -186,7 +188,7 @@ func build(version, dir string, kubeletArches []string, log io.Writer) ([]byte, 
 		for _, a := range archs {
 			bins = append(bins, filepath.Join(dir, name+"-linux-"+a))
 		}
-		doc, err := sbom(name, version, created, bins, subject, dir)
+		doc, err := sbom(name, version, created, bins, subject, imageDigest[name], dir)
 		if err != nil {
 			return nil, err
 		}

@@ -34,11 +34,11 @@ func TestSBOM(t *testing.T) {
 		t.Fatal(err)
 	}
 	created := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
-	a, err := sbom("prog", "v1.2.3", created, []string{bin}, "prog-image.oci.tar", dir)
+	a, err := sbom("prog", "v1.2.3", created, []string{bin}, "prog-image.oci.tar", "sha256:abc", dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := sbom("prog", "v1.2.3", created, []string{bin}, "prog-image.oci.tar", dir)
+	again, err := sbom("prog", "v1.2.3", created, []string{bin}, "prog-image.oci.tar", "sha256:abc", dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,6 +76,8 @@ func TestSBOM(t *testing.T) {
 	if img := ids[doc.DocumentDescribes[0]]; img.Name != registry+"prog" || len(img.Checksums) != 1 ||
 		img.Checksums[0].Value != "6105d6cc76af400325e94d588ce511be5bfdbb73b437dc51eca43917d7a43e3d" { // sha256("image")
 		t.Errorf("the document describes %+v; want the image with its SHA-256", img)
+	} else if len(img.ExternalRefs) != 1 || img.ExternalRefs[0].Locator != "pkg:oci/prog@sha256%3Aabc?repository_url=ghcr.io/nodevol/prog&tag=v1.2.3" {
+		t.Errorf("the image's package URL: %+v", img.ExternalRefs)
 	}
 	info, ok := debug.ReadBuildInfo()
 	if !ok {

@@ -76,9 +76,10 @@ func moduleID(m *debug.Module) string {
 // the main module, every module it links (after replacements, as the
 // build used them) and the Go standard library of the toolchain. subject,
 // when not empty, is the image tarball in dir holding the binaries: the
-// document describes it, with its SHA-256, and it contains the program.
+// document describes it, with its SHA-256 and a package URL naming the
+// image by digest (its image index's), and it contains the program.
 // Created is the commit's time, so that the document is reproducible.
-func sbom(name, version string, created time.Time, bins []string, subject, dir string) ([]byte, error) {
+func sbom(name, version string, created time.Time, bins []string, subject, digest, dir string) ([]byte, error) {
 	info, err := readBuildInfo(bins)
 	if err != nil {
 		return nil, err
@@ -133,7 +134,9 @@ func sbom(name, version string, created time.Time, bins []string, subject, dir s
 			Name: registry + name, VersionInfo: version, Supplier: "Organization: nodevol",
 			PrimaryPurpose: "CONTAINER", FilesAnalyzed: false,
 			Checksums: []spdxChecksum{{Algorithm: "SHA256", Value: sum}},
-			Comment:   "the OCI image layout tarball " + subject + " (its image index's digest is in DIGESTS)",
+			Comment:   "the OCI image layout tarball " + subject + ", the image " + registry + name + ":" + version + "@" + digest,
+			ExternalRefs: []spdxExternalRef{purl("pkg:oci/" + name + "@" + strings.Replace(digest, ":", "%3A", 1) +
+				"?repository_url=" + strings.TrimSuffix(registry, "/") + "/" + name + "&tag=" + version)},
 		})
 		relate(top, "CONTAINS", program)
 	}
