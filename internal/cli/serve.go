@@ -16,10 +16,12 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/klog/v2/textlogger"
 	"k8s.io/utils/clock"
 
-	"github.com/nodevol/nodevol/internal/base/promtext"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -31,7 +33,9 @@ const defaultListen = ":9477"
 const serveHelp = `Run as a node agent: scan the kubelet root (as "nodevol scan" does) every
 --interval, and sooner when the mount table changes, and serve the
 results as Prometheus metrics. It only reads: it never unmounts or
-removes anything.
+removes anything. Each scan re-examines the pods a change of the mount
+table or of their volume directories can have affected, and every 30
+intervals the whole root (docs/cli.md says why that misses no mount).
 
 Endpoints, on --listen:
 	/metrics   Prometheus metrics (see docs/cli.md for the list)
@@ -65,13 +69,25 @@ type serveOptions struct {
 	propagationOf func(string) (mountdetect.Propagation, error)
 	version       versionInfo
 	clock         clock.WithTicker
-	registry      *promtext.Registry
+	registry      *prometheus.Registry
 	logger        logr.Logger
 	// scanned, when set, is called after each scan (tests).
 	scanned func()
-	// scan scans a root; nil: scanRoot (tests stand in for it).
+	// scan scans a root; nil: an incremental scan (incrementalScan on
+	// Linux) that scans the whole root at least every fullEvery, from the
+	// mount namespace ns (scanOptionsFrom) (tests stand in for it).
 	scan func(root string) (*scanReport, error)
+	// fullEvery: 0 is defaultFullEvery intervals.
+	fullEvery time.Duration
 }
+
+// defaultFullEvery is how many intervals pass at most between two scans
+// of the whole root; the scans between them re-examine only the pods a
+// mount change or a change of their directories can have affected
+// (incrementalScan). At 10 s, a whole scan every 5 minutes: on a node of
+// 10,000 volumes it costs about as much CPU as the checks of the 29
+// scans between (docs/benchmarks.md).
+const defaultFullEvery = 30
 
 // server is serve's agent: a scan loop and its HTTP endpoints. It reads
 // only.
@@ -81,8 +97,12 @@ type server struct {
 
 	// vis is whether the host's mounts under the root are seen; only
 	// the scan loop uses it.
-	vis      rootVisibility
-	lastTook time.Duration // how long the last scan took (the scan loop's own)
+	vis rootVisibility
+	// lastTook is how long the last scan took that a mount change asked
+	// for (the scan loop's own): the first scan, and those at the
+	// interval (a whole one every fullEvery), do not delay the next mount
+	// change's.
+	lastTook time.Duration
 
 	mu      sync.Mutex
 	lastOK  time.Time // of the last successful scan; zero before
@@ -94,16 +114,19 @@ func newServer(opts serveOptions) (*server, error) {
 		opts.clock = clock.RealClock{}
 	}
 	if opts.registry == nil {
-		opts.registry = promtext.NewRegistry()
+		opts.registry = prometheus.NewRegistry()
 	}
 	if opts.logger.GetSink() == nil {
 		opts.logger = logr.Discard()
 	}
-	if opts.scan == nil {
-		opts.scan = scanRoot
-	}
 	if opts.interval <= 0 {
 		return nil, fmt.Errorf("interval %v: must be positive", opts.interval)
+	}
+	if opts.fullEvery <= 0 {
+		opts.fullEvery = defaultFullEvery * opts.interval
+	}
+	if opts.scan == nil {
+		opts.scan = newServeScan(opts.clock, opts.fullEvery, opts.interval/2, scanOptionsFrom(opts.ns)...)
 	}
 	m, err := newServeMetrics(opts.registry, opts.hostRoot, &opts.version)
 	if err != nil {
@@ -143,7 +166,7 @@ func (s *server) warnNotVisible() {
 // handler serves /metrics, /healthz and /readyz.
 func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", s.opts.registry)
+	mux.Handle("/metrics", promhttp.HandlerFor(s.opts.registry, promhttp.HandlerOpts{Registry: s.opts.registry}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
@@ -179,13 +202,22 @@ func (s *server) ready() error {
 func (s *server) scanLoop(ctx context.Context) {
 	t := s.opts.clock.NewTicker(s.opts.interval)
 	defer t.Stop()
+	// tick: this scan is not one a mount change asked for (the first,
+	// or one at the interval), and does not delay the next that is.
+	tick := true
 	for {
-		s.scanOnce()
+		took := s.scanOnce()
+		if !tick {
+			s.lastTook = took
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C():
+			tick = true
+			continue
 		case <-s.opts.rescan:
+			tick = false
 			s.opts.logger.V(2).Info("mount table changed; rescanning")
 			// The debounce, and at least as long as the last scan took:
 			// a container can mount and unmount in a loop, and must not
@@ -213,8 +245,9 @@ func (s *server) scanLoop(ctx context.Context) {
 // them all. The metrics count them all.
 const maxLoggedPerScan = 100
 
-// scanOnce scans the root once and publishes the result.
-func (s *server) scanOnce() {
+// scanOnce scans the root once, publishes the result and says how long
+// the scan took.
+func (s *server) scanOnce() time.Duration {
 	log := s.opts.logger
 	switch {
 	case s.vis.err != nil:
@@ -225,7 +258,6 @@ func (s *server) scanOnce() {
 	start := s.opts.clock.Now()
 	rep, err := s.opts.scan(s.opts.root)
 	took := s.opts.clock.Since(start)
-	s.lastTook = took
 	s.metrics.observe(rep, err, took, start)
 	if err != nil {
 		log.Error(err, "scan failed", "root", s.opts.hostRoot)
@@ -270,6 +302,7 @@ func (s *server) scanOnce() {
 	if s.opts.scanned != nil {
 		s.opts.scanned()
 	}
+	return took
 }
 
 // hostPath is p (under root) as the host names it (under hostRoot).
@@ -328,9 +361,11 @@ func (s *server) run(ctx context.Context, ln net.Listener, grace time.Duration) 
 }
 
 // minInterval is the shortest --interval serve takes. A scan reads the
-// whole kubelet root (about 0.4 s of CPU on a node with 10,000 volumes:
-// docs/benchmarks.md), and a change of the mount table starts one at once
-// whatever the interval, so a shorter one would only keep the agent busy.
+// mount table and checks every pod's directories, and every
+// defaultFullEvery intervals reads the whole kubelet root (about 0.5 s of
+// CPU on a node with 10,000 volumes: docs/benchmarks.md); a change of the
+// mount table starts one at once whatever the interval, so a shorter one
+// would only keep the agent busy.
 const minInterval = time.Second
 
 // serveArgs is what serve's command line says.
@@ -396,9 +431,15 @@ func runServe(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	bi, ok := debug.ReadBuildInfo()
+	// The Go runtime's and the process's standard metrics beside serve's
+	// own: goroutines, heap, resident memory, open descriptors, which
+	// show whether the agent's footprint stays bounded.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	opts := serveOptions{
 		root: dir, hostRoot: filepath.Clean(a.hostRoot), interval: a.interval,
 		debounce: 100 * time.Millisecond, ns: ns.ns, version: newVersionInfo(bi, ok), logger: logger,
+		registry: reg,
 	}
 	opts.rescan = watchMountTable(ctx, logger)
 	s, err := newServer(opts)

@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/nodevol/nodevol/internal/base/promtext"
 	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
@@ -62,7 +62,7 @@ func startServerWith(t *testing.T, opts serveOptions, watch <-chan struct{}) *te
 	}
 	opts.interval = 10 * time.Second
 	opts.version = versionInfo{Version: "v1.2.3", GoVersion: "go1.99"}
-	opts.clock, opts.registry = ts.clock, promtext.NewRegistry()
+	opts.clock, opts.registry = ts.clock, prometheus.NewRegistry()
 	opts.scanned = func() { ts.scans <- struct{}{} }
 	s, err := newServer(opts)
 	if err != nil {

@@ -4,13 +4,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/nodevol/nodevol/internal/base/promtext"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/nodevol/nodevol/mountdetect"
 )
 
@@ -47,31 +45,28 @@ func TestServeMetricsPluginLabelBounded(t *testing.T) {
 	for i := range rep.volumes { // as if each had a mount inside
 		rep.volumes[i].NestedMounts = []mountdetect.Mount{{MountPoint: rep.volumes[i].Path + "/nas", FSType: "tmpfs"}}
 	}
-	reg := promtext.NewRegistry()
+	reg := prometheus.NewRegistry()
 	m, err := newServeMetrics(reg, "/var/lib/kubelet", &versionInfo{Version: "v1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m.observe(rep, nil, time.Second, time.Now())
-	var body strings.Builder
-	if _, err := reg.WriteTo(&body); err != nil {
+	families, err := reg.Gather()
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"nodevol_scan_volumes", "nodevol_scan_nested_mounts"} {
+	for _, f := range families {
+		name := f.GetName()
+		if name != "nodevol_scan_volumes" && name != "nodevol_scan_nested_mounts" {
+			continue
+		}
 		plugins := map[string]float64{}
-		for _, line := range strings.Split(body.String(), "\n") {
-			if !strings.HasPrefix(line, name+"{") {
-				continue
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "plugin" {
+					plugins[l.GetValue()] += s.GetGauge().GetValue()
+				}
 			}
-			m := pluginAndValue.FindStringSubmatch(line)
-			if m == nil {
-				t.Fatalf("%s: no plugin label and value in %q", name, line)
-			}
-			v, err := strconv.ParseFloat(m[2], 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			plugins[m[1]] += v
 		}
 		// The known plugins and "other", whatever the attacker made.
 		if len(plugins) > 32 {
@@ -86,7 +81,3 @@ func TestServeMetricsPluginLabelBounded(t *testing.T) {
 		}
 	}
 }
-
-// pluginAndValue is the plugin label's value and the sample's value of a
-// line of the text exposition format.
-var pluginAndValue = regexp.MustCompile(`[{,]plugin="([^"]*)".* (\S+)$`)
