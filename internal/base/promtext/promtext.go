@@ -2,12 +2,14 @@
 // in Prometheus's text exposition format (version 0.0.4), the format every
 // Prometheus server scrapes.
 //
-// It exists so that the nodevol binary does not link
+// It is for the nodevol binary, so that it need not link
 // github.com/prometheus/client_golang: that package's initialisation (its
 // default registry with the Go and process collectors, and the protobuf
 // descriptors of client_model) runs at every start of every command, and
-// made `nodevol rm` start three times slower than a Go program that does
-// nothing. Libraries (reconciler) and the other binaries keep
+// makes `nodevol rm` start three times slower than a Go program that does
+// nothing (docs/benchmarks.md). serve does not use it yet: it also exports
+// client_golang's Go and process collectors, which this package does not
+// provide. Libraries (reconciler) and the other binaries keep
 // client_golang.
 //
 // What it writes is what client_golang's registry and promhttp write for
