@@ -44,10 +44,12 @@ import (
 
 // deployDir is deploy/ at the repository's root; the exporter's manifests
 // are there and in its subdirectories but csiDir, nodevol-csi's (checked
-// by csi_test.go with a policy of its own).
+// by csi_test.go with a policy of its own), and chartDir, the Helm chart
+// they are generated from (chart_test.go).
 const (
 	deployDir = "../../deploy"
 	csiDir    = "csi"
+	chartDir  = "helm"
 )
 
 // doc is one YAML document of a manifest file.
@@ -86,23 +88,32 @@ func readManifests(dir string, skip ...string) ([]doc, error) {
 		if err != nil {
 			return err
 		}
-		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
-		for i := 0; ; i++ {
-			data, err := r.Read()
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			if err != nil {
-				return fmt.Errorf("%s: %w", rel, err)
-			}
-			if onlyComments(data) {
-				i--
-				continue
-			}
-			docs = append(docs, doc{file: filepath.ToSlash(rel), index: i, data: data})
-		}
+		more, err := splitDocs(filepath.ToSlash(rel), b)
+		docs = append(docs, more...)
+		return err
 	})
 	return docs, err
+}
+
+// splitDocs splits the text of a manifest file into its documents,
+// leaving out those that hold only comments.
+func splitDocs(file string, b []byte) ([]doc, error) {
+	var docs []doc
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
+	for i := 0; ; i++ {
+		data, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return docs, nil
+		}
+		if err != nil {
+			return docs, fmt.Errorf("%s: %w", file, err)
+		}
+		if onlyComments(data) {
+			i--
+			continue
+		}
+		docs = append(docs, doc{file: file, index: i, data: data})
+	}
 }
 
 func onlyComments(data []byte) bool {
@@ -140,6 +151,7 @@ type objects struct {
 	daemonSets      map[*appsv1.DaemonSet]doc
 	services        map[*corev1.Service]doc
 	serviceMonitors map[*serviceMonitor]doc
+	prometheusRules map[*prometheusRule]doc
 	csiDrivers      map[*storagev1.CSIDriver]doc
 }
 
@@ -152,6 +164,7 @@ func (s *apiServer) load(docs []doc) (*objects, []error) {
 		daemonSets:      map[*appsv1.DaemonSet]doc{},
 		services:        map[*corev1.Service]doc{},
 		serviceMonitors: map[*serviceMonitor]doc{},
+		prometheusRules: map[*prometheusRule]doc{},
 		csiDrivers:      map[*storagev1.CSIDriver]doc{},
 	}
 	var errs []error
@@ -174,6 +187,14 @@ func (s *apiServer) loadOne(d doc, objs *objects) error {
 			return err
 		}
 		objs.serviceMonitors[sm] = d
+		return nil
+	}
+	if tm.APIVersion == serviceMonitorAPIVersion && tm.Kind == "PrometheusRule" {
+		pr, err := decodePrometheusRule(d.data)
+		if err != nil {
+			return err
+		}
+		objs.prometheusRules[pr] = d
 		return nil
 	}
 	obj, gvk, err := s.decode.Decode(d.data, nil, nil)
@@ -258,6 +279,85 @@ type serviceMonitor struct {
 	} `json:"spec"`
 }
 
+// prometheusRule is monitoring.coreos.com/v1 PrometheusRule, field names
+// and types as the operator's CRD has them; a field it does not list is
+// an error. The expressions are PromQL, which this module cannot parse
+// (Prometheus is not a dependency of it): monitoring/ evaluates them with
+// Prometheus's own rule engine.
+type prometheusRule struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       struct {
+		Groups []struct {
+			Name     string `json:"name"`
+			Interval string `json:"interval,omitempty"`
+			Rules    []struct {
+				Alert         string             `json:"alert,omitempty"`
+				Record        string             `json:"record,omitempty"`
+				Expr          intstr.IntOrString `json:"expr"`
+				For           string             `json:"for,omitempty"`
+				KeepFiringFor string             `json:"keep_firing_for,omitempty"`
+				Labels        map[string]string  `json:"labels,omitempty"`
+				Annotations   map[string]string  `json:"annotations,omitempty"`
+			} `json:"rules"`
+		} `json:"groups"`
+	} `json:"spec"`
+}
+
+// alertName is the CRD's and Prometheus's pattern of a metric or alert name.
+var alertName = regexp.MustCompile(`^[a-zA-Z_:][a-zA-Z0-9_:]*$`)
+
+func decodePrometheusRule(data []byte) (*prometheusRule, error) {
+	var pr prometheusRule
+	if err := yaml.UnmarshalStrict(data, &pr); err != nil {
+		return nil, fmt.Errorf("decoding PrometheusRule: %w", err)
+	}
+	var errs field.ErrorList
+	meta := field.NewPath("metadata")
+	if pr.Metadata.Name == "" || pr.Metadata.Namespace == "" {
+		errs = append(errs, field.Required(meta, "name and namespace"))
+	}
+	groups := field.NewPath("spec", "groups")
+	if len(pr.Spec.Groups) == 0 {
+		errs = append(errs, field.Required(groups, ""))
+	}
+	names := map[string]bool{}
+	for i, g := range pr.Spec.Groups {
+		p := groups.Index(i)
+		if g.Name == "" || names[g.Name] {
+			errs = append(errs, field.Invalid(p.Child("name"), g.Name, "empty or not unique"))
+		}
+		names[g.Name] = true
+		if g.Interval != "" && !promDuration.MatchString(g.Interval) {
+			errs = append(errs, field.Invalid(p.Child("interval"), g.Interval, "not a Prometheus duration"))
+		}
+		if len(g.Rules) == 0 {
+			errs = append(errs, field.Required(p.Child("rules"), ""))
+		}
+		for j, r := range g.Rules {
+			rp := p.Child("rules").Index(j)
+			if (r.Alert == "") == (r.Record == "") || !alertName.MatchString(r.Alert+r.Record) {
+				errs = append(errs, field.Invalid(rp, r.Alert+r.Record, "exactly one of alert and record, a metric name"))
+			}
+			if r.Expr.String() == "" {
+				errs = append(errs, field.Required(rp.Child("expr"), ""))
+			}
+			for name, d := range map[string]string{"for": r.For, "keep_firing_for": r.KeepFiringFor} {
+				if d != "" && !promDuration.MatchString(d) {
+					errs = append(errs, field.Invalid(rp.Child(name), d, "not a Prometheus duration"))
+				}
+			}
+			for k := range r.Labels {
+				if !labelName.MatchString(k) {
+					errs = append(errs, field.Invalid(rp.Child("labels"), k, "not a label name"))
+				}
+			}
+		}
+	}
+	return &pr, errs.ToAggregate()
+}
+
 // Patterns of the operator's CRD schema, and of Prometheus label names.
 var (
 	promDuration = regexp.MustCompile(`^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$`)
@@ -309,14 +409,19 @@ func policyErrors(objs *objects) []error {
 	bad := func(d doc, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%v: %s", d, fmt.Sprintf(format, a...)))
 	}
-	if len(objs.namespaces) != 1 || len(objs.daemonSets) != 1 || len(objs.services) != 1 || len(objs.serviceAccounts) != 1 || len(objs.serviceMonitors) != 1 || len(objs.csiDrivers) != 0 {
-		errs = append(errs, fmt.Errorf("deploy/ holds %d Namespaces, %d ServiceAccounts, %d DaemonSets, %d Services, %d ServiceMonitors, %d CSIDrivers; want one of each but no CSIDriver (deploy/csi/)",
-			len(objs.namespaces), len(objs.serviceAccounts), len(objs.daemonSets), len(objs.services), len(objs.serviceMonitors), len(objs.csiDrivers)))
+	if len(objs.namespaces) != 1 || len(objs.daemonSets) != 1 || len(objs.services) != 1 || len(objs.serviceAccounts) != 1 || len(objs.serviceMonitors) != 1 || len(objs.prometheusRules) != 1 || len(objs.csiDrivers) != 0 {
+		errs = append(errs, fmt.Errorf("deploy/ holds %d Namespaces, %d ServiceAccounts, %d DaemonSets, %d Services, %d ServiceMonitors, %d PrometheusRules, %d CSIDrivers; want one of each but no CSIDriver (deploy/csi/)",
+			len(objs.namespaces), len(objs.serviceAccounts), len(objs.daemonSets), len(objs.services), len(objs.serviceMonitors), len(objs.prometheusRules), len(objs.csiDrivers)))
 		return errs
 	}
 	var ns string
 	for n := range objs.namespaces {
 		ns = n.Name
+	}
+	for pr, d := range objs.prometheusRules {
+		if pr.Metadata.Namespace != ns {
+			bad(d, "PrometheusRule %s: namespace %q; want %q", pr.Metadata.Name, pr.Metadata.Namespace, ns)
+		}
 	}
 	for sa, d := range objs.serviceAccounts {
 		if sa.Namespace != ns {
@@ -631,7 +736,7 @@ func check(docs []doc) []error {
 // TestManifests: deploy/ as it is passes the API server's validation and
 // the policy.
 func TestManifests(t *testing.T) {
-	docs, err := readManifests(deployDir, csiDir)
+	docs, err := readManifests(deployDir, csiDir, chartDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -646,7 +751,7 @@ func TestManifests(t *testing.T) {
 // TestManifestsMutated: each mistake, made in a copy of deploy/'s text,
 // is caught, with an error that names it.
 func TestManifestsMutated(t *testing.T) {
-	docs, err := readManifests(deployDir, csiDir)
+	docs, err := readManifests(deployDir, csiDir, chartDir)
 	if err != nil {
 		t.Fatal(err)
 	}
