@@ -216,11 +216,11 @@ func wantFiring(t *testing.T, got map[string][]string, want ...string) {
 	}
 }
 
-// run scrapes the targets scrapes times, about a second apart, calling
-// each (when not nil) before each scrape.
-func (tl *timeline) run(t *testing.T, each func(step int), targets ...target) {
+// run scrapes the targets n times, about a second apart, calling each
+// (when not nil) before each scrape.
+func (tl *timeline) run(t *testing.T, n int, each func(step int), targets ...target) {
 	t.Helper()
-	for i := range scrapes {
+	for i := range n {
 		if each != nil {
 			each(i)
 		}
@@ -262,7 +262,7 @@ func TestAlerts(t *testing.T) {
 		n := newNode(t, "stalled", unix.MS_SLAVE)
 		agent := n.agent(t, "1h")
 		tl := newTimeline(t)
-		tl.run(t, nil, processTarget("nodevol", n.name, agent))
+		tl.run(t, scrapes, nil, processTarget("nodevol", n.name, agent))
 		fire(t, tl, "NodevolScansStalled")
 	})
 	t.Run("group", func(t *testing.T) {
@@ -277,7 +277,7 @@ func TestAlerts(t *testing.T) {
 				t.Fatalf("unpublish of a healthy volume: %v", err)
 			}
 			tl := newTimeline(t)
-			tl.run(t, nil, processTarget("nodevol", n.name, agent), processTarget("nodevol-csi", n.name, driver.process))
+			tl.run(t, scrapes, nil, processTarget("nodevol", n.name, agent), processTarget("nodevol-csi", n.name, driver.process))
 			wantFiring(t, tl.firing(t, rs))
 		})
 		t.Run("nas", func(t *testing.T) {
@@ -293,7 +293,7 @@ func TestAlerts(t *testing.T) {
 				mounttest.Tmpfs(t, dir, "size=1m")
 			}
 			tl := newTimeline(t)
-			tl.run(t, func(int) {
+			tl.run(t, scrapes, func(int) {
 				if err := refusal(driver.unpublish()); !errors.Is(err, errRefused) {
 					t.Errorf("unpublish of a volume holding a NAS: %v; want a refusal", err)
 				}
@@ -309,7 +309,7 @@ func TestAlerts(t *testing.T) {
 				t.Fatal(err)
 			}
 			tl := newTimeline(t)
-			tl.run(t, nil, processTarget("nodevol", n.name, agent))
+			tl.run(t, scrapes, nil, processTarget("nodevol", n.name, agent))
 			fire(t, tl, "NodevolScanFailing")
 		})
 		t.Run("incomplete", func(t *testing.T) {
@@ -324,7 +324,7 @@ func TestAlerts(t *testing.T) {
 			}
 			agent := n.agent(t, "1s")
 			tl := newTimeline(t)
-			tl.run(t, nil, processTarget("nodevol", n.name, agent))
+			tl.run(t, scrapes, nil, processTarget("nodevol", n.name, agent))
 			fire(t, tl, "NodevolScanIncomplete")
 		})
 		t.Run("blind", func(t *testing.T) {
@@ -333,14 +333,14 @@ func TestAlerts(t *testing.T) {
 			n := newNode(t, "blind", unix.MS_PRIVATE)
 			agent := n.agent(t, "1s")
 			tl := newTimeline(t)
-			tl.run(t, nil, processTarget("nodevol", n.name, agent))
+			tl.run(t, scrapes, nil, processTarget("nodevol", n.name, agent))
 			fire(t, tl, "NodevolBlindToHostMounts")
 		})
 		t.Run("kubelet", func(t *testing.T) {
 			t.Parallel()
 			tl := newTimeline(t)
 			failed := 0
-			tl.run(t, func(step int) {
+			tl.run(t, scrapes, func(step int) {
 				if step%3 == 0 {
 					failed++
 				}
@@ -349,7 +349,7 @@ func TestAlerts(t *testing.T) {
 			}})
 			fire(t, tl, "KubeletEmptyDirTeardownFailing")
 			healthy := newTimeline(t)
-			healthy.run(t, nil, target{job: "kubelet", node: "kubelet", metrics: func() ([]byte, error) {
+			healthy.run(t, scrapes, nil, target{job: "kubelet", node: "kubelet", metrics: func() ([]byte, error) {
 				return []byte(kubeletExposition(0, 40+healthy.steps)), nil
 			}})
 			wantFiring(t, healthy.firing(t, rs))

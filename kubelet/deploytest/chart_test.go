@@ -74,7 +74,7 @@ func renderDocs(t *testing.T, vals map[string]any) (agent, driver []doc, out map
 		case "csi.yaml":
 			driver = append(driver, docs...)
 		case "dashboard.yaml":
-			// A ConfigMap of Grafana's: dashboard_test.go.
+			// A ConfigMap for Grafana: TestChartDashboard.
 		default:
 			agent = append(agent, docs...)
 		}
@@ -267,5 +267,36 @@ func TestChartValuesCaught(t *testing.T) {
 				t.Errorf("check() = %v; want an error containing %q", errors.Join(errs...), tt.want)
 			}
 		})
+	}
+}
+
+// TestChartDashboard: with dashboard.enabled, the chart renders a
+// ConfigMap the API server accepts, labelled for Grafana's sidecar,
+// holding the dashboard file byte for byte (monitoring/ checks the
+// dashboard's queries).
+func TestChartDashboard(t *testing.T) {
+	_, _, out := renderDocs(t, map[string]any{"dashboard": map[string]any{"enabled": true}})
+	docs, err := splitDocs("dashboard.yaml", []byte(out["dashboard.yaml"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, errs := newAPIServer().load(docs)
+	for _, err := range errs {
+		t.Error(err)
+	}
+	if len(objs.configMaps) != 1 || len(docs) != 1 {
+		t.Fatalf("%d documents, %d ConfigMaps; want one", len(docs), len(objs.configMaps))
+	}
+	want, err := os.ReadFile(filepath.Join(chartPath, "dashboards", "nodevol.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cm := range objs.configMaps {
+		if cm.Namespace != "nodevol-system" || cm.Labels["grafana_dashboard"] != "1" {
+			t.Errorf("ConfigMap %s/%s labels %v; want it in nodevol-system with grafana_dashboard: \"1\"", cm.Namespace, cm.Name, cm.Labels)
+		}
+		if got := cm.Data["nodevol.json"]; got != strings.TrimSpace(string(want)) {
+			t.Errorf("the ConfigMap's nodevol.json is not dashboards/nodevol.json (%d bytes; want %d)", len(got), len(strings.TrimSpace(string(want))))
+		}
 	}
 }

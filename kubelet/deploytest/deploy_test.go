@@ -152,6 +152,7 @@ type objects struct {
 	services        map[*corev1.Service]doc
 	serviceMonitors map[*serviceMonitor]doc
 	prometheusRules map[*prometheusRule]doc
+	configMaps      map[*corev1.ConfigMap]doc
 	csiDrivers      map[*storagev1.CSIDriver]doc
 }
 
@@ -165,6 +166,7 @@ func (s *apiServer) load(docs []doc) (*objects, []error) {
 		services:        map[*corev1.Service]doc{},
 		serviceMonitors: map[*serviceMonitor]doc{},
 		prometheusRules: map[*prometheusRule]doc{},
+		configMaps:      map[*corev1.ConfigMap]doc{},
 		csiDrivers:      map[*storagev1.CSIDriver]doc{},
 	}
 	var errs []error
@@ -211,6 +213,9 @@ func (s *apiServer) loadOne(d doc, objs *objects) error {
 	case *core.Namespace:
 		errs = corevalidation.ValidateNamespace(in)
 		objs.namespaces[obj.(*corev1.Namespace)] = d
+	case *core.ConfigMap:
+		errs = corevalidation.ValidateConfigMap(in)
+		objs.configMaps[obj.(*corev1.ConfigMap)] = d
 	case *core.ServiceAccount:
 		errs = corevalidation.ValidateServiceAccount(in)
 		objs.serviceAccounts[obj.(*corev1.ServiceAccount)] = d
