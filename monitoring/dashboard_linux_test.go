@@ -21,7 +21,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"golang.org/x/sys/unix"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
 
 // dashboardFile is the Grafana dashboard, in the chart (its ConfigMap

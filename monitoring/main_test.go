@@ -3,7 +3,7 @@ package monitoring
 import (
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
 
 // Every test runs in a private mount namespace when it can (as root), so
