@@ -3,6 +3,7 @@ package deploytest
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -150,6 +151,9 @@ func TestChartDefault(t *testing.T) {
 	for _, err := range checkCSI(driver) {
 		t.Error(err)
 	}
+	for _, err := range checkPodMonitor(agent, driver) {
+		t.Error(err)
+	}
 	if _, ok := out["dashboard.yaml"]; ok {
 		t.Error("the dashboard's ConfigMap is rendered by default")
 	}
@@ -165,6 +169,9 @@ func TestChartNonDefault(t *testing.T) {
 		t.Error(err)
 	}
 	for _, err := range checkCSI(driver) {
+		t.Error(err)
+	}
+	for _, err := range checkPodMonitor(agent, driver) {
 		t.Error(err)
 	}
 	all := strings.Join([]string{out["nodevol.yaml"], out["csi.yaml"], out["servicemonitor.yaml"], out["prometheusrule.yaml"]}, "\n")
@@ -299,4 +306,38 @@ func TestChartDashboard(t *testing.T) {
 			t.Errorf("the ConfigMap's nodevol.json is not dashboards/nodevol.json (%d bytes; want %d)", len(got), len(strings.TrimSpace(string(want))))
 		}
 	}
+}
+
+// checkPodMonitor: the PodMonitor among the agent's documents (where
+// deploy/prometheus-operator puts it) scrapes the driver's pods.
+func checkPodMonitor(agent, driver []doc) []error {
+	a, errs := newAPIServer().load(agent)
+	d, errs2 := newAPIServer().load(driver)
+	if errs := append(errs, errs2...); len(errs) > 0 {
+		return errs
+	}
+	if len(a.podMonitors) != 1 {
+		return []error{fmt.Errorf("%d PodMonitors; want nodevol-csi's", len(a.podMonitors))}
+	}
+	return podMonitorErrors(a.podMonitors, d)
+}
+
+// TestPodMonitorScrapesDriver: deploy/prometheus-operator's PodMonitor
+// scrapes deploy/csi's driver; a PodMonitor on another port is caught.
+func TestPodMonitorScrapesDriver(t *testing.T) {
+	agent, err := readManifests(deployDir, csiDir, chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	driver, err := readManifests(filepath.Join(deployDir, csiDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range checkPodMonitor(agent, driver) {
+		t.Error(err)
+	}
+	runMutations(t, "deploy/", agent, func(docs []doc) []error { return checkPodMonitor(docs, driver) }, []mutation{
+		{"PodMonitor on a port the driver does not name", "    - port: http\n", "    - port: metrics\n", "want a port of DaemonSet nodevol-csi's container"},
+		{"PodMonitor in the agent's namespace", "  namespace: nodevol-csi\n", "  namespace: nodevol-system\n", "selects no pods of the driver's DaemonSet"},
+	})
 }

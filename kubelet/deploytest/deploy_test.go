@@ -152,6 +152,7 @@ type objects struct {
 	services        map[*corev1.Service]doc
 	serviceMonitors map[*serviceMonitor]doc
 	prometheusRules map[*prometheusRule]doc
+	podMonitors     map[*podMonitor]doc
 	configMaps      map[*corev1.ConfigMap]doc
 	csiDrivers      map[*storagev1.CSIDriver]doc
 }
@@ -166,6 +167,7 @@ func (s *apiServer) load(docs []doc) (*objects, []error) {
 		services:        map[*corev1.Service]doc{},
 		serviceMonitors: map[*serviceMonitor]doc{},
 		prometheusRules: map[*prometheusRule]doc{},
+		podMonitors:     map[*podMonitor]doc{},
 		configMaps:      map[*corev1.ConfigMap]doc{},
 		csiDrivers:      map[*storagev1.CSIDriver]doc{},
 	}
@@ -189,6 +191,14 @@ func (s *apiServer) loadOne(d doc, objs *objects) error {
 			return err
 		}
 		objs.serviceMonitors[sm] = d
+		return nil
+	}
+	if tm.APIVersion == serviceMonitorAPIVersion && tm.Kind == "PodMonitor" {
+		pm, err := decodePodMonitor(d.data)
+		if err != nil {
+			return err
+		}
+		objs.podMonitors[pm] = d
 		return nil
 	}
 	if tm.APIVersion == serviceMonitorAPIVersion && tm.Kind == "PrometheusRule" {
@@ -282,6 +292,87 @@ type serviceMonitor struct {
 			} `json:"relabelings,omitempty"`
 		} `json:"endpoints"`
 	} `json:"spec"`
+}
+
+// podMonitor is the part of monitoring.coreos.com/v1 PodMonitor that
+// deploy/ uses (nodevol-csi's, which has no Service), as serviceMonitor.
+type podMonitor struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       struct {
+		Selector            metav1.LabelSelector `json:"selector"`
+		PodMetricsEndpoints []struct {
+			Port          string `json:"port,omitempty"`
+			Path          string `json:"path,omitempty"`
+			Interval      string `json:"interval,omitempty"`
+			ScrapeTimeout string `json:"scrapeTimeout,omitempty"`
+			Relabelings   []struct {
+				SourceLabels []string `json:"sourceLabels,omitempty"`
+				TargetLabel  string   `json:"targetLabel,omitempty"`
+			} `json:"relabelings,omitempty"`
+		} `json:"podMetricsEndpoints"`
+	} `json:"spec"`
+}
+
+func decodePodMonitor(data []byte) (*podMonitor, error) {
+	var pm podMonitor
+	if err := yaml.UnmarshalStrict(data, &pm); err != nil {
+		return nil, fmt.Errorf("decoding PodMonitor: %w", err)
+	}
+	var errs field.ErrorList
+	if pm.Metadata.Name == "" || pm.Metadata.Namespace == "" {
+		errs = append(errs, field.Required(field.NewPath("metadata"), "name and namespace"))
+	}
+	spec := field.NewPath("spec")
+	if len(pm.Spec.Selector.MatchLabels) == 0 && len(pm.Spec.Selector.MatchExpressions) == 0 {
+		errs = append(errs, field.Required(spec.Child("selector"), "an empty selector selects every pod"))
+	}
+	if len(pm.Spec.PodMetricsEndpoints) == 0 {
+		errs = append(errs, field.Required(spec.Child("podMetricsEndpoints"), ""))
+	}
+	for i, e := range pm.Spec.PodMetricsEndpoints {
+		p := spec.Child("podMetricsEndpoints").Index(i)
+		if e.Port == "" {
+			errs = append(errs, field.Required(p.Child("port"), ""))
+		}
+		for name, d := range map[string]string{"interval": e.Interval, "scrapeTimeout": e.ScrapeTimeout} {
+			if d != "" && !promDuration.MatchString(d) {
+				errs = append(errs, field.Invalid(p.Child(name), d, "not a Prometheus duration"))
+			}
+		}
+		for j, r := range e.Relabelings {
+			if r.TargetLabel != "" && !labelName.MatchString(r.TargetLabel) {
+				errs = append(errs, field.Invalid(p.Child("relabelings").Index(j).Child("targetLabel"), r.TargetLabel, "not a label name"))
+			}
+		}
+	}
+	return &pm, errs.ToAggregate()
+}
+
+// podMonitorErrors checks that each PodMonitor scrapes the driver: in its
+// namespace, selecting its pods, on a port its container names, at
+// /metrics.
+func podMonitorErrors(pms map[*podMonitor]doc, driver *objects) []error {
+	var errs []error
+	for pm, d := range pms {
+		found := false
+		for ds := range driver.daemonSets {
+			if ds.Namespace != pm.Metadata.Namespace || !selects(pm.Spec.Selector.MatchLabels, ds.Spec.Template.Labels) {
+				continue
+			}
+			found = true
+			for _, e := range pm.Spec.PodMetricsEndpoints {
+				if !slices.ContainsFunc(ds.Spec.Template.Spec.Containers[0].Ports, func(p corev1.ContainerPort) bool { return p.Name == e.Port }) || e.Path != "/metrics" {
+					errs = append(errs, fmt.Errorf("%v: PodMonitor %s: endpoint port %q path %q; want a port of DaemonSet %s's container, /metrics", d, pm.Metadata.Name, e.Port, e.Path, ds.Name))
+				}
+			}
+		}
+		if !found {
+			errs = append(errs, fmt.Errorf("%v: PodMonitor %s in %q selects no pods of the driver's DaemonSet", d, pm.Metadata.Name, pm.Metadata.Namespace))
+		}
+	}
+	return errs
 }
 
 // prometheusRule is monitoring.coreos.com/v1 PrometheusRule, field names
@@ -777,8 +868,9 @@ func TestManifestsMutated(t *testing.T) {
 		{"probe on the wrong path", "path: /readyz", "path: /ready", "readiness probe"},
 		{"a CPU limit", "            limits:\n              memory: 128Mi", "            limits:\n              cpu: 100m\n              memory: 128Mi", "no CPU limit"},
 		{"no toleration", "      tolerations:\n        - operator: Exists\n", "", "no toleration"},
-		{"ServiceMonitor typo", "scrapeTimeout: 10s", "scrapeTimout: 10s", `unknown field "scrapeTimout"`},
-		{"ServiceMonitor bad interval", "interval: 30s", "interval: 30 seconds", "not a Prometheus duration"},
+		{"ServiceMonitor typo", "scrapeTimeout: 10s\n      relabelings:\n        # The node the agent", "scrapeTimout: 10s\n      relabelings:\n        # The node the agent", `unknown field "scrapeTimout"`},
+		{"ServiceMonitor bad interval", "- port: metrics\n      path: /metrics\n      interval: 30s", "- port: metrics\n      path: /metrics\n      interval: 30 seconds", "not a Prometheus duration"},
+		{"PodMonitor typo", "      relabelings:\n        # The node the driver", "      relabellings:\n        # The node the driver", `unknown field "relabellings"`},
 		{"a second hostPath volume", "      volumes:\n", "      volumes:\n        - name: host\n          hostPath:\n            path: /\n", "want only the kubelet root's"},
 		{"a command replacing the entrypoint", "          args:\n", "          command: [/bin/sh]\n          args:\n", "want the image's entrypoint"},
 		{"image tag latest", "image: ghcr.io/nodevol/nodevol:v0.0.0-dev", "image: ghcr.io/nodevol/nodevol:latest", "not latest or none"},

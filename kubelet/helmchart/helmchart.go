@@ -103,6 +103,7 @@ var DeployFiles = []Generated{
 	{Template: "nodevol.yaml", File: "nodevol.yaml"},
 	{Template: "csi.yaml", File: "csi/nodevol-csi.yaml"},
 	{Template: "servicemonitor.yaml", File: "prometheus-operator/servicemonitor.yaml", Values: prometheusOperator},
+	{Template: "podmonitor.yaml", File: "prometheus-operator/nodevol-csi-podmonitor.yaml", Values: prometheusOperator},
 	{Template: "prometheusrule.yaml", File: "prometheus-operator/prometheusrule.yaml", Values: prometheusOperator},
 }
 
