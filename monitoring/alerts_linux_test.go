@@ -108,10 +108,13 @@ type timeline struct {
 	st    *teststorage.TestStorage
 	t0    time.Time
 	steps int
+	// pace is the test's time between scrapes: a second, for programs
+	// scanning every second; 0 for an exposition the test writes.
+	pace time.Duration
 }
 
 func newTimeline(t *testing.T) *timeline {
-	return &timeline{st: teststorage.New(t), t0: time.Now().Truncate(time.Second)}
+	return &timeline{st: teststorage.New(t), t0: time.Now().Truncate(time.Second), pace: time.Second}
 }
 
 func (tl *timeline) now() time.Time { return tl.t0.Add(time.Duration(tl.steps) * scrapeInterval) }
@@ -225,7 +228,7 @@ func (tl *timeline) run(t *testing.T, n int, each func(step int), targets ...tar
 			each(i)
 		}
 		tl.scrape(t, targets...)
-		time.Sleep(time.Second)
+		time.Sleep(tl.pace)
 	}
 }
 
@@ -339,6 +342,7 @@ func TestAlerts(t *testing.T) {
 		t.Run("kubelet", func(t *testing.T) {
 			t.Parallel()
 			tl := newTimeline(t)
+			tl.pace = 0
 			failed := 0
 			tl.run(t, scrapes, func(step int) {
 				if step%3 == 0 {
@@ -349,6 +353,7 @@ func TestAlerts(t *testing.T) {
 			}})
 			fire(t, tl, "KubeletEmptyDirTeardownFailing")
 			healthy := newTimeline(t)
+			healthy.pace = 0
 			healthy.run(t, scrapes, nil, target{job: "kubelet", node: "kubelet", metrics: func() ([]byte, error) {
 				return []byte(kubeletExposition(0, 40+healthy.steps)), nil
 			}})
