@@ -249,7 +249,9 @@ func TestImportsFollowTheLayout(t *testing.T) {
 // besides its group's: within the root module a test may import any
 // package but the product's (the CLI is tested in its own package).
 func testMayImport(pkg, imp string) bool {
-	inRoot := func(p string) bool { return !match("csi/...", p) && !match("kubelet/...", p) && !match("monitoring/...", p) }
+	inRoot := func(p string) bool {
+		return !match("csi/...", p) && !match("kubelet/...", p) && !match("monitoring/...", p)
+	}
 	return inRoot(pkg) && inRoot(imp) && !match("internal/cli", imp) && !match("cmd/...", imp)
 }
 
