@@ -316,7 +316,7 @@ func (d *deployRun) steps(ctx context.Context) []row {
 		{"apply", "every object of the Helm chart's agent and driver, rendered with non-default ports and interval, created through the API, unchanged", d.apply},
 		{"daemonsets-ready", "the DaemonSet controller runs one agent and one driver per node, each Ready; the driver registered on each node (CSINode)", d.daemonSetsReady},
 		{"exporter-nas", "on each node, a tmpfs NAS mounted inside an emptyDir makes that node's agent report nodevol_scan_danger_volumes 1, and 0 once unmounted", d.exporterNAS},
-		{"csi-nas", "on each node, the driver refuses to tear down a CSI volume holding a NAS (≥2 tries), the NAS's sentinel intact; gone after the unmount", d.csiNAS},
+		{"csi-nas", "on each node, the driver refuses to tear down a CSI volume holding a NAS (≥2 tries), the NAS's sentinel intact, its pod's nodevol_csi_unpublish_refused_total (the alert's series) counting each; gone after the unmount", d.csiNAS},
 		{"rolling-update", "each DaemonSet rolled (its RollingUpdate strategy) to an image of another digest, to completion on every node; the published CSI volumes intact (files and Memory tmpfs) across it, and torn down afterwards", d.rollingUpdate},
 	}
 	var rows []row
@@ -571,31 +571,37 @@ func podVolumeDir(pod *corev1.Pod, plugin, vol string) string {
 
 // agentMetrics scrapes the node's agent pod (on the pod network).
 func (d *deployRun) agentMetrics(ctx context.Context, node string) (metrics, error) {
-	var agent manifestDoc
-	for _, m := range d.daemonSets() {
-		if m.Name == "nodevol" {
-			agent = m
+	return d.podMetrics(ctx, "nodevol", "metrics", node)
+}
+
+// podMetrics scrapes /metrics of the node's pod of the DaemonSet ds, on
+// its container's port named port (on the pod network).
+func (d *deployRun) podMetrics(ctx context.Context, ds, port, node string) (metrics, error) {
+	var m manifestDoc
+	for _, x := range d.daemonSets() {
+		if x.Name == ds {
+			m = x
 		}
 	}
-	_, pods, err := d.dsPods(ctx, agent)
+	_, pods, err := d.dsPods(ctx, m)
 	if err != nil {
 		return nil, err
 	}
 	p, ok := pods[node]
 	if !ok || p.Status.PodIP == "" {
-		return nil, fmt.Errorf("no agent pod with an IP on %s", node)
+		return nil, fmt.Errorf("no %s pod with an IP on %s", ds, node)
 	}
-	port := ""
+	number := ""
 	for _, cp := range p.Spec.Containers[0].Ports {
-		if cp.Name == "metrics" {
-			port = fmt.Sprint(cp.ContainerPort)
+		if cp.Name == port {
+			number = fmt.Sprint(cp.ContainerPort)
 		}
 	}
-	if port == "" {
-		return nil, fmt.Errorf("agent pod %s has no port named metrics", p.Name)
+	if number == "" {
+		return nil, fmt.Errorf("%s pod %s has no port named %s", ds, p.Name, port)
 	}
 	client := &http.Client{Timeout: 3 * time.Second}
-	return scrape(ctx, client, "http://"+net.JoinHostPort(p.Status.PodIP, port)+"/metrics")
+	return scrape(ctx, client, "http://"+net.JoinHostPort(p.Status.PodIP, number)+"/metrics")
 }
 
 func (d *deployRun) exporterNAS(ctx context.Context, o *outcome) {
@@ -656,6 +662,13 @@ func (d *deployRun) csiNAS(ctx context.Context, o *outcome) {
 			app.stop(ctx, time.Minute)
 			return
 		}
+		// The driver's refusal counter, which the NodevolCSIUnpublishRefused
+		// alert watches, as Prometheus scrapes it: from the pod.
+		refusedBefore, err := d.podMetrics(ctx, "nodevol-csi", "http", n.name)
+		if err != nil {
+			o.harness(err)
+			return
+		}
 		offset, err := n.kubelet.logSize()
 		if err == nil {
 			err = d.cp.deletePod(ctx, app.created)
@@ -671,6 +684,14 @@ func (d *deployRun) csiNAS(ctx context.Context, o *outcome) {
 		o.want(err == nil, "%s: want ≥2 failed TearDowns of the CSI volume, saw %d: %v", n.name, attempts.failures(), err)
 		o.want(nas.intact(), "%s: the NAS's sentinel is not intact while the teardown is refused", n.name)
 		o.want(attempts.everyFailureRefuses(nas.dir), "%s: not every TearDown failure is the refusal naming the NAS", n.name)
+		refusedAfter, err := d.podMetrics(ctx, "nodevol-csi", "http", n.name)
+		if err != nil {
+			o.harness(err)
+			return
+		}
+		refused := refusedAfter.value("nodevol_csi_unpublish_refused_total", nil) - refusedBefore.value("nodevol_csi_unpublish_refused_total", nil)
+		o.want(refused >= float64(attempts.failures()), "%s: the driver's nodevol_csi_unpublish_refused_total grew by %g; the kubelet's log shows %d refused tries", n.name, refused, attempts.failures())
+		o.fact("%s: nodevol_csi_unpublish_refused_total +%g, scraped from the driver's pod", n.name, refused)
 		if err := nas.unmount(ctx); err != nil {
 			o.harness(err)
 			return
