@@ -5,6 +5,7 @@
 package internal
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -29,14 +30,10 @@ var (
 	// production code may import of the root module.
 	public = []string{
 		"mountdetect", "volume", "fsquota", "emptydir", "subpath",
-		"reconciler", "reconciler/pendingops", "httpserver",
+		"reconciler", "reconciler/pendingops", "httpserver", "httpserver/kubeauth",
 	}
 	// testsupport may be imported by tests and hack/ only.
 	testsupport = []string{"internal/testsupport/..."}
-	// crashTests is what the csi/ and kubelet/ modules' crash tests may
-	// import besides test support: the crash points and the options that
-	// install hooks at them.
-	crashTests = []string{"internal/base/testhook", "internal/base/friend"}
 	// tools may be imported by hack/ directories and tests only.
 	tools = []string{"internal/tools/..."}
 )
@@ -66,8 +63,10 @@ var rules = []rule{
 		reason: "base helpers import nothing of nodevol but base helpers"},
 
 	// The library, layer by layer (lower layers first).
-	{pkgs: []string{"httpserver", "reconciler/pendingops"}, may: nil,
+	{pkgs: []string{"httpserver/kubeauth", "reconciler/pendingops"}, may: nil,
 		tests: list(testsupport), reason: "stands alone"},
+	{pkgs: []string{"httpserver"}, may: []string{"httpserver/kubeauth"},
+		tests: list(testsupport), reason: "serves HTTP, authorizing through kubeauth"},
 	{pkgs: []string{"mountdetect", "volume"}, may: list(base),
 		tests: list(testsupport), reason: "the safety core and the plugin API stand on base helpers only"},
 	{pkgs: []string{"fsquota"}, may: list(base, []string{"mountdetect"}),
@@ -92,6 +91,11 @@ var rules = []rule{
 
 	// This test.
 	{pkgs: []string{"internal"}, may: nil, reason: "holds only this test"},
+	// The monitoring/ module: only tests of the alerting rules and the
+	// dashboard, which build and run the agent and the driver as programs
+	// and mount with test support.
+	{pkgs: []string{"monitoring/..."}, may: nil, tests: list(testsupport),
+		reason: "holds only tests of the monitoring rules"},
 
 	// Test support and tools.
 	{pkgs: testsupport, may: list(base, public, testsupport),
@@ -102,24 +106,23 @@ var rules = []rule{
 		tests: list(testsupport), reason: "developer commands may use test support and tools"},
 
 	// The csi/ and kubelet/ modules: the root module's public packages;
-	// their tests also test support and the crash points; the e2e
-	// harness also the image writer; the deploy test also the CLI (it
-	// checks the shipped DaemonSet's arguments with the CLI's own parser).
+	// their tests also test support and the base helpers (the crash
+	// points, the options that install hooks there, mount IDs); the e2e
+	// harness also the image writer; the deploy test's and the e2e
+	// harness's tests also the CLI (they check the shipped DaemonSet's
+	// arguments with the CLI's own parser, and run the agent).
 	{pkgs: []string{"csi/..."}, may: list(public, []string{"csi/..."}),
-		tests:  list(testsupport, crashTests),
+		tests:  list(testsupport, base),
 		reason: "another module: public API only, test support in tests"},
 	{pkgs: []string{"kubelet/hack/..."}, may: list(public, tools, []string{"kubelet/..."}),
-		tests: list(testsupport), reason: "the e2e harness writes images with the tools"},
+		tests:  list(testsupport, []string{"internal/cli"}),
+		reason: "the e2e harness writes images with the tools; its tests run the real agent and check the manifests' arguments with the CLI's parser"},
 	{pkgs: []string{"kubelet/deploytest"}, may: list(public, []string{"kubelet/..."}),
 		tests:  list(testsupport, []string{"internal/cli"}),
 		reason: "checks the DaemonSet's serve arguments with the CLI's parser"},
 	{pkgs: []string{"kubelet/..."}, may: list(public, []string{"kubelet/..."}),
-		tests:  list(testsupport, crashTests),
+		tests:  list(testsupport, base),
 		reason: "another module: public API only, test support in tests"},
-	// The monitoring/ module has only tests: it builds and runs the agent
-	// and the driver as programs, and mounts with test support.
-	{pkgs: []string{"monitoring/..."}, may: nil, tests: list(testsupport),
-		reason: "another module of tests only: test support in tests"},
 }
 
 // match reports whether path (below the module path) matches pattern.
@@ -271,6 +274,7 @@ func TestRulesRejectWrongImports(t *testing.T) {
 		{"volume", "internal/tools/ociimage", false},
 		{"csi/driver", "internal/base/fsat", false},
 		{"csi/driver", "internal/cli", true},
+		{"csi/driver", "internal/executor", true},
 		{"kubelet/volumeplugin", "internal/executor", false},
 		{"kubelet/volumeplugin", "internal/testsupport/mounttest", false},
 		{"mountdetect", "internal/cli", true},
@@ -286,6 +290,120 @@ func TestRulesRejectWrongImports(t *testing.T) {
 		}
 		if allowed {
 			t.Errorf("%s (test files: %v) may import %s; the layout forbids it", c.pkg, c.test, c.imp)
+		}
+	}
+}
+
+// TestPublicAPINamesNoInternalType: no exported function, method, field
+// or type of a public package takes, returns or embeds a type of an
+// internal package. Such an identifier is API that only nodevol can use
+// (a test hook whose parameter nobody else can build), and go doc shows it
+// to everyone.
+func TestPublicAPINamesNoInternalType(t *testing.T) {
+	// known names an internal type on purpose, with why.
+	known := map[string]string{
+		"mountdetect.Entry.MountStat": "the entry's statx answer (fsat.MountStat); its fields are the API",
+	}
+	for _, pkg := range public {
+		files, err := filepath.Glob(filepath.Join("..", pkg, "*.go"))
+		if err != nil || len(files) == 0 {
+			continue // a package of another branch not merged here
+		}
+		for _, name := range files {
+			if strings.HasSuffix(name, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), name, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			internalName := map[string]bool{} // local names of internal imports
+			for _, imp := range f.Imports {
+				p, _ := strconv.Unquote(imp.Path.Value)
+				if rest, ok := strings.CutPrefix(p, module+"/"); ok && match("internal/...", rest) {
+					local := p[strings.LastIndex(p, "/")+1:]
+					if imp.Name != nil {
+						local = imp.Name.Name
+					}
+					internalName[local] = true
+				}
+			}
+			check := func(where string, n ast.Node) {
+				ast.Inspect(n, func(n ast.Node) bool {
+					if _, ok := n.(*ast.FuncLit); ok {
+						return false
+					}
+					sel, ok := n.(*ast.SelectorExpr)
+					if !ok {
+						return true
+					}
+					if id, ok := sel.X.(*ast.Ident); ok && internalName[id.Name] {
+						if _, ok := known[where]; !ok {
+							t.Errorf("%s (%s) names the internal %s.%s in the public API", where, filepath.ToSlash(name), id.Name, sel.Sel.Name)
+						}
+					}
+					return true
+				})
+			}
+			for _, decl := range f.Decls {
+				switch d := decl.(type) {
+				case *ast.FuncDecl:
+					if !d.Name.IsExported() {
+						continue
+					}
+					where := pkg + "." + d.Name.Name
+					if d.Recv != nil {
+						recv := d.Recv.List[0].Type
+						if s, ok := recv.(*ast.StarExpr); ok {
+							recv = s.X
+						}
+						id, ok := recv.(*ast.Ident)
+						if !ok || !id.IsExported() {
+							continue
+						}
+						where = pkg + "." + id.Name + "." + d.Name.Name
+					}
+					check(where, d.Type)
+				case *ast.GenDecl:
+					for _, s := range d.Specs {
+						switch s := s.(type) {
+						case *ast.TypeSpec:
+							if !s.Name.IsExported() {
+								continue
+							}
+							st, ok := s.Type.(*ast.StructType)
+							if !ok {
+								check(pkg+"."+s.Name.Name, s.Type)
+								continue
+							}
+							for _, fld := range st.Fields.List {
+								fname := ""
+								if len(fld.Names) > 0 {
+									if !fld.Names[0].IsExported() {
+										continue
+									}
+									fname = fld.Names[0].Name
+								} else {
+									e := fld.Type
+									if se, ok := e.(*ast.StarExpr); ok {
+										e = se.X
+									}
+									if se, ok := e.(*ast.SelectorExpr); ok {
+										fname = se.Sel.Name
+									} else if id, ok := e.(*ast.Ident); ok {
+										fname = id.Name
+									}
+								}
+								check(pkg+"."+s.Name.Name+"."+fname, fld.Type)
+							}
+						case *ast.ValueSpec:
+							if s.Type != nil && s.Names[0].IsExported() {
+								check(pkg+"."+s.Names[0].Name, s.Type)
+							}
+						}
+					}
+				}
+			}
 		}
 	}
 }
