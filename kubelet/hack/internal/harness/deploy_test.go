@@ -10,17 +10,23 @@ import (
 	"github.com/nodevol/nodevol/internal/tools/ociimage"
 )
 
-// TestDeployManifestDocs reads deploy/ as the deploy scenario applies it:
-// every object of deploy/nodevol.yaml and deploy/csi, each with a path
-// that creates it, and each DaemonSet's one image.
+// TestDeployManifestDocs renders the chart as the deploy scenario
+// installs it: every object of the agent and the driver, each with a path
+// that creates it, each DaemonSet's one image, and the scenario's values
+// in the objects.
 func TestDeployManifestDocs(t *testing.T) {
-	files, err := deployManifestFiles("../../../../deploy", "../../../../deploy/csi")
+	docs, err := renderChartDocs("../../../../deploy/helm/nodevol", deployChartValues)
 	if err != nil {
 		t.Fatal(err)
 	}
-	docs, err := readManifestDocs(files)
-	if err != nil {
-		t.Fatal(err)
+	var text strings.Builder
+	for _, d := range docs {
+		text.Write(d.Object)
+	}
+	for _, want := range []string{`"--listen=:19477"`, `"--http-address=:19479"`, `"--interval=5s"`, `"containerPort":19477`} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("the render has no %s", want)
+		}
 	}
 	var kinds []string
 	for _, d := range docs {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -281,7 +282,8 @@ func (s *soak) sampleOnce(ctx context.Context) {
 		n.procMu.Lock()
 		add(compKubelet, n.kubelet.cmd.Process.Pid, n.kubelet.url(readOnlyPort, "/metrics"))
 		n.procMu.Unlock()
-		for _, c := range []struct{ comp, ds, port string }{{compCSI, csiDaemonSet, "9479"}, {compExporter, exporterDaemonSet, "9477"}} {
+		// The ports by their names in the pod (the chart's values set them).
+		for _, c := range []struct{ comp, ds, port string }{{compCSI, csiDaemonSet, "http"}, {compExporter, exporterDaemonSet, "metrics"}} {
 			_, pods, err := s.dep.dsPods(ctx, s.daemonSet(c.ds))
 			if err != nil {
 				continue
@@ -290,8 +292,14 @@ func (s *soak) sampleOnce(ctx context.Context) {
 			if !ok || p.Status.PodIP == "" {
 				continue
 			}
-			if pid, err := containerPID(p); err == nil {
-				add(c.comp, pid, "http://"+p.Status.PodIP+":"+c.port+"/metrics")
+			port := ""
+			for _, cp := range p.Spec.Containers[0].Ports {
+				if cp.Name == c.port {
+					port = fmt.Sprint(cp.ContainerPort)
+				}
+			}
+			if pid, err := containerPID(p); err == nil && port != "" {
+				add(c.comp, pid, "http://"+net.JoinHostPort(p.Status.PodIP, port)+"/metrics")
 			}
 		}
 	}
