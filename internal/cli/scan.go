@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -216,7 +217,8 @@ type rootScanner struct {
 	rootDir, pods *fsat.Dir
 	subpaths      *subpath.Cleaner
 	tab           *mountdetect.MountTable
-	// emptyDirs examines the emptyDir volumes (emptydir.PlanTearDown).
+	// emptyDirs examines the emptyDir volumes (its Planner, as
+	// emptydir.PlanTearDown).
 	emptyDirs *emptydir.Plugin
 }
 
@@ -263,8 +265,10 @@ func (sc *rootScanner) examine(s *scanReport, vols []volume.VolumeDir, budgets m
 	hasSubpaths := map[string]bool{}
 	dirs := &pluginDirs{pods: sc.pods}
 	defer dirs.close()
+	emptyDirs := sc.emptyDirs.NewPlanner()
+	defer emptyDirs.Close()
 	for _, vd := range vols {
-		v := examineVolume(sc.emptyDirs, dirs, sc.tab, vd, filepath.Join(sc.realRoot, strings.TrimPrefix(vd.Path, root)))
+		v := examineVolume(emptyDirs, dirs, sc.tab, vd, filepath.Join(sc.realRoot, strings.TrimPrefix(vd.Path, root)))
 		has, ok := hasSubpaths[vd.PodUID]
 		if !ok {
 			dir, err := sc.layout.PodVolumeSubpathsDir(vd.PodUID)
@@ -309,10 +313,12 @@ func (s *scanReport) overBudgetAt(layout volume.Layout, uid string, stop error) 
 // it or beneath it, because unmounting it is that plugin's job.
 //
 // realPath is vd.Path as the mount table names it (under the resolved
-// root). Any other plugin's volume is reached through dirs, its plugin
-// directory opened from the pods directory, by descriptors
+// root). An emptyDir is planned by emptyDirs, which holds its pod's
+// directories open for the pod's next volumes; any other plugin's volume
+// is reached through dirs, its plugin directory opened from the pods
+// directory, by descriptors
 // (examinePluginVolume).
-func examineVolume(emptyDirs *emptydir.Plugin, dirs *pluginDirs, tab *mountdetect.MountTable, vd volume.VolumeDir, realPath string) scanVolume {
+func examineVolume(emptyDirs *emptydir.Planner, dirs *pluginDirs, tab *mountdetect.MountTable, vd volume.VolumeDir, realPath string) scanVolume {
 	v := scanVolume{PodUID: vd.PodUID, Plugin: vd.Plugin, Volume: vd.Volume, Path: vd.Path, NestedMounts: []mountdetect.Mount{}, Subpaths: []subpath.Entry{}}
 	fail := func(err error) scanVolume {
 		v.fail(err)
@@ -693,13 +699,20 @@ func runScan(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	for i := range s.volumes {
 		s.volumes[i].MountNamespace = nsJSON
 	}
+	// One write per buffer, not per table cell or JSON line: unbuffered,
+	// the report's writes were most of a scan's system calls.
+	out := bufio.NewWriter(stdout)
 	if *asJSON {
-		if err := writeScanJSON(stdout, s); err != nil {
-			fmt.Fprintf(stderr, "nodevol scan: write report: %v\n", err)
-			return ExitError
-		}
+		err = writeScanJSON(out, s)
 	} else {
-		writeScanHuman(stdout, s)
+		writeScanHuman(out, s)
+	}
+	if err == nil {
+		err = out.Flush()
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "nodevol scan: write report: %v\n", err)
+		return ExitError
 	}
 	return s.code()
 }
