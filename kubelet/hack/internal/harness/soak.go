@@ -70,17 +70,8 @@ func parseSoakFlags(args []string, stderr io.Writer) (options, error) {
 	o := options{mode: modeSoak}
 	in := &soakInputs{Params: soakParams{Nodes: 2}}
 	p := &in.Params
-	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, soakUsage)
-		fs.PrintDefaults()
-	}
-	fs.StringVar(&o.stock, "stock", "", "the stock kubelet binary (upstream v1.37.2)")
-	fs.StringVar(&o.nodevol, "nodevol", "", "the nodevol kubelet binary (kubelet/hack/build.sh)")
-	fs.StringVar(&o.apiserver, "apiserver", "", "kube-apiserver of the kubelets' version (kubelet/hack/build.sh --apiserver)")
-	fs.StringVar(&o.scheduler, "scheduler", "", "kube-scheduler of the kubelets' version (kubelet/hack/build.sh --scheduler)")
-	fs.StringVar(&o.controllerManager, "controller-manager", "", "kube-controller-manager of the kubelets' version (kubelet/hack/build.sh --controller-manager)")
+	fs := newFlagSet("soak", soakUsage, stderr)
+	o.binaryFlags(fs, "")
 	kubelets := fs.String("kubelets", "nodevol,stock", "the two nodes' kubelets, node 1's first (nodevol or stock, each with its binary's flag)")
 	fs.StringVar(&o.nodevolImage, "nodevol-image", "", "the exporter's image, an OCI layout tarball with `FILE`.digest beside it (default: built with the root module's ./hack/image)")
 	fs.StringVar(&o.csiImage, "csi-image", "", "nodevol-csi's image, an OCI layout tarball with `FILE`.digest beside it (default: built with ./hack/image -binary nodevol-csi)")
