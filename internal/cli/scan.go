@@ -166,15 +166,9 @@ func scanOptionsFrom(ns mountdetect.MountNamespace) []emptydir.Option {
 // subPath trees; a pod over it is a problem, and the others are examined
 // all the same. The emptyDir volumes are examined by a plugin with opts.
 func scanRootWithin(root string, limits volume.ScanLimits, opts ...emptydir.Option) (*scanReport, error) {
-	layout, err := volume.NewLayout(root)
+	layout, err := scanLayout(root)
 	if err != nil {
 		return nil, err
-	}
-	if _, err := os.Stat(root); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("kubelet root %s does not exist", root)
-		}
-		return nil, fmt.Errorf("kubelet root: %w", err)
 	}
 	found, err := layout.ScanVolumes(limits)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -867,4 +861,20 @@ func (v *scanVolume) mountColumn() string {
 		return "yes (" + v.fsType + ")"
 	}
 	return "no"
+}
+
+// scanLayout is the layout of the kubelet root a scan examines, which must
+// exist: a scan of a missing root would report an empty, healthy node.
+func scanLayout(root string) (volume.Layout, error) {
+	layout, err := volume.NewLayout(root)
+	if err != nil {
+		return volume.Layout{}, err
+	}
+	if _, err := os.Stat(root); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return volume.Layout{}, fmt.Errorf("kubelet root %s does not exist", root)
+		}
+		return volume.Layout{}, fmt.Errorf("kubelet root: %w", err)
+	}
+	return layout, nil
 }
