@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -110,37 +109,20 @@ func TestChangesSinceSeesSameLineReplacement(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(vol, unix.MNT_DETACH) })
-	line := func(tab *MountTable) tableEntry {
-		t.Helper()
-		for _, e := range tab.entries {
-			if e.MountPoint == vol {
-				return e
-			}
+	for try := 0; ; try++ {
+		if try == 100 {
+			t.Fatalf("the kernel never gave the tmpfs replacing the one on %s the same line", vol)
 		}
-		t.Fatalf("no mount on %s in the table", vol)
-		return tableEntry{}
-	}
-	t0, err := ReadMountTable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; ; i++ {
-		if i == 200 {
-			t.Fatalf("the kernel never gave the replacing tmpfs the line %+v", line(t0))
-		}
-		if err := unix.Unmount(vol, 0); err != nil {
+		t0, err := ReadMountTable()
+		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond) // the mount's ID is freed after an RCU grace period
-		if err := unix.Mount("nv-0123abcd-4567ef89", vol, "tmpfs", 0, "size=64k"); err != nil {
-			t.Fatal(err)
+		if _, kept := mounttest.ReplaceKeepingLine(t, vol, "nv-0123abcd-4567ef89", "tmpfs", 0, "size=64k"); !kept {
+			continue
 		}
 		t1, err := ReadMountTable()
 		if err != nil {
 			t.Fatal(err)
-		}
-		if a, b := line(t1), line(t0); !sameEntry(&a, &b) {
-			continue
 		}
 		changes := t1.ChangesSince(t0)
 		if len(changes) != 1 || changes[0].MountPoint != vol || !slices.Contains(changes[0].Paths, vol) {
