@@ -242,9 +242,13 @@ func TestAdoptionRefuses(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := unix.Renameat2(unix.AT_FDCWD, filepath.Dir(other), unix.AT_FDCWD, filepath.Dir(dir), unix.RENAME_EXCHANGE); err != nil {
+			exchange := func() error {
+				return unix.Renameat2(unix.AT_FDCWD, filepath.Dir(other), unix.AT_FDCWD, filepath.Dir(dir), unix.RENAME_EXCHANGE)
+			}
+			if err := exchange(); err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { _ = exchange() }) // back where its cleanup unmounts it
 			return []string{dir}
 		},
 	}, {
