@@ -45,14 +45,15 @@ func (m *mounter) adoptPrevious(logger klog.Logger, v *podVolume, e entry, plan 
 	if err != nil {
 		return false, "", err
 	}
-	rec, mountPoint, why := previousKubeletsMount(tab, e, at, beneath, plan, m.ref, m.dir)
+	rec, why := previousKubeletsMount(tab, e, at, beneath, plan, m.ref, m.dir)
 	if why == "" {
 		// Last: the mount is what that kubelet mounts; was it made
-		// while no nodevol process ran, and has it been here since
-		// this one started (not renamed or moved here meanwhile)?
+		// while no nodevol process ran, and was it on this volume's
+		// directory when this one started (not renamed or moved here
+		// since, nor only reached through this volume's name now)?
 		if ok, w := a.sessions.beforeNodevol(e.UniqueID); !ok {
 			why = w
-		} else if ok, w := a.sessions.placedBefore(int(e.ID), mountPoint); !ok {
+		} else if ok, w := a.sessions.placedBefore(int(e.ID), m.dir); !ok {
 			why = w
 		}
 	}
@@ -81,22 +82,21 @@ func (m *mounter) adoptPrevious(logger klog.Logger, v *podVolume, e entry, plan 
 // ("nodev", of the plan's page size), nothing beneath it, the whole
 // filesystem, and its filesystem mounted nowhere else but in the pod's
 // subPath directories of the volume (binds the kubelet made for
-// containers). It returns the record the mount would get and its mount
-// point as the table names it, or why not. When it was made, and where it
-// was then, is the session log's to say.
-func previousKubeletsMount(tab *mountdetect.MountTable, e entry, at, beneath []mountdetect.Mount, plan setupPlan, r volRef, path string) (rec mountRecord, mountPoint, why string) {
+// containers). It returns the record the mount would get, or why not.
+// When it was made, and where it was then, is the session's to say.
+func previousKubeletsMount(tab *mountdetect.MountTable, e entry, at, beneath []mountdetect.Mount, plan setupPlan, r volRef, path string) (mountRecord, string) {
 	switch {
 	case len(beneath) > 0:
-		return mountRecord{}, "", fmt.Sprintf("%d mounts are beneath it (first %s)", len(beneath), beneath[0])
+		return mountRecord{}, fmt.Sprintf("%d mounts are beneath it (first %s)", len(beneath), beneath[0])
 	case len(at) != 1:
-		return mountRecord{}, "", fmt.Sprintf("%d mounts are stacked on the volume directory", len(at))
+		return mountRecord{}, fmt.Sprintf("%d mounts are stacked on the volume directory", len(at))
 	}
 	fsType := "tmpfs"
 	if plan.medium == volume.MediumHugePages {
 		fsType = "hugetlbfs"
 	}
 	if at[0].FSType != fsType || at[0].Source != kubeletSource(fsType) {
-		return mountRecord{}, "", fmt.Sprintf("it is %s, not the %s from %q the kubelet mounts for a %s volume", at[0], fsType, kubeletSource(fsType), plan.medium)
+		return mountRecord{}, fmt.Sprintf("it is %s, not the %s from %q the kubelet mounts for a %s volume", at[0], fsType, kubeletSource(fsType), plan.medium)
 	}
 	var self *mountdetect.SourceMount
 	var others []mountdetect.SourceMount
@@ -109,21 +109,21 @@ func previousKubeletsMount(tab *mountdetect.MountTable, e entry, at, beneath []m
 	}
 	switch {
 	case self == nil:
-		return mountRecord{}, "", "it is not in the mount table"
+		return mountRecord{}, "it is not in the mount table"
 	case self.Dev != e.Dev:
-		return mountRecord{}, "", "the mount table shows another filesystem on it than statx"
+		return mountRecord{}, "the mount table shows another filesystem on it than statx"
 	case self.Root != "/":
-		return mountRecord{}, "", fmt.Sprintf("it mounts %q of its filesystem, not the whole filesystem", self.Root)
+		return mountRecord{}, fmt.Sprintf("it mounts %q of its filesystem, not the whole filesystem", self.Root)
 	case fsType == "hugetlbfs" && self.HugePageSize != plan.pageSize:
-		return mountRecord{}, "", fmt.Sprintf("its page size is %d, not the volume's %d", self.HugePageSize, plan.pageSize)
+		return mountRecord{}, fmt.Sprintf("its page size is %d, not the volume's %d", self.HugePageSize, plan.pageSize)
 	}
 	subpaths := subpathsPrefix(r, path, self.MountPoint)
 	for _, o := range others {
 		if o.Dev == self.Dev && (subpaths == "" || !strings.HasPrefix(o.MountPoint, subpaths)) {
-			return mountRecord{}, "", fmt.Sprintf("its filesystem is mounted elsewhere too (%s)", o.Mount)
+			return mountRecord{}, fmt.Sprintf("its filesystem is mounted elsewhere too (%s)", o.Mount)
 		}
 	}
-	return mountRecord{UniqueID: e.UniqueID, ID: e.ID, Dev: e.Dev, FSType: fsType, Source: at[0].Source, Adopted: true}, self.MountPoint, ""
+	return mountRecord{UniqueID: e.UniqueID, ID: e.ID, Dev: e.Dev, FSType: fsType, Source: at[0].Source, Adopted: true}, ""
 }
 
 // subpathsPrefix is the pod's subPath directory of the volume r
