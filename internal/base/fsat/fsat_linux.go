@@ -340,21 +340,35 @@ func (d *Dir) statx(name string, flags int, path string) (unix.Stat_t, error) {
 }
 
 // ReadFile reads the regular file name in d, which must not be a symlink
-// and must hold at most max bytes. It is opened O_NONBLOCK, so a FIFO
-// planted in its place is refused, not waited on; a file that grows while
-// it is read is refused once it passes max.
+// and must hold at most max bytes. Anything else (a FIFO, a device, a
+// file something is mounted on, whenever it was mounted) is refused
+// without being opened; a file that grows while it is read is refused
+// once it passes max.
 func (d *Dir) ReadFile(name string, max int64) ([]byte, error) {
 	p := d.Join(name)
-	// A file that is a mount point is not opened (opening reaches the
-	// mounted filesystem, which may never answer).
-	if s, err := StatMount(d.fd, name, MountKey); err == nil && s.Root {
-		return nil, &os.PathError{Op: "open", Path: p, Err: ErrOtherMount}
-	}
-	fd, err := Openat(d.fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	// A file that is a mount point is not opened: opening reaches the
+	// mounted filesystem, which may never answer (a FUSE daemon that
+	// hung). The name is opened O_PATH, which asks the file's filesystem
+	// nothing, and that descriptor is checked; the file is then reopened
+	// from it (its magic link), never by name again: a mount put on the
+	// name after the check is not entered.
+	pfd, err := Openat(d.fd, name, unix.O_PATH|unix.O_NOFOLLOW, 0)
 	if err != nil {
-		if err == unix.ELOOP {
-			err = sentinelErrno{ErrSymlink, unix.ELOOP}
-		}
+		return nil, &os.PathError{Op: "open", Path: p, Err: err}
+	}
+	defer unix.Close(pfd)
+	s, err := StatMount(pfd, "", MountKey)
+	switch {
+	case err == nil && s.Root:
+		return nil, &os.PathError{Op: "open", Path: p, Err: ErrOtherMount}
+	case err == nil && s.Mode == unix.S_IFLNK:
+		return nil, &os.PathError{Op: "open", Path: p, Err: sentinelErrno{ErrSymlink, unix.ELOOP}}
+	case err == nil && s.Mode != unix.S_IFREG:
+		// Not opened at all: opening a device can act on it.
+		return nil, &os.PathError{Op: "open", Path: p, Err: fmt.Errorf("%w (mode %#o)", ErrNotRegular, s.Mode)}
+	}
+	fd, err := Reopen(pfd, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
+	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: p, Err: err}
 	}
 	f := os.NewFile(uintptr(fd), p)

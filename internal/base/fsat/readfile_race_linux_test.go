@@ -46,7 +46,7 @@ func TestReadFileRacesStalledFUSE(t *testing.T) {
 		}
 	}()
 	defer func() { stop.Store(true); <-done }()
-	const tries = 5000
+	const tries = 20000
 	var read, refused int
 	for i := range tries {
 		var returned atomic.Bool
