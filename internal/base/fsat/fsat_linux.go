@@ -346,28 +346,7 @@ func (d *Dir) statx(name string, flags int, path string) (unix.Stat_t, error) {
 // once it passes max.
 func (d *Dir) ReadFile(name string, max int64) ([]byte, error) {
 	p := d.Join(name)
-	// A file that is a mount point is not opened: opening reaches the
-	// mounted filesystem, which may never answer (a FUSE daemon that
-	// hung). The name is opened O_PATH, which asks the file's filesystem
-	// nothing, and that descriptor is checked; the file is then reopened
-	// from it (its magic link), never by name again: a mount put on the
-	// name after the check is not entered.
-	pfd, err := Openat(d.fd, name, unix.O_PATH|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: p, Err: err}
-	}
-	defer unix.Close(pfd)
-	s, err := StatMount(pfd, "", MountKey)
-	switch {
-	case err == nil && s.Root:
-		return nil, &os.PathError{Op: "open", Path: p, Err: ErrOtherMount}
-	case err == nil && s.Mode == unix.S_IFLNK:
-		return nil, &os.PathError{Op: "open", Path: p, Err: sentinelErrno{ErrSymlink, unix.ELOOP}}
-	case err == nil && s.Mode != unix.S_IFREG:
-		// Not opened at all: opening a device can act on it.
-		return nil, &os.PathError{Op: "open", Path: p, Err: fmt.Errorf("%w (mode %#o)", ErrNotRegular, s.Mode)}
-	}
-	fd, err := Reopen(pfd, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
+	fd, err := d.openRegular(name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: p, Err: err}
 	}
@@ -391,6 +370,31 @@ func (d *Dir) ReadFile(name string, max int64) ([]byte, error) {
 		return nil, &os.PathError{Op: "read", Path: p, Err: fmt.Errorf("%w: more than %d bytes", ErrTooLarge, max)}
 	}
 	return b, nil
+}
+
+// openRegular opens the regular file name in d with flags. A file that
+// is a mount point is not opened: opening reaches the mounted filesystem,
+// which may never answer (a FUSE daemon that hung). The name is opened
+// O_PATH, which asks the file's filesystem nothing, and that descriptor
+// is checked (not a mount root, a regular file: opening a device can act
+// on it); the file is then reopened from it (its magic link), never by
+// name again: a mount put on the name after the check is not entered.
+func (d *Dir) openRegular(name string, flags int) (int, error) {
+	pfd, err := Openat(d.fd, name, unix.O_PATH|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(pfd)
+	s, err := StatMount(pfd, "", MountKey)
+	switch {
+	case err == nil && s.Root:
+		return -1, ErrOtherMount
+	case err == nil && s.Mode == unix.S_IFLNK:
+		return -1, sentinelErrno{ErrSymlink, unix.ELOOP}
+	case err == nil && s.Mode != unix.S_IFREG:
+		return -1, fmt.Errorf("%w (mode %#o)", ErrNotRegular, s.Mode)
+	}
+	return Reopen(pfd, flags)
 }
 
 func tempPrefix(name string) string { return "." + name + ".tmp-" }
@@ -455,7 +459,21 @@ func (d *Dir) WriteFileAtomic(name string, data []byte, perm uint32) error {
 // CreateEmpty creates name in d as an empty regular file with mode perm if
 // it does not exist (never following a symlink), and fsyncs it and d.
 func (d *Dir) CreateEmpty(name string, perm uint32) error {
-	fd, err := Openat(d.fd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK, perm)
+	// A new file is created O_EXCL, which never opens what is there; one
+	// that is there is opened as ReadFile opens it (openRegular), so that
+	// a file of a filesystem that never answers, mounted on the name, is
+	// refused instead of waited on. Removed in between: tried again.
+	var fd int
+	var err error
+	for try := 0; try < 3; try++ {
+		fd, err = Openat(d.fd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_NONBLOCK, perm)
+		if err != unix.EEXIST {
+			break
+		}
+		if fd, err = d.openRegular(name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY); err != unix.ENOENT {
+			break
+		}
+	}
 	if err != nil {
 		if err == unix.ELOOP {
 			err = sentinelErrno{ErrSymlink, unix.ELOOP}
