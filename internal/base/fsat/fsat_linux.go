@@ -183,23 +183,30 @@ func (d *Dir) walk(rel string, create bool, mode uint32, opts []Option) (*Dir, e
 		}
 		mnt = s.Key()
 	}
+	// With SameMount, each component is checked through an O_PATH
+	// descriptor before it is opened for real (openChild): opening a
+	// mount point reaches the mounted filesystem (a FUSE daemon that
+	// stopped answering would block), O_PATH asks nothing of it, and the
+	// real open is a reopen of that descriptor, which a mount made on the
+	// name since does not redirect. Nothing is asked of the filesystem:
+	// statx with AT_STATX_DONT_SYNC, mount IDs only.
+	var check func(fd int, path string) error
+	if o&SameMount != 0 {
+		check = func(fd int, path string) error {
+			s, err := StatMount(fd, "", MountKey)
+			if err != nil {
+				return &os.PathError{Op: "statx", Path: path, Err: err}
+			}
+			if s.Key() != mnt || s.Root {
+				return &os.PathError{Op: "openat", Path: path, Err: ErrOtherMount}
+			}
+			return nil
+		}
+	}
 	cur := &Dir{fd: d.fd, path: d.path}
 	owned := false
 	for _, name := range parts {
-		if o&SameMount != 0 {
-			// Look before opening: opening a mount point reaches the
-			// mounted filesystem (a FUSE daemon that stopped answering
-			// would block). Nothing is asked of it: statx with
-			// AT_STATX_DONT_SYNC, mount IDs only.
-			s, err := StatMount(cur.fd, name, MountKey)
-			if err == nil && (s.Key() != mnt || s.Root) {
-				if owned {
-					cur.Close()
-				}
-				return nil, &os.PathError{Op: "openat", Path: cur.Join(name), Err: ErrOtherMount}
-			}
-		}
-		next, err := cur.openChild(name, create, mode)
+		next, err := cur.openChild(name, create, mode, check)
 		if owned {
 			cur.Close()
 		}
@@ -207,17 +214,6 @@ func (d *Dir) walk(rel string, create bool, mode uint32, opts []Option) (*Dir, e
 			return nil, err
 		}
 		cur, owned = next, true
-		if o&SameMount != 0 {
-			s, err := StatMount(cur.fd, "", MountKey)
-			if err != nil {
-				cur.Close()
-				return nil, &os.PathError{Op: "statx", Path: cur.path, Err: err}
-			}
-			if s.Key() != mnt || s.Root {
-				cur.Close()
-				return nil, &os.PathError{Op: "openat", Path: cur.path, Err: ErrOtherMount}
-			}
-		}
 	}
 	if !owned { // rel was empty: a new descriptor for d itself
 		fd, err := Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
@@ -265,23 +261,44 @@ func (d *Dir) openDirFast(rel string, o Option) (*Dir, bool) {
 	return &Dir{fd: fd, path: d.Join(rel)}, true
 }
 
-func (d *Dir) openChild(name string, create bool, mode uint32) (*Dir, error) {
+// openChild opens the directory name in d (creating it with mode when
+// create and it is missing), never following a symlink. It is opened
+// O_PATH first; check, when not nil, is asked about that descriptor, and
+// only then is it reopened for reading (from its magic link, never by
+// name again).
+func (d *Dir) openChild(name string, create bool, mode uint32, check func(fd int, path string) error) (*Dir, error) {
 	p := d.Join(name)
+	created := false
 	for range 2 {
-		fd, err := Openat(d.fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+		pfd, err := Openat(d.fd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 		if err == nil {
+			if check != nil {
+				if err := check(pfd, p); err != nil {
+					unix.Close(pfd)
+					return nil, err
+				}
+			}
+			fd, err := Reopen(pfd, unix.O_RDONLY|unix.O_DIRECTORY)
+			unix.Close(pfd)
+			if err != nil {
+				return nil, &os.PathError{Op: "openat", Path: p, Err: err}
+			}
+			if created {
+				// mkdirat applies the umask; the mode is set exactly,
+				// on the directory checked, not by name.
+				if err := Retry(func() error { return unix.Fchmod(fd, mode) }); err != nil {
+					unix.Close(fd)
+					return nil, &os.PathError{Op: "fchmod", Path: p, Err: err}
+				}
+			}
 			return &Dir{fd: fd, path: p}, nil
 		}
 		if err == unix.ENOENT && create {
-			if err := Retry(func() error { return unix.Mkdirat(d.fd, name, mode) }); err != nil && err != unix.EEXIST {
+			err := Retry(func() error { return unix.Mkdirat(d.fd, name, mode) })
+			if err != nil && err != unix.EEXIST {
 				return nil, &os.PathError{Op: "mkdirat", Path: p, Err: err}
-			} else if err == nil {
-				// mkdirat applies the umask; set the mode exactly. A
-				// symlink swapped in meanwhile is not followed.
-				if err := Retry(func() error { return unix.Fchmodat(d.fd, name, mode, unix.AT_SYMLINK_NOFOLLOW) }); err != nil && err != unix.EOPNOTSUPP {
-					return nil, &os.PathError{Op: "fchmodat", Path: p, Err: err}
-				}
 			}
+			created = err == nil
 			continue
 		}
 		return nil, &os.PathError{Op: "openat", Path: p, Err: d.explain(name, err)}
