@@ -391,27 +391,65 @@ func (d *Dir) ReadFile(name string, max int64) ([]byte, error) {
 
 // openRegular opens the regular file name in d with flags. A file that
 // is a mount point is not opened: opening reaches the mounted filesystem,
-// which may never answer (a FUSE daemon that hung). The name is opened
-// O_PATH, which asks the file's filesystem nothing, and that descriptor
-// is checked (not a mount root, a regular file: opening a device can act
-// on it); the file is then reopened from it (its magic link), never by
-// name again: a mount put on the name after the check is not entered.
+// which may never answer (a FUSE daemon that hung). Its type is looked at
+// first (statx, which asks the filesystem nothing), so that a device is
+// never opened (opening one can act on it); then it is opened with
+// openat2's RESOLVE_NO_XDEV, with which the kernel refuses (EXDEV) to
+// step onto a mount put on the name since, instead of opening it. Before
+// openat2 (Linux 5.6) the name is opened O_PATH, which asks the mounted
+// filesystem nothing, that descriptor is checked, and the file reopened
+// from it (its magic link), never by name again.
 func (d *Dir) openRegular(name string, flags int) (int, error) {
+	if s, err := StatMount(d.fd, name, 0); err == nil {
+		if err := regularHere(s); err != nil {
+			return -1, err
+		}
+	}
+	var fd int
+	err := Retry(func() (err error) {
+		fd, err = unix.Openat2(d.fd, name, &unix.OpenHow{
+			Flags:   uint64(flags) | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_BENEATH,
+		})
+		return err
+	})
+	switch err {
+	case nil:
+		return fd, nil
+	case unix.EXDEV:
+		return -1, ErrOtherMount
+	case unix.ELOOP:
+		return -1, sentinelErrno{ErrSymlink, unix.ELOOP}
+	case unix.ENOSYS, unix.EPERM:
+		// No openat2 (or a sandbox that refuses it).
+	default:
+		return -1, err
+	}
 	pfd, err := Openat(d.fd, name, unix.O_PATH|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return -1, err
 	}
 	defer unix.Close(pfd)
-	s, err := StatMount(pfd, "", MountKey)
-	switch {
-	case err == nil && s.Root:
-		return -1, ErrOtherMount
-	case err == nil && s.Mode == unix.S_IFLNK:
-		return -1, sentinelErrno{ErrSymlink, unix.ELOOP}
-	case err == nil && s.Mode != unix.S_IFREG:
-		return -1, fmt.Errorf("%w (mode %#o)", ErrNotRegular, s.Mode)
+	if s, err := StatMount(pfd, "", 0); err == nil {
+		if err := regularHere(s); err != nil {
+			return -1, err
+		}
 	}
 	return Reopen(pfd, flags)
+}
+
+// regularHere is openRegular's check of what statx said of a file: a
+// regular file that nothing is mounted on.
+func regularHere(s MountStat) error {
+	switch {
+	case s.Root:
+		return ErrOtherMount
+	case s.Mode == unix.S_IFLNK:
+		return sentinelErrno{ErrSymlink, unix.ELOOP}
+	case s.Mode != unix.S_IFREG:
+		return fmt.Errorf("%w (mode %#o)", ErrNotRegular, s.Mode)
+	}
+	return nil
 }
 
 func tempPrefix(name string) string { return "." + name + ".tmp-" }
