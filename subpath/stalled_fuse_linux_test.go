@@ -2,8 +2,11 @@ package subpath
 
 import (
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nodevol/nodevol/emptydir"
 	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
@@ -39,5 +42,46 @@ func TestCheckDoesNotAskStalledFUSE(t *testing.T) {
 			})
 			t.Logf("Check = %v", err)
 		})
+	}
+}
+
+// TestCheckRacesStalledFUSE: the stalled FUSE directory is mounted on
+// volume-subpaths/<vol> and unmounted, over and over, while Check runs:
+// whichever instant the mount appears, Check never opens it, and so never
+// blocks.
+func TestCheckRacesStalledFUSE(t *testing.T) {
+	mounttest.RequireMounts(t)
+	e := newEnv(t)
+	mounttest.Build(t, e.subDir, "dir app/0")
+	stalled := filepath.Join(e.base, "stalled")
+	mounttest.Build(t, e.base, "dir stalled")
+	mounttest.StalledFUSE(t, "stalled", stalled, "040000")
+	var stop atomic.Bool
+	var binds atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for !stop.Load() {
+			if err := unix.Mount(stalled, e.subDir, "", unix.MS_BIND, ""); err == nil {
+				binds.Add(1)
+				_ = unix.Unmount(e.subDir, unix.MNT_DETACH)
+			}
+		}
+	}()
+	defer func() { stop.Store(true); <-done }()
+	const tries = 20000
+	for i := range tries {
+		var returned atomic.Bool
+		_ = mounttest.Within(t, 5*time.Second, "subpath Check with a stalled FUSE mounted on and off volume-subpaths/<vol>", func() error {
+			defer returned.Store(true)
+			return e.cleaner.Check(e.ctx, uid, emptydir.PluginName, "data")
+		})
+		if !returned.Load() {
+			t.Fatalf("Check %d of %d blocked (after %d binds)", i+1, tries, binds.Load())
+		}
+	}
+	t.Logf("%d Checks, %d binds", tries, binds.Load())
+	if binds.Load() == 0 {
+		t.Error("no bind mount was made: the race was not tried")
 	}
 }
