@@ -21,6 +21,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/klog/v2/textlogger"
+
+	"github.com/nodevol/nodevol/httpserver"
 )
 
 // csiMain is nodevol-csi's command, whose flag set the DaemonSet's args
@@ -61,6 +63,14 @@ var errFlagSource = errors.New("cannot read nodevol-csi's flags from its source"
 // them as nodevol-csi does: a flag it does not define, or a value its
 // type refuses, is an error. own lists the flags of nodevol-csi's own
 // (not klog's), which the DaemonSet must all set.
+// identName is e's name when it is an identifier, else "".
+func identName(e ast.Expr) string {
+	if id, ok := e.(*ast.Ident); ok {
+		return id.Name
+	}
+	return ""
+}
+
 func csiFlagSet(file string) (fs *flag.FlagSet, own []string, err error) {
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, file, nil, 0)
@@ -83,6 +93,17 @@ func csiFlagSet(file string) (fs *flag.FlagSet, own []string, err error) {
 	if fsName == "" {
 		return nil, nil, fmt.Errorf("%w: %s has no flag.NewFlagSet", errFlagSource, file)
 	}
+	// The variables of type httpserver.SecureOptions, whose AddFlags
+	// declares the secure metrics flags (any other AddFlags is klog's).
+	secureVars := map[string]bool{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		if vs, ok := n.(*ast.ValueSpec); ok && selectorIs(vs.Type, "httpserver", "SecureOptions") {
+			for _, id := range vs.Names {
+				secureVars[id.Name] = true
+			}
+		}
+		return true
+	})
 	var errs []error
 	ast.Inspect(f, func(n ast.Node) bool {
 		call, ok := n.(*ast.CallExpr)
@@ -94,7 +115,12 @@ func csiFlagSet(file string) (fs *flag.FlagSet, own []string, err error) {
 			return true
 		}
 		if sel.Sel.Name == "AddFlags" && len(call.Args) == 1 && isIdent(call.Args[0], fsName) {
-			textlogger.NewConfig().AddFlags(fs)
+			switch {
+			case secureVars[identName(sel.X)]:
+				new(httpserver.SecureOptions).AddFlags(fs)
+			default:
+				textlogger.NewConfig().AddFlags(fs)
+			}
 			return true
 		}
 		if !isIdent(sel.X, fsName) {

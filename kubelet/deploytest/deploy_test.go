@@ -44,10 +44,14 @@ import (
 
 // deployDir is deploy/ at the repository's root; the exporter's manifests
 // are there and in its subdirectories but csiDir, nodevol-csi's (checked
-// by csi_test.go with a policy of its own).
+// by csi_test.go with a policy of its own), and secureMetricsDir, the RBAC
+// of secure metrics serving, which kubelet/hack/e2e's
+// TestSecureMetricsAgainstAPIServer applies to a real API server and
+// uses.
 const (
-	deployDir = "../../deploy"
-	csiDir    = "csi"
+	deployDir        = "../../deploy"
+	csiDir           = "csi"
+	secureMetricsDir = "secure-metrics"
 )
 
 // doc is one YAML document of a manifest file.
@@ -631,7 +635,7 @@ func check(docs []doc) []error {
 // TestManifests: deploy/ as it is passes the API server's validation and
 // the policy.
 func TestManifests(t *testing.T) {
-	docs, err := readManifests(deployDir, csiDir)
+	docs, err := readManifests(deployDir, csiDir, secureMetricsDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -646,7 +650,7 @@ func TestManifests(t *testing.T) {
 // TestManifestsMutated: each mistake, made in a copy of deploy/'s text,
 // is caught, with an error that names it.
 func TestManifestsMutated(t *testing.T) {
-	docs, err := readManifests(deployDir, csiDir)
+	docs, err := readManifests(deployDir, csiDir, secureMetricsDir)
 	if err != nil {
 		t.Fatal(err)
 	}
