@@ -271,7 +271,7 @@ func csiDaemonSetPolicy(ds *appsv1.DaemonSet, d doc, ns string, driver *storagev
 	bad := func(format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%v: DaemonSet %s: %s", d, ds.Name, fmt.Sprintf(format, a...)))
 	}
-	c := daemonSetBasics(ds, ns, objs, "pods using the volume on tainted nodes and control planes could not start", bad)
+	c := daemonSetBasics(ds, ns, objs, "pods using the volume on tainted nodes and control planes could not start", false, bad)
 	spec := &ds.Spec.Template.Spec
 	if g := spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second < csiShutdownGrace+5*time.Second {
 		bad("terminationGracePeriodSeconds %s; want at least %v: the driver lets calls in flight finish for up to %v, then removes its sockets",
