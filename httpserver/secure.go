@@ -4,8 +4,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"flag"
+	"log"
 	"net/http"
 	"os"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +48,38 @@ func (o *SecureOptions) Check() error {
 		return ErrCertWithoutKey
 	}
 	return nil
+}
+
+// quietLog passes the server's error lines to a logr.Logger, at most one
+// every 10 seconds, and counts the ones it drops.
+type quietLog struct {
+	log   logr.Logger
+	clock clock.PassiveClock
+
+	mu      sync.Mutex
+	last    time.Time
+	dropped int
+}
+
+func (q *quietLog) Write(p []byte) (int, error) {
+	if q.log.GetSink() == nil {
+		return len(p), nil
+	}
+	now := time.Now()
+	if q.clock != nil {
+		now = q.clock.Now()
+	}
+	q.mu.Lock()
+	if !q.last.IsZero() && now.Sub(q.last) < 10*time.Second {
+		q.dropped++
+		q.mu.Unlock()
+		return len(p), nil
+	}
+	dropped := q.dropped
+	q.last, q.dropped = now, 0
+	q.mu.Unlock()
+	q.log.Info("HTTPS server: "+strings.TrimSpace(string(p)), "droppedSinceLast", dropped)
+	return len(p), nil
 }
 
 // SecureMetrics is where NewSecure counts its decisions and says what it
@@ -98,6 +134,9 @@ func NewSecure(h http.Handler, l Limits, o SecureOptions, m SecureMetrics) (*htt
 		getCert = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &cert, nil }
 	}
 	srv := New(filter.Wrap(h), l)
+	// net/http logs each failed TLS handshake: anyone who can connect
+	// would choose how much the agent logs.
+	srv.ErrorLog = log.New(&quietLog{log: m.Logger, clock: m.Clock}, "", 0)
 	srv.TLSConfig = TLSConfig(getCert)
 	// HTTP/1.1 only: what Prometheus speaks; HTTP/2's stream handling
 	// is surface an unauthenticated client need not reach.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -122,3 +123,19 @@ func TestTLSConfigRefusesOldVersions(t *testing.T) {
 }
 
 func logrDiscard() logr.Logger { return logr.Discard() }
+
+// TestQuietLogBoundsLines: a client that fails its handshakes in a loop
+// gets one log line per 10 s, whatever their number.
+func TestQuietLogBoundsLines(t *testing.T) {
+	var lines int
+	clk := clocktesting.NewFakeClock(time.Now())
+	q := &quietLog{log: funcr.New(func(string, string) { lines++ }, funcr.Options{}), clock: clk}
+	for range 1000 {
+		q.Write([]byte("http: TLS handshake error from 10.0.0.9:1234: EOF\n"))
+	}
+	clk.Step(10 * time.Second)
+	q.Write([]byte("http: TLS handshake error\n"))
+	if lines != 2 {
+		t.Errorf("%d lines for 1001 errors over 10 s; want 2", lines)
+	}
+}
