@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -29,11 +31,13 @@ import (
 )
 
 // deploy/ as an operator applies it, on the two-node cluster: every
-// manifest of deploy/nodevol.yaml and deploy/csi/ created through the API
-// unchanged, the DaemonSet controller placing the agent and the CSI driver
-// on each node, the exporter's NAS detection and the CSI NAS case against
-// those pods, then a rolling update of each DaemonSet to an image of
-// another digest while CSI volumes are published.
+// manifest of deploy/nodevol.yaml, deploy/secure-metrics/ and deploy/csi/
+// created through the API unchanged, the DaemonSet controller placing the
+// agent and the CSI driver on each node, the exporter's NAS detection and
+// the CSI NAS case against those pods, then a rolling update of each
+// DaemonSet to an image of another digest while CSI volumes are
+// published, and the agents' secure metrics scraped as Prometheus and as
+// others.
 
 // deployInputs are the deploy scenario's images and manifests, handed to
 // the namespace's PID 1.
@@ -124,14 +128,26 @@ func readManifestDocs(files []string) ([]manifestDoc, error) {
 	return docs, nil
 }
 
-// deployManifestFiles are deploy/nodevol.yaml and deploy/csi's manifests.
+// deployManifestFiles are deploy/nodevol.yaml, deploy/secure-metrics's
+// RBAC (when the directory exists) and deploy/csi's manifests.
 func deployManifestFiles(deployDir, csiDir string) ([]string, error) {
 	files := []string{filepath.Join(deployDir, "nodevol.yaml")}
-	err := eachManifest(csiDir, func(path string, _ []byte) error {
+	add := func(path string, _ []byte) error {
 		files = append(files, path)
 		return nil
-	})
+	}
+	if secure := filepath.Join(deployDir, "secure-metrics"); dirExists(secure) {
+		if err := eachManifest(secure, add); err != nil {
+			return nil, err
+		}
+	}
+	err := eachManifest(csiDir, add)
 	return files, err
+}
+
+func dirExists(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
 }
 
 // daemonSetImage is the image of the one DaemonSet named name in docs.
@@ -258,6 +274,9 @@ type deployRun struct {
 	flavor flavor
 	log    *logger
 	driver string // the CSIDriver's name
+	// scraper is a token of the ServiceAccount deploy/secure-metrics/
+	// lets get /metrics; "" until scraperToken makes it.
+	scraper string
 }
 
 // deployStep is one row of the scenario.
@@ -271,11 +290,12 @@ type deployStep struct {
 // are not run (they build on it) and say so.
 func (d *deployRun) steps(ctx context.Context) []row {
 	steps := []deployStep{
-		{"apply", "every object of deploy/nodevol.yaml and deploy/csi created through the API, unchanged", d.apply},
+		{"apply", "every object of deploy/nodevol.yaml, deploy/secure-metrics and deploy/csi created through the API, unchanged", d.apply},
 		{"daemonsets-ready", "the DaemonSet controller runs one agent and one driver per node, each Ready; the driver registered on each node (CSINode)", d.daemonSetsReady},
 		{"exporter-nas", "on each node, a tmpfs NAS mounted inside an emptyDir makes that node's agent report nodevol_scan_danger_volumes 1, and 0 once unmounted", d.exporterNAS},
 		{"csi-nas", "on each node, the driver refuses to tear down a CSI volume holding a NAS (≥2 tries), the NAS's sentinel intact; gone after the unmount", d.csiNAS},
 		{"rolling-update", "each DaemonSet rolled (its RollingUpdate strategy) to an image of another digest, to completion on every node; the published CSI volumes intact (files and Memory tmpfs) across it, and torn down afterwards", d.rollingUpdate},
+		{"secure-metrics", "on each node, the agent's /metrics on its secure port (TLS) answers the token of the ServiceAccount deploy/secure-metrics/ lets get /metrics with the metrics, another account's token with 403, none or a made-up one with 401; its plain port serves /healthz but not /metrics", d.secureMetrics},
 	}
 	var rows []row
 	failed := false
@@ -543,8 +563,174 @@ func (d *deployRun) agentMetrics(ctx context.Context, node string) (metrics, err
 	if !ok || p.Status.PodIP == "" {
 		return nil, fmt.Errorf("no agent pod with an IP on %s", node)
 	}
-	client := &http.Client{Timeout: 3 * time.Second}
-	return scrape(ctx, client, "http://"+p.Status.PodIP+":9477/metrics")
+	token, err := d.scraperToken(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return scrapeAs(ctx, secureMetricsClient, "https://"+net.JoinHostPort(p.Status.PodIP, agentSecureMetricsPort)+"/metrics", token)
+}
+
+// agentSecureMetricsPort is deploy/nodevol.yaml's --secure-metrics-listen
+// port, as 9477 is its --listen port: manifests with others fail the
+// scrapes, loudly.
+const agentSecureMetricsPort = "9478"
+
+// secureMetricsClient scrapes the agents' secure metrics. Their
+// certificate is self-signed (no --tls-cert-file in deploy/): the
+// scraper authenticates itself with its token, not the agent, as a
+// ServiceMonitor with insecureSkipVerify does.
+var secureMetricsClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+	TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
+}}
+
+// metricsReader is the ServiceAccount deploy/secure-metrics/'s binding of
+// ClusterRole nodevol-metrics-reader names (Prometheus's).
+func (d *deployRun) metricsReader() (namespace, name string, err error) {
+	for _, m := range d.in.Manifests {
+		if m.Kind != "ClusterRoleBinding" {
+			continue
+		}
+		var b struct {
+			RoleRef struct {
+				Name string `json:"name"`
+			} `json:"roleRef"`
+			Subjects []struct {
+				Kind, Name, Namespace string
+			} `json:"subjects"`
+		}
+		if err := json.Unmarshal(m.Object, &b); err != nil {
+			return "", "", fmt.Errorf("%s: %w", m.Src, err)
+		}
+		for _, s := range b.Subjects {
+			if b.RoleRef.Name == "nodevol-metrics-reader" && s.Kind == "ServiceAccount" {
+				return s.Namespace, s.Name, nil
+			}
+		}
+	}
+	return "", "", errors.New("no ClusterRoleBinding of nodevol-metrics-reader to a ServiceAccount in the manifests")
+}
+
+// serviceAccountToken creates the ServiceAccount (and its namespace) if
+// need be and returns a token of it from the TokenRequest API.
+func (d *deployRun) serviceAccountToken(ctx context.Context, namespace, name string) (string, error) {
+	if err := d.cp.ensureNamespace(ctx, namespace); err != nil {
+		return "", err
+	}
+	sa := corev1.ServiceAccount{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"}, ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
+	if err := d.cp.do(ctx, http.MethodPost, "/api/v1/namespaces/"+namespace+"/serviceaccounts", &sa, nil); err != nil && !errors.Is(err, ErrExists) {
+		return "", err
+	}
+	req := map[string]any{"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": map[string]any{"expirationSeconds": 3600}}
+	var tr struct {
+		Status struct {
+			Token string `json:"token"`
+		} `json:"status"`
+	}
+	if err := d.cp.do(ctx, http.MethodPost, "/api/v1/namespaces/"+namespace+"/serviceaccounts/"+name+"/token", req, &tr); err != nil {
+		return "", fmt.Errorf("a token of %s/%s: %w", namespace, name, err)
+	}
+	return tr.Status.Token, nil
+}
+
+// scraperToken is a token of metricsReader's ServiceAccount, made once.
+func (d *deployRun) scraperToken(ctx context.Context) (string, error) {
+	if d.scraper != "" {
+		return d.scraper, nil
+	}
+	ns, name, err := d.metricsReader()
+	if err != nil {
+		return "", err
+	}
+	if d.scraper, err = d.serviceAccountToken(ctx, ns, name); err != nil {
+		return "", err
+	}
+	return d.scraper, nil
+}
+
+// secureMetrics scrapes each node's agent as Prometheus would, and as
+// others would.
+func (d *deployRun) secureMetrics(ctx context.Context, o *outcome) {
+	scraper, err := d.scraperToken(ctx)
+	if err != nil {
+		o.harness(err)
+		return
+	}
+	ns, _, _ := d.metricsReader()
+	other, err := d.serviceAccountToken(ctx, ns, "not-prometheus")
+	if err != nil {
+		o.harness(err)
+		return
+	}
+	var agent manifestDoc
+	for _, m := range d.daemonSets() {
+		if m.Name == "nodevol" {
+			agent = m
+		}
+	}
+	_, pods, err := d.dsPods(ctx, agent)
+	if err != nil {
+		o.harness(err)
+		return
+	}
+	get := func(client *http.Client, url, token string) (int, string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return 0, err.Error()
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+		return resp.StatusCode, string(b)
+	}
+	plain := &http.Client{Timeout: 5 * time.Second}
+	for _, n := range d.nodes {
+		p, ok := pods[n.name]
+		if !o.want(ok && p.Status.PodIP != "", "no agent pod with an IP on %s", n.name) {
+			return
+		}
+		secure := "https://" + net.JoinHostPort(p.Status.PodIP, agentSecureMetricsPort) + "/metrics"
+		var codes []string
+		for _, c := range []struct {
+			what, token string
+			want        int
+		}{
+			{"Prometheus's token", scraper, http.StatusOK},
+			{"another account's token", other, http.StatusForbidden},
+			{"no token", "", http.StatusUnauthorized},
+			{"a made-up token", "made-up", http.StatusUnauthorized},
+		} {
+			code, body := get(secureMetricsClient, secure, c.token)
+			o.want(code == c.want, "%s: %s: %d %.200q; want %d", n.name, c.what, code, body, c.want)
+			if code == http.StatusOK {
+				o.want(strings.Contains(body, "nodevol_scan_danger_volumes"), "%s: %s: 200 without the metrics", n.name, c.what)
+			}
+			codes = append(codes, fmt.Sprintf("%s %d", c.what, code))
+		}
+		listen := "http://" + net.JoinHostPort(p.Status.PodIP, "9477")
+		hz, _ := get(plain, listen+"/healthz", "")
+		pm, _ := get(plain, listen+"/metrics", "")
+		o.want(hz == http.StatusOK && pm == http.StatusNotFound, "%s: plain /healthz %d, /metrics %d; want 200, 404", n.name, hz, pm)
+		_, body := get(secureMetricsClient, secure, scraper)
+		o.want(strings.Contains(body, `nodevol_metrics_auth_requests_total{result="forbidden"} 1`), "%s: the refusal is not counted: %q", n.name, grepMetric(body, "nodevol_metrics_auth_requests_total"))
+		o.observe("%s: %s; plain /healthz %d, /metrics %d", n.name, strings.Join(codes, ", "), hz, pm)
+	}
+}
+
+// grepMetric is the lines of body that name metric.
+func grepMetric(body, metric string) string {
+	var out []string
+	for line := range strings.SplitSeq(body, "\n") {
+		if strings.HasPrefix(line, metric) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 func (d *deployRun) exporterNAS(ctx context.Context, o *outcome) {
