@@ -17,8 +17,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodevol/nodevol/internal/fsat"
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/base/fsat"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -342,7 +342,7 @@ func TestHostileMetadata(t *testing.T) {
 				check("PlanTearDown", func() error {
 					plan, err := e.plugin.PlanTearDown(testUID, "cache", nil)
 					if err == nil {
-						err = plan.MetaErr
+						err = plan.metaErr
 					}
 					return err
 				})

@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/volume"
 )
 

@@ -26,8 +26,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/nodevol/nodevol/fsquota"
-	"github.com/nodevol/nodevol/internal/mounttest"
-	"github.com/nodevol/nodevol/internal/testhook"
+	"github.com/nodevol/nodevol/internal/base/testhook"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/reconciler"
 	"github.com/nodevol/nodevol/volume"
@@ -46,7 +46,7 @@ import (
 // and no operation failed or hung.
 //
 // On this project's CI kernel (no quotas) fsquota keeps its limits in a
-// file through fsquota.WithTestKernel, so that they outlive the killed
+// file through fsquota's test kernel (friend.QuotaKernel), so that they outlive the killed
 // child; with NODEVOL_QUOTA_VM set (hack/quota-vm-test.sh) the kernel's
 // own quotas are used on the VM's prjquota mount.
 
@@ -228,10 +228,10 @@ func newWorld(t *testing.T, ctx context.Context, c crashCase, hook testhook.Hook
 	qopts := []fsquota.Option{
 		fsquota.WithProjectsFile(filepath.Join(c.Files, "projects")),
 		fsquota.WithProjidFile(filepath.Join(c.Files, "projid")),
-		fsquota.Enforce(), fsquota.WithFirstID(c.FirstID), fsquota.WithTestHook(hook),
+		fsquota.Enforce(), fsquota.WithFirstID(c.FirstID), quotaTestHook(hook),
 	}
 	if !c.RealQuota {
-		qopts = append(qopts, fsquota.WithTestKernel(&mounttest.FileQuotaKernel{Path: filepath.Join(c.Files, "limits.json")}))
+		qopts = append(qopts, quotaTestKernel(&mounttest.FileQuotaKernel{Path: filepath.Join(c.Files, "limits.json")}))
 	}
 	w := &crashWorld{c: c, layout: l, quotas: fsquota.New(qopts...), metrics: prometheus.NewRegistry()}
 	var sm volume.SystemMounter

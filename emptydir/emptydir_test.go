@@ -18,8 +18,8 @@ import (
 	mount "k8s.io/mount-utils"
 
 	"github.com/nodevol/nodevol/fsquota"
-	"github.com/nodevol/nodevol/internal/mounttest"
-	"github.com/nodevol/nodevol/internal/testhook"
+	"github.com/nodevol/nodevol/internal/base/testhook"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/volume"
 )
 

@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodevol/nodevol/internal/fsat"
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/base/fsat"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -34,7 +34,7 @@ func forgeRecord(t *testing.T, metaDir, vol, source string, unique bool) {
 // identityOf reads the identity of the mount on vol, as the attacker can
 // (statx on an O_PATH descriptor, mount IDs only: a stalled FUSE mount is
 // not asked).
-func identityOf(t *testing.T, vol string) *MountRecord {
+func identityOf(t *testing.T, vol string) *mountRecord {
 	t.Helper()
 	fd, err := unix.Open(vol, unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
@@ -45,16 +45,16 @@ func identityOf(t *testing.T, vol string) *MountRecord {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &MountRecord{UniqueID: mi.UniqueID, ID: mi.ID, Dev: mi.Dev}
+	return &mountRecord{UniqueID: mi.UniqueID, ID: mi.ID, Dev: mi.Dev}
 }
 
 // writeForged writes a nodevol.json claiming a Memory-medium volume whose
 // mount is rec.
-func writeForged(t *testing.T, metaDir string, rec *MountRecord) {
+func writeForged(t *testing.T, metaDir string, rec *mountRecord) {
 	t.Helper()
 	b, err := json.Marshal(struct {
 		Medium string       `json:"medium"`
-		Mount  *MountRecord `json:"mount"`
+		Mount  *mountRecord `json:"mount"`
 	}{"Memory", rec})
 	if err != nil {
 		t.Fatal(err)

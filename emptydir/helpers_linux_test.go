@@ -8,10 +8,23 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/fsquota"
+	"github.com/nodevol/nodevol/internal/base/friend"
+	"github.com/nodevol/nodevol/internal/base/testhook"
 )
 
+// quotaTestHook and quotaTestKernel are fsquota's test options (its crash
+// points; project limits kept in k instead of quotactl), which fsquota
+// offers nodevol's packages through friend, not its API.
+func quotaTestHook(h testhook.Hook) fsquota.Option { return friend.QuotaHook(h).(fsquota.Option) }
+
+func quotaTestKernel(k testhook.QuotaKernel) fsquota.Option {
+	return friend.QuotaKernel(k).(fsquota.Option)
+}
+
 // readMetadata reads metaDir's nodevol.json by path, for tests.
-func readMetadata(metaDir string) (*Metadata, error) {
+func readMetadata(metaDir string) (*metadata, error) {
 	b, err := os.ReadFile(filepath.Join(metaDir, metaFileName))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil

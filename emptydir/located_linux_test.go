@@ -10,8 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodevol/nodevol/internal/fsat"
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/base/fsat"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -118,7 +118,7 @@ func TestLocatedMemoryVolume(t *testing.T) {
 		t.Fatalf("mount = %s from %s; want tmpfs from a nodevol source", info.FSType, info.Source)
 	}
 	meta, err := readMetadata(e.metaDir(t, loc.Meta))
-	if err != nil || meta == nil || meta.Location == nil || *meta.Location != (LocationRecord{PodUID: testUID, Plugin: secretPlugin, Dir: "creds", Meta: "wrapped_creds"}) {
+	if err != nil || meta == nil || meta.Location == nil || *meta.Location != (locationRecord{PodUID: testUID, Plugin: secretPlugin, Dir: "creds", Meta: "wrapped_creds"}) {
 		t.Fatalf("metadata = %+v, %v; want the location recorded", meta, err)
 	}
 	if !isReady(e.metaDir(t, loc.Meta)) {
@@ -226,7 +226,7 @@ func TestLocatedForeignMountRefused(t *testing.T) {
 
 // copyRecord copies from's nodevol.json into to's metadata directory,
 // edited by edit, with a ready marker.
-func copyRecord(t *testing.T, fromMeta, toMeta string, edit func(*Metadata)) {
+func copyRecord(t *testing.T, fromMeta, toMeta string, edit func(*metadata)) {
 	t.Helper()
 	m, err := readMetadata(fromMeta)
 	if err != nil || m == nil {
@@ -265,7 +265,7 @@ func TestLocatedRecordOfAnotherVolume(t *testing.T) {
 	}
 	mounttest.Intact(t, mb.Path(), wantB)
 	// Rewritten to name b: a's mount IDs and source still prove nothing.
-	copyRecord(t, e.metaDir(t, a.Meta), e.metaDir(t, b.Meta), func(m *Metadata) { m.Location.Dir, m.Location.Meta = b.Dir, b.Meta })
+	copyRecord(t, e.metaDir(t, a.Meta), e.metaDir(t, b.Meta), func(m *metadata) { m.Location.Dir, m.Location.Meta = b.Dir, b.Meta })
 	if err := e.tearDownAt(b); !errors.Is(err, mountdetect.ErrCrossesMount) {
 		t.Fatalf("TearDown with a's rewritten record = %v; want a refusal", err)
 	}
@@ -283,7 +283,7 @@ func TestLocatedRecordOfAnotherVolume(t *testing.T) {
 		t.Logf("MS_MOVE: %v; the bound source is checked by TestLocatedSourceBinding", err)
 	} else {
 		t.Cleanup(func() { _ = detach(cdir) })
-		copyRecord(t, e.metaDir(t, a.Meta), e.metaDir(t, c.Meta), func(m *Metadata) { m.Location.Dir, m.Location.Meta = c.Dir, c.Meta })
+		copyRecord(t, e.metaDir(t, a.Meta), e.metaDir(t, c.Meta), func(m *metadata) { m.Location.Dir, m.Location.Meta = c.Dir, c.Meta })
 		if err := e.tearDownAt(c); !errors.Is(err, mountdetect.ErrCrossesMount) {
 			t.Fatalf("TearDown of a's moved mount = %v; want a refusal", err)
 		}
@@ -298,7 +298,7 @@ func TestLocatedRecordOfAnotherVolume(t *testing.T) {
 	if err := e.tearDownAt(b); !errors.Is(err, ErrOtherVolumesRecord) {
 		t.Fatalf("TearDown with an ordinary record = %v; want ErrOtherVolumesRecord", err)
 	}
-	copyRecord(t, e.metaDir(t, "cache"), e.metaDir(t, b.Meta), func(m *Metadata) { m.Location = locatedRef(testUID, b).record() })
+	copyRecord(t, e.metaDir(t, "cache"), e.metaDir(t, b.Meta), func(m *metadata) { m.Location = locatedRef(testUID, b).record() })
 	if err := e.tearDownAt(b); !errors.Is(err, mountdetect.ErrCrossesMount) {
 		t.Fatalf("TearDown with an ordinary record given b's location = %v; want a refusal", err)
 	}
@@ -321,7 +321,7 @@ func TestLocatedRecordOfAnotherVolume(t *testing.T) {
 func TestLocatedSourceBinding(t *testing.T) {
 	base := locatedRef(testUID, secretLoc("a"))
 	src := newSource(base)
-	rec := MountRecord{FSType: "tmpfs", Source: src, UniqueID: 7, ID: 3, Dev: 9}
+	rec := mountRecord{FSType: "tmpfs", Source: src, UniqueID: 7, ID: 3, Dev: 9}
 	mi := fsat.MountStat{UniqueID: 7, ID: 3, Dev: 9, Root: true}
 	if !rec.provenBy(mi, "tmpfs", src, base) {
 		t.Fatal("the record does not prove its own mount")
@@ -340,7 +340,7 @@ func TestLocatedSourceBinding(t *testing.T) {
 		}
 	}
 	osrc := newSource(ordinaryRef(testUID, "a"))
-	orec := MountRecord{FSType: "tmpfs", Source: osrc, UniqueID: 7, ID: 3, Dev: 9}
+	orec := mountRecord{FSType: "tmpfs", Source: osrc, UniqueID: 7, ID: 3, Dev: 9}
 	if orec.provenBy(mi, "tmpfs", osrc, base) {
 		t.Error("an ordinary volume's record proves a located mount")
 	}

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -63,7 +63,7 @@ func TestOrdinaryNameOfLocatedMeta(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	copyRecord(t, meta, meta, func(m *Metadata) { m.Location = nil })
+	copyRecord(t, meta, meta, func(m *metadata) { m.Location = nil })
 	if err := e.tearDown(loc.Meta); !errors.Is(err, mountdetect.ErrCrossesMount) {
 		t.Fatalf("ordinary TearDown(%s) with the record made ordinary = %v; want a refusal", loc.Meta, err)
 	}

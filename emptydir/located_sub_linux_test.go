@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -46,7 +46,7 @@ func TestLocatedSubdirectory(t *testing.T) {
 				}
 			}
 			meta, err := readMetadata(e.metaDir(t, loc.Meta))
-			want := LocationRecord{PodUID: testUID, Plugin: loc.Plugin, Dir: "scratch", Sub: "mount", Meta: loc.Meta}
+			want := locationRecord{PodUID: testUID, Plugin: loc.Plugin, Dir: "scratch", Sub: "mount", Meta: loc.Meta}
 			if err != nil || meta == nil || meta.Location == nil || *meta.Location != want {
 				t.Fatalf("metadata = %+v, %v; want the location %+v recorded", meta, err, want)
 			}
@@ -254,7 +254,7 @@ func TestAnyMountNamespace(t *testing.T) {
 	mounttest.RequireMounts(t)
 	// rewrite changes the recorded mount IDs, as another namespace shows
 	// the same mount.
-	rewrite := func(t *testing.T, e *env, loc Location, change func(*MountRecord)) {
+	rewrite := func(t *testing.T, e *env, loc Location, change func(*mountRecord)) {
 		t.Helper()
 		path := filepath.Join(e.metaDir(t, loc.Meta), metaFileName)
 		md, err := readMetadata(e.metaDir(t, loc.Meta))
@@ -270,7 +270,7 @@ func TestAnyMountNamespace(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	otherIDs := func(r *MountRecord) { r.ID += 1000; r.UniqueID += 1000 }
+	otherIDs := func(r *mountRecord) { r.ID += 1000; r.UniqueID += 1000 }
 	for _, anyNS := range []bool{false, true} {
 		t.Run(fmt.Sprintf("AnyMountNamespace=%v", anyNS), func(t *testing.T) {
 			e := newEnv(t, t.TempDir(), nil)
@@ -298,7 +298,7 @@ func TestAnyMountNamespace(t *testing.T) {
 		loc := csiLoc("scratch")
 		loc.AnyMountNamespace = true
 		m := e.setUpAt(t, loc, "Memory")
-		rewrite(t, e, loc, func(r *MountRecord) { otherIDs(r); r.Dev++ })
+		rewrite(t, e, loc, func(r *mountRecord) { otherIDs(r); r.Dev++ })
 		if err := e.tearDownAt(loc); !errors.Is(err, mountdetect.ErrCrossesMount) || !mounttest.IsMountRoot(t, m.Path()) {
 			t.Fatalf("TearDown of a tmpfs with the recorded source on another device = %v; want a refusal, the mount kept", err)
 		}

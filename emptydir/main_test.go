@@ -3,7 +3,7 @@ package emptydir
 import (
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
 
 func TestMain(m *testing.M) { mounttest.Main(m) }

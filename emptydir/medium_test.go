@@ -56,8 +56,8 @@ func TestMetadataMedium(t *testing.T) {
 		}
 	}
 	for m, want := range map[volume.Medium]string{volume.MediumDefault: `{"medium":"Default"}`, volume.MediumMemory: `{"medium":"Memory"}`, volume.MediumHugePages: `{"medium":"HugePages"}`} {
-		if b, err := json.Marshal(&Metadata{Medium: m}); err != nil || string(b) != want {
-			t.Errorf("json.Marshal(Metadata{Medium: %v}) = %s, %v; want %s", m, b, err, want)
+		if b, err := json.Marshal(&metadata{Medium: m}); err != nil || string(b) != want {
+			t.Errorf("json.Marshal(metadata{Medium: %v}) = %s, %v; want %s", m, b, err, want)
 		}
 	}
 }

@@ -22,12 +22,12 @@ const (
 	maxMetadataEntries = 1024
 )
 
-// Metadata is what SetUp records beside the ready marker in
+// metadata is what SetUp records beside the ready marker in
 // <root>/pods/<uid>/plugins/kubernetes.io~empty-dir/<volume>/nodevol.json.
 // TearDown still verifies the disk: the record says what SetUp made, the
 // disk says what is there now, and a mount is unmounted only when the two
 // agree.
-type Metadata struct {
+type metadata struct {
 	Medium volume.Medium `json:"medium"`
 	// SizeLimit is the spec's sizeLimit; after a resize (Plugin.ResizeVolume),
 	// the size the volume was resized to.
@@ -63,16 +63,16 @@ type Metadata struct {
 	// volume directory (nil for the Default medium). It is recorded before
 	// the mount is attached, so a crash cannot leave a mount of SetUp's
 	// without its record.
-	Mount *MountRecord `json:"mount,omitempty"`
+	Mount *mountRecord `json:"mount,omitempty"`
 	// Location is where a located volume (Plugin.NewMounterAt) is; nil
 	// for an ordinary volume. A record is only ever used for the volume
 	// it names (see ErrOtherVolumesRecord).
-	Location *LocationRecord `json:"location,omitempty"`
+	Location *locationRecord `json:"location,omitempty"`
 }
 
-// LocationRecord is a located volume's place (see Location), as its
+// locationRecord is a located volume's place (see Location), as its
 // nodevol.json records it.
-type LocationRecord struct {
+type locationRecord struct {
 	PodUID string `json:"podUID"`
 	Plugin string `json:"plugin"`
 	Dir    string `json:"dir"`
@@ -80,7 +80,7 @@ type LocationRecord struct {
 	Meta   string `json:"meta"`
 }
 
-func (l *LocationRecord) describe() string {
+func (l *locationRecord) describe() string {
 	dir := l.Dir
 	if l.Sub != "" {
 		dir += "/" + l.Sub
@@ -88,12 +88,12 @@ func (l *LocationRecord) describe() string {
 	return fmt.Sprintf("pod %s, plugin %s, directory %q, metadata %q", l.PodUID, l.Plugin, dir, l.Meta)
 }
 
-// MountRecord identifies one mount. TearDown unmounts the volume's
+// mountRecord identifies one mount. TearDown unmounts the volume's
 // directory only when the single mount on it matches the record: by
 // UniqueID where the kernel has unique mount IDs (Linux 6.8, never reused),
 // else by ID, Dev, FSType and Source together (classic mount IDs and
 // anonymous device numbers can be reused after an unmount).
-type MountRecord struct {
+type mountRecord struct {
 	UniqueID uint64 `json:"uniqueID,omitempty"` // statx STATX_MNT_ID_UNIQUE
 	ID       uint64 `json:"id"`                 // statx STATX_MNT_ID, as in /proc/self/mountinfo
 	Dev      uint64 `json:"dev"`                // st_dev of the mount's root (its superblock)
@@ -116,17 +116,17 @@ type MountRecord struct {
 
 // hasQuota reports whether m records a quota project TearDown must clear:
 // an assigned one, or one SetUp was assigning when it stopped.
-func (m *Metadata) hasQuota() bool {
+func (m *metadata) hasQuota() bool {
 	return m != nil && (m.QuotaProjectID != 0 || m.QuotaPending)
 }
 
 // quotaProject is the recorded project as fsquota.Clear takes it.
-func (m *Metadata) quotaProject() fsquota.Project {
+func (m *metadata) quotaProject() fsquota.Project {
 	return fsquota.Project{ID: m.QuotaProjectID, Dev: m.QuotaDirDev, Ino: m.QuotaDirIno, Gen: m.QuotaDirGen}
 }
 
 // describeQuota names the recorded quota project for messages.
-func (m *Metadata) describeQuota() string {
+func (m *metadata) describeQuota() string {
 	if m.QuotaProjectID != 0 {
 		return fmt.Sprintf("quota project %d", m.QuotaProjectID)
 	}
@@ -134,8 +134,8 @@ func (m *Metadata) describeQuota() string {
 }
 
 // parseMetadata decodes nodevol.json; path is for the error message.
-func parseMetadata(b []byte, path string) (*Metadata, error) {
-	var m Metadata
+func parseMetadata(b []byte, path string) (*metadata, error) {
+	var m metadata
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("parse %s: %w", path, err)
 	}

@@ -24,8 +24,8 @@ func TestMetadataDirReadIsBounded(t *testing.T) {
 		}
 	}
 	plan, err := e.plugin.PlanTearDown(testUID, "cache", nil)
-	if !errors.Is(plan.MetaErr, ErrUnexpectedMetadata) || !errors.Is(err, ErrUnexpectedMetadata) {
-		t.Fatalf("PlanTearDown = %v, %v; want the metadata refused as unexpected", plan.MetaErr, err)
+	if !errors.Is(plan.metaErr, ErrUnexpectedMetadata) || !errors.Is(err, ErrUnexpectedMetadata) {
+		t.Fatalf("PlanTearDown = %v, %v; want the metadata refused as unexpected", plan.metaErr, err)
 	}
 	if err := e.tearDown("cache"); !errors.Is(err, ErrUnexpectedMetadata) {
 		t.Fatalf("TearDown = %v; want a refusal", err)
@@ -58,7 +58,7 @@ func TestManyTempFilesDoNotFailTeardownHalfway(t *testing.T) {
 		}
 	}
 	plan, err := e.plugin.PlanTearDown(testUID, "cache", nil)
-	t.Logf("PlanTearDown = %v (%s) metaErr=%v, %v", plan.Action, plan.Reason, plan.MetaErr, err)
+	t.Logf("PlanTearDown = %v (%s) metaErr=%v, %v", plan.Action, plan.Reason, plan.metaErr, err)
 	if err := e.tearDown("cache"); err != nil {
 		t.Errorf("TearDown = %v; the plan said %v, and the teardown failed after removing the volume", err, plan.Action)
 	}

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -97,7 +97,7 @@ func TestOtherPodsTmpfsRenamedInIsNotTheVolumes(t *testing.T) {
 				}
 				switch forge {
 				case "pending record of its source":
-					writeForged(t, e.metaDir(t, "cache"), &MountRecord{FSType: "tmpfs", Source: rec.Mount.Source, Pending: true})
+					writeForged(t, e.metaDir(t, "cache"), &mountRecord{FSType: "tmpfs", Source: rec.Mount.Source, Pending: true})
 				default:
 					b, err := os.ReadFile(filepath.Join(victimMeta, metaFileName))
 					if err != nil {

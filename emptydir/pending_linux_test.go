@@ -6,7 +6,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -16,7 +16,7 @@ import (
 // the mount).
 func writePending(t *testing.T, metaDir, source string, under unix.Stat_t) {
 	t.Helper()
-	writeForged(t, metaDir, &MountRecord{FSType: "tmpfs", Source: source, DirDev: under.Dev, DirIno: under.Ino, Pending: true})
+	writeForged(t, metaDir, &mountRecord{FSType: "tmpfs", Source: source, DirDev: under.Dev, DirIno: under.Ino, Pending: true})
 }
 
 // TestPendingMountRecord: a pending record (SetUp through an embedder's

@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodevol/nodevol/internal/fsat"
+	"github.com/nodevol/nodevol/internal/base/fsat"
 )
 
 // The volume's own mount is unmounted by name: umount2 has no form that
@@ -54,7 +54,7 @@ type pin struct {
 // never on anything mounted. Once pinned, the name must still name it (it
 // may have been exchanged between the open and the ioctl) and, when the
 // record says which directory SetUp mounted on, be that one.
-func (v *podVolume) pinMountpoint(rec *MountRecord) (*pin, error) {
+func (v *podVolume) pinMountpoint(rec *mountRecord) (*pin, error) {
 	cfd, err := unix.OpenTree(v.vols.Fd(), "", unix.OPEN_TREE_CLONE|unix.O_CLOEXEC|unix.AT_EMPTY_PATH)
 	if err != nil {
 		// EINVAL (an unbindable mount), EPERM, ENOSYS: a clone is not

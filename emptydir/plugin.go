@@ -6,7 +6,8 @@ import (
 	"path/filepath"
 
 	"github.com/nodevol/nodevol/fsquota"
-	"github.com/nodevol/nodevol/internal/testhook"
+	"github.com/nodevol/nodevol/internal/base/friend"
+	"github.com/nodevol/nodevol/internal/base/testhook"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -68,11 +69,15 @@ func (f optionFunc) apply(p *Plugin) { f(p) }
 // TearDown clear them.
 func WithQuotas(q Quotas) Option { return optionFunc(func(p *Plugin) { p.quotas = q }) }
 
-// WithTestHook makes SetUp and TearDown call h at their crash points
+// withTestHook makes SetUp and TearDown call h at their crash points
 // (testhook's points; RemoveAll after each entry), for nodevol's crash
-// tests, the CSI driver's among them. Its parameter's type is internal to
-// this module: elsewhere only nil can be passed, which changes nothing.
-func WithTestHook(h testhook.Hook) Option { return optionFunc(func(p *Plugin) { p.hook = h }) }
+// tests. Other nodevol packages (the CSI driver's crash tests) reach it as
+// friend.EmptyDirHook.
+func withTestHook(h testhook.Hook) Option { return optionFunc(func(p *Plugin) { p.hook = h }) }
+
+func init() {
+	friend.EmptyDirHook = func(h testhook.Hook) any { return withTestHook(h) }
+}
 
 // New returns the plugin for host.
 func New(host volume.Host, opts ...Option) *Plugin {
@@ -296,16 +301,16 @@ func locatedRef(podUID string, loc Location) volRef {
 
 // record is what a located volume's nodevol.json says about its location;
 // nil for an ordinary volume.
-func (r volRef) record() *LocationRecord {
+func (r volRef) record() *locationRecord {
 	if !r.located {
 		return nil
 	}
-	return &LocationRecord{PodUID: r.podUID, Plugin: r.plugin, Dir: r.dir, Sub: r.sub, Meta: r.meta}
+	return &locationRecord{PodUID: r.podUID, Plugin: r.plugin, Dir: r.dir, Sub: r.sub, Meta: r.meta}
 }
 
 // owns returns an error matching ErrOtherVolumesRecord unless m (read from
 // r's metadata directory) was written for r.
-func (r volRef) owns(m *Metadata, path string) error {
+func (r volRef) owns(m *metadata, path string) error {
 	want := r.record()
 	switch {
 	case want == nil && m.Location == nil:

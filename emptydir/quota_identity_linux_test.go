@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodevol/nodevol/fsquota"
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -38,7 +38,7 @@ func newQuotaWorld(t *testing.T, opts ...fsquota.Option) *quotaWorld {
 	w.q = fsquota.New(append([]fsquota.Option{
 		fsquota.WithProjectsFile(filepath.Join(w.files, "projects")),
 		fsquota.WithProjidFile(filepath.Join(w.files, "projid")),
-		fsquota.Enforce(), fsquota.WithTestKernel(w.kernel),
+		fsquota.Enforce(), quotaTestKernel(w.kernel),
 	}, opts...)...)
 	w.e = newEnv(t, filepath.Join(mnt, "kubelet"), nil, WithQuotas(w.q))
 	return w

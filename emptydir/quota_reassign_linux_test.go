@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/nodevol/nodevol/fsquota"
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -19,7 +19,7 @@ func TestSetUpReassignsAReleasedQuota(t *testing.T) {
 	mnt := mounttest.LoopFS(t, "xfs", 300<<20, "", "-q", "-f")
 	files := t.TempDir()
 	q := fsquota.New(fsquota.WithProjectsFile(filepath.Join(files, "projects")), fsquota.WithProjidFile(filepath.Join(files, "projid")),
-		fsquota.Enforce(), fsquota.WithTestKernel(&mounttest.FileQuotaKernel{Path: filepath.Join(files, "limits.json")}))
+		fsquota.Enforce(), quotaTestKernel(&mounttest.FileQuotaKernel{Path: filepath.Join(files, "limits.json")}))
 	e := newEnv(t, filepath.Join(mnt, "kubelet"), nil, WithQuotas(q))
 	pod := e.pod(volume.Spec{Name: "cache", EmptyDir: &volume.EmptyDirSource{SizeLimit: 1 << 20}})
 	m := e.setUp(t, pod, "cache")

@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodevol/nodevol/fsquota"
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -84,7 +84,7 @@ func runQuotaPathSwap(t *testing.T, base, comp string, realQuota bool, rounds in
 			fsquota.Enforce(), fsquota.WithFirstID(first),
 		}
 		if !realQuota {
-			opts = append(opts, fsquota.WithTestKernel(kernel))
+			opts = append(opts, quotaTestKernel(kernel))
 		}
 		return fsquota.New(opts...)
 	}

@@ -13,8 +13,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/fsquota"
-	"github.com/nodevol/nodevol/internal/fsat"
-	"github.com/nodevol/nodevol/internal/testhook"
+	"github.com/nodevol/nodevol/internal/base/fsat"
+	"github.com/nodevol/nodevol/internal/base/testhook"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -124,7 +124,7 @@ func (m *mounter) mountedOnDir(v *podVolume) bool {
 // mountElsewhere is an error matching ErrMountElsewhere when the mount
 // that meta records is mounted somewhere (the caller knows it is not on the
 // volume directory), or the error of looking; nil when it is nowhere.
-func (m *mounter) mountElsewhere(meta *Metadata) error {
+func (m *mounter) mountElsewhere(meta *metadata) error {
 	var tab *mountdetect.MountTable
 	elsewhere, err := recordedMountElsewhere(meta, m.ref, &tab)
 	if err != nil {
@@ -138,7 +138,7 @@ func (m *mounter) mountElsewhere(meta *Metadata) error {
 
 // inPlace reports whether the volume SetUp would create is there already:
 // a plain directory for Default, the recorded mount for the others.
-func (m *mounter) inPlace(v *podVolume, plan setupPlan, meta *Metadata) (bool, error) {
+func (m *mounter) inPlace(v *podVolume, plan setupPlan, meta *metadata) (bool, error) {
 	e, err := v.openEntry()
 	if err != nil || e.kind != entryDir {
 		return false, err // nothing open
@@ -166,7 +166,7 @@ func (m *mounter) inPlace(v *podVolume, plan setupPlan, meta *Metadata) (bool, e
 // the project again instead of serving the volume without it. A record
 // without a project (no quota manager then, or a filesystem without
 // project quotas) asks nothing.
-func (m *mounter) quotaInPlace(e entry, meta *Metadata) (bool, error) {
+func (m *mounter) quotaInPlace(e entry, meta *metadata) (bool, error) {
 	if m.plugin.quotas == nil || meta == nil || !meta.hasQuota() {
 		return true, nil
 	}
@@ -224,7 +224,7 @@ func (m *mounter) setUpDir(logger klog.Logger, v *podVolume, plan setupPlan, arg
 		return err
 	}
 	v.hook.At(testhook.SetUpDirCreated, m.dir)
-	meta := &Metadata{Medium: volume.MediumDefault, SizeLimit: m.source.SizeLimit, Mode: m.source.Mode, StickyBit: m.source.StickyBit}
+	meta := &metadata{Medium: volume.MediumDefault, SizeLimit: m.source.SizeLimit, Mode: m.source.Mode, StickyBit: m.source.StickyBit}
 	if m.plugin.quotas != nil {
 		// Recorded before Assign: from the moment the bookkeeping files
 		// may name the directory until its ID is recorded, the record
@@ -298,13 +298,13 @@ type newFS struct {
 	// on the directory later is this one (see provenBy).
 	source string
 	opts   []string // "key=value" or a flag
-	meta   *Metadata
+	meta   *metadata
 }
 
 // newFSFor is the filesystem plan asks for.
 func (m *mounter) newFSFor(plan setupPlan) newFS {
 	f := newFS{fstype: "tmpfs", source: newSource(m.ref)}
-	f.meta = &Metadata{Medium: plan.medium, SizeLimit: m.source.SizeLimit, Mode: m.source.Mode, StickyBit: m.source.StickyBit}
+	f.meta = &metadata{Medium: plan.medium, SizeLimit: m.source.SizeLimit, Mode: m.source.Mode, StickyBit: m.source.StickyBit}
 	if plan.medium == volume.MediumHugePages {
 		f.fstype = "hugetlbfs"
 		f.opts = append(f.opts, "pagesize="+strconv.FormatInt(plan.pageSize, 10))
@@ -328,7 +328,7 @@ func (m *mounter) newFSFor(plan setupPlan) newFS {
 // uses the descriptor and never closes it: the embedder's mounter
 // (mountWithSystemMounter) when the host has one, else a detached mount
 // (mountDetached).
-func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, args volume.MounterArgs, old *Metadata) error {
+func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, args volume.MounterArgs, old *metadata) error {
 	f := m.newFSFor(plan)
 	e, err := m.openDir(v, 0o750, f.fstype)
 	if err != nil {
@@ -368,7 +368,7 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 // volume: its record completed and its mode set. Each proof is a function
 // of its own, tried in turn; today the only one is SetUp's own record
 // (adoptRecorded). A mount no proof accepts is not the volume's.
-func (m *mounter) adopt(logger klog.Logger, v *podVolume, e entry, plan setupPlan, args volume.MounterArgs, old *Metadata) (bool, error) {
+func (m *mounter) adopt(logger klog.Logger, v *podVolume, e entry, plan setupPlan, args volume.MounterArgs, old *metadata) (bool, error) {
 	return m.adoptRecorded(logger, v, e, plan, args, old)
 }
 
@@ -377,7 +377,7 @@ func (m *mounter) adopt(logger klog.Logger, v *podVolume, e entry, plan setupPla
 // TearDown would prove it; a pending record (a SetUp through the
 // embedder's mounter that stopped between the mount and recording its
 // IDs) is completed with the mount's IDs.
-func (m *mounter) adoptRecorded(logger klog.Logger, v *podVolume, e entry, plan setupPlan, args volume.MounterArgs, old *Metadata) (bool, error) {
+func (m *mounter) adoptRecorded(logger klog.Logger, v *podVolume, e entry, plan setupPlan, args volume.MounterArgs, old *metadata) (bool, error) {
 	if old == nil || old.Medium != plan.medium {
 		return false, nil
 	}
@@ -405,7 +405,7 @@ func (m *mounter) adoptRecorded(logger klog.Logger, v *podVolume, e entry, plan 
 // between leaves a mount the record proves by that source (see
 // MountRecord.Pending), never one nothing records.
 func (m *mounter) mountWithSystemMounter(v *podVolume, sm volume.SystemMounter, dirFd int, under *unix.Stat_t, f newFS, plan setupPlan, args volume.MounterArgs) error {
-	pending := &MountRecord{FSType: f.fstype, Source: f.source, DirDev: under.Dev, DirIno: under.Ino, Pending: true}
+	pending := &mountRecord{FSType: f.fstype, Source: f.source, DirDev: under.Dev, DirIno: under.Ino, Pending: true}
 	f.meta.Mount = pending
 	if err := v.writeMeta(f.meta); err != nil {
 		return fmt.Errorf("record metadata: %w", err)
@@ -482,8 +482,8 @@ func (m *mounter) mountDetached(v *podVolume, dirFd int, under *unix.Stat_t, f n
 // newMount creates a detached mount of fstype with the kubelet's source
 // name and options ("key=value" or a flag), and returns its descriptor and
 // identity.
-func newMount(source, fstype string, opts []string) (int, MountRecord, error) {
-	rec := MountRecord{FSType: fstype, Source: source}
+func newMount(source, fstype string, opts []string) (int, mountRecord, error) {
+	rec := mountRecord{FSType: fstype, Source: source}
 	fsfd, err := unix.Fsopen(fstype, unix.FSOPEN_CLOEXEC)
 	if err != nil {
 		return -1, rec, &os.SyscallError{Syscall: "fsopen " + fstype, Err: err}

@@ -96,8 +96,9 @@ const (
 	// unmount it by hand.
 	ReasonNoRecord
 	// ReasonMetadataUnreadable (ActionRefuse): a mount on the volume
-	// directory, and the volume's metadata cannot be read (Plan.MetaErr)
-	// to prove it the volume's own. Remedy: the metadata error says.
+	// directory, and the volume's metadata cannot be read (Reason quotes
+	// the error) to prove it the volume's own. Remedy: the metadata error
+	// says.
 	ReasonMetadataUnreadable
 	// ReasonMountChanged (ActionRefuse): a mount appeared on the volume
 	// directory, or the one there changed, while it was examined. The
@@ -146,16 +147,16 @@ func (c ReasonCode) MarshalText() ([]byte, error) { return []byte(c.String()), n
 // without changing anything (a dry run); TearDown computes it and acts.
 type Plan struct {
 	Path    string
-	MetaDir string
+	metaDir string
 	Exists  bool
 	// Info is what mountdetect says about the open volume directory (when
 	// it is one).
 	Info mountdetect.FSInfo
-	// Meta is the metadata SetUp recorded, or nil; MetaErr says why it
+	// meta is the metadata SetUp recorded, or nil; MetaErr says why it
 	// could not be read (TearDown then stops before removing anything, so
 	// that a recorded quota cannot leak).
-	Meta    *Metadata
-	MetaErr error
+	meta    *metadata
+	metaErr error
 	Action  Action
 	// Mounts lists the mounts that make Action ActionRefuse: every mount
 	// beneath Path, or the mounts on Path itself (all of them when several
@@ -224,8 +225,8 @@ func (p *Plugin) stop(plan *Plan) (volume.FailureKind, error) {
 	if err := plan.refusal(); err != nil {
 		return volume.Transient, err
 	}
-	if plan.Meta.hasQuota() && p.quotas == nil && plan.Action != ActionUnmountAndRemove {
-		return volume.Final, fmt.Errorf("the volume has %s but no quota manager is configured; refusing to leak it", plan.Meta.describeQuota())
+	if plan.meta.hasQuota() && p.quotas == nil && plan.Action != ActionUnmountAndRemove {
+		return volume.Final, fmt.Errorf("the volume has %s but no quota manager is configured; refusing to leak it", plan.meta.describeQuota())
 	}
 	return 0, nil
 }
@@ -284,14 +285,14 @@ func (u *unmounter) CheckTearDown(ctx context.Context) error {
 func (p *Plan) refusal() error {
 	if p.Action == ActionRefuse {
 		var err error = &mountdetect.CrossesMountError{Path: p.Path, Mounts: p.Mounts}
-		if p.MetaErr != nil {
+		if p.metaErr != nil {
 			// The reason quotes it already; it is wrapped for errors.Is.
-			err = &withCause{err, p.MetaErr}
+			err = &withCause{err, p.metaErr}
 		}
 		return &RefusedError{Plan: *p, Err: err}
 	}
-	if p.MetaErr != nil {
-		return fmt.Errorf("read metadata: %w", p.MetaErr)
+	if p.metaErr != nil {
+		return fmt.Errorf("read metadata: %w", p.metaErr)
 	}
 	return nil
 }

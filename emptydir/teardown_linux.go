@@ -10,9 +10,10 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/fsquota"
-	"github.com/nodevol/nodevol/internal/fsat"
-	"github.com/nodevol/nodevol/internal/plural"
-	"github.com/nodevol/nodevol/internal/testhook"
+	"github.com/nodevol/nodevol/internal/base/friend"
+	"github.com/nodevol/nodevol/internal/base/fsat"
+	"github.com/nodevol/nodevol/internal/base/plural"
+	"github.com/nodevol/nodevol/internal/base/testhook"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -24,7 +25,7 @@ func (p *Plugin) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, erro
 	}
 	v, err := p.openVolume(r, false)
 	if err != nil {
-		return Plan{Path: dir, MetaDir: metaDir}, err
+		return Plan{Path: dir, metaDir: metaDir}, err
 	}
 	defer v.Close()
 	plan, e, err := v.plan(tab)
@@ -36,10 +37,10 @@ func (p *Plugin) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, erro
 // returns holds the volume directory open when it is one; the caller
 // closes it (before unmounting: an open file keeps a mount busy).
 func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
-	p := Plan{Path: v.dir, MetaDir: v.metaDir}
-	p.Meta, p.MetaErr = v.readMeta() // unreadable metadata does not stop a plan
-	if p.MetaErr == nil {
-		p.MetaErr = v.checkMetadataDir()
+	p := Plan{Path: v.dir, metaDir: v.metaDir}
+	p.meta, p.metaErr = v.readMeta() // unreadable metadata does not stop a plan
+	if p.metaErr == nil {
+		p.metaErr = v.checkMetadataDir()
 	}
 	e, err := v.openEntry()
 	if err != nil {
@@ -59,7 +60,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		// still mounted somewhere (the directory was renamed, or the
 		// mount moved, by someone who can write in the pod directory),
 		// dropping the record would leave it mounted for good, unprovable.
-		elsewhere, err := recordedMountElsewhere(p.Meta, v.ref, &tab)
+		elsewhere, err := recordedMountElsewhere(p.meta, v.ref, &tab)
 		if err != nil {
 			return p, e, err
 		}
@@ -111,8 +112,8 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 			// The directory was opened before a mount appeared on it.
 			return refuse(ReasonMountChanged, "a mount appeared on the volume directory while it was examined", "", at)
 		}
-		if p.Meta != nil && p.Meta.Medium != volume.MediumDefault {
-			return act(ActionRemove, ReasonMountGone, "the volume's "+p.Meta.Medium.String()+"-medium mount is already gone; the directory is removed")
+		if p.meta != nil && p.meta.Medium != volume.MediumDefault {
+			return act(ActionRemove, ReasonMountGone, "the volume's "+p.meta.Medium.String()+"-medium mount is already gone; the directory is removed")
 		}
 		return act(ActionRemove, ReasonNotMounted, "a Default-medium volume on "+p.Info.FSType)
 	}
@@ -127,38 +128,38 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 	case len(at) > 1:
 		return refuse(ReasonStackedMounts, fmt.Sprintf("%d mounts are stacked on the volume directory", len(at)),
 			"unmount all but the volume's own: only a single mount that SetUp made is ever unmounted", at)
-	case p.MetaErr != nil:
-		return refuse(ReasonMetadataUnreadable, "a filesystem is mounted on the volume directory itself and the volume's metadata cannot be read ("+p.MetaErr.Error()+"), so it cannot be proven the volume's own", "", at)
-	case p.Meta == nil:
+	case p.metaErr != nil:
+		return refuse(ReasonMetadataUnreadable, "a filesystem is mounted on the volume directory itself and the volume's metadata cannot be read ("+p.metaErr.Error()+"), so it cannot be proven the volume's own", "", at)
+	case p.meta == nil:
 		return refuse(ReasonNoRecord, "a filesystem is mounted on the volume directory itself, but nodevol has no record of mounting it", unmountByHand, at)
-	case p.Meta.Medium == volume.MediumDefault:
+	case p.meta.Medium == volume.MediumDefault:
 		return refuse(ReasonForeignMount, "a filesystem is mounted on the directory of a Default-medium volume, which SetUp never does", notOurs, at)
-	case p.Meta.Mount == nil || !isNodevolSource(p.Meta.Mount.Source):
+	case p.meta.Mount == nil || !isNodevolSource(p.meta.Mount.Source):
 		return refuse(ReasonNoRecord, "a filesystem is mounted on the volume directory itself, but SetUp recorded no mount identity that could prove it the volume's own (metadata written by an older nodevol)", unmountByHand, at)
-	case !p.Meta.Mount.provenBy(e.MountStat, at[0].FSType, at[0].Source, v.ref):
+	case !p.meta.Mount.provenBy(e.MountStat, at[0].FSType, at[0].Source, v.ref):
 		return refuse(ReasonForeignMount, fmt.Sprintf("the mount on the volume directory (%s) is not the mount SetUp made (%s)",
-			describeMount(e.MountStat), p.Meta.Mount.describe()), notOurs, at)
+			describeMount(e.MountStat), p.meta.Mount.describe()), notOurs, at)
 	}
-	if code, why, others := soleWholeMount(tab, p.Meta.Mount, e.ID); why != "" {
+	if code, why, others := soleWholeMount(tab, p.meta.Mount, e.ID); why != "" {
 		remedy := notOurs
 		if code == ReasonMountElsewhere {
 			remedy = "unmount the others first: unmounting the directory's would leave it mounted with no record"
 		}
 		return refuse(code, why, remedy, append(at, others...))
 	}
-	if p.Meta.Mount.Pending {
+	if p.meta.Mount.Pending {
 		// Proven by its source alone: the checks around umount2 hold it
 		// to the IDs seen now.
-		meta := *p.Meta
-		rec := p.Meta.Mount.pin(e.MountStat)
+		meta := *p.meta
+		rec := p.meta.Mount.pin(e.MountStat)
 		meta.Mount = &rec
-		p.Meta = &meta
+		p.meta = &meta
 	}
 	// Proven the volume's own tmpfs or hugetlbfs: now it may be asked.
 	if info, err := tab.DetectFile(e.Fd, v.dir); err == nil {
 		p.Info = info
 	}
-	return act(ActionUnmountAndRemove, ReasonOwnMount, "the volume's own "+at[0].FSType+" mount ("+p.Meta.Medium.String()+" medium)")
+	return act(ActionUnmountAndRemove, ReasonOwnMount, "the volume's own "+at[0].FSType+" mount ("+p.meta.Medium.String()+" medium)")
 }
 
 // unmountByHand is the remedy for a mount on the volume directory that no
@@ -174,7 +175,7 @@ const movedRemedy = "move it back or unmount it, then tear down again: it is nev
 // meta records no provable mount. Only a source made for the volume r
 // counts: a record forged to name another volume's source must not make
 // that volume's mount this one's. *tab is read when nil.
-func recordedMountElsewhere(meta *Metadata, r volRef, tab **mountdetect.MountTable) ([]mountdetect.Mount, error) {
+func recordedMountElsewhere(meta *metadata, r volRef, tab **mountdetect.MountTable) ([]mountdetect.Mount, error) {
 	if meta == nil || meta.Mount == nil || !isSourceFor(meta.Mount.Source, r) {
 		return nil, nil
 	}
@@ -198,7 +199,7 @@ func recordedMountElsewhere(meta *Metadata, r volRef, tab **mountdetect.MountTab
 // with no record left) and it must mount the filesystem's root (a bind of
 // a subdirectory of it passes a superblock check). why is "" when it is;
 // else why not, with the code, and the other mounts.
-func soleWholeMount(tab *mountdetect.MountTable, rec *MountRecord, onDir uint64) (code ReasonCode, why string, others []mountdetect.Mount) {
+func soleWholeMount(tab *mountdetect.MountTable, rec *mountRecord, onDir uint64) (code ReasonCode, why string, others []mountdetect.Mount) {
 	whole := false
 	for _, m := range tab.MountsFromSource(rec.Source) {
 		if uint64(m.ID) == onDir {
@@ -223,7 +224,7 @@ func movedReason(at []mountdetect.Mount) string {
 }
 
 // describe names a recorded mount for messages.
-func (rec *MountRecord) describe() string {
+func (rec *mountRecord) describe() string {
 	s := fmt.Sprintf("%s from %s, mount ID %d", rec.FSType, rec.Source, rec.ID)
 	if rec.UniqueID != 0 {
 		s += fmt.Sprintf(" (unique %#x)", rec.UniqueID)
@@ -234,7 +235,7 @@ func (rec *MountRecord) describe() string {
 // sameMount compares the identity statx gives, without the mount table:
 // the unique mount ID where the kernel has them (a record without one does
 // not match then), else the classic ID and the device.
-func (rec *MountRecord) sameMount(mi fsat.MountStat, r volRef) bool {
+func (rec *mountRecord) sameMount(mi fsat.MountStat, r volRef) bool {
 	if r.anyMountNamespace {
 		// Mount IDs are those of the namespace that made the mount; in
 		// another one it is a propagated copy with IDs of its own. Its
@@ -258,7 +259,7 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 	}
 	v, err := p.openVolume(r, false)
 	if err != nil {
-		return Plan{Path: dir, MetaDir: metaDir}, fail(volume.Transient, err)
+		return Plan{Path: dir, metaDir: metaDir}, fail(volume.Transient, err)
 	}
 	defer v.Close()
 	// The entry stays open for the quota's Clear, which acts on the
@@ -274,7 +275,7 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 		}
 		return plan, fail(kind, err)
 	}
-	if r.recordRequired && plan.Meta == nil && plan.Action == ActionRemove {
+	if r.recordRequired && plan.meta == nil && plan.Action == ActionRemove {
 		// Not made by SetUp here: only an empty directory goes (a SetUp
 		// cut short before its record), anything else is not ours.
 		err := fsat.Retry(func() error { return unix.Unlinkat(v.vols.Fd(), v.name, unix.AT_REMOVEDIR) })
@@ -291,7 +292,7 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 			return plan, fail(volume.Transient, &os.PathError{Op: "rmdir", Path: dir, Err: err})
 		}
 	}
-	if plan.Action == ActionRemove && plan.Meta != nil && plan.Meta.Mount != nil {
+	if plan.Action == ActionRemove && plan.meta != nil && plan.meta.Mount != nil {
 		// The volume's mount is gone: a teardown that stopped after
 		// unmounting it may have left its directory pinned.
 		if err := unpinLeftover(e, dir); err != nil {
@@ -328,10 +329,10 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 		// released: fsquota releases nothing else.
 		// (Without a quota manager, stop has refused a recorded project.)
 		if p.quotas != nil {
-			if err := p.releaseQuota(v, e, plan.Meta); err != nil {
-				return plan, fail(volume.Transient, fmt.Errorf("clear %s: %w", plan.Meta.describeQuota(), err))
+			if err := p.releaseQuota(v, e, plan.meta); err != nil {
+				return plan, fail(volume.Transient, fmt.Errorf("clear %s: %w", plan.meta.describeQuota(), err))
 			}
-			if plan.Meta.hasQuota() {
+			if plan.meta.hasQuota() {
 				v.hook.At(testhook.TearDownQuotaCleared, dir)
 			}
 		}
@@ -356,7 +357,7 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 // directory above it on the same filesystem, where only the limits are
 // cleared; with none left (the pods directory gone), only the
 // bookkeeping.
-func (p *Plugin) releaseQuota(v *podVolume, e entry, meta *Metadata) error {
+func (p *Plugin) releaseQuota(v *podVolume, e entry, meta *metadata) error {
 	q := p.quotas
 	if e.kind == entryDir {
 		var rec fsquota.Project
@@ -393,7 +394,7 @@ func (p *Plugin) releaseQuota(v *podVolume, e entry, meta *Metadata) error {
 // cannot be pinned): the caller releases it before removing the
 // directory. On failure nothing stays pinned.
 func (v *podVolume) unmount(logger klog.Logger, plan Plan) (*pin, error) {
-	rec := plan.Meta.Mount
+	rec := plan.meta.Mount
 	refuse := func(reason string) (*pin, error) {
 		plan.Action, plan.Code, plan.Reason, plan.Remedy = ActionRefuse, ReasonMountChanged, reason, ""
 		plan.Mounts = []mountdetect.Mount{{MountPoint: v.dir}}
@@ -463,7 +464,7 @@ func (v *podVolume) removeTree() error {
 	}
 	var opts []mountdetect.Option
 	if v.hook != nil {
-		opts = append(opts, mountdetect.WithTestHook(v.hook))
+		opts = append(opts, friend.RemoveAllHook(v.hook).(mountdetect.Option))
 	}
 	err := mountdetect.RemoveAllAt(v.vols.Fd(), v.name, v.dir, opts...)
 	var crossing *mountdetect.CrossesMountError

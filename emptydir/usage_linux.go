@@ -59,7 +59,7 @@ func (p *Plugin) usage(r volRef) (Usage, error) {
 	if e.Root {
 		// Only the volume's own tmpfs or hugetlbfs is asked anything (a
 		// foreign filesystem's daemon may not answer).
-		var rec *MountRecord
+		var rec *mountRecord
 		if meta != nil {
 			rec = meta.Mount
 		}

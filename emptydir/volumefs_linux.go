@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodevol/nodevol/internal/fsat"
-	"github.com/nodevol/nodevol/internal/testhook"
+	"github.com/nodevol/nodevol/internal/base/fsat"
+	"github.com/nodevol/nodevol/internal/base/testhook"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -134,7 +134,7 @@ func (v *podVolume) Close() {
 // read as a regular file of bounded size that is not a symlink, opened
 // non-blocking: a FIFO, a device or a link to one is an error, never a
 // hang or an unbounded allocation.
-func (v *podVolume) readMeta() (*Metadata, error) {
+func (v *podVolume) readMeta() (*metadata, error) {
 	if v.meta == nil {
 		return nil, nil
 	}
@@ -158,7 +158,7 @@ func (v *podVolume) readMeta() (*Metadata, error) {
 }
 
 // writeMeta records m durably (atomic replace, file and directory synced).
-func (v *podVolume) writeMeta(m *Metadata) error {
+func (v *podVolume) writeMeta(m *metadata) error {
 	m.Location = v.ref.record()
 	b, err := json.Marshal(m)
 	if err != nil {
@@ -276,7 +276,7 @@ const bothIDs = fsat.MountKey | fsat.TableID
 // except in a pending record (written before an embedder's mounter made the
 // mount, which a crash interrupted before its IDs were recorded), where the
 // source is all there is.
-func (rec *MountRecord) provenBy(mi fsat.MountStat, fsType, source string, r volRef) bool {
+func (rec *mountRecord) provenBy(mi fsat.MountStat, fsType, source string, r volRef) bool {
 	if fsType != "tmpfs" && fsType != "hugetlbfs" {
 		return false // SetUp makes nothing else; a FUSE or overlay mount may name any source
 	}
@@ -288,7 +288,7 @@ func (rec *MountRecord) provenBy(mi fsat.MountStat, fsType, source string, r vol
 
 // pin returns the pending record rec completed with the IDs of the mount
 // mi, which has proven to be its mount.
-func (rec *MountRecord) pin(mi fsat.MountStat) MountRecord {
+func (rec *mountRecord) pin(mi fsat.MountStat) mountRecord {
 	r := *rec
 	r.UniqueID, r.ID, r.Dev, r.Pending = mi.UniqueID, mi.ID, mi.Dev, false
 	return r
@@ -401,7 +401,7 @@ func isSourceFor(s string, r volRef) bool {
 // recordedMountOn reports whether the mount on the open volume directory e
 // (a mount root) is the one rec recorded for the volume r: a single mount
 // there, proven by the mount table's type and source and the mount ID.
-func recordedMountOn(e entry, path string, rec *MountRecord, r volRef) (bool, error) {
+func recordedMountOn(e entry, path string, rec *mountRecord, r volRef) (bool, error) {
 	if rec == nil || !e.Root {
 		return false, nil
 	}

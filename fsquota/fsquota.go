@@ -6,7 +6,8 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/internal/testhook"
+	"github.com/nodevol/nodevol/internal/base/friend"
+	"github.com/nodevol/nodevol/internal/base/testhook"
 )
 
 // Defaults.
@@ -86,24 +87,27 @@ func WithFirstID(id uint32) Option { return optionFunc(func(m *Manager) { m.firs
 // files are skipped without counting.
 func WithMaxProbes(n int) Option { return optionFunc(func(m *Manager) { m.maxProbes = n }) }
 
-// WithTestHook makes Assign and Clear call h at their crash points
+// withTestHook makes Assign and Clear call h at their crash points
 // (testhook.QuotaRecorded, QuotaLimited, QuotaUntagged), for nodevol's crash
-// tests. Its parameter's type is internal to this module: elsewhere only
-// nil can be passed, which changes nothing.
-func WithTestHook(h testhook.Hook) Option { return optionFunc(func(m *Manager) { m.hook = h }) }
+// tests. Other nodevol packages reach it as friend.QuotaHook.
+func withTestHook(h testhook.Hook) Option { return optionFunc(func(m *Manager) { m.hook = h }) }
 
-// WithTestKernel makes the Manager keep project limits in k instead of
+// withTestKernel makes the Manager keep project limits in k instead of
 // asking quotactl, with the fsxattr ioctls that tag directories still
 // real: tests of code above fsquota (emptydir's crash tests) can then
-// assign and clear projects on a kernel without quotas. Its parameter's
-// type is internal to this module: elsewhere only nil can be passed, which
-// changes nothing.
-func WithTestKernel(k testhook.QuotaKernel) Option {
+// assign and clear projects on a kernel without quotas. Other nodevol
+// packages reach it as friend.QuotaKernel.
+func withTestKernel(k testhook.QuotaKernel) Option {
 	return optionFunc(func(m *Manager) {
 		if k != nil {
 			m.backend = testKernel(k)
 		}
 	})
+}
+
+func init() {
+	friend.QuotaHook = func(h testhook.Hook) any { return withTestHook(h) }
+	friend.QuotaKernel = func(k testhook.QuotaKernel) any { return withTestKernel(k) }
 }
 
 // New returns a Manager.

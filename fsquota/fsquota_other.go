@@ -5,7 +5,7 @@ package fsquota
 import (
 	"runtime"
 
-	"github.com/nodevol/nodevol/internal/testhook"
+	"github.com/nodevol/nodevol/internal/base/testhook"
 	"github.com/nodevol/nodevol/mountdetect"
 )
 

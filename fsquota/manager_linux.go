@@ -10,8 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodevol/nodevol/internal/fsat"
-	"github.com/nodevol/nodevol/internal/testhook"
+	"github.com/nodevol/nodevol/internal/base/fsat"
+	"github.com/nodevol/nodevol/internal/base/testhook"
 	"github.com/nodevol/nodevol/mountdetect"
 )
 
@@ -21,7 +21,7 @@ func defaultBackend() quotaBackend { return &kernelQuota{} }
 
 func testKernel(k testhook.QuotaKernel) quotaBackend { return testQuota{k} }
 
-// testQuota is WithTestKernel's backend: accounting and enforcement on
+// testQuota is withTestKernel's backend: accounting and enforcement on
 // everywhere, no usage, limits kept by the test's QuotaKernel.
 type testQuota struct{ k testhook.QuotaKernel }
 

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/testhook"
+	"github.com/nodevol/nodevol/internal/base/testhook"
 )
 
 // mapKernel is a testhook.QuotaKernel in memory.
@@ -65,7 +65,7 @@ func crashed(t *testing.T, fn func() error) bool {
 	return stopped
 }
 
-// TestTestKernelAndCrashPoints: with WithTestKernel, Assign and Clear keep
+// TestTestKernelAndCrashPoints: with withTestKernel, Assign and Clear keep
 // limits in the test's kernel; each crash point is reached, and what an
 // Assign or Clear stopped there leaves, a new Manager's Clear releases
 // completely — the other project untouched — so that the ID is handed out
@@ -82,7 +82,7 @@ func TestTestKernelAndCrashPoints(t *testing.T) {
 		t.Run(string(tc.at), func(t *testing.T) {
 			k := &mapKernel{limits: map[uint32]int64{}}
 			bk := newBookkeeping(t)
-			opts := []Option{WithProjectsFile(bk.projects), WithProjidFile(bk.projid), Enforce(), WithTestKernel(k)}
+			opts := []Option{WithProjectsFile(bk.projects), WithProjidFile(bk.projid), Enforce(), withTestKernel(k)}
 			other := mkdir(t, filepath.Join(root, string(tc.at)+"-other"))
 			dir := mkdir(t, filepath.Join(root, string(tc.at)))
 			m := paths(New(opts...))
@@ -90,7 +90,7 @@ func TestTestKernelAndCrashPoints(t *testing.T) {
 				t.Fatalf("Assign = %d, %v, limit %d; want %d with a 2 MiB limit in the kernel stand-in", id, err, k.limits[id], FirstProjectID)
 			}
 			otherProjects, otherProjid := bk.read(t)
-			crashing := paths(New(append(opts, WithTestHook(crashAt(tc.at, dir)))...))
+			crashing := paths(New(append(opts, withTestHook(crashAt(tc.at, dir)))...))
 			if tc.assign {
 				if !crashed(t, func() error { _, err := crashing.Assign(dir, 1<<20); return err }) {
 					t.Fatalf("Assign never reached %s", tc.at)

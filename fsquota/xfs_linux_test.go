@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"golang.org/x/sys/unix"
 )
 

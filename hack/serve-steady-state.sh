@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Measures `nodevol serve --interval 10s` in its steady state on a busy node:
-# the scan benchmark's fixture (internal/nodefixture: 1,000 pods, 10,000
+# the scan benchmark's fixture (internal/testsupport/nodefixture: 1,000 pods, 10,000
 # volume directories, 1,000 mounts) on tmpfs, in a private mount namespace
 # of its own (nothing is mounted in, or leaks to, the caller's).
 #

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodevol/nodevol/internal/slowclient"
+	"github.com/nodevol/nodevol/internal/testsupport/slowclient"
 )
 
 // serve serves srv on a loopback port until the test ends and returns

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"golang.org/x/sys/unix"
 )
 

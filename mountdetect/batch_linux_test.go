@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
 
 // makeBigDir creates files files with 40-byte names (64-byte getdents64

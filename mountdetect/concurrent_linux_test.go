@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
 
 // TestRemoveAllDirRemovedUnderneath: a directory the walk has opened is

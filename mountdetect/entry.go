@@ -1,6 +1,6 @@
 package mountdetect
 
-import "github.com/nodevol/nodevol/internal/fsat"
+import "github.com/nodevol/nodevol/internal/base/fsat"
 
 // Entry is a directory entry as LookAt found it: what the kernel's VFS
 // knows of it, without its filesystem, or one mounted on it, having been

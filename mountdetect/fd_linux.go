@@ -5,8 +5,15 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/nodevol/nodevol/internal/fsat"
+	"github.com/nodevol/nodevol/internal/base/friend"
+	"github.com/nodevol/nodevol/internal/base/fsat"
 )
+
+func init() {
+	friend.BindWithin = func(table any, fd int, path string, dirFd int, dirPath string) (bool, error) {
+		return table.(*MountTable).bindWithin(fd, path, dirFd, dirPath)
+	}
+}
 
 // DetectFile is Detect for a file already open as fd (any open mode,
 // O_PATH included): every answer is about that file, whatever its name
@@ -36,7 +43,7 @@ func (t *MountTable) MountsAtFile(fd int, path string) (at, beneath []Mount, err
 	return at, beneath, nil
 }
 
-// BindWithin reports whether the mount whose root is the file open as fd
+// bindWithin reports whether the mount whose root is the file open as fd
 // (path names it in errors) shows a part of the directory open as dirFd:
 // the same filesystem (device) as the directory's mount, and a mount root
 // within that filesystem that is the directory's own position in it or
@@ -46,7 +53,9 @@ func (t *MountTable) MountsAtFile(fd int, path string) (at, beneath []Mount, err
 // of the same filesystem, looks like. fd must be the root of its mount;
 // a mount missing from the table (made after it was read) is an error. A
 // nil table: the kernel's, read now.
-func (t *MountTable) BindWithin(fd int, path string, dirFd int, dirPath string) (bool, error) {
+//
+// Only subpath asks this, as friend.BindWithin.
+func (t *MountTable) bindWithin(fd int, path string, dirFd int, dirPath string) (bool, error) {
 	s, err := statMount(fd, "", fsat.TableID)
 	if err != nil {
 		return false, &os.PathError{Op: "statx", Path: path, Err: err}

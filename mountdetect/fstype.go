@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/nodevol/nodevol/internal/memsize"
+	"github.com/nodevol/nodevol/internal/base/memsize"
 )
 
 // Statfs magic numbers (f_type) for the filesystems nodevol cares about.

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"golang.org/x/sys/unix"
 )
 

@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
 
 func TestMain(m *testing.M) {

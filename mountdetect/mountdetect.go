@@ -8,7 +8,9 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/nodevol/nodevol/internal/testhook"
+	"github.com/nodevol/nodevol/internal/base/friend"
+	"github.com/nodevol/nodevol/internal/base/fsat"
+	"github.com/nodevol/nodevol/internal/base/testhook"
 )
 
 // ErrCrossesMount is matched (with errors.Is) by every error that reports a
@@ -21,6 +23,14 @@ var ErrCrossesMount = errors.New("crosses a mount boundary")
 // ErrInvalidPath is matched by errors for paths RemoveAll refuses to touch:
 // empty, relative, "/", ending in ".", or holding a ".." element anywhere.
 var ErrInvalidPath = errors.New("invalid path")
+
+// ErrOtherMount is matched by errors for a directory that must be on the
+// same mount as the directory it is opened from and is not: something is
+// mounted on it, or it is reached through a mount. emptydir and subpath
+// return it when a filesystem is mounted on a directory above a volume
+// (the pod directory, volumes/, the plugin's directory), where none
+// belongs; nothing was changed.
+var ErrOtherMount = fsat.ErrOtherMount
 
 // ErrUnsupported is returned on platforms (and Linux kernels) where
 // mountdetect cannot keep its guarantees. It also matches
@@ -349,12 +359,15 @@ func (f optionFunc) apply(c *config) { f(c) }
 // guarantees are the same for every worker count.
 func Workers(n int) Option { return optionFunc(func(c *config) { c.workers = n }) }
 
-// WithTestHook makes the walk call h with testhook.RemoveAllRemoved and
+// withTestHook makes the walk call h with testhook.RemoveAllRemoved and
 // the entry's path after each entry it removes (the start directory
 // included), so that nodevol's crash tests can stop a removal half-way.
-// Its parameter's type is internal to this module: elsewhere only nil can
-// be passed, which changes nothing.
-func WithTestHook(h testhook.Hook) Option { return optionFunc(func(c *config) { c.hook = h }) }
+// Other nodevol packages reach it as friend.RemoveAllHook.
+func withTestHook(h testhook.Hook) Option { return optionFunc(func(c *config) { c.hook = h }) }
+
+func init() {
+	friend.RemoveAllHook = func(h testhook.Hook) any { return withTestHook(h) }
+}
 
 // ValidateRemovePath returns the error RemoveAll would return for path
 // before looking at the filesystem: an *InvalidPathError (matching

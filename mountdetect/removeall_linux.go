@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodevol/nodevol/internal/fsat"
-	"github.com/nodevol/nodevol/internal/testhook"
+	"github.com/nodevol/nodevol/internal/base/fsat"
+	"github.com/nodevol/nodevol/internal/base/testhook"
 )
 
 // fail records a failure: RemoveAll reports at most errlist.Max of them

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodevol/nodevol/internal/errlist"
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/base/errlist"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"golang.org/x/sys/unix"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
 
 func stalledFUSE(t *testing.T, target, rootmode string) {

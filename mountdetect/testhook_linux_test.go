@@ -9,9 +9,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodevol/nodevol/internal/fsat"
-	"github.com/nodevol/nodevol/internal/mounttest"
-	"github.com/nodevol/nodevol/internal/testhook"
+	"github.com/nodevol/nodevol/internal/base/fsat"
+	"github.com/nodevol/nodevol/internal/base/testhook"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
 
 // TestRemoveAllTestHook: the hook is called once per entry removed, the
@@ -43,7 +43,7 @@ func TestRemoveAllTestHook(t *testing.T) {
 				got = append(got, path)
 				mu.Unlock()
 			})
-			opts := append(v.opts(), WithTestHook(hook))
+			opts := append(v.opts(), withTestHook(hook))
 			var err error
 			if at {
 				var pfd int

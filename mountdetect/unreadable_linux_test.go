@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
 
 const envNobodyScenario = "NODEVOL_TEST_NOBODY_SCENARIO"

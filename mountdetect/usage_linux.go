@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodevol/nodevol/internal/fsat"
+	"github.com/nodevol/nodevol/internal/base/fsat"
 )
 
 // usage is DiskUsage's action: every directory and non-directory on the

@@ -100,11 +100,12 @@ func BenchmarkPass(b *testing.B) {
 // and a 100 ms polling loop (the kubelet's reconciler period) as baseline.
 func BenchmarkRemovePodToTearDown(b *testing.B) {
 	for _, mode := range []struct {
-		name string
-		opts Options
+		name     string
+		opts     Options
+		pollOnly bool
 	}{
-		{"event-driven", Options{ResyncPeriod: time.Minute}},
-		{"polling-100ms", Options{ResyncPeriod: 100 * time.Millisecond, pollOnly: true}},
+		{"event-driven", Options{ResyncPeriod: time.Minute}, false},
+		{"polling-100ms", Options{ResyncPeriod: 100 * time.Millisecond}, true},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
 			p := &memPlugin{tornDown: make(chan string, 1)}
@@ -116,6 +117,7 @@ func BenchmarkRemovePodToTearDown(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			m.pollOnly = mode.pollOnly
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			go m.Run(ctx)

@@ -47,9 +47,6 @@ type Options struct {
 	ResyncPeriod time.Duration
 	// InitialBackoff and MaxBackoff tune operation retries (500ms, 2m2s).
 	InitialBackoff, MaxBackoff time.Duration
-
-	// pollOnly disables event wake-ups (the benchmark's polling baseline).
-	pollOnly bool
 }
 
 // MountedVolume describes a volume in the actual state of world.
@@ -78,6 +75,9 @@ type Manager struct {
 	registry *volume.Registry
 	x        *executor.Executor
 	ran      atomic.Bool // Run was called
+	// pollOnly disables event wake-ups (the benchmark's polling
+	// baseline sets it before Run).
+	pollOnly bool
 	dsw      *desiredState
 	asw      *actualState
 	metrics  *metrics
@@ -277,7 +277,7 @@ func (m *Manager) markDirty(uid string) {
 	m.mu.Lock()
 	m.dirty[uid] = struct{}{}
 	m.mu.Unlock()
-	if !m.opts.pollOnly {
+	if !m.pollOnly {
 		m.poke()
 	}
 }

@@ -20,7 +20,7 @@ import (
 
 	"github.com/nodevol/nodevol/emptydir"
 	"github.com/nodevol/nodevol/internal/executor"
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/nodevol/nodevol/emptydir"
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
 
 // TestCheckDoesNotAskStalledFUSE: the executor and the CLI ask

@@ -15,8 +15,9 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
-	"github.com/nodevol/nodevol/internal/errlist"
-	"github.com/nodevol/nodevol/internal/fsat"
+	"github.com/nodevol/nodevol/internal/base/errlist"
+	"github.com/nodevol/nodevol/internal/base/friend"
+	"github.com/nodevol/nodevol/internal/base/fsat"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -129,7 +130,7 @@ func (c *Cleaner) open(podUID, plugin, vol string) (_ *tree, err error) {
 	}
 	defer vols.Close()
 	// O_PATH: the volume may be a mount (a Memory volume's tmpfs, or
-	// something foreign), and nothing is asked of it; BindWithin needs
+	// something foreign), and nothing is asked of it; friend.BindWithin needs
 	// only statx and the descriptor's name.
 	vfd, err := fsat.Openat(vols.Fd(), vol, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 	switch err {
@@ -410,7 +411,7 @@ func (t *tree) ownBind(r *report, tab *mountdetect.MountTable, cdir *fsat.Dir, n
 	}
 	own := false
 	if t.vol != nil {
-		if own, err = tab.BindWithin(fd, p, t.vol.Fd(), t.volPath); err != nil {
+		if own, err = friend.BindWithin(tab, fd, p, t.vol.Fd(), t.volPath); err != nil {
 			return false, err
 		}
 	}

@@ -31,8 +31,8 @@
 //   - Errors: [*OperationError] classifies failures as [Final], [Transient]
 //     or [Uncertain], wrapping the cause so errors.Is/As still reach it.
 //
-// Of nodevol the package imports only two base helpers, internal/fsat
-// (descriptor-relative system calls) and internal/memsize (sizes), which
+// Of nodevol the package imports only two base helpers, internal/base/fsat
+// (descriptor-relative system calls) and internal/base/memsize (sizes), which
 // import nothing of nodevol: a plugin built on volume pulls in no other
 // part of nodevol.
 package volume

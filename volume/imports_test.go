@@ -12,13 +12,13 @@ import (
 
 // TestImportsOnlyBaseHelpers checks what the package documentation says
 // of its imports, for every OS's files: of nodevol, volume imports only
-// the base helpers internal/fsat and internal/memsize, and they import
+// the base helpers internal/base/fsat and internal/base/memsize, and they import
 // nothing of nodevol.
 func TestImportsOnlyBaseHelpers(t *testing.T) {
 	const module = "github.com/nodevol/nodevol/"
 	helpers := map[string]string{
-		module + "internal/fsat":    "../internal/fsat",
-		module + "internal/memsize": "../internal/memsize",
+		module + "internal/base/fsat":    "../internal/base/fsat",
+		module + "internal/base/memsize": "../internal/base/memsize",
 	}
 	check := func(dir string, allowed map[string]string) {
 		t.Helper()

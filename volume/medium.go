@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nodevol/nodevol/internal/memsize"
+	"github.com/nodevol/nodevol/internal/base/memsize"
 )
 
 // StorageMedium is an emptyDir medium, as in the Kubernetes API: "" (the

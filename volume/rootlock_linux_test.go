@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/nodevol/nodevol/internal/fsat"
+	"github.com/nodevol/nodevol/internal/base/fsat"
 )
 
 func testLayout(t *testing.T) Layout {

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/nodevol/nodevol/internal/fsat"
+	"github.com/nodevol/nodevol/internal/base/fsat"
 )
 
 // VolumeDir is a volume directory found on disk.

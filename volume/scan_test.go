@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/fsat"
+	"github.com/nodevol/nodevol/internal/base/fsat"
 )
 
 func TestScanVolumes(t *testing.T) {

@@ -19,8 +19,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/emptydir"
+	"github.com/nodevol/nodevol/internal/base/plural"
 	"github.com/nodevol/nodevol/internal/cli"
-	"github.com/nodevol/nodevol/internal/plural"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/reconciler"
 	"github.com/nodevol/nodevol/volume"

@@ -10,7 +10,7 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 
-	"github.com/nodevol/nodevol/internal/privatens"
+	"github.com/nodevol/nodevol/internal/base/privatens"
 	"github.com/nodevol/nodevol/mountdetect"
 )
 

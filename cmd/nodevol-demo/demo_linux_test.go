@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
 
 // A demo that stops half-way (a broken promise, a failed SetUp) leaves its

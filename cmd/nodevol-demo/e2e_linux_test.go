@@ -20,8 +20,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodevol/nodevol/internal/clitest"
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/clitest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
 
 // binary is nodevol-demo, built from this package.

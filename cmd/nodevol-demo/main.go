@@ -13,7 +13,7 @@
 // shows as "nodevol scan" run nodevol's own scan (internal/cli).
 //
 // As root it re-executes itself (/proc/self/exe) in a private mount
-// namespace (internal/privatens), so no mount it makes can reach the host.
+// namespace (internal/base/privatens), so no mount it makes can reach the host.
 // "nodevol-demo -h" prints what it does; it takes no arguments.
 //
 // Exit status: 0 every promise held, 2 one was broken (or the sandbox

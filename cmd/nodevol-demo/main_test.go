@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/clitest"
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/clitest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
 
 func TestMain(m *testing.M) { mounttest.Main(m) }

@@ -17,8 +17,9 @@ import (
 
 	"github.com/nodevol/nodevol/emptydir"
 	"github.com/nodevol/nodevol/fsquota"
-	"github.com/nodevol/nodevol/internal/mounttest"
-	"github.com/nodevol/nodevol/internal/testhook"
+	"github.com/nodevol/nodevol/internal/base/friend"
+	"github.com/nodevol/nodevol/internal/base/testhook"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -75,14 +76,14 @@ func crashDriver(t testing.TB, c csiCrashCase, hook testhook.Hook) *Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := fsquota.New(fsquota.Enforce(), fsquota.WithFirstID(9000), fsquota.WithTestHook(hook),
+	q := fsquota.New(fsquota.Enforce(), fsquota.WithFirstID(9000), friend.QuotaHook(hook).(fsquota.Option),
 		fsquota.WithProjectsFile(filepath.Join(c.Files, "projects")), fsquota.WithProjidFile(filepath.Join(c.Files, "projid")),
-		fsquota.WithTestKernel(&mounttest.FileQuotaKernel{Path: filepath.Join(c.Files, "limits.json")}))
+		friend.QuotaKernel(&mounttest.FileQuotaKernel{Path: filepath.Join(c.Files, "limits.json")}).(fsquota.Option))
 	layout, err := volume.NewLayout(c.Root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.plugin = emptydir.New(volume.NewHost(layout, nil, 0), emptydir.WithQuotas(q), emptydir.WithTestHook(hook))
+	d.plugin = emptydir.New(volume.NewHost(layout, nil, 0), emptydir.WithQuotas(q), friend.EmptyDirHook(hook).(emptydir.Option))
 	return d
 }
 

@@ -15,7 +15,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/emptydir"
-	"github.com/nodevol/nodevol/internal/fsat"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -252,7 +251,7 @@ func statusOf(err error) error {
 		return status.Error(codes.AlreadyExists, err.Error())
 	case errors.Is(err, emptydir.ErrForeignMount), errors.Is(err, emptydir.ErrOtherVolumesRecord), errors.Is(err, emptydir.ErrUnexpectedMetadata), errors.Is(err, emptydir.ErrNoRecord), errors.Is(err, emptydir.ErrMountElsewhere):
 		return status.Error(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, fsat.ErrOtherMount):
+	case errors.Is(err, mountdetect.ErrOtherMount):
 		// Something is mounted on a directory above the volume (the pod
 		// directory, volumes/, kubernetes.io~csi, the volume's own
 		// directory): the volume is not reached, nothing was changed.

@@ -1,10 +1,11 @@
 // Command codestats prints, per package of this module, what a
 // maintainer's review of the structure looks at: lines of non-test Go,
-// exported identifiers (top-level names, methods on exported types and
-// fields of exported structs are not counted separately: top-level
-// functions, types, variables and constants only), and the functions
-// whose cyclomatic complexity is highest (1 + one per if, for, range,
-// case, select case, && and ||).
+// exported identifiers — "exported": top-level functions, types,
+// variables and constants; "api": those plus the exported methods of
+// exported types, the exported fields of exported structs and the
+// methods of exported interfaces, everything go doc lists — and the
+// functions whose cyclomatic complexity is highest (1 + one per if, for,
+// range, case, select case, && and ||).
 //
 //	go run ./hack/codestats [-top N] [DIR]
 package main
@@ -23,7 +24,7 @@ import (
 )
 
 type pkgStats struct {
-	lines, exported int
+	lines, exported, api int
 }
 
 type fnStats struct {
@@ -74,6 +75,10 @@ func main() {
 			case *ast.FuncDecl:
 				if d.Recv == nil && d.Name.IsExported() {
 					ps.exported++
+					ps.api++
+				}
+				if d.Recv != nil && d.Name.IsExported() && ast.IsExported(funcName(d)[:strings.Index(funcName(d)+".", ".")]) {
+					ps.api++
 				}
 				if d.Body != nil {
 					fns = append(fns, fnStats{dir + "." + funcName(d), complexity(d.Body)})
@@ -84,11 +89,13 @@ func main() {
 					case *ast.TypeSpec:
 						if s.Name.IsExported() {
 							ps.exported++
+							ps.api += 1 + members(s.Type)
 						}
 					case *ast.ValueSpec:
 						for _, n := range s.Names {
 							if n.IsExported() {
 								ps.exported++
+								ps.api++
 							}
 						}
 					}
@@ -106,19 +113,60 @@ func main() {
 		dirs = append(dirs, d)
 	}
 	sort.Strings(dirs)
-	fmt.Printf("%-28s %7s %9s\n", "package", "lines", "exported")
-	var lines, exported int
+	w := len("package")
 	for _, d := range dirs {
-		fmt.Printf("%-28s %7d %9d\n", d, pkgs[d].lines, pkgs[d].exported)
+		w = max(w, len(d))
+	}
+	fmt.Printf("%-*s %7s %9s %5s\n", w, "package", "lines", "exported", "api")
+	var lines, exported, api int
+	for _, d := range dirs {
+		fmt.Printf("%-*s %7d %9d %5d\n", w, d, pkgs[d].lines, pkgs[d].exported, pkgs[d].api)
 		lines += pkgs[d].lines
 		exported += pkgs[d].exported
+		api += pkgs[d].api
 	}
-	fmt.Printf("%-28s %7d %9d\n\n", "total", lines, exported)
+	fmt.Printf("%-*s %7d %9d %5d\n\n", w, "total", lines, exported, api)
 	sort.Slice(fns, func(i, j int) bool { return fns[i].complexity > fns[j].complexity })
 	fmt.Println("most complex functions (cyclomatic):")
 	for i := 0; i < *top && i < len(fns); i++ {
 		fmt.Printf("  %3d  %s\n", fns[i].complexity, fns[i].name)
 	}
+}
+
+// members counts the exported fields of a struct type and the exported
+// methods of an interface type (an embedded exported type counts once).
+func members(t ast.Expr) int {
+	var fields *ast.FieldList
+	switch t := t.(type) {
+	case *ast.StructType:
+		fields = t.Fields
+	case *ast.InterfaceType:
+		fields = t.Methods
+	default:
+		return 0
+	}
+	n := 0
+	for _, f := range fields.List {
+		if len(f.Names) == 0 {
+			e := f.Type
+			if s, ok := e.(*ast.StarExpr); ok {
+				e = s.X
+			}
+			if sel, ok := e.(*ast.SelectorExpr); ok {
+				e = sel.Sel
+			}
+			if id, ok := e.(*ast.Ident); ok && id.IsExported() {
+				n++
+			}
+			continue
+		}
+		for _, name := range f.Names {
+			if name.IsExported() {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 func funcName(d *ast.FuncDecl) string {

@@ -29,7 +29,7 @@
 // GOAMD64=v1 / GOARM64=v8.0 and GOFLAGS pinned, and a binary carrying any
 // other build setting (GOEXPERIMENT, GOFIPS140, ...) refused. Every
 // timestamp in the image is the commit's time (the epoch when it is not
-// known); see internal/ociimage.
+// known); see internal/tools/ociimage.
 //
 // The go command stamps the VCS state only in a repository's main
 // checkout, not in a linked git worktree (its .git is a file): there the
@@ -53,7 +53,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nodevol/nodevol/internal/ociimage"
+	"github.com/nodevol/nodevol/internal/tools/ociimage"
 )
 
 const (

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/ociimage"
+	"github.com/nodevol/nodevol/internal/tools/ociimage"
 )
 
 // TestBuildReproducible builds the image twice, as `go run ./hack/image`

@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
-	"github.com/nodevol/nodevol/internal/ociimage"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
+	"github.com/nodevol/nodevol/internal/tools/ociimage"
 )
 
 // runsInImage unpacks the image's layer into a directory and runs

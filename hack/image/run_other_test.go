@@ -5,7 +5,7 @@ package main
 import (
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/ociimage"
+	"github.com/nodevol/nodevol/internal/tools/ociimage"
 )
 
 // runsInImage needs chroot and a Linux kernel to run the image's binary.

@@ -1,7 +1,7 @@
 //go:build linux
 
 // Command nodefixture makes a kubelet root shaped like a busy node
-// (internal/nodefixture): hack/serve-steady-state.sh runs it in a private
+// (internal/testsupport/nodefixture): hack/serve-steady-state.sh runs it in a private
 // mount namespace.
 //
 //	nodefixture -root DIR [-pods 1000] [-mounted=true]
@@ -12,7 +12,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/nodevol/nodevol/internal/nodefixture"
+	"github.com/nodevol/nodevol/internal/testsupport/nodefixture"
 )
 
 func main() {

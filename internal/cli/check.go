@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/nodevol/nodevol/emptydir"
-	"github.com/nodevol/nodevol/internal/plural"
+	"github.com/nodevol/nodevol/internal/base/plural"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
 
 var checkKeys = []string{"path", "exists", "mountPoint", "mountPointSure", "fsType", "medium", "hugePageSize", "nestedMounts", "safeToRemove", "mountNamespace"}

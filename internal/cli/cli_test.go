@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/clitest"
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/clitest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/mountdetect"
 )
 

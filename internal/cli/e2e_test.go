@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/clitest"
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/clitest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
 
 // binary is a command built from this module: nodevol (cmd/nodevol, a

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/nodevol/nodevol/internal/plural"
+	"github.com/nodevol/nodevol/internal/base/plural"
 	"github.com/nodevol/nodevol/mountdetect"
 )
 

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
 
 var rmKeys = []string{"path", "removed", "dryRun", "refused", "nestedMounts", "mountNamespace"}

@@ -12,8 +12,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/nodevol/nodevol/emptydir"
-	"github.com/nodevol/nodevol/internal/fsat"
-	"github.com/nodevol/nodevol/internal/plural"
+	"github.com/nodevol/nodevol/internal/base/fsat"
+	"github.com/nodevol/nodevol/internal/base/plural"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/subpath"
 	"github.com/nodevol/nodevol/volume"

@@ -18,8 +18,8 @@ import (
 	"golang.org/x/sys/unix"
 	mount "k8s.io/mount-utils"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
-	"github.com/nodevol/nodevol/internal/nodefixture"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/nodefixture"
 )
 
 // Reproduce (as root, for the mounts; docs/benchmarks.md has the numbers):

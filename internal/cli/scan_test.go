@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/clitest"
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/clitest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/volume"
 )
 

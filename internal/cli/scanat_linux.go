@@ -8,7 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodevol/nodevol/emptydir"
-	"github.com/nodevol/nodevol/internal/fsat"
+	"github.com/nodevol/nodevol/internal/base/fsat"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )

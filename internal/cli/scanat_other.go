@@ -3,7 +3,7 @@
 package cli
 
 import (
-	"github.com/nodevol/nodevol/internal/fsat"
+	"github.com/nodevol/nodevol/internal/base/fsat"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )

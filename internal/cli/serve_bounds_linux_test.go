@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/nodevol/nodevol/internal/slowclient"
+	"github.com/nodevol/nodevol/internal/testsupport/slowclient"
 	"github.com/nodevol/nodevol/mountdetect"
 )
 

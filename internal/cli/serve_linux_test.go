@@ -19,7 +19,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )

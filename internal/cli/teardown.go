@@ -12,8 +12,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/emptydir"
+	"github.com/nodevol/nodevol/internal/base/plural"
 	"github.com/nodevol/nodevol/internal/executor"
-	"github.com/nodevol/nodevol/internal/plural"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/subpath"
 	"github.com/nodevol/nodevol/volume"

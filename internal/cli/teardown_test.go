@@ -11,7 +11,7 @@ import (
 	"github.com/moby/sys/mountinfo"
 
 	"github.com/nodevol/nodevol/emptydir"
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/volume"
 )
 

@@ -16,7 +16,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/klog/v2/textlogger"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )

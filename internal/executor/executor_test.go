@@ -14,7 +14,7 @@ import (
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/nodevol/nodevol/emptydir"
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/reconciler/pendingops"
 	"github.com/nodevol/nodevol/subpath"

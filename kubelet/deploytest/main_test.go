@@ -5,7 +5,7 @@ import (
 
 	"k8s.io/kubernetes/pkg/capabilities"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
 
 // The privilege test mounts: every test of the package runs in a private

@@ -15,8 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/nodevol/nodevol/internal/clitest"
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/clitest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
 
 // TestDaemonSetPrivilegeSuffices runs nodevol scan with exactly the

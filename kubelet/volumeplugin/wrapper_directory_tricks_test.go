@@ -12,7 +12,7 @@ import (
 	k8svolume "k8s.io/kubernetes/pkg/volume"
 
 	"github.com/nodevol/nodevol/emptydir"
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
 
 // TestWrapperDirectoryTricks: the directory the kubelet passes to the

@@ -18,7 +18,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/nodevol/nodevol/csi/driver"
-	"github.com/nodevol/nodevol/internal/slowclient"
+	"github.com/nodevol/nodevol/internal/testsupport/slowclient"
 )
 
 func TestUsage(t *testing.T) {

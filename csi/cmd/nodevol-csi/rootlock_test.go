@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodevol/nodevol/internal/clitest"
+	"github.com/nodevol/nodevol/internal/testsupport/clitest"
 )
 
 // TestSecondProcessOnOneRootIsRefused runs the real binary. A second

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/ociimage"
+	"github.com/nodevol/nodevol/internal/tools/ociimage"
 )
 
 // TestDeployManifestDocs reads deploy/ as the deploy scenario applies it:

@@ -20,7 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodevol/nodevol/internal/ociimage"
+	"github.com/nodevol/nodevol/internal/tools/ociimage"
 )
 
 // Log lines as kubelet v1.37.2 writes them (shortened paths): a stock

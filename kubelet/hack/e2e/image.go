@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/nodevol/nodevol/internal/ociimage"
+	"github.com/nodevol/nodevol/internal/tools/ociimage"
 )
 
 // The images the pods run, imported into containerd's k8s.io namespace and
@@ -44,7 +44,7 @@ type imageFile struct {
 }
 
 // writeOCILayout writes spec as an OCI image layout tarball to out, the
-// form `ctr images import` reads (internal/ociimage): the base directories
+// form `ctr images import` reads (internal/tools/ociimage): the base directories
 // a container runtime mounts over, then spec's files and symlinks, every
 // timestamp the epoch, so that the images are reproducible.
 func writeOCILayout(out string, spec imageSpec) error {

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nodevol/nodevol/internal/ociimage"
+	"github.com/nodevol/nodevol/internal/tools/ociimage"
 )
 
 // nodevolImage is the exporter's image: an OCI layout tarball, the image

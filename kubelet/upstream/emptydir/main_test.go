@@ -3,7 +3,7 @@ package emptydir
 import (
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
 
 // TestMain runs the tests in a private mount namespace when root, so that

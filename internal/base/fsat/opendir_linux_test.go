@@ -7,8 +7,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/fsat"
-	"github.com/nodevol/nodevol/internal/mounttest"
+	"github.com/nodevol/nodevol/internal/base/fsat"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
 
 // TestMain runs the tests in a private mount namespace when root, so the

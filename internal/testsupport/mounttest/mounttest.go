@@ -16,8 +16,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodevol/nodevol/internal/privatens"
-	"github.com/nodevol/nodevol/internal/treespec"
+	"github.com/nodevol/nodevol/internal/base/privatens"
+	"github.com/nodevol/nodevol/internal/testsupport/treespec"
 )
 
 const (

@@ -4,10 +4,9 @@
 // manager — and carries the hooks without a package-level variable: a Hook
 // travels in an option or an unexported field, and is nil outside tests.
 //
-// The package is internal, so its types cannot be named outside this
-// module: the exported options that take them (mountdetect.WithTestHook,
-// fsquota.WithTestHook, fsquota.WithTestKernel) can be given nothing but
-// nil by anyone else.
+// No public API takes a Hook: the options that install one are unexported
+// in the packages that take them (mountdetect, fsquota, emptydir), and
+// nodevol's tests in other packages reach them through package friend.
 package testhook
 
 // Point names one step of an operation: the instant right after it.
@@ -95,7 +94,7 @@ func (h Hook) At(p Point, path string) {
 }
 
 // QuotaKernel stands in for the quotactl half of the kernel in fsquota
-// (fsquota.WithTestKernel), on kernels without project quotas: the
+// (friend.QuotaKernel), on kernels without project quotas: the
 // fsxattr ioctls that tag directories stay real, the project limits live
 // here. Every project has quota accounting on and no usage.
 type QuotaKernel interface {

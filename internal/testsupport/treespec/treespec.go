@@ -1,6 +1,6 @@
 // Package treespec builds directory trees from lines of a tiny language,
-// for test fixtures (internal/mounttest.Build) and the benchmark's node
-// (internal/nodefixture):
+// for test fixtures (internal/testsupport/mounttest.Build) and the benchmark's node
+// (internal/testsupport/nodefixture):
 //
 //	"dir a/b"                 a directory (parents created)
 //	"file a/b/c content..."   a file with the rest of the line as content

@@ -8,11 +8,11 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/nodevol/nodevol/internal/fsat"
+	"github.com/nodevol/nodevol/internal/base/fsat"
 )
 
 // FileQuotaKernel is the quota kernel's stand-in for crash tests on a
-// kernel without quotas (fsquota.WithTestKernel): project limits in a JSON
+// kernel without quotas (friend.QuotaKernel): project limits in a JSON
 // file at Path, replaced atomically, so that they outlive a killed process
 // as the kernel's would.
 type FileQuotaKernel struct {

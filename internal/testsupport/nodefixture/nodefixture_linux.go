@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodevol/nodevol/emptydir"
-	"github.com/nodevol/nodevol/internal/treespec"
+	"github.com/nodevol/nodevol/internal/testsupport/treespec"
 	"github.com/nodevol/nodevol/volume"
 )
 
