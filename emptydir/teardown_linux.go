@@ -134,8 +134,10 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		return refuse(ReasonNoRecord, "a filesystem is mounted on the volume directory itself, but nodevol has no record of mounting it", unmountByHand, at)
 	case p.meta.Medium == volume.MediumDefault:
 		return refuse(ReasonForeignMount, "a filesystem is mounted on the directory of a Default-medium volume, which SetUp never does", notOurs, at)
-	case p.meta.Mount == nil || !isNodevolSource(p.meta.Mount.Source):
+	case p.meta.Mount == nil:
 		return refuse(ReasonNoRecord, "a filesystem is mounted on the volume directory itself, but SetUp recorded no mount identity that could prove it the volume's own (metadata written by an older nodevol)", unmountByHand, at)
+	case !isNodevolSource(p.meta.Mount.Source):
+		return refuse(ReasonNoRecord, "a filesystem is mounted on the volume directory itself, but "+unknownSourceRecord(p.meta.Mount), newerRecordRemedy, at)
 	case !p.meta.Mount.provenBy(e.MountStat, at[0].FSType, at[0].Source, v.ref):
 		return refuse(ReasonForeignMount, fmt.Sprintf("the mount on the volume directory (%s) is not the mount SetUp made (%s)",
 			describeMount(e.MountStat), p.meta.Mount.describe()), notOurs, at)
@@ -165,6 +167,16 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 // unmountByHand is the remedy for a mount on the volume directory that no
 // record proves the volume's own.
 const unmountByHand = "if it is the volume's own tmpfs or hugetlbfs (a volume set up by another kubelet), unmount it yourself, then tear down again"
+
+// unknownSourceRecord says that rec's source is in no form this version
+// makes, so that nothing mounted can be proven to be rec's mount.
+func unknownSourceRecord(rec *mountRecord) string {
+	return fmt.Sprintf("the volume's record names its mount by a source in no form this version of nodevol makes (%q: a record written by a newer version, rolled back since?), so the mount cannot be proven the volume's own", rec.Source)
+}
+
+// newerRecordRemedy is the remedy for a mount whose record this version
+// cannot read.
+const newerRecordRemedy = "run the nodevol version that set the volume up (roll forward), or, if it is the volume's own tmpfs or hugetlbfs, unmount it yourself; then tear down again"
 
 // movedRemedy is the remedy for a volume whose own mount is elsewhere.
 const movedRemedy = "move it back or unmount it, then tear down again: it is never unmounted elsewhere"

@@ -68,7 +68,11 @@ func (p *Plugin) usage(r volRef) (Usage, error) {
 			return Usage{}, err
 		}
 		if !ours {
-			return Usage{}, fmt.Errorf("usage of %s: %w: something is mounted on the volume directory that SetUp did not make (or cannot prove it made); it is not measured", dir, ErrForeignMount)
+			why := "something is mounted on the volume directory that SetUp did not make (or cannot prove it made)"
+			if rec != nil && !isNodevolSource(rec.Source) {
+				why = unknownSourceRecord(rec)
+			}
+			return Usage{}, fmt.Errorf("usage of %s: %w: %s; it is not measured", dir, ErrForeignMount, why)
 		}
 		fs, st, err := statfs(e.Fd, dir)
 		if err != nil {

@@ -169,7 +169,12 @@ func TestLockRootHelperProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Println("locked")
-	select {}
+	// Sleep rather than select{}: a process whose goroutines all block
+	// forever without a timer is stopped by the runtime's deadlock check
+	// ("all goroutines are asleep"), which released the lock early.
+	for {
+		time.Sleep(time.Hour)
+	}
 }
 
 // TestLockRootReleasedWhenTheHolderDies: the lock of a process killed with

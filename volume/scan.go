@@ -44,6 +44,11 @@ type ScanResult struct {
 	// Incomplete: a bound stopped a listing, in a pod (OverBudget) or in
 	// the pods directory.
 	Incomplete bool
+	// Pods are the UIDs of every pod directory the pods directory gave,
+	// in order (those OnlyPods left out included), and Share the budget
+	// each got (ScanLimits.PodShare; -1 without ScanLimits).
+	Pods  []string
+	Share int
 }
 
 // ErrTooManyEntries is matched by the problem ScanVolumes reports where a
@@ -56,7 +61,20 @@ type ScanOption interface{ applyScan(*scanConfig) }
 type scanConfig struct {
 	limits  ScanLimits
 	bounded bool
+	only    func(uid string) bool
 }
+
+// OnlyPods makes ScanVolumes list the pods directory whole (its problems,
+// Pods and Share are as without it) but read only the pod directories
+// whose UID pick says true: their volumes, problems, leftovers and
+// budgets are in the result, and nothing of the others. A caller that
+// keeps what it learned of each pod (nodevol serve) re-reads only the
+// pods that changed, each within the share a whole scan would give it.
+func OnlyPods(pick func(uid string) bool) ScanOption { return onlyPods(pick) }
+
+type onlyPods func(string) bool
+
+func (o onlyPods) applyScan(c *scanConfig) { c.only = o }
 
 // ScanLimits bound what ScanVolumes reads, in directory entries: whoever
 // can write into a pod directory can make any number of them there, each
@@ -222,6 +240,11 @@ func (l Layout) ScanVolumes(opts ...ScanOption) (ScanResult, error) {
 		}
 	}
 	share := cfg.limits.PodShare(len(pods), valid)
+	if !cfg.bounded {
+		share = -1
+	}
+	res.Share = share
+	res.Pods = make([]string, 0, valid)
 	if cfg.bounded {
 		res.Budgets = make(map[string]*EntryBudget, valid)
 	}
@@ -229,6 +252,10 @@ func (l Layout) ScanVolumes(opts ...ScanOption) (ScanResult, error) {
 		podPath := podsDir.Join(pod.Name)
 		if err := podDir(pod); err != nil {
 			problem(podPath, err)
+			continue
+		}
+		res.Pods = append(res.Pods, pod.Name)
+		if cfg.only != nil && !cfg.only(pod.Name) {
 			continue
 		}
 		var b *EntryBudget

@@ -184,6 +184,30 @@ func scanRootWithin(root string, limits volume.ScanLimits) (*scanReport, error) 
 	if err != nil {
 		return nil, err
 	}
+	sc, err := openRootScanner(layout, tab)
+	if err != nil {
+		return nil, err
+	}
+	defer sc.close()
+	sc.examine(s, found.Volumes, found.Budgets)
+	return s, nil
+}
+
+// rootScanner examines the volume directories of one kubelet root, with
+// every mount question answered from one read of the mount table.
+type rootScanner struct {
+	layout volume.Layout
+	// realRoot is the root as the mount table names it (symlinks
+	// resolved); rootDir and pods are the root and its pods directory,
+	// opened once.
+	realRoot      string
+	rootDir, pods *fsat.Dir
+	subpaths      *subpath.Cleaner
+	tab           *mountdetect.MountTable
+}
+
+func openRootScanner(layout volume.Layout, tab *mountdetect.MountTable) (*rootScanner, error) {
+	root := layout.Root()
 	// The kernel names mounts by resolved paths; the volumes are listed
 	// under root as given (it may be a symlink, as /var/lib/kubelet is on
 	// some nodes). The resolved root tells the mounts on a volume
@@ -198,35 +222,45 @@ func scanRootWithin(root string, limits volume.ScanLimits) (*scanReport, error) 
 	if err != nil {
 		return nil, fmt.Errorf("kubelet root: %w", err)
 	}
-	defer rootDir.Close()
 	pods, err := rootDir.OpenDir(filepath.Base(layout.PodsDir()))
 	if err != nil {
+		rootDir.Close()
 		return nil, fmt.Errorf("pods directory: %w", err)
 	}
-	defer pods.Close()
-	subpaths := subpath.New(layout)
+	return &rootScanner{layout: layout, realRoot: realRoot, rootDir: rootDir, pods: pods, subpaths: subpath.New(layout), tab: tab}, nil
+}
+
+func (sc *rootScanner) close() {
+	sc.pods.Close()
+	sc.rootDir.Close()
+}
+
+// examine appends to s the verdicts of vols, as ScanVolumes listed them,
+// reading each pod's subPath tree within its budget in budgets (a pod
+// that fills it spends its own share, no one else's).
+func (sc *rootScanner) examine(s *scanReport, vols []volume.VolumeDir, budgets map[string]*volume.EntryBudget) {
+	root := sc.layout.Root()
 	// Most pods have no volume-subpaths directory: one lstat per pod says
 	// so, instead of a walk from the root per volume. It only skips work:
 	// whatever is there is examined by descriptors.
 	hasSubpaths := map[string]bool{}
-	for _, vd := range found.Volumes {
-		v := examineVolume(layout, pods, tab, vd, filepath.Join(realRoot, strings.TrimPrefix(vd.Path, root)))
+	dirs := &pluginDirs{pods: sc.pods}
+	defer dirs.close()
+	for _, vd := range vols {
+		v := examineVolume(sc.layout, dirs, sc.tab, vd, filepath.Join(sc.realRoot, strings.TrimPrefix(vd.Path, root)))
 		has, ok := hasSubpaths[vd.PodUID]
 		if !ok {
-			dir, err := layout.PodVolumeSubpathsDir(vd.PodUID)
-			has = err != nil || hasEntry(pods, vd.PodUID, filepath.Base(dir))
+			dir, err := sc.layout.PodVolumeSubpathsDir(vd.PodUID)
+			has = err != nil || hasEntry(sc.pods, vd.PodUID, filepath.Base(dir))
 			hasSubpaths[vd.PodUID] = has
 		}
 		if v.err == nil && has {
-			// The subPath tree is read within the pod's budget: a pod
-			// that fills it spends its own share, no one else's.
-			if stop := v.addSubpaths(subpaths, tab, found.Budgets[vd.PodUID]); stop != nil {
-				s.overBudgetAt(layout, vd.PodUID, stop)
+			if stop := v.addSubpaths(sc.subpaths, sc.tab, budgets[vd.PodUID]); stop != nil {
+				s.overBudgetAt(sc.layout, vd.PodUID, stop)
 			}
 		}
 		s.volumes = append(s.volumes, v)
 	}
-	return s, nil
 }
 
 // overBudgetAt records that the budget of the pod uid stopped the
@@ -258,9 +292,10 @@ func (s *scanReport) overBudgetAt(layout volume.Layout, uid string, stop error) 
 // it or beneath it, because unmounting it is that plugin's job.
 //
 // realPath is vd.Path as the mount table names it (under the resolved
-// root). Any other plugin's volume is reached through pods, the pods
-// directory, by descriptors (examinePluginVolume).
-func examineVolume(layout volume.Layout, pods *fsat.Dir, tab *mountdetect.MountTable, vd volume.VolumeDir, realPath string) scanVolume {
+// root). Any other plugin's volume is reached through dirs, its plugin
+// directory opened from the pods directory, by descriptors
+// (examinePluginVolume).
+func examineVolume(layout volume.Layout, dirs *pluginDirs, tab *mountdetect.MountTable, vd volume.VolumeDir, realPath string) scanVolume {
 	v := scanVolume{PodUID: vd.PodUID, Plugin: vd.Plugin, Volume: vd.Volume, Path: vd.Path, NestedMounts: []mountdetect.Mount{}, Subpaths: []subpath.Entry{}}
 	fail := func(err error) scanVolume {
 		v.fail(err)
@@ -295,7 +330,7 @@ func examineVolume(layout volume.Layout, pods *fsat.Dir, tab *mountdetect.MountT
 		}
 		return v
 	}
-	e := examinePluginVolume(pods, tab, vd)
+	e := examinePluginVolume(dirs, tab, vd)
 	defer e.close()
 	c := e.checkResult
 	if c.err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 	mount "k8s.io/mount-utils"
+	"k8s.io/utils/clock"
 
 	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/internal/testsupport/nodefixture"
@@ -291,5 +292,155 @@ func TestScanReadsTheMountTableOnce(t *testing.T) {
 	}
 	if reads-baseline != 1 {
 		t.Errorf("scan opened mountinfo %d times (the runtime alone: %d); want exactly 1 more", reads, baseline)
+	}
+}
+
+// BenchmarkServeScan measures serve's scans on the node of BenchmarkScan
+// (1,000 pods: 10,000 volume directories, 1,000 mounts), against the whole
+// scan serve ran every interval before it kept its verdicts:
+//
+//   - whole: scanRoot, the whole scan (every scan before, every
+//     defaultFullEvery intervals now);
+//   - incremental-unchanged: incrementalScan with nothing changed since
+//     the last scan (the steady state: the mount table read and compared,
+//     every pod's directories stamped);
+//   - incremental-after-mount: a NAS mounted into (then unmounted from) a
+//     volume verified clean before each scan, the pods' stamps checked
+//     less than stampEvery ago: the work between the mount table's watch
+//     firing (after serve's 100 ms debounce) and the danger being
+//     published (when the stamps are due too, add incremental-unchanged);
+//   - steady-state: one whole scan and defaultFullEvery-1 unchanged ones,
+//     what serve does in defaultFullEvery intervals; "millicores" is its
+//     CPU time per second at the default 10 s interval.
+//
+// Stamps count as settled at once (settleAfter 0): on a node, pods'
+// directories are older than 2 s; the fixture's are not.
+func BenchmarkServeScan(b *testing.B) {
+	for _, pods := range []int{100, 1000} {
+		n := nodefixture.Shape{Pods: pods, Mounted: true}
+		b.Run(fmt.Sprintf("volumes=%d/mounts=%d", pods*nodefixture.VolumesPerPod, pods), func(b *testing.B) {
+			root := scanNode(b, n)
+			var before unix.Rusage
+			start := func(b *testing.B) {
+				b.Helper()
+				if err := unix.Getrusage(unix.RUSAGE_SELF, &before); err != nil {
+					b.Fatal(err)
+				}
+			}
+			cpu := func(b *testing.B) time.Duration {
+				b.Helper()
+				var after unix.Rusage
+				if err := unix.Getrusage(unix.RUSAGE_SELF, &after); err != nil {
+					b.Fatal(err)
+				}
+				return time.Duration(after.Utime.Nano() - before.Utime.Nano() + after.Stime.Nano() - before.Stime.Nano())
+			}
+			perScan := func(b *testing.B, scans int) {
+				b.ReportMetric(float64(cpu(b).Nanoseconds())/float64(scans)/1e6, "cpu-ms/scan")
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(scans)/1e6, "ms/scan")
+			}
+			newScan := func(b *testing.B) *incrementalScan {
+				c := newIncrementalScan(clock.RealClock{}, time.Hour, 0)
+				c.settleAfter = 0
+				if _, err := c.scan(root); err != nil {
+					b.Fatal(err)
+				}
+				return c
+			}
+			b.Run("whole", func(b *testing.B) {
+				var rep *scanReport
+				start(b)
+				for b.Loop() {
+					var err error
+					if rep, err = scanRoot(root); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StopTimer()
+				perScan(b, b.N)
+				wantNode(b, rep, n)
+			})
+			b.Run("incremental-unchanged", func(b *testing.B) {
+				c := newScan(b)
+				var rep *scanReport
+				start(b)
+				for b.Loop() {
+					var err error
+					if rep, err = c.scan(root); err != nil {
+						b.Fatal(err)
+					}
+					if c.last.full || c.last.podsReexamined != 0 {
+						b.Fatalf("scan with nothing changed: %+v", c.last)
+					}
+				}
+				b.StopTimer()
+				perScan(b, b.N)
+				wantNode(b, rep, n)
+			})
+			b.Run("incremental-after-mount", func(b *testing.B) {
+				c := newScan(b)
+				c.stampEvery = time.Hour // as serve between two checks of the stamps
+				nas := filepath.Join(emptyDirOf(root, pods/2, "cache"), "nas")
+				if err := os.Mkdir(nas, 0o755); err != nil {
+					b.Fatal(err)
+				}
+				defer os.Remove(nas)
+				scan := func(want scanVerdict) {
+					rep, err := c.scan(root)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if c.last.full || c.last.podsReexamined != 1 {
+						b.Fatalf("scan after a mount change: %+v", c.last)
+					}
+					if v := verdictOf(b, rep, filepath.Dir(nas)); v != want {
+						b.Fatalf("%s: %s; want %s", filepath.Dir(nas), v, want)
+					}
+				}
+				var busy time.Duration
+				for b.Loop() {
+					b.StopTimer()
+					if err := unix.Mount("tmpfs", nas, "tmpfs", 0, "size=64k"); err != nil {
+						b.Fatal(err)
+					}
+					start(b)
+					b.StartTimer()
+					scan(verdictDanger)
+					b.StopTimer()
+					busy += cpu(b)
+					if err := unix.Unmount(nas, 0); err != nil {
+						b.Fatal(err)
+					}
+					start(b)
+					b.StartTimer()
+					scan(verdictOK)
+					b.StopTimer()
+					busy += cpu(b)
+					b.StartTimer()
+				}
+				b.ReportMetric(float64(busy.Nanoseconds())/float64(2*b.N)/1e6, "cpu-ms/scan")
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N)/1e6, "ms/scan")
+			})
+			b.Run("steady-state", func(b *testing.B) {
+				c := newScan(b)
+				start(b)
+				for b.Loop() {
+					c.fullEvery = 0 // this scan is a whole one
+					if _, err := c.scan(root); err != nil || !c.last.full {
+						b.Fatalf("whole scan: %v, %+v", err, c.last)
+					}
+					c.fullEvery = time.Hour
+					for range defaultFullEvery - 1 {
+						if _, err := c.scan(root); err != nil || c.last.full {
+							b.Fatalf("unchanged scan: %v, %+v", err, c.last)
+						}
+					}
+				}
+				b.StopTimer()
+				perScan(b, b.N*defaultFullEvery)
+				interval := 10 * time.Second
+				b.ReportMetric(float64(cpu(b).Nanoseconds())/float64(b.N)/float64(defaultFullEvery*interval.Nanoseconds())*1000, "millicores")
+			})
+		})
 	}
 }

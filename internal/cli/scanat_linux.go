@@ -40,8 +40,40 @@ func (e *examinedDir) close() {
 	}
 }
 
-// examinePluginVolume examines vd, a volume directory under pods.
-func examinePluginVolume(pods *fsat.Dir, tab *mountdetect.MountTable, vd volume.VolumeDir) examinedDir {
+// pluginDirs opens the plugin directories of a scan's volumes from the
+// pods directory (fsat.SameMount: no symlink followed, no mount crossed)
+// and keeps the last one open: ScanVolumes lists a plugin directory's
+// volumes one after the other, and each is then examined relative to the
+// same descriptor, the directory that was listed.
+type pluginDirs struct {
+	pods *fsat.Dir
+	key  string
+	dir  *fsat.Dir
+	err  error
+}
+
+// open is the plugin directory escaped of the pod uid (owned by p).
+func (p *pluginDirs) open(uid, escaped string) (*fsat.Dir, error) {
+	key := uid + "/volumes/" + escaped
+	if key == p.key {
+		return p.dir, p.err
+	}
+	p.close()
+	p.key = key
+	p.dir, p.err = p.pods.OpenDir(key, fsat.SameMount)
+	return p.dir, p.err
+}
+
+// close closes the directory kept open.
+func (p *pluginDirs) close() {
+	if p.dir != nil {
+		p.dir.Close()
+	}
+	p.key, p.dir, p.err = "", nil, nil
+}
+
+// examinePluginVolume examines vd, a volume directory in one of dirs.
+func examinePluginVolume(dirs *pluginDirs, tab *mountdetect.MountTable, vd volume.VolumeDir) examinedDir {
 	e := examinedDir{fd: -1}
 	e.Path, e.NestedMounts = vd.Path, []mountdetect.Mount{}
 	escaped, err := volume.EscapePluginName(vd.Plugin)
@@ -49,7 +81,7 @@ func examinePluginVolume(pods *fsat.Dir, tab *mountdetect.MountTable, vd volume.
 		e.fail(err)
 		return e
 	}
-	plDir, err := pods.OpenDir(vd.PodUID+"/volumes/"+escaped, fsat.SameMount)
+	plDir, err := dirs.open(vd.PodUID, escaped)
 	if errors.Is(err, fs.ErrNotExist) {
 		e.SafeToRemove = true // gone since it was listed
 		return e
@@ -58,7 +90,6 @@ func examinePluginVolume(pods *fsat.Dir, tab *mountdetect.MountTable, vd volume.
 		e.fail(err)
 		return e
 	}
-	defer plDir.Close()
 	e.checkResult, e.fd = examineAt(plDir.Fd(), vd.Volume, vd.Path, tab, true)
 	return e
 }

@@ -17,7 +17,12 @@ type examinedDir struct {
 
 func (e *examinedDir) close() {}
 
-func examinePluginVolume(_ *fsat.Dir, _ *mountdetect.MountTable, vd volume.VolumeDir) examinedDir {
+// pluginDirs is the Linux pluginDirs.
+type pluginDirs struct{ pods *fsat.Dir }
+
+func (p *pluginDirs) close() {}
+
+func examinePluginVolume(_ *pluginDirs, _ *mountdetect.MountTable, vd volume.VolumeDir) examinedDir {
 	e := examinedDir{fd: -1}
 	e.Path, e.NestedMounts = vd.Path, []mountdetect.Mount{}
 	e.fail(fsat.ErrUnsupported)

@@ -33,7 +33,9 @@ const defaultListen = ":9477"
 const serveHelp = `Run as a node agent: scan the kubelet root (as "nodevol scan" does) every
 --interval, and sooner when the mount table changes, and serve the
 results as Prometheus metrics. It only reads: it never unmounts or
-removes anything.
+removes anything. Each scan re-examines the pods a change of the mount
+table or of their volume directories can have affected, and every 30
+intervals the whole root (docs/cli.md says why that misses no mount).
 
 Endpoints, on --listen:
 	/metrics   Prometheus metrics (see docs/metrics.md), unless
@@ -73,14 +75,26 @@ type serveOptions struct {
 	logger        logr.Logger
 	// scanned, when set, is called after each scan (tests).
 	scanned func()
-	// scan scans a root; nil: scanRoot (tests stand in for it).
+	// scan scans a root; nil: an incremental scan (incrementalScan on
+	// Linux) that scans the whole root at least every fullEvery (tests
+	// stand in for it).
 	scan func(root string) (*scanReport, error)
+	// fullEvery: 0 is defaultFullEvery intervals.
+	fullEvery time.Duration
 	// secure, when set, serves /metrics on secureLn only, over TLS, to
 	// the clients the API server authenticates and authorises; the main
 	// listener then serves /healthz and /readyz alone.
 	secure   *httpserver.SecureOptions
 	secureLn net.Listener
 }
+
+// defaultFullEvery is how many intervals pass at most between two scans
+// of the whole root; the scans between them re-examine only the pods a
+// mount change or a change of their directories can have affected
+// (incrementalScan). At 10 s, a whole scan every 5 minutes: on a node of
+// 10,000 volumes it costs about as much CPU as the checks of the 29
+// scans between (docs/benchmarks.md).
+const defaultFullEvery = 30
 
 // server is serve's agent: a scan loop and its HTTP endpoints. It reads
 // only.
@@ -90,8 +104,12 @@ type server struct {
 
 	// vis is whether the host's mounts under the root are seen; only
 	// the scan loop uses it.
-	vis      rootVisibility
-	lastTook time.Duration // how long the last scan took (the scan loop's own)
+	vis rootVisibility
+	// lastTook is how long the last scan took that a mount change asked
+	// for (the scan loop's own): the first scan, and those at the
+	// interval (a whole one every fullEvery), do not delay the next mount
+	// change's.
+	lastTook time.Duration
 
 	secureSrv *http.Server // nil: /metrics on the main listener
 
@@ -110,11 +128,14 @@ func newServer(opts serveOptions) (*server, error) {
 	if opts.logger.GetSink() == nil {
 		opts.logger = logr.Discard()
 	}
-	if opts.scan == nil {
-		opts.scan = scanRoot
-	}
 	if opts.interval <= 0 {
 		return nil, fmt.Errorf("interval %v: must be positive", opts.interval)
+	}
+	if opts.fullEvery <= 0 {
+		opts.fullEvery = defaultFullEvery * opts.interval
+	}
+	if opts.scan == nil {
+		opts.scan = newServeScan(opts.clock, opts.fullEvery, opts.interval/2)
 	}
 	m, err := newServeMetrics(opts.registry, opts.hostRoot, &opts.version)
 	if err != nil {
@@ -208,13 +229,22 @@ func (s *server) ready() error {
 func (s *server) scanLoop(ctx context.Context) {
 	t := s.opts.clock.NewTicker(s.opts.interval)
 	defer t.Stop()
+	// tick: this scan is not one a mount change asked for (the first,
+	// or one at the interval), and does not delay the next that is.
+	tick := true
 	for {
-		s.scanOnce()
+		took := s.scanOnce()
+		if !tick {
+			s.lastTook = took
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C():
+			tick = true
+			continue
 		case <-s.opts.rescan:
+			tick = false
 			s.opts.logger.V(2).Info("mount table changed; rescanning")
 			// The debounce, and at least as long as the last scan took:
 			// a container can mount and unmount in a loop, and must not
@@ -242,8 +272,9 @@ func (s *server) scanLoop(ctx context.Context) {
 // them all. The metrics count them all.
 const maxLoggedPerScan = 100
 
-// scanOnce scans the root once and publishes the result.
-func (s *server) scanOnce() {
+// scanOnce scans the root once, publishes the result and says how long
+// the scan took.
+func (s *server) scanOnce() time.Duration {
 	log := s.opts.logger
 	switch {
 	case s.vis.err != nil:
@@ -254,7 +285,6 @@ func (s *server) scanOnce() {
 	start := s.opts.clock.Now()
 	rep, err := s.opts.scan(s.opts.root)
 	took := s.opts.clock.Since(start)
-	s.lastTook = took
 	s.metrics.observe(rep, err, took, start)
 	if err != nil {
 		log.Error(err, "scan failed", "root", s.opts.hostRoot)
@@ -299,6 +329,7 @@ func (s *server) scanOnce() {
 	if s.opts.scanned != nil {
 		s.opts.scanned()
 	}
+	return took
 }
 
 // hostPath is p (under root) as the host names it (under hostRoot).
@@ -366,9 +397,11 @@ func (s *server) run(ctx context.Context, ln net.Listener, grace time.Duration) 
 }
 
 // minInterval is the shortest --interval serve takes. A scan reads the
-// whole kubelet root (about 0.4 s of CPU on a node with 10,000 volumes:
-// docs/benchmarks.md), and a change of the mount table starts one at once
-// whatever the interval, so a shorter one would only keep the agent busy.
+// mount table and checks every pod's directories, and every
+// defaultFullEvery intervals reads the whole kubelet root (about 0.5 s of
+// CPU on a node with 10,000 volumes: docs/benchmarks.md); a change of the
+// mount table starts one at once whatever the interval, so a shorter one
+// would only keep the agent busy.
 const minInterval = time.Second
 
 // serveArgs is what serve's command line says.

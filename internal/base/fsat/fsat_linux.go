@@ -305,20 +305,30 @@ func (d *Dir) explain(name string, err error) error {
 }
 
 // Lstat is the lstat of name in d (a symlink not followed): Dev, Ino,
-// Mode, Uid, Gid, Rdev, Size and Blocks are filled in.
+// Mode, Uid, Gid, Rdev, Size, Blocks and Ctim are filled in.
 //
 // It is statx with AT_STATX_DONT_SYNC underneath: exact on a local
 // filesystem, and a FUSE filesystem mounted on name whose daemon stopped
 // answering is not asked (its cached attributes are reported).
 func (d *Dir) Lstat(name string) (unix.Stat_t, error) {
+	return d.statx(name, unix.AT_SYMLINK_NOFOLLOW, d.Join(name))
+}
+
+// Stat is Lstat of d itself.
+func (d *Dir) Stat() (unix.Stat_t, error) {
+	return d.statx("", unix.AT_EMPTY_PATH, d.path)
+}
+
+func (d *Dir) statx(name string, flags int, path string) (unix.Stat_t, error) {
 	var st unix.Stat_t
 	var sx unix.Statx_t
 	err := Retry(func() error {
-		return unix.Statx(d.fd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, unix.STATX_BASIC_STATS, &sx)
+		return unix.Statx(d.fd, name, flags|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, unix.STATX_BASIC_STATS, &sx)
 	})
 	if err != nil {
-		return st, &os.PathError{Op: "statx", Path: d.Join(name), Err: err}
+		return st, &os.PathError{Op: "statx", Path: path, Err: err}
 	}
+	st.Ctim = unix.Timespec{Sec: sx.Ctime.Sec, Nsec: int64(sx.Ctime.Nsec)}
 	st.Dev = unix.Mkdev(sx.Dev_major, sx.Dev_minor)
 	st.Ino = sx.Ino
 	st.Mode = uint32(sx.Mode)

@@ -294,7 +294,7 @@ func (d *deployRun) steps(ctx context.Context) []row {
 		{"daemonsets-ready", "the DaemonSet controller runs one agent and one driver per node, each Ready; the driver registered on each node (CSINode)", d.daemonSetsReady},
 		{"exporter-nas", "on each node, a tmpfs NAS mounted inside an emptyDir makes that node's agent report nodevol_scan_danger_volumes 1, and 0 once unmounted", d.exporterNAS},
 		{"csi-nas", "on each node, the driver refuses to tear down a CSI volume holding a NAS (≥2 tries), the NAS's sentinel intact; gone after the unmount", d.csiNAS},
-		{"rolling-update", "each DaemonSet rolled (its RollingUpdate strategy) to an image of another digest, to completion on every node; the published CSI volumes intact (files and Memory tmpfs) across it, and torn down afterwards", d.rollingUpdate},
+		{"rolling-update", "each DaemonSet rolled (its RollingUpdate strategy) to an image of another digest, to completion on every node; the published CSI volumes intact (files and Memory tmpfs) across it, written and read by their pods every second without a failure, measured by the new driver (NodeGetVolumeStats), and torn down afterwards with no mount or quota project left", d.rollingUpdate},
 		{"secure-metrics", "on each node, the agent's /metrics on its secure port (TLS) answers the token of the ServiceAccount deploy/secure-metrics/ lets get /metrics with the metrics, another account's token with 403, none or a made-up one with 401; its plain port serves /healthz but not /metrics", d.secureMetrics},
 	}
 	var rows []row
@@ -824,23 +824,20 @@ func (d *deployRun) csiNAS(ctx context.Context, o *outcome) {
 
 func (d *deployRun) rollingUpdate(ctx context.Context, o *outcome) {
 	// A pod with a Default and a Memory volume of the driver's on each
-	// node, published while the DaemonSets roll.
-	type published struct {
-		node *clusterNode
-		run  *apiPodRun
-	}
-	var apps []published
+	// node, published while the DaemonSets roll, writing into both
+	// throughout (csirollout.go).
+	var apps []rolloutApp
 	defer func() {
 		for _, a := range apps {
 			a.run.stop(context.Background(), time.Minute)
 		}
 	}()
 	for _, n := range d.nodes {
-		run := &apiPodRun{api: d.cp, pod: appPod("rollout-app-"+n.name, n.name, []corev1.Volume{d.csiVolume("data", "Default", "64Mi"), d.csiVolume("mem", "Memory", "16Mi")})}
+		run := &apiPodRun{api: d.cp, pod: d.csiWriterPod("rollout-app-"+n.name, n.name)}
 		if !run.startRunning(ctx, 90*time.Second, o) {
 			return
 		}
-		apps = append(apps, published{n, run})
+		apps = append(apps, rolloutApp{n, run})
 	}
 	check := func(when string) bool {
 		ok := true
@@ -858,6 +855,10 @@ func (d *deployRun) rollingUpdate(ctx context.Context, o *outcome) {
 			all, err := a.node.mountsUnder(filepath.Join(kubeletRootInNode, "pods", string(a.run.created.UID)))
 			memMount := filepath.Join(podVolumeDir(a.run.created, "kubernetes.io~csi", "mem"), "mount")
 			ok = o.want(err == nil && slices.Contains(all, memMount), "%s %s: the Memory volume's tmpfs is not mounted at %s: %v %v", when, a.node.name, memMount, all, err) && ok
+			ok = a.writing(ctx, when, o) && ok
+			for _, v := range rolloutVolumes {
+				o.fact("%s %s: volume %s's record: %s", when, a.node.name, v.name, a.describeRecord(v.name))
+			}
 		}
 		return ok
 	}
@@ -909,7 +910,12 @@ func (d *deployRun) rollingUpdate(ctx context.Context, o *outcome) {
 	if !check("after the update") {
 		return
 	}
-	o.observe("published volumes intact")
+	for _, a := range apps {
+		if !d.measuredByNewDriver(ctx, a, o) {
+			return
+		}
+	}
+	o.observe("published volumes intact, written by their pods throughout, measured by the new driver")
 	for _, a := range apps {
 		uid := string(a.run.created.UID)
 		if !o.want(a.run.stop(ctx, 90*time.Second), "%s: the app pod did not go after the update", a.node.name) {
@@ -920,9 +926,11 @@ func (d *deployRun) rollingUpdate(ctx context.Context, o *outcome) {
 			return os.IsNotExist(serr), nil
 		})
 		o.want(err == nil, "%s: the pod directory stayed after the pod went: %v", a.node.name, err)
+		left := d.leftBehind(a, uid)
+		o.want(len(left) == 0, "%s: left after the pod went: %s", a.node.name, strings.Join(left, ", "))
 	}
 	apps = nil
-	o.observe("torn down afterwards")
+	o.observe("torn down afterwards, nothing left")
 }
 
 // prepareDeploy reads the manifests and the two images the DaemonSets
@@ -940,10 +948,13 @@ func prepareDeploy(ctx context.Context, opts options, dir string, log *logger) (
 	in := &deployInputs{Manifests: docs}
 	for _, x := range []struct {
 		ds, binary, given string
-		img, rollout      *nodevolImage
+		// rolledTo is the image the update moves to, when another
+		// build's (given: the image itself, rewritten).
+		rolledTo     string
+		img, rollout *nodevolImage
 	}{
-		{"nodevol", "nodevol", opts.nodevolImage, &in.Agent, &in.AgentRollout},
-		{"nodevol-csi", "nodevol-csi", opts.csiImage, &in.CSI, &in.CSIRollout},
+		{"nodevol", "nodevol", opts.nodevolImage, "", &in.Agent, &in.AgentRollout},
+		{"nodevol-csi", "nodevol-csi", opts.csiImage, opts.csiRolloutImage, &in.CSI, &in.CSIRollout},
 	} {
 		ref, err := daemonSetImage(docs, x.ds)
 		if err != nil {
@@ -955,7 +966,16 @@ func prepareDeploy(ctx context.Context, opts options, dir string, log *logger) (
 		if x.img.Name != ref {
 			return nil, fmt.Errorf("the image %s is named %s; DaemonSet %s runs %s", x.img.Tar, x.img.Name, x.ds, ref)
 		}
-		if *x.rollout, err = rolloutImage(*x.img, filepath.Join(dir, x.binary+"-rollout.tar")); err != nil {
+		next := *x.img
+		if x.rolledTo != "" {
+			if next, err = readNodevolImage(x.rolledTo); err != nil {
+				return nil, err
+			}
+			if next.Name != ref {
+				return nil, fmt.Errorf("the image %s is named %s; DaemonSet %s runs %s", next.Tar, next.Name, x.ds, ref)
+			}
+		}
+		if *x.rollout, err = rolloutImage(next, filepath.Join(dir, x.binary+"-rollout.tar")); err != nil {
 			return nil, err
 		}
 		log.Printf("deploy: %s image %s (%s); rollout image %s (%s)", x.ds, x.img.Name, x.img.Digest, x.rollout.Name, x.rollout.Digest)

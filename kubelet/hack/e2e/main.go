@@ -74,6 +74,9 @@ type options struct {
 	// it); empty: the driver builds it with the root module's ./hack/image.
 	csiImage  string
 	csiDeploy string // deploy/csi: the CSI scenario's manifests
+	// csiRolloutImage is the nodevol-csi image the deploy mode's rolling
+	// update moves to; empty: csiImage, rewritten with another digest.
+	csiRolloutImage string
 
 	// mode is what the run does: modeScenarios (nodevol's own scenarios
 	// on a one-node control plane) or modeConformance (Kubernetes's e2e
@@ -95,7 +98,7 @@ const (
 
 const usageLine = `usage: go run ./hack/e2e -stock KUBELET -nodevol KUBELET -apiserver KUBE-APISERVER [-run REGEXP] [-timeout 15m] [-workdir DIR] [-nodevol-image FILE] [-deploy DIR] [-csi-image FILE] [-csi-deploy DIR]
        go run ./hack/e2e -mode conformance [-stock KUBELET] [-nodevol KUBELET] [-kubelets stock,nodevol] -apiserver KUBE-APISERVER -scheduler KUBE-SCHEDULER -controller-manager KUBE-CONTROLLER-MANAGER -e2e-test E2E.TEST -agnhost AGNHOST [-ginkgo GINKGO -procs N] [-timeout 90m] [-workdir DIR]
-       go run ./hack/e2e -mode deploy -stock KUBELET | -nodevol KUBELET -kubelets nodevol -apiserver KUBE-APISERVER -scheduler KUBE-SCHEDULER -controller-manager KUBE-CONTROLLER-MANAGER [-nodevol-image FILE] [-csi-image FILE] [-deploy DIR] [-csi-deploy DIR] [-workdir DIR]`
+       go run ./hack/e2e -mode deploy -stock KUBELET | -nodevol KUBELET -kubelets nodevol -apiserver KUBE-APISERVER -scheduler KUBE-SCHEDULER -controller-manager KUBE-CONTROLLER-MANAGER [-nodevol-image FILE] [-csi-image FILE] [-csi-rollout-image FILE] [-deploy DIR] [-csi-deploy DIR] [-workdir DIR]`
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
@@ -114,6 +117,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.nodevolImage, "nodevol-image", "", "the nodevol image, an OCI layout tarball with `FILE`.digest beside it, from the root module's ./hack/image (default: built by the driver)")
 	fs.StringVar(&o.deploy, "deploy", "../deploy", "the `DIR`ectory of nodevol's manifests, whose DaemonSet the exporter scenario runs")
 	fs.StringVar(&o.csiImage, "csi-image", "", "the nodevol-csi image, an OCI layout tarball with `FILE`.digest beside it, from the root module's ./hack/image -binary nodevol-csi (default: built by the driver)")
+	fs.StringVar(&o.csiRolloutImage, "csi-rollout-image", "", "-mode deploy: the nodevol-csi image `FILE` the rolling update moves to, named as -csi-image is (another build: an upgrade from -csi-image, or a rollback to an older one); default: -csi-image with another digest")
 	fs.StringVar(&o.csiDeploy, "csi-deploy", "../deploy/csi", "the `DIR`ectory of nodevol-csi's manifests, which the CSI scenario applies")
 	fs.StringVar(&o.mode, "mode", modeScenarios, "scenarios: nodevol's scenarios on a one-node control plane; conformance: Kubernetes's e2e volume specs (e2e.test) on a whole cluster, against each of -kubelets; deploy: deploy/ applied through the API on a two-node cluster of the first of -kubelets (default stock)")
 	fs.StringVar(&o.scheduler, "scheduler", "", "kube-scheduler of the kubelets' version (kubelet/hack/build.sh --scheduler; -mode conformance)")
@@ -182,7 +186,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		}
 		*p = abs
 	}
-	for _, p := range []*string{&o.nodevolImage, &o.deploy, &o.csiImage, &o.csiDeploy} {
+	for _, p := range []*string{&o.nodevolImage, &o.deploy, &o.csiImage, &o.csiDeploy, &o.csiRolloutImage} {
 		if *p == "" {
 			continue
 		}

@@ -1,0 +1,107 @@
+package mountdetect
+
+import "strings"
+
+// MountChange is a mount that differs between two reads of the mount
+// table: added, removed, or changed in any field the table gives (mount
+// point, parent, filesystem and root, type, source, options,
+// propagation). A rename of a directory above a mount point changes the
+// mount point the kernel reports, so it is a change too, though it wakes
+// no watch of the table.
+type MountChange struct {
+	Mount
+	// ID is the mount's (classic) ID.
+	ID int
+	// Paths are the directories the change is at: the mount point, in
+	// the older read and in the newer one, as the table names it and as
+	// it is reached through every other mount of the filesystem it is
+	// on (a second bind mount of a parent directory).
+	Paths []string
+	// Within are the same for every mount it is on top of or inside,
+	// up to the namespace's root mount: a change there is beneath each
+	// of those directories too.
+	Within []string
+}
+
+// ChangesSince lists the mounts that differ between old and t, each
+// once, in no particular order. Both tables must be non-nil.
+func (t *MountTable) ChangesSince(old *MountTable) []MountChange {
+	var out []MountChange
+	seen := make(map[int]bool)
+	for i := range t.entries {
+		e := &t.entries[i]
+		o, ok := old.byMountID(e.id)
+		if ok && sameEntry(e, o) {
+			continue
+		}
+		c := MountChange{Mount: e.Mount, ID: e.id}
+		t.places(e, &c)
+		if ok {
+			old.places(o, &c)
+		}
+		seen[e.id] = true
+		out = append(out, c)
+	}
+	for i := range old.entries {
+		o := &old.entries[i]
+		if seen[o.id] {
+			continue
+		}
+		if _, ok := t.byMountID(o.id); ok {
+			continue // the same in both
+		}
+		c := MountChange{Mount: o.Mount, ID: o.id}
+		old.places(o, &c)
+		out = append(out, c)
+	}
+	return out
+}
+
+func sameEntry(a, b *tableEntry) bool {
+	return a.id == b.id && a.parent == b.parent && a.dev == b.dev && a.root == b.root &&
+		a.Mount == b.Mount && a.options == b.options && a.optional == b.optional
+}
+
+// places adds to c where e is in t: its mount point through every mount
+// of its parent's filesystem (Paths), and the same for each mount above
+// it (Within).
+func (t *MountTable) places(e *tableEntry, c *MountChange) {
+	c.Paths = t.aliases(e, c.Paths)
+	seen := map[int]bool{e.id: true}
+	for {
+		p, ok := t.byMountID(e.parent)
+		if !ok || seen[p.id] {
+			return
+		}
+		seen[p.id] = true
+		c.Within = t.aliases(p, c.Within)
+		e = p
+	}
+}
+
+// aliases appends to out e's mount point and every other path of the
+// same directory: its position in the parent's filesystem seen through
+// each mount of that filesystem whose root holds it.
+func (t *MountTable) aliases(e *tableEntry, out []string) []string {
+	out = append(out, e.MountPoint)
+	p, ok := t.byMountID(e.parent)
+	if !ok || p.id == e.id {
+		return out
+	}
+	pos, ok := p.position(e.MountPoint)
+	if !ok {
+		return out
+	}
+	for i := range t.entries {
+		m := &t.entries[i]
+		if m.dev != p.dev || m.id == p.id {
+			continue
+		}
+		rest, ok := cutDir(pos, m.root)
+		if !ok {
+			continue
+		}
+		out = append(out, strings.TrimSuffix(m.MountPoint, "/")+rest)
+	}
+	return out
+}
