@@ -49,6 +49,8 @@ type Plugin struct {
 	// hook is called at SetUp's and TearDown's crash points (and passed
 	// on to RemoveAll); set by this package's tests only.
 	hook testhook.Hook
+	// anyMountNamespace: see FromAnotherMountNamespace.
+	anyMountNamespace bool
 }
 
 var (
@@ -77,6 +79,19 @@ func withTestHook(h testhook.Hook) Option { return optionFunc(func(p *Plugin) { 
 
 func init() {
 	friend.EmptyDirHook = func(h testhook.Hook) any { return withTestHook(h) }
+}
+
+// FromAnotherMountNamespace says that the plugin runs in another mount
+// namespace than the kubelet that sets the volumes up: an agent in a
+// container whose kubelet root receives the host's mounts
+// (HostToContainer). There a volume's own tmpfs or hugetlbfs, mounted
+// after the container started, is a propagated copy with mount IDs of its
+// own, and PlanTearDown proves it by its type, its source and its
+// superblock's device number instead, as Location.AnyMountNamespace does,
+// with the same weakness. Only PlanTearDown changes: what it says is what
+// TearDown would do in the kubelet's namespace.
+func FromAnotherMountNamespace() Option {
+	return optionFunc(func(p *Plugin) { p.anyMountNamespace = true })
 }
 
 // New returns the plugin for host.

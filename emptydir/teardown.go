@@ -199,7 +199,8 @@ func (e *RefusedError) Unwrap() error { return e.Err }
 // PlanTearDown examines the emptyDir volume vol of the pod podUID and says
 // what TearDown would do. It changes nothing. tab, when not nil, answers
 // the mount-table questions (a scan of many volumes reads the table once);
-// nil reads the kernel's table now.
+// nil reads the kernel's table now. See FromAnotherMountNamespace for a
+// plugin that plans from another mount namespace than the kubelet's.
 //
 // Like TearDown it reaches the volume and its metadata by descriptors from
 // the kubelet root: a symlink anywhere below the root where a directory
@@ -210,7 +211,9 @@ func (e *RefusedError) Unwrap() error { return e.Err }
 // before changing anything (it is not a refusal anyway) it is also the
 // error, so that a dry run fails exactly where TearDown would.
 func (p *Plugin) PlanTearDown(podUID, vol string, tab *mountdetect.MountTable) (Plan, error) {
-	plan, err := p.planTearDown(ordinaryRef(podUID, vol), tab)
+	r := ordinaryRef(podUID, vol)
+	r.anyMountNamespace = p.anyMountNamespace
+	plan, err := p.planTearDown(r, tab)
 	if err == nil && plan.Action != ActionRefuse {
 		_, err = p.stop(&plan)
 	}

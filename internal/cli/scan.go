@@ -148,11 +148,23 @@ func scanRoot(root string) (*scanReport, error) {
 	return scanRootWithin(root, volume.DefaultScanLimits())
 }
 
+// scanOptionsFrom are the emptyDir plugin's options for a scan from the
+// mount namespace ns: from any but the host's (an agent in a container),
+// a volume's own tmpfs or hugetlbfs is a propagated copy with mount IDs of
+// its own, proven the volume's by its superblock instead
+// (emptydir.FromAnotherMountNamespace).
+func scanOptionsFrom(ns mountdetect.MountNamespace) []emptydir.Option {
+	if ns.State == mountdetect.MountNamespaceHost {
+		return nil
+	}
+	return []emptydir.Option{emptydir.FromAnotherMountNamespace()}
+}
+
 // scanRootWithin is scanRoot within limits: every pod gets the same share
 // of entries (volume.ScanLimits), spent on listing its volumes and on its
 // subPath trees; a pod over it is a problem, and the others are examined
-// all the same.
-func scanRootWithin(root string, limits volume.ScanLimits) (*scanReport, error) {
+// all the same. The emptyDir volumes are examined by a plugin with opts.
+func scanRootWithin(root string, limits volume.ScanLimits, opts ...emptydir.Option) (*scanReport, error) {
 	layout, err := volume.NewLayout(root)
 	if err != nil {
 		return nil, err
@@ -184,7 +196,7 @@ func scanRootWithin(root string, limits volume.ScanLimits) (*scanReport, error) 
 	if err != nil {
 		return nil, err
 	}
-	sc, err := openRootScanner(layout, tab)
+	sc, err := openRootScanner(layout, tab, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -204,9 +216,13 @@ type rootScanner struct {
 	rootDir, pods *fsat.Dir
 	subpaths      *subpath.Cleaner
 	tab           *mountdetect.MountTable
+	// emptyDirs examines the emptyDir volumes (emptydir.PlanTearDown).
+	emptyDirs *emptydir.Plugin
 }
 
-func openRootScanner(layout volume.Layout, tab *mountdetect.MountTable) (*rootScanner, error) {
+// openRootScanner opens the root of layout for a scan; the emptyDir
+// volumes are examined by a plugin with opts.
+func openRootScanner(layout volume.Layout, tab *mountdetect.MountTable, opts ...emptydir.Option) (*rootScanner, error) {
 	root := layout.Root()
 	// The kernel names mounts by resolved paths; the volumes are listed
 	// under root as given (it may be a symlink, as /var/lib/kubelet is on
@@ -227,7 +243,8 @@ func openRootScanner(layout volume.Layout, tab *mountdetect.MountTable) (*rootSc
 		rootDir.Close()
 		return nil, fmt.Errorf("pods directory: %w", err)
 	}
-	return &rootScanner{layout: layout, realRoot: realRoot, rootDir: rootDir, pods: pods, subpaths: subpath.New(layout), tab: tab}, nil
+	return &rootScanner{layout: layout, realRoot: realRoot, rootDir: rootDir, pods: pods, subpaths: subpath.New(layout), tab: tab,
+		emptyDirs: emptydir.New(volume.NewHost(layout, nil, 0), opts...)}, nil
 }
 
 func (sc *rootScanner) close() {
@@ -247,7 +264,7 @@ func (sc *rootScanner) examine(s *scanReport, vols []volume.VolumeDir, budgets m
 	dirs := &pluginDirs{pods: sc.pods}
 	defer dirs.close()
 	for _, vd := range vols {
-		v := examineVolume(sc.layout, dirs, sc.tab, vd, filepath.Join(sc.realRoot, strings.TrimPrefix(vd.Path, root)))
+		v := examineVolume(sc.emptyDirs, dirs, sc.tab, vd, filepath.Join(sc.realRoot, strings.TrimPrefix(vd.Path, root)))
 		has, ok := hasSubpaths[vd.PodUID]
 		if !ok {
 			dir, err := sc.layout.PodVolumeSubpathsDir(vd.PodUID)
@@ -295,14 +312,14 @@ func (s *scanReport) overBudgetAt(layout volume.Layout, uid string, stop error) 
 // root). Any other plugin's volume is reached through dirs, its plugin
 // directory opened from the pods directory, by descriptors
 // (examinePluginVolume).
-func examineVolume(layout volume.Layout, dirs *pluginDirs, tab *mountdetect.MountTable, vd volume.VolumeDir, realPath string) scanVolume {
+func examineVolume(emptyDirs *emptydir.Plugin, dirs *pluginDirs, tab *mountdetect.MountTable, vd volume.VolumeDir, realPath string) scanVolume {
 	v := scanVolume{PodUID: vd.PodUID, Plugin: vd.Plugin, Volume: vd.Volume, Path: vd.Path, NestedMounts: []mountdetect.Mount{}, Subpaths: []subpath.Entry{}}
 	fail := func(err error) scanVolume {
 		v.fail(err)
 		return v
 	}
 	if vd.Plugin == emptydir.PluginName {
-		plan, err := emptydir.New(volume.NewHost(layout, nil, 0)).PlanTearDown(vd.PodUID, vd.Volume, tab)
+		plan, err := emptyDirs.PlanTearDown(vd.PodUID, vd.Volume, tab)
 		if err != nil {
 			return fail(err)
 		}
@@ -664,7 +681,7 @@ func runScan(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "nodevol scan: warning: %s\n", display(vis.why))
 		}
 	}
-	s, err := scanRoot(dir)
+	s, err := scanRootWithin(dir, volume.DefaultScanLimits(), scanOptionsFrom(ns.ns)...)
 	if err != nil {
 		writeErrors(stderr, "nodevol scan: ", err, "")
 		return ExitError

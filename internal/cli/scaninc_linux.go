@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/utils/clock"
 
+	"github.com/nodevol/nodevol/emptydir"
 	"github.com/nodevol/nodevol/internal/base/fsat"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
@@ -80,6 +81,8 @@ import (
 // is re-read.
 type incrementalScan struct {
 	limits volume.ScanLimits
+	// emptyDirOpts are the emptyDir plugin's options (scanOptionsFrom).
+	emptyDirOpts []emptydir.Option
 	// fullEvery: a whole scan at least this often (0: every scan).
 	fullEvery time.Duration
 	// stampEvery: the pods' directories are stamped again when the last
@@ -184,7 +187,7 @@ func (c *incrementalScan) update(root string) (*scanReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc, err := openRootScanner(layout, tab)
+	sc, err := openRootScanner(layout, tab, c.emptyDirOpts...)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%s has no pods directory (%s does not exist): is it a kubelet root?", root, layout.PodsDir())
 	}
@@ -512,6 +515,8 @@ func (c *incrementalScan) stampPod(pods *fsat.Dir, uid string, prev []dirStamp) 
 // newServeScan is serve's scan: incremental, with a whole scan at least
 // every fullEvery and the pods' directories stamped at least every
 // stampEvery.
-func newServeScan(clk clock.PassiveClock, fullEvery, stampEvery time.Duration) func(string) (*scanReport, error) {
-	return newIncrementalScan(clk, fullEvery, stampEvery).scan
+func newServeScan(clk clock.PassiveClock, fullEvery, stampEvery time.Duration, opts ...emptydir.Option) func(string) (*scanReport, error) {
+	c := newIncrementalScan(clk, fullEvery, stampEvery)
+	c.emptyDirOpts = opts
+	return c.scan
 }

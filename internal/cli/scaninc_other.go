@@ -6,9 +6,14 @@ import (
 	"time"
 
 	"k8s.io/utils/clock"
+
+	"github.com/nodevol/nodevol/emptydir"
+	"github.com/nodevol/nodevol/volume"
 )
 
 // newServeScan is scanRoot elsewhere than Linux (where it fails).
-func newServeScan(clock.PassiveClock, time.Duration, time.Duration) func(string) (*scanReport, error) {
-	return scanRoot
+func newServeScan(_ clock.PassiveClock, _, _ time.Duration, opts ...emptydir.Option) func(string) (*scanReport, error) {
+	return func(root string) (*scanReport, error) {
+		return scanRootWithin(root, volume.DefaultScanLimits(), opts...)
+	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/klog/v2/textlogger"
 	"k8s.io/utils/clock"
@@ -76,8 +77,8 @@ type serveOptions struct {
 	// scanned, when set, is called after each scan (tests).
 	scanned func()
 	// scan scans a root; nil: an incremental scan (incrementalScan on
-	// Linux) that scans the whole root at least every fullEvery (tests
-	// stand in for it).
+	// Linux) that scans the whole root at least every fullEvery, from the
+	// mount namespace ns (scanOptionsFrom) (tests stand in for it).
 	scan func(root string) (*scanReport, error)
 	// fullEvery: 0 is defaultFullEvery intervals.
 	fullEvery time.Duration
@@ -135,7 +136,7 @@ func newServer(opts serveOptions) (*server, error) {
 		opts.fullEvery = defaultFullEvery * opts.interval
 	}
 	if opts.scan == nil {
-		opts.scan = newServeScan(opts.clock, opts.fullEvery, opts.interval/2)
+		opts.scan = newServeScan(opts.clock, opts.fullEvery, opts.interval/2, scanOptionsFrom(opts.ns)...)
 	}
 	m, err := newServeMetrics(opts.registry, opts.hostRoot, &opts.version)
 	if err != nil {
@@ -477,9 +478,15 @@ func runServe(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	bi, ok := debug.ReadBuildInfo()
+	// The Go runtime's and the process's standard metrics beside serve's
+	// own: goroutines, heap, resident memory, open descriptors, which
+	// show whether the agent's footprint stays bounded.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	opts := serveOptions{
 		root: dir, hostRoot: filepath.Clean(a.hostRoot), interval: a.interval,
 		debounce: 100 * time.Millisecond, ns: ns.ns, version: newVersionInfo(bi, ok), logger: logger,
+		registry: reg,
 	}
 	ln, err := net.Listen("tcp", a.listen)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/klog/v2/textlogger"
 
+	"github.com/nodevol/nodevol/emptydir"
 	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
@@ -108,6 +109,58 @@ func TestServeThroughHostToContainer(t *testing.T) {
 	ts.waitMetric(t, danger, "1")
 	mounttest.Unmount(t, nas)
 	ts.waitMetric(t, danger, "0")
+}
+
+// A Memory emptyDir the kubelet sets up after the agent's container
+// started: in the agent's mount namespace its tmpfs is a propagated copy,
+// the same superblock under another mount ID than the one SetUp recorded
+// in the kubelet's. The agent's scan (from a namespace that is not the
+// host's) knows it for the volume's own mount, in use, as a scan in the
+// kubelet's namespace does; proven by mount ID alone it would be a foreign
+// mount, a danger that is not there.
+func TestScanFromContainerKnowsMemoryVolumes(t *testing.T) {
+	mounttest.RequireMounts(t)
+	hostRoot, containerRoot, _ := hostAndContainerView(t, unix.MS_SLAVE)
+	layout, err := volume.NewLayout(hostRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &kubelet{root: hostRoot, layout: layout, plugin: emptydir.New(volume.NewHost(layout, nil, 1<<30))}
+	mem := k.setUp(t, testUID2, "mem", volume.EmptyDirSource{Medium: volume.StorageMediumMemory, SizeLimit: 1 << 20})
+	inContainer := filepath.Join(containerRoot, strings.TrimPrefix(mem, hostRoot))
+	if ok, _, err := mountdetect.IsMountPoint(inContainer); err != nil || !ok {
+		t.Fatalf("the Memory volume's tmpfs did not propagate to the container's view: IsMountPoint = %v, %v", ok, err)
+	}
+	// The agent's namespace: a private copy of this one, without the
+	// host's view (a container has only its hostPath).
+	agent := mounttest.StartPrivateNamespace(t)
+	var fromHost, fromContainer *scanReport
+	var errs [3]error
+	agent.Do(func() {
+		errs[0] = unix.Unmount(mem, 0)
+		fromHost, errs[1] = scanRoot(containerRoot)
+		fromContainer, errs[2] = scanRootWithin(containerRoot, volume.DefaultScanLimits(), scanOptionsFrom(foreignNS)...)
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	verdict := func(rep *scanReport) (scanVerdict, reasonCode) {
+		for _, v := range rep.volumes {
+			if v.Volume == "mem" {
+				return v.Verdict, v.ReasonCode
+			}
+		}
+		t.Fatalf("no volume mem in the scan: %+v", rep.volumes)
+		return 0, 0
+	}
+	if v, c := verdict(fromContainer); v != verdictInUse || c != reasonOwnMount {
+		t.Errorf("the agent's scan: %s (%s); want in-use (own-mount): the volume's own tmpfs, seen through propagation, is no danger", v, c)
+	}
+	if v, c := verdict(fromHost); v != verdictDanger || c != reasonForeignMount {
+		t.Errorf("the same scan proving mounts by mount ID: %s (%s); want danger (foreign-mount), or this test shows nothing", v, c)
+	}
 }
 
 // The same agent with a private root (mountPropagation None): it says it

@@ -45,7 +45,7 @@ import (
 // deployDir is deploy/ at the repository's root; the exporter's manifests
 // are there and in its subdirectories but csiDir, nodevol-csi's (checked
 // by csi_test.go with a policy of its own), and secureMetricsDir, the RBAC
-// of secure metrics serving, which kubelet/hack/e2e's
+// of secure metrics serving, which kubelet/hack/internal/harness's
 // TestSecureMetricsAgainstAPIServer applies to a real API server and
 // uses.
 const (

@@ -37,6 +37,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/klog/v2/textlogger"
 
@@ -128,6 +129,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fsquota.WithProjidFile(filepath.Join(*stateDir, "projid")))
 	}
 	reg := prometheus.NewRegistry()
+	// The Go runtime's and the process's standard metrics beside the
+	// driver's: goroutines, heap, resident memory, open descriptors.
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.Registerer = reg
 	d, err := driver.New(cfg)
 	if err != nil {
