@@ -123,6 +123,34 @@
 // size of a tmpfs resized since ([Plugin.ResizeVolume]); only a SetUp that
 // has to mount again computes the size from the spec it is given.
 //
+// # Adopting the mounts of the kubelet before nodevol
+//
+// With [WithAdoption] (nodevol-kubelet passes it), SetUp adopts the tmpfs
+// or hugetlbfs that a stock kubelet mounted for the volume before the
+// node was switched to nodevol in place, and only such a mount: a tmpfs
+// from "tmpfs" (a hugetlbfs from "nodev" of the volume's page size), the
+// sole mount on the volume directory, the whole filesystem, nothing
+// beneath it, its superblock mounted nowhere else but under the pod's
+// volume-subpaths/<volume>/, no record of nodevol's for the volume, and
+// made while no nodevol process ran on this kubelet root since the node
+// booted. That last condition is the session log's,
+// <root>/nodevol-sessions.json: unique mount IDs (Linux 6.8) only grow
+// within a boot, and the log holds the span of IDs during which each
+// nodevol process of the boot ran. A mount made while one ran is never
+// adopted, by any later process either. The adopted mount is recorded
+// in nodevol.json ("adopted", with its unique ID and the boot's ID) and proven
+// by that unique ID from then on, as nodevol's own mounts are by theirs;
+// TearDown plans it with ReasonAdoptedMount, and refuses it, like any
+// volume, with a mount beneath it. Each adoption is logged and counted
+// (nodevol_emptydir_adopted_volumes_total). Limits: a tmpfs of that shape
+// that someone else mounted on a wanted volume's directory before
+// nodevol first ran (or while a stock kubelet ran again) is adopted as
+// the volume, as the stock kubelet would serve it; it is unmounted, never
+// entered past another mount, at teardown. Without unique mount IDs
+// (Linux before 6.8) nothing is adopted. Volumes at a location that
+// requires a record, or in any mount namespace (a CSI driver's), are never
+// adopted. docs/kubelet.md has the threat analysis.
+//
 // # Resize
 //
 // [Plugin.ResizeVolume] resizes a Memory volume's tmpfs in place (the

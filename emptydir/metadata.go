@@ -112,6 +112,14 @@ type mountRecord struct {
 	// IDs when it finds it, TearDown holds it to the IDs it sees while
 	// checking it.
 	Pending bool `json:"pending,omitempty"`
+	// Adopted says the mount was not made by nodevol but by the kubelet
+	// that ran on the node before it, and adopted by SetUp under the
+	// adoption rule (WithAdoption): its Source is the kubelet's ("tmpfs",
+	// or "nodev" for hugetlbfs), which proves nothing, so it is proven
+	// by its unique mount ID alone, in the boot BootID names, as the
+	// sole mount of its superblock and the whole filesystem.
+	Adopted bool   `json:"adopted,omitempty"`
+	BootID  string `json:"bootID,omitempty"`
 }
 
 // hasQuota reports whether m records a quota project TearDown must clear:

@@ -51,6 +51,9 @@ type Plugin struct {
 	hook testhook.Hook
 	// anyMountNamespace: see FromAnotherMountNamespace.
 	anyMountNamespace bool
+	// adoption is set by WithAdoption: this process's session and the
+	// adoption counter; nil adopts nothing.
+	adoption *adoption
 }
 
 var (
@@ -94,11 +97,15 @@ func FromAnotherMountNamespace() Option {
 	return optionFunc(func(p *Plugin) { p.anyMountNamespace = true })
 }
 
-// New returns the plugin for host.
+// New returns the plugin for host. With WithAdoption it opens this
+// process's session in the kubelet root's session log (see Adoption).
 func New(host volume.Host, opts ...Option) *Plugin {
 	p := &Plugin{host: host}
 	for _, o := range opts {
 		o.apply(p)
+	}
+	if p.adoption != nil {
+		p.adoption.start(host.Layout().Root())
 	}
 	return p
 }

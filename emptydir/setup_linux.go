@@ -336,11 +336,14 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 	}
 	defer e.Close()
 	if e.Root {
-		adopted, err := m.adopt(logger, v, e, plan, args, old)
+		adopted, whyNot, err := m.adopt(logger, v, e, plan, args, old)
 		if err != nil || adopted {
 			return err
 		}
-		return fmt.Errorf("%s is already a mount point (%s) that SetUp did not record; not mounting %s over it", m.dir, describeMount(e.MountStat), f.fstype)
+		if whyNot != "" {
+			whyNot = "; not adopted: " + whyNot
+		}
+		return fmt.Errorf("%s is already a mount point (%s) that SetUp did not record; not mounting %s over it%s", m.dir, describeMount(e.MountStat), f.fstype, whyNot)
 	}
 	v.hook.At(testhook.SetUpDirCreated, m.dir)
 	if old != nil && old.Mount != nil {
@@ -365,11 +368,16 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 
 // adopt reports whether the mount already on the volume directory (e, a
 // mount root) is proven the volume's own, and if so takes it as the
-// volume: its record completed and its mode set. Each proof is a function
-// of its own, tried in turn; today the only one is SetUp's own record
-// (adoptRecorded). A mount no proof accepts is not the volume's.
-func (m *mounter) adopt(logger klog.Logger, v *podVolume, e entry, plan setupPlan, args volume.MounterArgs, old *metadata) (bool, error) {
-	return m.adoptRecorded(logger, v, e, plan, args, old)
+// volume. Each proof is a function of its own, tried in turn: SetUp's own
+// record (adoptRecorded), then, with WithAdoption, the adoption rule for
+// the mount the kubelet before nodevol made (adoptPrevious). A mount no
+// proof accepts is not the volume's; whyNot says why the adoption rule
+// refused it ("" when adoption is off).
+func (m *mounter) adopt(logger klog.Logger, v *podVolume, e entry, plan setupPlan, args volume.MounterArgs, old *metadata) (adopted bool, whyNot string, err error) {
+	if adopted, err := m.adoptRecorded(logger, v, e, plan, args, old); err != nil || adopted {
+		return adopted, "", err
+	}
+	return m.adoptPrevious(logger, v, e, plan, old)
 }
 
 // adoptRecorded adopts the mount that old, the volume's record, proves

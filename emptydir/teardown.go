@@ -66,6 +66,10 @@ const (
 	// ReasonOwnMount (ActionUnmountAndRemove): the volume's own tmpfs or
 	// hugetlbfs, proven by SetUp's record.
 	ReasonOwnMount
+	// ReasonAdoptedMount (ActionUnmountAndRemove): the volume's own tmpfs
+	// or hugetlbfs, mounted by the kubelet that ran before nodevol and
+	// adopted by SetUp (WithAdoption), proven by its unique mount ID.
+	ReasonAdoptedMount
 	// ReasonNestedMounts (ActionRefuse): mounts beneath the volume
 	// directory (Plan.Mounts), whose data is not the volume's. Remedy:
 	// unmount them.
@@ -136,6 +140,8 @@ func (c ReasonCode) String() string {
 		return "metadata-unreadable"
 	case ReasonMountChanged:
 		return "mount-changed"
+	case ReasonAdoptedMount:
+		return "adopted-mount"
 	}
 	return fmt.Sprintf("ReasonCode(%d)", int(c))
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
@@ -136,13 +137,13 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		return refuse(ReasonForeignMount, "a filesystem is mounted on the directory of a Default-medium volume, which SetUp never does", notOurs, at)
 	case p.meta.Mount == nil:
 		return refuse(ReasonNoRecord, "a filesystem is mounted on the volume directory itself, but SetUp recorded no mount identity that could prove it the volume's own (metadata written by an older nodevol)", unmountByHand, at)
-	case !isNodevolSource(p.meta.Mount.Source):
+	case !p.meta.Mount.Adopted && !isNodevolSource(p.meta.Mount.Source):
 		return refuse(ReasonNoRecord, "a filesystem is mounted on the volume directory itself, but "+unknownSourceRecord(p.meta.Mount), newerRecordRemedy, at)
 	case !p.meta.Mount.provenBy(e.MountStat, at[0].FSType, at[0].Source, v.ref):
 		return refuse(ReasonForeignMount, fmt.Sprintf("the mount on the volume directory (%s) is not the mount SetUp made (%s)",
 			describeMount(e.MountStat), p.meta.Mount.describe()), notOurs, at)
 	}
-	if code, why, others := soleWholeMount(tab, p.meta.Mount, e.ID); why != "" {
+	if code, why, others := soleWholeMount(tab, p.meta.Mount, e.ID, ""); why != "" {
 		remedy := notOurs
 		if code == ReasonMountElsewhere {
 			remedy = "unmount the others first: unmounting the directory's would leave it mounted with no record"
@@ -160,6 +161,9 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 	// Proven the volume's own tmpfs or hugetlbfs: now it may be asked.
 	if info, err := tab.DetectFile(e.Fd, v.dir); err == nil {
 		p.Info = info
+	}
+	if p.meta.Mount.Adopted {
+		return act(ActionUnmountAndRemove, ReasonAdoptedMount, "the volume's own "+at[0].FSType+" mount ("+p.meta.Medium.String()+" medium), mounted by the kubelet before nodevol and adopted")
 	}
 	return act(ActionUnmountAndRemove, ReasonOwnMount, "the volume's own "+at[0].FSType+" mount ("+p.meta.Medium.String()+" medium)")
 }
@@ -187,7 +191,13 @@ const movedRemedy = "move it back or unmount it, then tear down again: it is nev
 // meta records no provable mount. Only a source made for the volume r
 // counts: a record forged to name another volume's source must not make
 // that volume's mount this one's. *tab is read when nil.
+//
+// An adopted mount, whose source is the kubelet's, is found by its unique
+// mount ID instead (adoptedElsewhere).
 func recordedMountElsewhere(meta *metadata, r volRef, tab **mountdetect.MountTable) ([]mountdetect.Mount, error) {
+	if meta != nil && meta.Mount != nil && meta.Mount.Adopted {
+		return adoptedElsewhere(meta.Mount)
+	}
 	if meta == nil || meta.Mount == nil || !isSourceFor(meta.Mount.Source, r) {
 		return nil, nil
 	}
@@ -209,13 +219,23 @@ func recordedMountElsewhere(meta *metadata, r volRef, tab **mountdetect.MountTab
 // of the volume's tmpfs elsewhere, or the tmpfs itself moved away with a
 // bind of it left in its place, would keep it mounted after the unmount,
 // with no record left) and it must mount the filesystem's root (a bind of
-// a subdirectory of it passes a superblock check). why is "" when it is;
-// else why not, with the code, and the other mounts.
-func soleWholeMount(tab *mountdetect.MountTable, rec *mountRecord, onDir uint64) (code ReasonCode, why string, others []mountdetect.Mount) {
+// a subdirectory of it passes a superblock check). An adopted mount's
+// source is the kubelet's, shared by every tmpfs it mounts: its mounts are
+// those of its superblock. Mounts under subpaths (the pod's subPath
+// directory of the volume, as subpathsPrefix names it; "": none) are not
+// counted: SetUp allows the binds the kubelet makes there, TearDown runs
+// after the kubelet removed them. why is "" when it is; else why not,
+// with the code, and the other mounts.
+func soleWholeMount(tab *mountdetect.MountTable, rec *mountRecord, onDir uint64, subpaths string) (code ReasonCode, why string, others []mountdetect.Mount) {
 	whole := false
 	for _, m := range tab.MountsFromSource(rec.Source) {
-		if uint64(m.ID) == onDir {
+		switch {
+		case uint64(m.ID) == onDir:
 			whole = m.Root == "/"
+			continue
+		case rec.Adopted && m.Dev != rec.Dev:
+			continue
+		case subpaths != "" && strings.HasPrefix(m.MountPoint, subpaths):
 			continue
 		}
 		others = append(others, m.Mount)
@@ -248,6 +268,9 @@ func (rec *mountRecord) describe() string {
 // the unique mount ID where the kernel has them (a record without one does
 // not match then), else the classic ID and the device.
 func (rec *mountRecord) sameMount(mi fsat.MountStat, r volRef) bool {
+	if rec.Adopted {
+		return rec.sameAdopted(mi)
+	}
 	if r.anyMountNamespace {
 		// Mount IDs are those of the namespace that made the mount; in
 		// another one it is a propagated copy with IDs of its own. Its

@@ -276,7 +276,14 @@ const bothIDs = fsat.MountKey | fsat.TableID
 // except in a pending record (written before an embedder's mounter made the
 // mount, which a crash interrupted before its IDs were recorded), where the
 // source is all there is.
+//
+// An adopted mount (mountRecord.Adopted) has the kubelet's source, which
+// proves nothing: it is proven by its unique mount ID alone
+// (adoptedProvenBy).
 func (rec *mountRecord) provenBy(mi fsat.MountStat, fsType, source string, r volRef) bool {
+	if rec.Adopted {
+		return rec.adoptedProvenBy(mi, fsType, source)
+	}
 	if fsType != "tmpfs" && fsType != "hugetlbfs" {
 		return false // SetUp makes nothing else; a FUSE or overlay mount may name any source
 	}
@@ -416,7 +423,9 @@ func recordedMountOn(e entry, path string, rec *mountRecord, r volRef) (bool, er
 	if len(at) != 1 || !rec.provenBy(e.MountStat, at[0].FSType, at[0].Source, r) {
 		return false, nil
 	}
-	_, why, _ := soleWholeMount(tab, rec, e.ID)
+	// The binds the kubelet makes for containers' subPaths of the
+	// volume do not make it another volume.
+	_, why, _ := soleWholeMount(tab, rec, e.ID, subpathsPrefix(r, path, at[0].MountPoint))
 	return why == "", nil
 }
 

@@ -51,6 +51,13 @@ type SourceMount struct {
 	// "/" for the filesystem's root, another path for a bind mount of a
 	// subdirectory.
 	Root string
+	// Dev is the device (major:minor) of the mount's filesystem, as the
+	// table gives it: every mount of one superblock (a tmpfs and the
+	// binds of it) has the same.
+	Dev uint64
+	// HugePageSize is a hugetlbfs mount's pagesize= option in bytes, from
+	// the table (0 for other types, or when the table shows none).
+	HugePageSize int64
 }
 
 // MountsFromSource lists the mounts in the table whose source is source,

@@ -252,7 +252,11 @@ func (t *MountTable) fromSource(source string) []SourceMount {
 	var out []SourceMount
 	for _, e := range t.entries {
 		if e.Source == source {
-			out = append(out, SourceMount{Mount: e.Mount, ID: e.id, Root: e.root})
+			m := SourceMount{Mount: e.Mount, ID: e.id, Root: e.root, Dev: e.dev}
+			if e.FSType == "hugetlbfs" {
+				m.HugePageSize, _, _ = ParseHugePageSize(e.options)
+			}
+			out = append(out, m)
 		}
 	}
 	return out

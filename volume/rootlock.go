@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -29,8 +28,25 @@ const (
 // other volumes.
 func LockCSIDriver(driver string) string { return "csi-" + driver }
 
-// lockOwner is what a lock's owner may be: it names the lock file.
-var lockOwner = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.-]{0,99}$`)
+// validLockOwner is whether owner may own a lock (it names the lock
+// file): 1 to 100 ASCII letters, digits, '.' and '-', starting with a
+// letter or digit. Checked by hand, not with a regexp, which would be
+// compiled at every start of every program linking this package.
+func validLockOwner(owner string) bool {
+	if len(owner) == 0 || len(owner) > 100 {
+		return false
+	}
+	for i := 0; i < len(owner); i++ {
+		c := owner[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case (c == '.' || c == '-') && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // LockOptions configure LockRoot.
 type LockOptions struct {
@@ -133,7 +149,7 @@ func LockRoot(l Layout, owner string, opts LockOptions) (*RootLock, error) {
 	if l.root == "" {
 		return nil, fmt.Errorf("%w: zero Layout", ErrInvalidRoot)
 	}
-	if !lockOwner.MatchString(owner) {
+	if !validLockOwner(owner) {
 		return nil, fmt.Errorf("lock owner %q: want 1 to 100 letters, digits, '.' and '-', starting with a letter or digit", owner)
 	}
 	if opts.Program == "" && len(os.Args) > 0 {

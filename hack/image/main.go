@@ -7,6 +7,13 @@
 //
 //	go run ./hack/image -o nodevol-image.tar [-name REF] [-arch amd64|arm64]
 //	go run ./hack/image -o nodevol-csi-image.tar -binary nodevol-csi [-name REF] [-arch amd64|arm64]
+//	go run ./hack/image -o FILE [-binary B] -arch amd64,arm64 [-version vX.Y.Z] [-bin-dir DIR]
+//
+// With more than one -arch the image is multi-platform: an OCI image
+// index of one image per architecture (what hack/release builds), and its
+// digest is the index's. -version stamps a release version into the
+// binary (-ldflags -X of the variable each binary reads it from) and the
+// image's labels; -bin-dir keeps the binaries, as DIR/NAME-linux-ARCH.
 //
 // It prints the image's (manifest) digest on stdout and writes it to
 // FILE.digest; a summary goes to stderr. Run it in a checkout of the root
@@ -69,6 +76,7 @@ type binary struct {
 	pkg        string   // the main package, relative to moduleDir
 	cmd        []string // the image's Cmd: the entrypoint's default arguments
 	image      string   // the default name: the image deploy/'s DaemonSet for it names
+	versionVar string   // the variable -version sets (-ldflags -X)
 	title      string   // org.opencontainers.image.title
 	desc       string   // org.opencontainers.image.description
 }
@@ -78,14 +86,16 @@ var binaries = map[string]binary{
 	"nodevol": {
 		name: "nodevol", moduleDir: ".", modulePath: modulePath, pkg: "./cmd/nodevol",
 		cmd: []string{"serve"}, image: "ghcr.io/nodevol/nodevol:v0.0.0-dev", title: "nodevol",
-		desc: "nodevol serve: a read-only node agent that exports which pod volumes a teardown would destroy data on another mount through",
+		versionVar: modulePath + "/internal/cli.releaseVersion",
+		desc:       "nodevol serve: a read-only node agent that exports which pod volumes a teardown would destroy data on another mount through",
 	},
 	// The CSI node plugin (deploy/csi): its flags are all in the
 	// DaemonSet's args, so no Cmd.
 	"nodevol-csi": {
 		name: "nodevol-csi", moduleDir: "csi", modulePath: modulePath + "/csi", pkg: "./cmd/nodevol-csi",
 		image: "ghcr.io/nodevol/nodevol-csi:v0.0.0-dev", title: "nodevol-csi",
-		desc: "nodevol-csi: a CSI node plugin serving inline ephemeral volumes with emptyDir semantics, whose teardown never deletes data on another mount",
+		versionVar: "main.releaseVersion",
+		desc:       "nodevol-csi: a CSI node plugin serving inline ephemeral volumes with emptyDir semantics, whose teardown never deletes data on another mount",
 	},
 }
 
@@ -121,7 +131,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	out := fs.String("o", "", "write the image layout tarball to `FILE` (and its digest to FILE.digest)")
 	name := fs.String("name", "", "the image's name (default: the one deploy/'s DaemonSet for -binary names)")
-	arch := fs.String("arch", runtime.GOARCH, "the image's architecture: amd64 or arm64")
+	arch := fs.String("arch", runtime.GOARCH, "the image's architecture: amd64 or arm64, or both, comma-separated, for a multi-platform image")
+	version := fs.String("version", "", "the release `VERSION` (vX.Y.Z) the binary reports and the image's labels say (default: from the build info, or git)")
+	binDir := fs.String("bin-dir", "", "also keep the binaries built, as `DIR`/NAME-linux-ARCH")
 	binName := fs.String("binary", "nodevol", "what the image runs: nodevol (./cmd/nodevol) or nodevol-csi (./cmd/nodevol-csi in the csi/ module)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -130,7 +142,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *out == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "usage: go run ./hack/image -o FILE [-binary nodevol|nodevol-csi] [-name REF] [-arch amd64|arm64]")
+		fmt.Fprintln(stderr, "usage: go run ./hack/image -o FILE [-binary nodevol|nodevol-csi] [-name REF] [-arch amd64|arm64|amd64,arm64] [-version vX.Y.Z] [-bin-dir DIR]")
 		return 2
 	}
 	bin, err := binaryNamed(*binName)
@@ -138,29 +150,35 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "image: %v\n", err)
 		return 2
 	}
-	b, err := build(buildOptions{out: *out, name: *name, arch: *arch, bin: bin, warn: stderr})
+	b, err := build(buildOptions{out: *out, name: *name, arches: strings.Split(*arch, ","), bin: bin,
+		version: *version, binDir: *binDir, warn: stderr})
 	if err != nil {
 		fmt.Fprintf(stderr, "image: %v\n", err)
 		return 1
 	}
 	fmt.Fprintf(stderr, "image: %s (%s, linux/%s, %d bytes, %s %s, revision %s)\n",
-		b.out, b.name, *arch, b.size, bin.name, b.version, b.revision)
+		b.out, b.name, strings.Join(b.arches, ",linux/"), b.size, bin.name, b.version, b.revision)
 	fmt.Fprintln(stdout, b.digest)
 	return 0
 }
 
 type buildOptions struct {
-	out, name, arch string
-	bin             binary    // what the image runs; nodevol when zero
-	warn            io.Writer // warnings
+	out, name string
+	arches    []string  // one: an image; more: a multi-platform image (an index)
+	bin       binary    // what the image runs; nodevol when zero
+	version   string    // -version: stamped into the binary; "" for none
+	binDir    string    // -bin-dir: where to keep the binaries; "" to drop them
+	warn      io.Writer // warnings
 }
 
 // built is what build made.
 type built struct {
 	out, name, digest  string
 	version, revision  string
+	arches             []string
 	size               int64
 	stampedByGoCommand bool
+	binaries           map[string]string // by architecture, in binDir
 }
 
 // goarchLevel is the environment that pins the instruction set level of
@@ -226,8 +244,16 @@ func checkSettings(info *buildinfo.BuildInfo, arch string) error {
 }
 
 func build(o buildOptions) (*built, error) {
-	if _, ok := goarchLevel[o.arch]; !ok {
-		return nil, fmt.Errorf("-arch %q: want amd64 or arm64", o.arch)
+	if len(o.arches) == 0 {
+		o.arches = []string{runtime.GOARCH}
+	}
+	for i, arch := range o.arches {
+		if _, ok := goarchLevel[arch]; !ok || slices.Contains(o.arches[:i], arch) {
+			return nil, fmt.Errorf("-arch %q: want amd64 or arm64, or both, each once", strings.Join(o.arches, ","))
+		}
+	}
+	if o.version != "" && !validVersion(o.version) {
+		return nil, fmt.Errorf("-version %q: want vMAJOR.MINOR.PATCH, with an optional -prerelease", o.version)
 	}
 	if o.bin.name == "" {
 		o.bin = binaries["nodevol"]
@@ -246,67 +272,69 @@ func build(o buildOptions) (*built, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, o.bin.name)
-	cmd := exec.Command(goCmd, "build", "-trimpath", "-buildvcs=auto", "-o", bin, o.bin.pkg)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), pinnedEnv(o.arch, dir)...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build %s (in %s): %w\n%s", o.bin.pkg, dir, err, out)
-	}
-	info, err := buildinfo.ReadFile(bin)
-	if err != nil {
-		return nil, fmt.Errorf("reading the build info of %s: %w", o.bin.name, err)
-	}
-	if info.Main.Path != o.bin.modulePath {
-		return nil, fmt.Errorf("%s was built in module %q; want %s", o.bin.name, info.Main.Path, o.bin.modulePath)
-	}
-	if err := checkSettings(info, o.arch); err != nil {
-		return nil, err
-	}
-	src, err := sourceOf(info, dir)
-	if err != nil {
-		return nil, err
-	}
-	if !src.stamped {
-		fmt.Fprintf(o.warn, "image: warning: the go command stamped no VCS state into %s (a linked git worktree?): "+
-			"its version in the image says unknown, and the image differs from one built in a clone of the same commit; the labels come from git\n", o.bin.name)
+	if o.binDir != "" {
+		if err := os.MkdirAll(o.binDir, 0o755); err != nil {
+			return nil, err
+		}
 	}
 	name := o.name
 	if name == "" {
 		name = o.bin.image
 	}
-	bin0, err := ociimage.FileFrom(bin, "/"+o.bin.name, 0o755)
-	if err != nil {
-		return nil, err
+	var imgs []*ociimage.Image
+	var src sourceInfo
+	kept := map[string]string{}
+	for _, arch := range o.arches {
+		bin := filepath.Join(tmp, o.bin.name+"-linux-"+arch)
+		args := []string{"build", "-trimpath", "-buildvcs=auto", "-o", bin}
+		if o.version != "" {
+			args = append(args, "-ldflags=-X "+o.bin.versionVar+"="+o.version)
+		}
+		cmd := exec.Command(goCmd, append(args, o.bin.pkg)...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), pinnedEnv(arch, dir)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("go build %s for linux/%s (in %s): %w\n%s", o.bin.pkg, arch, dir, err, out)
+		}
+		info, err := buildinfo.ReadFile(bin)
+		if err != nil {
+			return nil, fmt.Errorf("reading the build info of %s: %w", o.bin.name, err)
+		}
+		if info.Main.Path != o.bin.modulePath {
+			return nil, fmt.Errorf("%s was built in module %q; want %s", o.bin.name, info.Main.Path, o.bin.modulePath)
+		}
+		if err := checkSettings(info, arch); err != nil {
+			return nil, err
+		}
+		if src, err = sourceOf(info, dir); err != nil {
+			return nil, err
+		}
+		if o.version != "" {
+			src.version = o.version
+		}
+		img, err := imageOf(o.bin, bin, arch, src)
+		if err != nil {
+			return nil, err
+		}
+		imgs = append(imgs, img)
+		if o.binDir != "" {
+			kept[arch] = filepath.Join(o.binDir, filepath.Base(bin))
+			if err := copyFile(bin, kept[arch]); err != nil {
+				return nil, err
+			}
+		}
 	}
-	meta := map[string]string{
-		"org.opencontainers.image.title":       o.bin.title,
-		"org.opencontainers.image.description": o.bin.desc,
-		"org.opencontainers.image.source":      source,
-		"org.opencontainers.image.licenses":    "Apache-2.0",
-		"org.opencontainers.image.version":     src.version,
-		"org.opencontainers.image.revision":    src.revision,
-		"org.opencontainers.image.created":     src.created.Format(time.RFC3339),
+	if !src.stamped {
+		fmt.Fprintf(o.warn, "image: warning: the go command stamped no VCS state into %s (a linked git worktree?): "+
+			"its revision in the image says unknown, and the image differs from one built in a clone of the same commit; the labels come from git\n", o.bin.name)
 	}
-	img := &ociimage.Image{
-		Name:     name,
-		Platform: ociimage.Platform{Architecture: o.arch, OS: "linux"},
-		Created:  src.created,
-		Config: ociimage.Config{
-			Entrypoint: []string{"/" + o.bin.name},
-			Cmd:        o.bin.cmd,
-			WorkingDir: "/",
-			Labels:     meta,
-		},
-		Annotations: meta,
-		Entries: []ociimage.Entry{
-			bin0,
-			{Path: "/etc/passwd", Type: ociimage.File, Mode: 0o644, Data: []byte(passwd)},
-			{Path: "/etc/group", Type: ociimage.File, Mode: 0o644, Data: []byte(group)},
-			{Path: "/tmp", Type: ociimage.Dir, Mode: 0o777 | os.ModeSticky},
-		},
+	var desc ociimage.Descriptor
+	if len(imgs) == 1 {
+		imgs[0].Name = name
+		desc, err = ociimage.WriteFile(o.out, imgs[0])
+	} else {
+		desc, err = ociimage.WriteIndexFile(o.out, name, imgs)
 	}
-	desc, err := ociimage.WriteFile(o.out, img)
 	if err != nil {
 		return nil, err
 	}
@@ -319,8 +347,71 @@ func build(o buildOptions) (*built, error) {
 	}
 	return &built{
 		out: o.out, name: name, digest: desc.Digest, version: src.version, revision: src.revision,
-		size: st.Size(), stampedByGoCommand: src.stamped,
+		arches: o.arches, size: st.Size(), stampedByGoCommand: src.stamped, binaries: kept,
 	}, nil
+}
+
+// imageOf is the image of the binary at path, built for arch from src.
+func imageOf(b binary, path, arch string, src sourceInfo) (*ociimage.Image, error) {
+	bin, err := ociimage.FileFrom(path, "/"+b.name, 0o755)
+	if err != nil {
+		return nil, err
+	}
+	meta := map[string]string{
+		"org.opencontainers.image.title":       b.title,
+		"org.opencontainers.image.description": b.desc,
+		"org.opencontainers.image.source":      source,
+		"org.opencontainers.image.licenses":    "Apache-2.0",
+		"org.opencontainers.image.version":     src.version,
+		"org.opencontainers.image.revision":    src.revision,
+		"org.opencontainers.image.created":     src.created.Format(time.RFC3339),
+	}
+	return &ociimage.Image{
+		Platform: ociimage.Platform{Architecture: arch, OS: "linux"},
+		Created:  src.created,
+		Config: ociimage.Config{
+			Entrypoint: []string{"/" + b.name},
+			Cmd:        b.cmd,
+			WorkingDir: "/",
+			Labels:     meta,
+		},
+		Annotations: meta,
+		Entries: []ociimage.Entry{
+			bin,
+			{Path: "/etc/passwd", Type: ociimage.File, Mode: 0o644, Data: []byte(passwd)},
+			{Path: "/etc/group", Type: ociimage.File, Mode: 0o644, Data: []byte(group)},
+			{Path: "/tmp", Type: ociimage.Dir, Mode: 0o777 | os.ModeSticky},
+		},
+	}, nil
+}
+
+// validVersion is whether v is a release version: vMAJOR.MINOR.PATCH with
+// an optional -prerelease of letters, digits, '.' and '-' (semver, without
+// build metadata, which a Go module version cannot carry).
+func validVersion(v string) bool {
+	core, pre, hasPre := strings.Cut(strings.TrimPrefix(v, "v"), "-")
+	if !strings.HasPrefix(v, "v") || (hasPre && pre == "") {
+		return false
+	}
+	parts := strings.Split(core, ".")
+	if len(parts) != 3 {
+		return false
+	}
+	for _, p := range parts {
+		if p == "" || (len(p) > 1 && p[0] == '0') || strings.Trim(p, "0123456789") != "" {
+			return false
+		}
+	}
+	return strings.Trim(pre, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") == ""
+}
+
+// copyFile copies the file from to the new file to, mode 0755.
+func copyFile(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o755)
 }
 
 // moduleDir is the root module's directory, as the go command finds it

@@ -313,3 +313,29 @@ func TestDefaultNamesAreTheDaemonSets(t *testing.T) {
 		}
 	}
 }
+
+// TestVersionAndArchFlags: -version takes a release version, -arch one or
+// both architectures, each once; anything else is refused before a build.
+func TestVersionAndArchFlags(t *testing.T) {
+	for v, want := range map[string]bool{
+		"v1.2.3": true, "v0.1.0": true, "v10.20.30": true, "v1.2.3-rc.1": true, "v1.2.3-alpha-2": true,
+		"1.2.3": false, "v1.2": false, "v1.2.3.4": false, "v01.2.3": false, "v1.2.3-": false,
+		"v1.2.3+meta": false, "v1.2.3-a b": false, "": false, "v": false, "va.b.c": false,
+	} {
+		if got := validVersion(v); got != want {
+			t.Errorf("validVersion(%q) = %v; want %v", v, got, want)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "x.tar")
+	for _, args := range [][]string{
+		{"-arch", "amd64,amd64"}, {"-arch", "riscv64"}, {"-arch", "amd64,"}, {"-version", "1.2.3"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(append([]string{"-o", out}, args...), &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), args[0]) {
+			t.Errorf("run(%q) = %d, stderr %q; want 1 and the flag named", args, code, stderr.String())
+		}
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("a refused build left %s: %v", out, err)
+	}
+}

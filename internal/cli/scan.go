@@ -478,6 +478,8 @@ func emptyDirCode(plan *emptydir.Plan) reasonCode {
 		return reasonNotMounted
 	case emptydir.ReasonOwnMount:
 		return reasonOwnMount
+	case emptydir.ReasonAdoptedMount:
+		return reasonAdoptedMount
 	case emptydir.ReasonNestedMounts, emptydir.ReasonMountElsewhere:
 		return reasonNestedMount
 	case emptydir.ReasonStackedMounts:

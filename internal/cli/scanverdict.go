@@ -64,6 +64,7 @@ const (
 	reasonSubpathForeignMount                   // danger: a mount in the subPath tree that is not the volume's own bind
 	reasonUncertain                             // unknown: the kernel cannot say whether it is a mount point
 	reasonError                                 // error: could not be examined
+	reasonAdoptedMount                          // in-use: an emptyDir's own tmpfs/hugetlbfs, mounted by the kubelet before nodevol and adopted by SetUp
 )
 
 func (c reasonCode) String() string {
@@ -88,6 +89,8 @@ func (c reasonCode) String() string {
 		return "uncertain"
 	case reasonError:
 		return "error"
+	case reasonAdoptedMount:
+		return "adopted-mount"
 	}
 	return fmt.Sprintf("reasonCode(%d)", int(c))
 }
@@ -100,7 +103,7 @@ func (c reasonCode) verdict() scanVerdict {
 	switch c {
 	case reasonNotMounted, reasonGone:
 		return verdictOK
-	case reasonOwnMount, reasonPluginMount:
+	case reasonOwnMount, reasonAdoptedMount, reasonPluginMount:
 		return verdictInUse
 	case reasonNestedMount, reasonForeignMount, reasonStackedMounts, reasonSubpathForeignMount:
 		return verdictDanger

@@ -23,6 +23,7 @@ func TestScanReasonCodes(t *testing.T) {
 		{"symlink", emptydir.Plan{Action: emptydir.ActionRemove, Exists: true, Code: emptydir.ReasonSymlink}, reasonNotMounted},
 		{"file", emptydir.Plan{Action: emptydir.ActionRemove, Exists: true, Code: emptydir.ReasonFile}, reasonNotMounted},
 		{"own", emptydir.Plan{Action: emptydir.ActionUnmountAndRemove, Exists: true, Code: emptydir.ReasonOwnMount}, reasonOwnMount},
+		{"adopted", emptydir.Plan{Action: emptydir.ActionUnmountAndRemove, Exists: true, Code: emptydir.ReasonAdoptedMount}, reasonAdoptedMount},
 		{"nested", emptydir.Plan{Action: emptydir.ActionRefuse, Code: emptydir.ReasonNestedMounts}, reasonNestedMount},
 		{"own mount elsewhere", emptydir.Plan{Action: emptydir.ActionRefuse, Code: emptydir.ReasonMountElsewhere}, reasonNestedMount},
 		{"foreign", emptydir.Plan{Action: emptydir.ActionRefuse, Code: emptydir.ReasonForeignMount}, reasonForeignMount},
@@ -53,9 +54,9 @@ func TestScanReasonCodes(t *testing.T) {
 			t.Errorf("%s: pluginCode(%+v) = %v; want %v", tc.name, tc.c, got, tc.want)
 		}
 	}
-	for _, c := range []reasonCode{reasonNotMounted, reasonGone, reasonOwnMount, reasonPluginMount, reasonNestedMount, reasonForeignMount, reasonStackedMounts, reasonSubpathForeignMount, reasonUncertain, reasonError} {
+	for _, c := range []reasonCode{reasonNotMounted, reasonGone, reasonOwnMount, reasonAdoptedMount, reasonPluginMount, reasonNestedMount, reasonForeignMount, reasonStackedMounts, reasonSubpathForeignMount, reasonUncertain, reasonError} {
 		want := map[reasonCode]scanVerdict{
-			reasonNotMounted: verdictOK, reasonGone: verdictOK, reasonOwnMount: verdictInUse, reasonPluginMount: verdictInUse,
+			reasonNotMounted: verdictOK, reasonGone: verdictOK, reasonOwnMount: verdictInUse, reasonAdoptedMount: verdictInUse, reasonPluginMount: verdictInUse,
 			reasonUncertain: verdictUnknown, reasonError: verdictError,
 		}[c]
 		if c == reasonNestedMount || c == reasonForeignMount || c == reasonStackedMounts || c == reasonSubpathForeignMount {

@@ -13,6 +13,14 @@ import (
 	"github.com/nodevol/nodevol/mountdetect"
 )
 
+// releaseVersion is the version a release stamps into the binary
+// (hack/release, with -ldflags "-X
+// github.com/nodevol/nodevol/internal/cli.releaseVersion=v1.2.3"). When
+// set it is the version reported, in place of the build info's module
+// version, which a build from a checkout leaves "(devel)" or a
+// pseudo-version.
+var releaseVersion string
+
 // versionInfo is what "nodevol version" reports. The exported fields are
 // the --json output; what the build did not record is null, never a guess.
 type versionInfo struct {
@@ -76,6 +84,9 @@ func newVersionInfo(bi *debug.BuildInfo, ok bool) versionInfo {
 		v.Kernel = &rel
 	}
 	if !ok || bi == nil {
+		if releaseVersion != "" {
+			v.Version = releaseVersion
+		}
 		return v
 	}
 	if bi.Main.Path != "" {
@@ -83,6 +94,9 @@ func newVersionInfo(bi *debug.BuildInfo, ok bool) versionInfo {
 	}
 	if bi.Main.Version != "" {
 		v.Version = bi.Main.Version
+	}
+	if releaseVersion != "" {
+		v.Version = releaseVersion
 	}
 	for _, s := range bi.Settings {
 		switch s.Key {

@@ -159,3 +159,20 @@ func TestVersionListsTheREADMEKernelFeatures(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseVersion: the version a release stamps with -ldflags -X takes
+// the place of the build info's, with build info or without; the VCS
+// state still comes from the build info.
+func TestReleaseVersion(t *testing.T) {
+	defer func(v string) { releaseVersion = v }(releaseVersion)
+	releaseVersion = "v1.2.3"
+	bi := &debug.BuildInfo{Main: debug.Module{Path: "github.com/nodevol/nodevol", Version: "(devel)"},
+		Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "abc"}}}
+	v := newVersionInfo(bi, true)
+	if v.Version != "v1.2.3" || v.Revision == nil || *v.Revision != "abc" {
+		t.Errorf("with build info: version %q, revision %v; want v1.2.3, abc", v.Version, v.Revision)
+	}
+	if v := newVersionInfo(nil, false); v.Version != "v1.2.3" {
+		t.Errorf("without build info: version %q; want v1.2.3", v.Version)
+	}
+}

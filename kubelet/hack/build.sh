@@ -39,6 +39,13 @@
 #   stock:   v<k8s version>  (and --apiserver: the same, and no nodevol module;
 #            the run-time plugin check is the kubelet's only)
 #
+# NODEVOL_VERSION (a release's, e.g. v1.2.3) replaces the commit in the
+# nodevol version: v<k8s version>+nodevol.v1.2.3 (hack/release sets it).
+#
+# GOARCH, GOOS and CGO_ENABLED are the go command's: a cross build (GOARCH
+# other than the host's; hack/release builds linux/arm64 on amd64) is
+# checked by its module list only, since it cannot run here.
+#
 # env: GOFLAGS etc. are honoured; BUILD_DIR overrides kubelet/.build.
 set -euo pipefail
 
@@ -133,7 +140,7 @@ major=${k8s_version#v}; major=${major%%.*}
 git_version=$k8s_version commit="" tree=clean
 if ! $stock; then
   commit=$(git -C "$repo" rev-parse HEAD)
-  git_version=$k8s_version+nodevol.${commit:0:12}
+  git_version=$k8s_version+nodevol.${NODEVOL_VERSION:-${commit:0:12}}
   if [ -n "$(git -C "$repo" status --porcelain)" ]; then
     tree=dirty
     git_version=$git_version.dirty
@@ -193,6 +200,10 @@ if [ "$mode" = --agnhost ]; then
     echo "build.sh: $out is dynamically linked; the agnhost image has no libc:" >&2
     echo "$linked" >&2; exit 1
   fi
+fi
+if [ "$(go env GOOS)/$(go env GOARCH)" != "$(go env GOHOSTOS)/$(go env GOHOSTARCH)" ]; then
+  echo "$out: $cmd for $(go env GOOS)/$(go env GOARCH) (not run: a cross build), $(stat -c %s "$out") bytes"
+  exit 0
 fi
 case $mode in
   --agnhost|--ginkgo)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
@@ -31,6 +32,9 @@ const PluginName = emptydir.PluginName
 type Plugin struct {
 	opts   []emptydir.Option
 	logger klog.Logger
+	// adopt and adoptReg: WithAdoption.
+	adopt    bool
+	adoptReg prometheus.Registerer
 
 	host k8svolume.VolumeHost
 	nv   *emptydir.Plugin
@@ -49,6 +53,17 @@ type Option func(*Plugin)
 // assigned; usage is then measured by walking the volume.
 func WithQuotas(q emptydir.Quotas) Option {
 	return func(p *Plugin) { p.opts = append(p.opts, emptydir.WithQuotas(q)) }
+}
+
+// WithAdoption makes SetUp adopt the tmpfs and hugetlbfs volumes the
+// kubelet that ran before this one mounted (emptydir.WithAdoption): a node
+// switched to nodevol in place, without a drain, keeps its running pods'
+// Memory emptyDirs and their secret, configMap, downwardAPI and projected
+// volumes served. The session in the kubelet root's session log opens at
+// Init and lasts as long as the process. reg receives the counter of
+// adopted volumes (nil: none).
+func WithAdoption(reg prometheus.Registerer) Option {
+	return func(p *Plugin) { p.adopt, p.adoptReg = true, reg }
 }
 
 // WithLogger sets the logger SetUp and TearDown log to (the kubelet's
@@ -77,8 +92,9 @@ var ErrNotInitialized = errors.New("volumeplugin: Init was not called")
 // host.GetPodsDir(). Its pods/<uid>/volumes/kubernetes.io~empty-dir and
 // plugins/kubernetes.io~empty-dir layout is the kubelet's, so a stock
 // kubelet's Default volumes are served as they are; a tmpfs it mounted has
-// no record nodevol can prove, and its teardown is refused until it is
-// unmounted by hand (drain a node before switching it; docs/kubelet.md).
+// no record nodevol can prove, and is adopted under the adoption rule with
+// WithAdoption (otherwise its SetUp and teardown are refused until it is
+// unmounted by hand; docs/kubelet.md).
 func (p *Plugin) Init(host k8svolume.VolumeHost) error {
 	pods := filepath.Clean(host.GetPodsDir())
 	if filepath.Base(pods) != "pods" {
@@ -89,7 +105,11 @@ func (p *Plugin) Init(host k8svolume.VolumeHost) error {
 		return fmt.Errorf("volumeplugin: %w", err)
 	}
 	p.host = host
-	p.nv = emptydir.New(nodeHost{layout: layout, host: host}, p.opts...)
+	opts := p.opts
+	if p.adopt {
+		opts = append(opts[:len(opts):len(opts)], emptydir.WithAdoption(emptydir.Adoption{Logger: p.logger, Registerer: p.adoptReg}))
+	}
+	p.nv = emptydir.New(nodeHost{layout: layout, host: host}, opts...)
 	return nil
 }
 

@@ -236,14 +236,25 @@ func memTotal() (int64, error) {
 	return 0, errors.New("/proc/meminfo has no MemTotal")
 }
 
-// buildVersion is the module version and VCS revision the binary was built
-// from.
+// releaseVersion is the version a release stamps into the binary
+// (hack/release, with -ldflags "-X main.releaseVersion=v1.2.3"); when set
+// it takes the place of the build info's module version.
+var releaseVersion string
+
+// buildVersion is the module version (or releaseVersion) and VCS revision
+// the binary was built from.
 func buildVersion() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
+		if releaseVersion != "" {
+			return releaseVersion
+		}
 		return "unknown"
 	}
 	v := bi.Main.Version
+	if releaseVersion != "" {
+		v = releaseVersion
+	}
 	for _, s := range bi.Settings {
 		if s.Key == "vcs.revision" {
 			v += " " + s.Value

@@ -22,7 +22,12 @@
 // gzip would make the bytes depend on the compressor's version, and
 // images written here are imported from a file, not pulled over a network.
 //
-// Not covered: multi-layer images, multi-platform indexes, hard links,
+// WriteIndex writes images of several platforms (a release's amd64 and
+// arm64) as one multi-platform image: index.json lists an image index,
+// whose digest is the image's, listing each platform's manifest, the same
+// manifest Write writes for that image alone. InspectIndex reads it back.
+//
+// Not covered: multi-layer images, hard links,
 // device nodes, extended attributes and file capabilities. Inspect reads a
 // layout back and checks every digest, and every layer entry against what
 // Layer writes (no path escaping the root, none twice, none under a

@@ -349,6 +349,26 @@ func Write(w io.Writer, img *Image) (Descriptor, error) {
 // writeLayout is Write with the layer given: tests use it to write
 // layouts whose layer Layer would refuse.
 func writeLayout(w io.Writer, img *Image, refTag string, layer []byte) (Descriptor, error) {
+	b, err := imageBlobs(img, layer)
+	if err != nil {
+		return Descriptor{}, err
+	}
+	desc := b.desc
+	desc.Annotations = map[string]string{AnnotationImageName: img.Name, AnnotationRefName: refTag}
+	if err := writeTar(w, img.created(), desc, b.blobs...); err != nil {
+		return Descriptor{}, err
+	}
+	return desc, nil
+}
+
+// blobsOf is one image's blobs (layer, config, manifest) and its
+// manifest's descriptor, with its platform and without annotations.
+type blobsOf struct {
+	blobs [][]byte
+	desc  Descriptor
+}
+
+func imageBlobs(img *Image, layer []byte) (blobsOf, error) {
 	created := img.created()
 	platform := img.platform()
 	config, err := json.Marshal(ImageConfig{
@@ -358,7 +378,7 @@ func writeLayout(w io.Writer, img *Image, refTag string, layer []byte) (Descript
 		RootFS:   RootFS{Type: "layers", DiffIDs: []string{Digest(layer)}},
 	})
 	if err != nil {
-		return Descriptor{}, fmt.Errorf("ociimage: config: %w", err)
+		return blobsOf{}, fmt.Errorf("ociimage: config: %w", err)
 	}
 	manifest, err := json.Marshal(Manifest{
 		SchemaVersion: 2,
@@ -368,22 +388,30 @@ func writeLayout(w io.Writer, img *Image, refTag string, layer []byte) (Descript
 		Annotations:   img.Annotations,
 	})
 	if err != nil {
-		return Descriptor{}, fmt.Errorf("ociimage: manifest: %w", err)
+		return blobsOf{}, fmt.Errorf("ociimage: manifest: %w", err)
 	}
-	desc := Descriptor{
-		MediaType:   MediaTypeManifest,
-		Digest:      Digest(manifest),
-		Size:        int64(len(manifest)),
-		Annotations: map[string]string{AnnotationImageName: img.Name, AnnotationRefName: refTag},
-		Platform:    &platform,
-	}
-	idx, err := json.Marshal(index{SchemaVersion: 2, MediaType: MediaTypeIndex, Manifests: []Descriptor{desc}})
-	if err != nil {
-		return Descriptor{}, fmt.Errorf("ociimage: index: %w", err)
-	}
+	return blobsOf{
+		blobs: [][]byte{layer, config, manifest},
+		desc:  Descriptor{MediaType: MediaTypeManifest, Digest: Digest(manifest), Size: int64(len(manifest)), Platform: &platform},
+	}, nil
+}
 
-	blobs := [][]byte{layer, config, manifest}
-	sort.Slice(blobs, func(i, j int) bool { return Digest(blobs[i]) < Digest(blobs[j]) })
+// writeTar writes the layout: oci-layout, an index.json listing top, and
+// the blobs, each once, sorted by digest, every timestamp created.
+func writeTar(w io.Writer, created time.Time, top Descriptor, blobs ...[]byte) error {
+	idx, err := json.Marshal(index{SchemaVersion: 2, MediaType: MediaTypeIndex, Manifests: []Descriptor{top}})
+	if err != nil {
+		return fmt.Errorf("ociimage: index: %w", err)
+	}
+	byDigest := map[string][]byte{}
+	for _, b := range blobs {
+		byDigest[Digest(b)] = b
+	}
+	digests := make([]string, 0, len(byDigest))
+	for d := range byDigest {
+		digests = append(digests, d)
+	}
+	sort.Strings(digests)
 	tw := tar.NewWriter(w)
 	put := func(name string, data []byte) error {
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: created}); err != nil {
@@ -393,25 +421,92 @@ func writeLayout(w io.Writer, img *Image, refTag string, layer []byte) (Descript
 		return err
 	}
 	if err := put("oci-layout", []byte(layoutVersion)); err != nil {
-		return Descriptor{}, fmt.Errorf("ociimage: writing: %w", err)
+		return fmt.Errorf("ociimage: writing: %w", err)
 	}
 	if err := put("index.json", idx); err != nil {
-		return Descriptor{}, fmt.Errorf("ociimage: writing: %w", err)
+		return fmt.Errorf("ociimage: writing: %w", err)
 	}
-	for _, b := range blobs {
-		if err := put(blobPath(Digest(b)), b); err != nil {
-			return Descriptor{}, fmt.Errorf("ociimage: writing: %w", err)
+	for _, d := range digests {
+		if err := put(blobPath(d), byDigest[d]); err != nil {
+			return fmt.Errorf("ociimage: writing: %w", err)
 		}
 	}
 	if err := tw.Close(); err != nil {
-		return Descriptor{}, fmt.Errorf("ociimage: writing: %w", err)
+		return fmt.Errorf("ociimage: writing: %w", err)
+	}
+	return nil
+}
+
+// ErrPlatforms is matched by WriteIndex's error for images that are not
+// one per platform, or do not share a Created time.
+var ErrPlatforms = errors.New("want one image per platform, at least one, all created at the same time")
+
+// WriteIndex writes imgs, one per platform, as one multi-platform image
+// in an OCI image layout tarball: index.json lists one image index, named
+// name (as Write names an image), and that index lists each image's
+// manifest with its platform, in the order of imgs. The index's digest is
+// the image's digest: the one a registry serves for name, from which a
+// node pulls the manifest of its own platform. Image.Name is ignored.
+// Reproducible as Write is.
+func WriteIndex(w io.Writer, name string, imgs []*Image) (Descriptor, error) {
+	refTag, err := tag(name)
+	if err != nil {
+		return Descriptor{}, err
+	}
+	if len(imgs) == 0 {
+		return Descriptor{}, fmt.Errorf("ociimage: no images: %w", ErrPlatforms)
+	}
+	var blobs [][]byte
+	var manifests []Descriptor
+	seen := map[Platform]bool{}
+	for _, img := range imgs {
+		p := img.platform()
+		if seen[p] || !img.created().Equal(imgs[0].created()) {
+			return Descriptor{}, fmt.Errorf("ociimage: %s/%s: %w", p.OS, p.Architecture, ErrPlatforms)
+		}
+		seen[p] = true
+		layer, err := Layer(img.Entries, img.created())
+		if err != nil {
+			return Descriptor{}, err
+		}
+		b, err := imageBlobs(img, layer)
+		if err != nil {
+			return Descriptor{}, err
+		}
+		blobs = append(blobs, b.blobs...)
+		manifests = append(manifests, b.desc)
+	}
+	ix, err := json.Marshal(index{SchemaVersion: 2, MediaType: MediaTypeIndex, Manifests: manifests})
+	if err != nil {
+		return Descriptor{}, fmt.Errorf("ociimage: image index: %w", err)
+	}
+	blobs = append(blobs, ix)
+	desc := Descriptor{
+		MediaType:   MediaTypeIndex,
+		Digest:      Digest(ix),
+		Size:        int64(len(ix)),
+		Annotations: map[string]string{AnnotationImageName: name, AnnotationRefName: refTag},
+	}
+	if err := writeTar(w, imgs[0].created(), desc, blobs...); err != nil {
+		return Descriptor{}, err
 	}
 	return desc, nil
+}
+
+// WriteIndexFile is WriteIndex to the file name, atomically, as WriteFile.
+func WriteIndexFile(name, ref string, imgs []*Image) (Descriptor, error) {
+	return writeFileAtomic(name, func(w io.Writer) (Descriptor, error) { return WriteIndex(w, ref, imgs) })
 }
 
 // WriteFile writes img to the file name, atomically: a reader sees the
 // old file or the whole new one. The file is mode 0644.
 func WriteFile(name string, img *Image) (Descriptor, error) {
+	return writeFileAtomic(name, func(w io.Writer) (Descriptor, error) { return Write(w, img) })
+}
+
+// writeFileAtomic writes the file name with write, through a temporary
+// file renamed over it, mode 0644.
+func writeFileAtomic(name string, write func(io.Writer) (Descriptor, error)) (Descriptor, error) {
 	f, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".tmp*")
 	if err != nil {
 		return Descriptor{}, err
@@ -424,7 +519,7 @@ func WriteFile(name string, img *Image) (Descriptor, error) {
 			os.Remove(tmp)
 		}
 	}()
-	desc, err := Write(f, img)
+	desc, err := write(f)
 	if err != nil {
 		return Descriptor{}, err
 	}
@@ -468,21 +563,87 @@ type LayerFile struct {
 // diff_id against the uncompressed layer, and every layer entry as
 // Layer writes them (see checkLayerEntry): no path that escapes the root.
 func Inspect(r io.Reader) (*Layout, error) {
+	top, blob, err := readLayout(r, MediaTypeManifest)
+	if err != nil {
+		return nil, err
+	}
+	return inspectImage(top, blob)
+}
+
+// IndexLayout is a multi-platform layout as InspectIndex read it, every
+// digest checked.
+type IndexLayout struct {
+	Index  Descriptor // the image index's entry in index.json
+	Images []*Layout  // each Layout's Index is its entry in the image index
+}
+
+// InspectIndex reads an OCI image layout tarball holding one
+// multi-platform image (as WriteIndex writes it) and checks it as Inspect
+// checks one image, and each image of it, whose platforms must be
+// distinct and the ones their configs name.
+func InspectIndex(r io.Reader) (*IndexLayout, error) {
+	top, blob, err := readLayout(r, MediaTypeIndex)
+	if err != nil {
+		return nil, err
+	}
+	ib, err := blob(top)
+	if err != nil {
+		return nil, err
+	}
+	var ix index
+	if err := json.Unmarshal(ib, &ix); err != nil {
+		return nil, fmt.Errorf("ociimage: image index: %w: %w", ErrInvalidLayout, err)
+	}
+	if ix.SchemaVersion != 2 || ix.MediaType != MediaTypeIndex || len(ix.Manifests) == 0 {
+		return nil, fmt.Errorf("ociimage: image index %s: %w", ib, ErrInvalidLayout)
+	}
+	l := &IndexLayout{Index: top}
+	seen := map[Platform]bool{}
+	for _, d := range ix.Manifests {
+		if d.MediaType != MediaTypeManifest || d.Platform == nil || seen[*d.Platform] {
+			return nil, fmt.Errorf("ociimage: image index entry %+v: want one image manifest per platform: %w", d, ErrInvalidLayout)
+		}
+		seen[*d.Platform] = true
+		img, err := inspectImage(d, blob)
+		if err != nil {
+			return nil, err
+		}
+		if img.Config.Platform != *d.Platform {
+			return nil, fmt.Errorf("ociimage: the image index says %+v, the config %+v: %w", *d.Platform, img.Config.Platform, ErrInvalidLayout)
+		}
+		l.Images = append(l.Images, img)
+	}
+	return l, nil
+}
+
+// InspectIndexFile is InspectIndex of the file name.
+func InspectIndexFile(name string) (*IndexLayout, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return InspectIndex(f)
+}
+
+// readLayout reads a layout tarball whose index.json lists one entry of
+// mediaType, checks every blob's digest, and returns that entry and a
+// lookup of blobs by descriptor (checking size and digest).
+func readLayout(r io.Reader, mediaType string) (Descriptor, func(Descriptor) ([]byte, error), error) {
 	files, err := readTar(r)
 	if err != nil {
-		return nil, fmt.Errorf("ociimage: reading layout: %w", err)
+		return Descriptor{}, nil, fmt.Errorf("ociimage: reading layout: %w", err)
 	}
 	if got := string(files["oci-layout"]); got != layoutVersion {
-		return nil, fmt.Errorf("ociimage: oci-layout is %q: %w", got, ErrInvalidLayout)
+		return Descriptor{}, nil, fmt.Errorf("ociimage: oci-layout is %q: %w", got, ErrInvalidLayout)
 	}
 	var idx index
 	if err := json.Unmarshal(files["index.json"], &idx); err != nil {
-		return nil, fmt.Errorf("ociimage: index.json: %w: %w", ErrInvalidLayout, err)
+		return Descriptor{}, nil, fmt.Errorf("ociimage: index.json: %w: %w", ErrInvalidLayout, err)
 	}
-	if idx.SchemaVersion != 2 || len(idx.Manifests) != 1 || idx.Manifests[0].MediaType != MediaTypeManifest {
-		return nil, fmt.Errorf("ociimage: index.json %s: %w", files["index.json"], ErrInvalidLayout)
+	if idx.SchemaVersion != 2 || len(idx.Manifests) != 1 || idx.Manifests[0].MediaType != mediaType {
+		return Descriptor{}, nil, fmt.Errorf("ociimage: index.json %s: %w", files["index.json"], ErrInvalidLayout)
 	}
-	l := &Layout{Index: idx.Manifests[0]}
 	blob := func(d Descriptor) ([]byte, error) {
 		b, ok := files[blobPath(d.Digest)]
 		if !ok {
@@ -495,9 +656,15 @@ func Inspect(r io.Reader) (*Layout, error) {
 	}
 	for name, b := range files {
 		if d, ok := strings.CutPrefix(name, "blobs/sha256/"); ok && Digest(b) != "sha256:"+d {
-			return nil, &BlobError{Digest: "sha256:" + d, Err: ErrDigestMismatch}
+			return Descriptor{}, nil, &BlobError{Digest: "sha256:" + d, Err: ErrDigestMismatch}
 		}
 	}
+	return idx.Manifests[0], blob, nil
+}
+
+// inspectImage reads and checks the image whose manifest desc describes.
+func inspectImage(desc Descriptor, blob func(Descriptor) ([]byte, error)) (*Layout, error) {
+	l := &Layout{Index: desc}
 	mb, err := blob(l.Index)
 	if err != nil {
 		return nil, err

@@ -10,7 +10,9 @@
 // emptyDir on /metrics, and its control without mount propagation, which
 // misses it; and nodevol-csi on the stock kubelet: deploy/csi
 // applied through the API, a NAS inside its Default inline volume kept
-// across a driver restart, the volume gone once the NAS is.
+// across a driver restart, the volume gone once the NAS is; and the node's
+// kubelet binary replaced in place, each way, without a drain, while pods
+// with every kind of volume the emptyDir plugin serves run.
 //
 //	go run ./hack/e2e -stock KUBELET -nodevol KUBELET -apiserver KUBE-APISERVER [-run REGEXP] [-timeout 15m] [-workdir DIR] [-nodevol-image FILE] [-deploy DIR] [-csi-image FILE] [-csi-deploy DIR]
 //

@@ -1,6 +1,7 @@
 package emptydir
 
 import (
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/volume"
 
@@ -17,5 +18,8 @@ const EmptyDirPluginName = volumeplugin.PluginName
 // tells that its emptyDir volumes are nodevol's.
 func ProbeVolumePlugins() []volume.VolumePlugin {
 	klog.InfoS("emptyDir volumes are served by nodevol", "pluginName", EmptyDirPluginName, "plugin", "github.com/nodevol/nodevol/kubelet/volumeplugin")
-	return volumeplugin.ProbeVolumePlugins()
+	// A node switched in place from a stock kubelet keeps its running
+	// pods' tmpfs volumes: they are adopted, each one logged and counted
+	// on the kubelet's /metrics.
+	return volumeplugin.ProbeVolumePlugins(volumeplugin.WithAdoption(legacyregistry.Registerer()))
 }

@@ -420,6 +420,14 @@ func runNamespace(ctx context.Context, opts options, workdir string, images []st
 			}
 		}
 	}
+	if opts.mode == modeScenarios {
+		// A scenario that switches kubelets runs on a node of its own.
+		for _, s := range scenarios() {
+			if s.switches != nil {
+				subs = append(subs, s.id())
+			}
+		}
+	}
 	if err := makeCgroups(cgroups, subs); err != nil {
 		return err
 	}

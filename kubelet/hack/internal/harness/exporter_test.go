@@ -85,4 +85,17 @@ func TestScenariosFor(t *testing.T) {
 	if got := ids(scenariosFor(all, nodevolKubelet)); got != "7-exporter,8-exporter-no-propagation" {
 		t.Errorf("nodevol runs %s; want both", got)
 	}
+	// The switches run on nodes of their own, never in a kubelet's turn.
+	switches, err := selectScenarios("switch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(switches); got != "10-switch-to-nodevol,11-switch-to-stock" {
+		t.Errorf("-run switch selects %s", got)
+	}
+	for _, f := range flavors {
+		if got := ids(scenariosFor(switches, f)); got != "" {
+			t.Errorf("the %s kubelet's turn runs %s", f, got)
+		}
+	}
 }

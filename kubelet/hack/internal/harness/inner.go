@@ -29,6 +29,10 @@ func scenarios() []scenario {
 		// nodevol-csi serves stock kubelets: the nodevol kubelet's row would
 		// add nothing.
 		{num: 9, name: csiScenarioName, sched: alone, kubelets: []flavor{stockKubelet}, nodevolOnStock: true, expect: expectCSI, run: csiScenario},
+		// An operator replaces the kubelet binary and restarts the service,
+		// without draining: each way once, on a node of its own.
+		{num: 10, name: "switch-to-nodevol", sched: alone, switches: &kubeletSwitch{stockKubelet, nodevolKubelet}, expect: expectSwitch(nodevolKubelet), run: switchScenario(kubeletSwitch{stockKubelet, nodevolKubelet})},
+		{num: 11, name: "switch-to-stock", sched: alone, switches: &kubeletSwitch{nodevolKubelet, stockKubelet}, expect: expectSwitch(stockKubelet), run: switchScenario(kubeletSwitch{nodevolKubelet, stockKubelet})},
 	}
 }
 
@@ -154,6 +158,16 @@ func runAll(ctx context.Context, cfg innerConfig, log *logger) ([]row, error) {
 			return rows, fmt.Errorf("%s kubelet: %w", f, err)
 		}
 	}
+	for _, s := range selected {
+		if s.switches == nil {
+			continue
+		}
+		r, err := runSwitch(ctx, cfg, cp, s, log.with(s.switches.String()+": "))
+		rows = append(rows, r)
+		if err != nil {
+			return rows, fmt.Errorf("%s kubelet: %w", s.switches, err)
+		}
+	}
 	return rows, nil
 }
 
@@ -175,10 +189,14 @@ func selectScenarios(run string) ([]scenario, error) {
 	return selected, nil
 }
 
-// scenariosFor is the scenarios that run against the flavor's kubelet.
+// scenariosFor is the scenarios that run against the flavor's kubelet (not
+// those that switch kubelets: they have a node of their own).
 func scenariosFor(selected []scenario, f flavor) []scenario {
 	var out []scenario
 	for _, s := range selected {
+		if s.switches != nil {
+			continue
+		}
 		if len(s.kubelets) == 0 || slices.Contains(s.kubelets, f) {
 			out = append(out, s)
 		}
@@ -190,52 +208,12 @@ func scenariosFor(selected []scenario, f flavor) []scenario {
 // directories, runs the concurrent scenarios side by side, then the ones
 // that must run alone, and stops both.
 func runFlavor(ctx context.Context, cfg innerConfig, cp *controlPlane, f flavor, selected []scenario, log *logger) ([]row, error) {
-	dir := filepath.Join(cfg.Workdir, f.String())
-	if err := privateHostDirs(); err != nil {
-		return nil, err
-	}
-	// Last, after the kubelet and containerd stopped: whatever they left
-	// running (shims, containers) is killed before the next kubelet's turn.
-	defer func() {
-		if err := killAllBut(cp.pids(), 10*time.Second); err != nil {
-			log.Printf("note: %v", err)
-		}
-	}()
-	t0 := time.Now()
-	c, err := startContainerd(ctx, filepath.Join(dir, "containerd"), cfg.Images, log)
+	n, err := startNode(ctx, cfg, cp, filepath.Join(cfg.Workdir, f.String()), f.String(), f, log)
 	if err != nil {
 		return nil, err
 	}
-	defer c.stop()
-	var ours []nodevolImage // nodevol's images the selected scenarios run
-	if cfg.Exporter != nil {
-		ours = append(ours, cfg.Exporter.Image)
-	}
-	if cfg.CSI != nil {
-		ours = append(ours, cfg.CSI.Image)
-	}
-	for _, img := range ours {
-		if err := c.checkImage(ctx, img); err != nil {
-			return nil, err
-		}
-		log.Printf("containerd imported %s as %s, the digest recorded beside %s", img.Name, img.Digest, filepath.Base(img.Tar))
-	}
-	k, err := newKubelet(cfg.Kubelets[f.String()], filepath.Join(dir, "kubelet"), c.socket, "/"+cfg.CgroupName+"/"+f.String(), cp.kubeconfig, log)
-	if err != nil {
-		return nil, err
-	}
-	if err := k.start(ctx); err != nil {
-		return nil, err
-	}
-	defer k.stop()
-	log.Printf("containerd and kubelet %s (%s) up in %.1fs", cfg.Kubelets[f.String()], cfg.Versions[f.String()], time.Since(t0).Seconds())
-	// kubelet/hack/build.sh's nodevol build logs a line when it builds
-	// its plugin list, a stock build never: a binary of the other kind is a
-	// harness failure, before any row can pass for the wrong kubelet. (The
-	// rows check what the teardown does too.)
-	if err := checkKubeletKind(k, f); err != nil {
-		return nil, err
-	}
+	defer n.stop()
+	k := n.kubelet
 
 	rows := make([]row, len(selected))
 	outcomes := make([]*outcome, len(selected))
@@ -273,6 +251,79 @@ func runFlavor(ctx context.Context, cfg innerConfig, cp *controlPlane, f flavor,
 		}
 	}
 	return rows, nil
+}
+
+// node is one turn's containerd and kubelet, on fresh private host
+// directories.
+type node struct {
+	containerd *containerd
+	kubelet    *kubelet
+	cp         *controlPlane
+	log        *logger
+}
+
+// startNode covers the host directories with fresh tmpfs mounts, starts
+// containerd with the run's images (checking nodevol's) and the flavor's
+// kubelet, both with their state in dir and the kubelet under the run's
+// cgroup cgroupSub, and checks that the kubelet is of its flavor.
+func startNode(ctx context.Context, cfg innerConfig, cp *controlPlane, dir, cgroupSub string, f flavor, log *logger) (_ *node, err error) {
+	if err := privateHostDirs(); err != nil {
+		return nil, err
+	}
+	n := &node{cp: cp, log: log}
+	defer func() {
+		if err != nil {
+			n.stop()
+		}
+	}()
+	t0 := time.Now()
+	if n.containerd, err = startContainerd(ctx, filepath.Join(dir, "containerd"), cfg.Images, log); err != nil {
+		return nil, err
+	}
+	var ours []nodevolImage // nodevol's images the selected scenarios run
+	if cfg.Exporter != nil {
+		ours = append(ours, cfg.Exporter.Image)
+	}
+	if cfg.CSI != nil {
+		ours = append(ours, cfg.CSI.Image)
+	}
+	for _, img := range ours {
+		if err := n.containerd.checkImage(ctx, img); err != nil {
+			return nil, err
+		}
+		log.Printf("containerd imported %s as %s, the digest recorded beside %s", img.Name, img.Digest, filepath.Base(img.Tar))
+	}
+	k, err := newKubelet(cfg.Kubelets[f.String()], filepath.Join(dir, "kubelet"), n.containerd.socket, "/"+cfg.CgroupName+"/"+cgroupSub, cp.kubeconfig, log)
+	if err != nil {
+		return nil, err
+	}
+	n.kubelet = k
+	if err := k.start(ctx); err != nil {
+		return nil, err
+	}
+	log.Printf("containerd and kubelet %s (%s) up in %.1fs", cfg.Kubelets[f.String()], cfg.Versions[f.String()], time.Since(t0).Seconds())
+	// kubelet/hack/build.sh's nodevol build logs a line when it builds
+	// its plugin list, a stock build never: a binary of the other kind is a
+	// harness failure, before any row can pass for the wrong kubelet. (The
+	// rows check what the teardown does too.)
+	if err := checkKubeletKind(k, f); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// stop stops the kubelet and containerd, then kills whatever they left
+// running (shims, containers) before the next turn.
+func (n *node) stop() {
+	if n.kubelet != nil {
+		n.kubelet.stop()
+	}
+	if n.containerd != nil {
+		n.containerd.stop()
+	}
+	if err := killAllBut(n.cp.pids(), 10*time.Second); err != nil {
+		n.log.Printf("note: %v", err)
+	}
 }
 
 func makeRow(s scenario, f flavor, o *outcome) row {

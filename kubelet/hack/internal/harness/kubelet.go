@@ -226,6 +226,22 @@ func (k *kubelet) stop() {
 	}
 }
 
+// replaceBinary does what an operator does who replaces the kubelet binary
+// and restarts its service without draining the node: it stops the
+// kubelet with SIGTERM (its pods' containers keep running: they are
+// containerd's) and starts bin in its place with the same configuration,
+// root directory, certificates and kubeconfig, logging to logName in the
+// kubelet's directory. It returns once the new kubelet's healthz answers,
+// with how long the old one took to exit.
+func (k *kubelet) replaceBinary(ctx context.Context, bin, logName string) (exited time.Duration, err error) {
+	t0 := time.Now()
+	k.stop()
+	exited = time.Since(t0)
+	k.bin = bin
+	k.logPath = filepath.Join(k.dir, logName)
+	return exited, k.start(ctx)
+}
+
 // url is the kubelet's plain-HTTP address for path on port (healthz, or
 // the read-only port's pods and metrics).
 func (k *kubelet) url(port int, path string) string {

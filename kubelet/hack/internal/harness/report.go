@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -41,9 +42,14 @@ func printReport(w io.Writer, res *innerResult, wall time.Duration) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "TIMINGS (seconds)")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tSTEP\tSTOCK\tNODEVOL")
+	cols := timingColumns(res.Rows)
+	fmt.Fprintf(tw, "SCENARIO\tSTEP\t%s\n", strings.ToUpper(strings.Join(cols, "\t")))
 	for _, t := range timingTable(res.Rows) {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.scenario, t.step, t.by[stockKubelet.String()], t.by[nodevolKubelet.String()])
+		cells := []string{t.scenario, t.step}
+		for _, c := range cols {
+			cells = append(cells, t.by[c])
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(w, "e2e wall time %.1fs\n", wall.Seconds())
@@ -70,6 +76,18 @@ func removeWorkdir(dir string) error {
 		return fmt.Errorf("%w: %s; not removing %s", ErrMountsInWorkdir, strings.Join(points, ", "), dir)
 	}
 	return os.RemoveAll(dir)
+}
+
+// timingColumns are the kubelet columns of the timing table: stock and
+// nodevol, then the switches' ("stock→nodevol") when there are any.
+func timingColumns(rows []row) []string {
+	cols := []string{stockKubelet.String(), nodevolKubelet.String()}
+	for _, r := range rows {
+		if !slices.Contains(cols, r.Kubelet) {
+			cols = append(cols, r.Kubelet)
+		}
+	}
+	return cols
 }
 
 // timingRow is one step of one scenario, timed for each kubelet.

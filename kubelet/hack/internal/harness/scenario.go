@@ -53,10 +53,21 @@ type scenario struct {
 	// nodevolOnStock: the stock kubelet's row is nodevol's own result
 	// (nodevol-csi on a stock kubelet), not a peer's.
 	nodevolOnStock bool
+	// switches, for a scenario that replaces the node's kubelet binary in
+	// place (from → to) while its pods run: it runs once, alone, on a node
+	// of its own after every kubelet's turn, and its row is nodevol's
+	// result. nil: the scenario runs on each kubelet's turn.
+	switches *kubeletSwitch
 	// expect says what the kubelet of the flavor should do, in words.
 	expect func(flavor) string
 	run    func(ctx context.Context, env *scenarioEnv, o *outcome)
 }
+
+// kubeletSwitch is an in-place switch of the node's kubelet binary.
+type kubeletSwitch struct{ from, to flavor }
+
+// String is the row's kubelet column: "stock→nodevol".
+func (sw kubeletSwitch) String() string { return sw.from.String() + "→" + sw.to.String() }
 
 // id is what -run matches: "1-nas-tmpfs".
 func (s scenario) id() string { return fmt.Sprintf("%d-%s", s.num, s.name) }
@@ -75,7 +86,10 @@ type scenarioEnv struct {
 	// csi is the CSI scenario's image and manifests (nil when that
 	// scenario is not selected).
 	csi *csiInputs
-	log *logger
+	// kubeletBins are the kubelet binaries by flavor, for a scenario that
+	// switches the node's kubelet.
+	kubeletBins map[string]string
+	log         *logger
 }
 
 // timing is one measured step.

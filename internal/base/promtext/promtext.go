@@ -1,0 +1,510 @@
+// Package promtext keeps gauges, counters and histograms and writes them
+// in Prometheus's text exposition format (version 0.0.4), the format every
+// Prometheus server scrapes.
+//
+// It is for the nodevol binary, so that it need not link
+// github.com/prometheus/client_golang: that package's initialisation (its
+// default registry with the Go and process collectors, and the protobuf
+// descriptors of client_model) runs at every start of every command, and
+// makes `nodevol rm` start three times slower than a Go program that does
+// nothing (docs/benchmarks.md). serve does not use it yet: it also exports
+// client_golang's Go and process collectors, which this package does not
+// provide. Libraries (reconciler) and the other binaries keep
+// client_golang.
+//
+// What it writes is what client_golang's registry and promhttp write for
+// the same metrics (tests compare the bytes): families sorted by name,
+// each with its HELP and TYPE lines, series sorted by label values,
+// labels sorted by name, values as strconv's shortest 'g' form. A vector
+// with no series is left out, as client_golang leaves it out. Not
+// covered: summaries, exemplars, native histograms, OpenMetrics and
+// protobuf negotiation, and compression.
+package promtext
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode/utf8"
+)
+
+// ContentType is the media type of what WriteTo writes, as promhttp
+// names it (the names are legacy Prometheus names: nothing is escaped).
+const ContentType = "text/plain; version=0.0.4; charset=utf-8; escaping=underscores"
+
+// Errors, matched with errors.Is.
+var (
+	ErrInvalidName  = errors.New("invalid metric or label name")
+	ErrInvalidLabel = errors.New("invalid label value: not UTF-8")
+	ErrDuplicate    = errors.New("metric registered twice")
+	ErrLabelCount   = errors.New("wrong number of label values")
+)
+
+// Labels are constant labels: name to value.
+type Labels map[string]string
+
+// Opts name a metric: its full name is Namespace_Subsystem_Name, each part
+// that is not empty.
+type Opts struct {
+	Namespace, Subsystem, Name string
+	Help                       string
+}
+
+func (o Opts) fullName() string {
+	var parts []string
+	for _, p := range []string{o.Namespace, o.Subsystem, o.Name} {
+		if p != "" {
+			parts = append(parts, p)
+		}
+	}
+	return strings.Join(parts, "_")
+}
+
+// Registry is a set of metrics; its zero value is empty and ready. It is
+// an http.Handler serving them.
+type Registry struct {
+	mu       sync.Mutex
+	families map[string]*family
+}
+
+// NewRegistry is an empty Registry.
+func NewRegistry() *Registry { return &Registry{} }
+
+// kind is a family's TYPE.
+type kind string
+
+const (
+	kindGauge     kind = "gauge"
+	kindCounter   kind = "counter"
+	kindHistogram kind = "histogram"
+)
+
+// family is one metric name: its help, type, label names (constant ones
+// first, in the order the series' values are kept) and series.
+type family struct {
+	mu         sync.Mutex
+	name, help string
+	kind       kind
+	constNames []string // sorted
+	constVals  []string
+	varNames   []string
+	allNames   []string            // constNames then varNames
+	labelOrder []int               // all labels sorted by name, as indexes into allNames
+	buckets    []float64           // histograms
+	series     map[string]*series  // by the variable label values, joined
+	order      map[string][]string // the variable label values, by the same key
+	dflt       *series             // the one series of a family without variable labels
+	reg        *Registry           // the registry holding it, once registered
+}
+
+// series is one time series' value; for a histogram, its bucket counts,
+// sum and count.
+type series struct {
+	value  float64
+	counts []uint64 // histogram: per bucket, not cumulative
+	sum    float64
+	count  uint64
+}
+
+func validName(s string, label bool) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', c == '_':
+		case c == ':' && !label:
+		case '0' <= c && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return !label || !strings.HasPrefix(s, "__")
+}
+
+func newFamily(o Opts, k kind, constLabels Labels, varNames []string, buckets []float64) (*family, error) {
+	f := &family{name: o.fullName(), help: o.Help, kind: k, varNames: slices.Clone(varNames), buckets: buckets,
+		series: map[string]*series{}, order: map[string][]string{}}
+	if !validName(f.name, false) {
+		return nil, fmt.Errorf("promtext: %q: %w", f.name, ErrInvalidName)
+	}
+	for n := range constLabels {
+		f.constNames = append(f.constNames, n)
+	}
+	slices.Sort(f.constNames)
+	for _, n := range f.constNames {
+		v := constLabels[n]
+		if !utf8.ValidString(v) {
+			return nil, fmt.Errorf("promtext: %s{%s=%q}: %w", f.name, n, v, ErrInvalidLabel)
+		}
+		f.constVals = append(f.constVals, v)
+	}
+	f.allNames = append(slices.Clone(f.constNames), f.varNames...)
+	seen := map[string]bool{}
+	for _, n := range f.allNames {
+		if !validName(n, true) || seen[n] || (k == kindHistogram && n == "le") {
+			return nil, fmt.Errorf("promtext: %s: label %q: %w", f.name, n, ErrInvalidName)
+		}
+		seen[n] = true
+	}
+	f.labelOrder = make([]int, len(f.allNames))
+	for i := range f.labelOrder {
+		f.labelOrder[i] = i
+	}
+	slices.SortFunc(f.labelOrder, func(a, b int) int { return strings.Compare(f.allNames[a], f.allNames[b]) })
+	if len(varNames) == 0 {
+		f.dflt = f.get(nil)
+	}
+	return f, nil
+}
+
+// get is the series of the variable label values vals, made when new.
+// f.mu is held, or f is not shared yet.
+func (f *family) get(vals []string) *series {
+	key := strings.Join(vals, "\xff")
+	s, ok := f.series[key]
+	if !ok {
+		s = &series{}
+		if f.kind == kindHistogram {
+			s.counts = make([]uint64, len(f.buckets))
+		}
+		f.series[key] = s
+		f.order[key] = slices.Clone(vals)
+	}
+	return s
+}
+
+// with is the series of vals, checked: it panics when they are not one
+// valid UTF-8 string per variable label. f.mu is held.
+func (f *family) with(vals []string) *series {
+	if len(vals) != len(f.varNames) {
+		panic(fmt.Errorf("promtext: %s: %d label values for %d labels: %w", f.name, len(vals), len(f.varNames), ErrLabelCount))
+	}
+	for _, v := range vals {
+		if !utf8.ValidString(v) {
+			panic(fmt.Errorf("promtext: %s: label value %q: %w", f.name, v, ErrInvalidLabel))
+		}
+	}
+	return f.get(vals)
+}
+
+// Register adds the metrics ms to r: their names must be new to r.
+func (r *Registry) Register(ms ...Metric) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.families == nil {
+		r.families = map[string]*family{}
+	}
+	for _, m := range ms {
+		f := m.family()
+		if _, dup := r.families[f.name]; dup || f.reg != nil {
+			return fmt.Errorf("promtext: %s: %w", f.name, ErrDuplicate)
+		}
+	}
+	for _, m := range ms {
+		f := m.family()
+		f.reg = r
+		r.families[f.name] = f
+	}
+	return nil
+}
+
+// Metric is what Register takes: a Gauge, GaugeVec, Counter, CounterVec
+// or Histogram.
+type Metric interface{ family() *family }
+
+// Gauge is a value that goes up and down.
+type Gauge struct{ f *family }
+
+// NewGauge is a gauge, 0 until set, with the constant labels constLabels
+// (nil for none).
+func NewGauge(o Opts, constLabels Labels) (*Gauge, error) {
+	f, err := newFamily(o, kindGauge, constLabels, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &Gauge{f}, nil
+}
+
+func (g *Gauge) family() *family { return g.f }
+
+// Set sets the gauge to v.
+func (g *Gauge) Set(v float64) {
+	g.f.mu.Lock()
+	g.f.dflt.value = v
+	g.f.mu.Unlock()
+}
+
+// Counter is a value that only goes up.
+type Counter struct{ f *family }
+
+// NewCounter is a counter at 0, with the constant labels constLabels.
+func NewCounter(o Opts, constLabels Labels) (*Counter, error) {
+	f, err := newFamily(o, kindCounter, constLabels, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &Counter{f}, nil
+}
+
+func (c *Counter) family() *family { return c.f }
+
+// Inc adds 1.
+func (c *Counter) Inc() {
+	c.f.mu.Lock()
+	c.f.dflt.value++
+	c.f.mu.Unlock()
+}
+
+// GaugeVec is gauges by the values of variable labels: a series exists
+// from its first Set or Add until Reset.
+type GaugeVec struct{ f *family }
+
+// NewGaugeVec is a GaugeVec with the variable labels labelNames and the
+// constant labels constLabels.
+func NewGaugeVec(o Opts, constLabels Labels, labelNames ...string) (*GaugeVec, error) {
+	f, err := newFamily(o, kindGauge, constLabels, labelNames, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &GaugeVec{f}, nil
+}
+
+func (g *GaugeVec) family() *family { return g.f }
+
+// Set sets the gauge of the label values vals (one per label name, in
+// their order) to v. As client_golang's WithLabelValues, it panics, with
+// an error matching ErrLabelCount or ErrInvalidLabel, when vals are not
+// one valid UTF-8 string per label: label values come from the caller's
+// code, a fixed set, never from input as they are.
+func (g *GaugeVec) Set(v float64, vals ...string) {
+	g.f.mu.Lock()
+	defer g.f.mu.Unlock()
+	g.f.with(vals).value = v
+}
+
+// Add adds d to the gauge of the label values vals; it panics as Set does.
+func (g *GaugeVec) Add(d float64, vals ...string) {
+	g.f.mu.Lock()
+	defer g.f.mu.Unlock()
+	g.f.with(vals).value += d
+}
+
+// Reset removes every series.
+func (g *GaugeVec) Reset() {
+	g.f.mu.Lock()
+	clear(g.f.series)
+	clear(g.f.order)
+	g.f.mu.Unlock()
+}
+
+// CounterVec is counters by the values of variable labels: a series
+// exists from its first Inc or Add until Reset.
+type CounterVec struct{ f *family }
+
+// NewCounterVec is a CounterVec with the variable labels labelNames and
+// the constant labels constLabels.
+func NewCounterVec(o Opts, constLabels Labels, labelNames ...string) (*CounterVec, error) {
+	f, err := newFamily(o, kindCounter, constLabels, labelNames, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &CounterVec{f}, nil
+}
+
+func (c *CounterVec) family() *family { return c.f }
+
+// Add adds d (not negative: a counter only goes up) to the counter of the
+// label values vals, made at 0 when new; it panics as GaugeVec.Set does,
+// and when d is negative.
+func (c *CounterVec) Add(d float64, vals ...string) {
+	if d < 0 {
+		panic(fmt.Errorf("promtext: %s: adding %v to a counter", c.f.name, d))
+	}
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	c.f.with(vals).value += d
+}
+
+// Inc adds 1 to the counter of the label values vals.
+func (c *CounterVec) Inc(vals ...string) { c.Add(1, vals...) }
+
+// Histogram counts observations in buckets.
+type Histogram struct{ f *family }
+
+// NewHistogram is a histogram with the upper bounds buckets (sorted,
+// increasing; +Inf is implied) and the constant labels constLabels.
+func NewHistogram(o Opts, constLabels Labels, buckets []float64) (*Histogram, error) {
+	if !slices.IsSorted(buckets) || slices.Contains(buckets, math.Inf(1)) || slices.ContainsFunc(buckets, math.IsNaN) {
+		return nil, fmt.Errorf("promtext: %s: buckets %v: want increasing bounds, without +Inf", o.fullName(), buckets)
+	}
+	f, err := newFamily(o, kindHistogram, constLabels, nil, slices.Clone(buckets))
+	if err != nil {
+		return nil, err
+	}
+	return &Histogram{f}, nil
+}
+
+func (h *Histogram) family() *family { return h.f }
+
+// Observe counts v: in the first bucket whose bound is at least v.
+func (h *Histogram) Observe(v float64) {
+	h.f.mu.Lock()
+	defer h.f.mu.Unlock()
+	s := h.f.dflt
+	if i, _ := slices.BinarySearch(h.f.buckets, v); i < len(h.f.buckets) {
+		s.counts[i]++
+	}
+	s.sum += v
+	s.count++
+}
+
+// WriteTo writes every registered metric with a series, in the text
+// exposition format.
+func (r *Registry) WriteTo(w io.Writer) (int64, error) {
+	r.mu.Lock()
+	fams := make([]*family, 0, len(r.families))
+	for _, f := range r.families {
+		fams = append(fams, f)
+	}
+	r.mu.Unlock()
+	slices.SortFunc(fams, func(a, b *family) int { return strings.Compare(a.name, b.name) })
+	var buf bytes.Buffer
+	for _, f := range fams {
+		f.write(&buf)
+	}
+	n, err := w.Write(buf.Bytes())
+	return int64(n), err
+}
+
+// ServeHTTP serves the metrics, whatever the request, as promhttp does.
+func (r *Registry) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	var buf bytes.Buffer
+	r.WriteTo(&buf) // a bytes.Buffer takes everything
+	w.Header().Set("Content-Type", ContentType)
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.Write(buf.Bytes()) // the client's error; nothing to tell it
+}
+
+// write writes f's HELP, TYPE and series lines, or nothing when it has no
+// series.
+func (f *family) write(buf *bytes.Buffer) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.series) == 0 {
+		return
+	}
+	buf.WriteString("# HELP ")
+	buf.WriteString(f.name)
+	buf.WriteByte(' ')
+	writeEscaped(buf, f.help, false)
+	buf.WriteString("\n# TYPE ")
+	buf.WriteString(f.name)
+	buf.WriteByte(' ')
+	buf.WriteString(string(f.kind))
+	buf.WriteByte('\n')
+	keys := make([]string, 0, len(f.series))
+	for k := range f.series {
+		keys = append(keys, k)
+	}
+	// client_golang's order: by the values of the labels sorted by name.
+	sorted := func(k string) []string {
+		all := append(slices.Clone(f.constVals), f.order[k]...)
+		out := make([]string, len(all))
+		for i, j := range f.labelOrder {
+			out[i] = all[j]
+		}
+		return out
+	}
+	slices.SortFunc(keys, func(a, b string) int { return slices.Compare(sorted(a), sorted(b)) })
+	for _, k := range keys {
+		s := f.series[k]
+		vals := sorted(k)
+		names := make([]string, len(vals))
+		for i, j := range f.labelOrder {
+			names[i] = f.allNames[j]
+		}
+		if f.kind != kindHistogram {
+			writeSample(buf, f.name, names, vals, "", "", s.value)
+			continue
+		}
+		var cum uint64
+		for i, b := range f.buckets {
+			cum += s.counts[i]
+			writeSample(buf, f.name+"_bucket", names, vals, "le", formatFloat(b), float64(cum))
+		}
+		writeSample(buf, f.name+"_bucket", names, vals, "le", "+Inf", float64(s.count))
+		writeSample(buf, f.name+"_sum", names, vals, "", "", s.sum)
+		writeSample(buf, f.name+"_count", names, vals, "", "", float64(s.count))
+	}
+}
+
+// writeSample writes one line: name{labels} value, with the label
+// extraName=extraVal last when extraName is not empty (le, as
+// client_golang puts it).
+func writeSample(buf *bytes.Buffer, name string, names, vals []string, extraName, extraVal string, v float64) {
+	buf.WriteString(name)
+	if len(names) > 0 || extraName != "" {
+		buf.WriteByte('{')
+		for i, n := range names {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			buf.WriteString(n)
+			buf.WriteString(`="`)
+			writeEscaped(buf, vals[i], true)
+			buf.WriteByte('"')
+		}
+		if extraName != "" {
+			if len(names) > 0 {
+				buf.WriteByte(',')
+			}
+			buf.WriteString(extraName)
+			buf.WriteString(`="`)
+			buf.WriteString(extraVal)
+			buf.WriteByte('"')
+		}
+		buf.WriteByte('}')
+	}
+	buf.WriteByte(' ')
+	buf.WriteString(formatFloat(v))
+	buf.WriteByte('\n')
+}
+
+// writeEscaped writes s with \ and newline escaped, and " too in a label
+// value.
+func writeEscaped(buf *bytes.Buffer, s string, quote bool) {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\':
+			buf.WriteString(`\\`)
+		case c == '\n':
+			buf.WriteString(`\n`)
+		case c == '"' && quote:
+			buf.WriteString(`\"`)
+		default:
+			buf.WriteByte(c)
+		}
+	}
+}
+
+// formatFloat is v as the text format writes it.
+func formatFloat(v float64) string {
+	switch {
+	case math.IsInf(v, 1):
+		return "+Inf"
+	case math.IsInf(v, -1):
+		return "-Inf"
+	case math.IsNaN(v):
+		return "NaN"
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
+}
