@@ -185,7 +185,9 @@
 // the plan it followed) does what follows; [Plugin.PlanTearDown] says the
 // same without acting, and CheckTearDown ([volume.TearDownChecker]) on the
 // Unmounter returns the refusal alone, so that a volume manager can check
-// everything (subpaths included) before it changes anything.
+// everything (subpaths included) before it changes anything. A [Planner]
+// makes PlanTearDown's plans of many volumes, pod after pod, with each
+// pod's directories opened once.
 //   - nothing there: success (leftover metadata is removed) — unless the
 //     recorded mount is still mounted elsewhere (its directory renamed, or
 //     the mount moved, by whoever can write in the pod directory; found

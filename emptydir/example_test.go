@@ -82,3 +82,41 @@ func ExamplePlugin_ResizeVolume() {
 		fmt.Println(volume.KindOf(err), err)
 	}
 }
+
+// Plans of every emptyDir of a pod, as a scan makes them: the pod's
+// directories are opened once for all of its volumes.
+func ExamplePlanner() {
+	root, _ := os.MkdirTemp("", "kubelet")
+	defer os.RemoveAll(root)
+	layout, _ := volume.NewLayout(root)
+	plugin := emptydir.New(volume.NewHost(layout, nil, 0))
+	pod := &volume.Pod{UID: "8a3f0c52", Volumes: []volume.Spec{
+		{Name: "cache", EmptyDir: &volume.EmptyDirSource{}},
+		{Name: "scratch", EmptyDir: &volume.EmptyDirSource{}},
+	}}
+	for i := range pod.Volumes {
+		m, _ := plugin.NewMounter(&pod.Volumes[i], pod)
+		if err := m.SetUp(context.Background(), volume.MounterArgs{}); err != nil {
+			fmt.Println(err)
+		}
+	}
+
+	planner := plugin.NewPlanner()
+	defer planner.Close()
+	tab, err := mountdetect.ReadMountTable() // read once for all the plans
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, name := range []string{"cache", "scratch"} {
+		plan, err := planner.PlanTearDown(pod.UID, name, tab)
+		if err != nil {
+			fmt.Println(err)
+			continue
+		}
+		fmt.Println(name+":", plan.Action, plan.Code)
+	}
+	// Output:
+	// cache: remove not-mounted
+	// scratch: remove not-mounted
+}

@@ -217,13 +217,19 @@ func (e *RefusedError) Unwrap() error { return e.Err }
 // before changing anything (it is not a refusal anyway) it is also the
 // error, so that a dry run fails exactly where TearDown would.
 func (p *Plugin) PlanTearDown(podUID, vol string, tab *mountdetect.MountTable) (Plan, error) {
-	r := ordinaryRef(podUID, vol)
-	r.anyMountNamespace = p.anyMountNamespace
-	plan, err := p.planTearDown(r, tab)
+	plan, err := p.planTearDown(p.planRef(podUID, vol), tab)
 	if err == nil && plan.Action != ActionRefuse {
 		_, err = p.stop(&plan)
 	}
 	return plan, err
+}
+
+// planRef is the ordinary volume vol of the pod podUID as PlanTearDown
+// and a Planner examine it.
+func (p *Plugin) planRef(podUID, vol string) volRef {
+	r := ordinaryRef(podUID, vol)
+	r.anyMountNamespace = p.anyMountNamespace
+	return r
 }
 
 // stop is the error TearDown would stop with before changing anything,
@@ -311,3 +317,41 @@ type withCause struct{ err, cause error }
 
 func (e *withCause) Error() string   { return e.err.Error() }
 func (e *withCause) Unwrap() []error { return []error{e.err, e.cause} }
+
+// Planner plans the teardowns of many volumes, as PlanTearDown does each
+// one, for a caller that examines a node's volumes pod after pod (a
+// scan): the directories a pod's volumes share — the kubelet root, the
+// pods directory, the pod directory, its emptyDir volumes directory and
+// its emptyDir metadata directory — are opened once for the consecutive
+// volumes of one pod, by descriptors as PlanTearDown opens them, and each
+// volume's own directory and metadata directory relative to them. Nothing
+// is resolved by name twice: a pod directory renamed or replaced between
+// two of its volumes is not followed, the volumes are examined in the
+// directory that was opened (their paths name it as it was listed).
+//
+// The plans are PlanTearDown's, checks included. A Planner is not safe
+// for concurrent use; Close releases its descriptors.
+type Planner struct {
+	p    *Plugin
+	held *podVolume // the last pod's shared directories; its meta is nil
+}
+
+// NewPlanner returns a Planner of the plugin's volumes.
+func (p *Plugin) NewPlanner() *Planner { return &Planner{p: p} }
+
+// PlanTearDown is Plugin.PlanTearDown of the volume vol of the pod podUID.
+func (pl *Planner) PlanTearDown(podUID, vol string, tab *mountdetect.MountTable) (Plan, error) {
+	plan, err := pl.planTearDown(pl.p.planRef(podUID, vol), tab)
+	if err == nil && plan.Action != ActionRefuse {
+		_, err = pl.p.stop(&plan)
+	}
+	return plan, err
+}
+
+// Close closes the directories the Planner holds.
+func (pl *Planner) Close() {
+	if pl.held != nil {
+		pl.held.Close()
+		pl.held = nil
+	}
+}

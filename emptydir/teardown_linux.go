@@ -34,6 +34,35 @@ func (p *Plugin) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, erro
 	return plan, err
 }
 
+// planTearDown is Plugin.planTearDown of the ordinary volume r, with the
+// directories it shares with the previous volume reused when both are the
+// same pod's.
+func (pl *Planner) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, error) {
+	dir, metaDir, err := pl.p.refPaths(r)
+	if err != nil {
+		return Plan{}, err
+	}
+	var v *podVolume
+	if pl.held != nil && pl.held.ref.podUID == r.podUID {
+		v, err = pl.held.sibling(r, dir, metaDir)
+	} else {
+		pl.Close()
+		if v, err = pl.p.openVolume(r, false); err == nil {
+			pl.held = v
+		}
+	}
+	if err != nil {
+		return Plan{Path: dir, metaDir: metaDir}, err
+	}
+	defer func() {
+		v.meta.Close()
+		v.meta = nil
+	}()
+	plan, e, err := v.plan(tab)
+	e.Close()
+	return plan, err
+}
+
 // plan examines the volume and compares it with the record. The entry it
 // returns holds the volume directory open when it is one; the caller
 // closes it (before unmounting: an open file keeps a mount busy).
@@ -88,7 +117,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 	if tab, err = tab.OrRead(); err != nil {
 		return p, e, err
 	}
-	at, beneath, err := tab.MountsAtFile(e.Fd, v.dir)
+	at, beneath, err := tab.MountsAtEntry(e.Entry)
 	if err != nil {
 		return p, e, err
 	}
@@ -97,7 +126,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		// FUSE daemon may not answer) before it is proven the volume's
 		// own: what it is comes from the mount table.
 		p.Info = infoOnDir(tab, e)
-	} else if p.Info, err = tab.DetectFile(e.Fd, v.dir); err != nil {
+	} else if p.Info, err = tab.DetectEntry(e.Entry); err != nil {
 		return p, e, err
 	}
 	if n := len(beneath); n > 0 {
@@ -159,7 +188,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		p.meta = &meta
 	}
 	// Proven the volume's own tmpfs or hugetlbfs: now it may be asked.
-	if info, err := tab.DetectFile(e.Fd, v.dir); err == nil {
+	if info, err := tab.DetectEntry(e.Entry); err == nil {
 		p.Info = info
 	}
 	if p.meta.Mount.Adopted {

@@ -124,6 +124,27 @@ func (p *Plugin) openVolume(r volRef, create bool) (_ *podVolume, err error) {
 	return v, nil
 }
 
+// sibling is the ordinary volume r (dir and metaDir its paths) of v's
+// pod, reached through the directories v holds (which it shares: close
+// only its meta): only its metadata directory is opened, as openVolume
+// opens it.
+func (v *podVolume) sibling(r volRef, dir, metaDir string) (*podVolume, error) {
+	s := *v
+	s.ref, s.name, s.metaName, s.dir, s.metaDir, s.meta = r, r.dir, r.meta, dir, metaDir, nil
+	if s.metaParent == nil {
+		return &s, nil
+	}
+	meta, err := s.metaParent.OpenDir(r.meta, fsat.SameMount)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &s, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.meta = meta
+	return &s, nil
+}
+
 func (v *podVolume) Close() {
 	for _, d := range []*fsat.Dir{v.meta, v.metaParent, v.vols, v.pod, v.pods, v.root} {
 		d.Close()

@@ -91,8 +91,10 @@ var rules = []rule{
 
 	// This test.
 	{pkgs: []string{"internal"}, may: nil, reason: "holds only this test"},
-	// The alerting rules' tests, against the real agent and driver.
-	{pkgs: []string{"monitoring"}, may: nil, tests: list(testsupport),
+	// The monitoring/ module: only tests of the alerting rules and the
+	// dashboard, which build and run the agent and the driver as programs
+	// and mount with test support.
+	{pkgs: []string{"monitoring/..."}, may: nil, tests: list(testsupport),
 		reason: "holds only tests of the monitoring rules"},
 
 	// Test support and tools.
@@ -213,7 +215,7 @@ func readImports(t *testing.T, root string) map[string]*pkgImports {
 }
 
 // TestImportsFollowTheLayout checks every import of a nodevol package in
-// the root, csi/ and kubelet/ modules against the table.
+// the root, csi/, kubelet/ and monitoring/ modules against the table.
 func TestImportsFollowTheLayout(t *testing.T) {
 	pkgs := readImports(t, "..")
 	for _, must := range []string{"internal/cli", "mountdetect", "csi/driver", "kubelet/volumeplugin", "internal/base/fsat"} {
@@ -250,7 +252,9 @@ func TestImportsFollowTheLayout(t *testing.T) {
 // besides its group's: within the root module a test may import any
 // package but the product's (the CLI is tested in its own package).
 func testMayImport(pkg, imp string) bool {
-	inRoot := func(p string) bool { return !match("csi/...", p) && !match("kubelet/...", p) }
+	inRoot := func(p string) bool {
+		return !match("csi/...", p) && !match("kubelet/...", p) && !match("monitoring/...", p)
+	}
 	return inRoot(pkg) && inRoot(imp) && !match("internal/cli", imp) && !match("cmd/...", imp)
 }
 

@@ -177,6 +177,12 @@ func detect(path string, tab *MountTable) (FSInfo, error) {
 
 // detectFd is detect for an open file; path names it in messages.
 func detectFd(fd int, path string, tab *MountTable) (FSInfo, error) {
+	return detectFdAs(fd, path, tab, nil)
+}
+
+// detectFdAs is detectFd; known, when not nil, is fd's mount as statx
+// gave it, with mount IDs: it is not asked again.
+func detectFdAs(fd int, path string, tab *MountTable, known *fsat.MountStat) (FSInfo, error) {
 	info := FSInfo{Path: path}
 	var err error
 	var st unix.Statfs_t
@@ -185,15 +191,16 @@ func detectFd(fd int, path string, tab *MountTable) (FSInfo, error) {
 	}
 	info.Magic = uint32(st.Type)
 	info.FSType = FSTypeName(info.Magic)
-	info.MountPoint, info.MountPointSure, err = fdIsMountRoot(fd, path)
-	if err != nil {
+	if known != nil {
+		info.MountPoint, info.MountPointSure = known.Root, true
+	} else if info.MountPoint, info.MountPointSure, err = fdIsMountRoot(fd, path); err != nil {
 		return info, err
 	}
 	if info.Magic == MagicHugetlbfs {
 		if tab, err = tab.OrRead(); err != nil {
 			return info, err
 		}
-		size, err := tab.hugePageSizeOf(fd, path)
+		size, err := tab.hugePageSizeOf(fd, path, known)
 		if err != nil {
 			return info, err
 		}
@@ -360,7 +367,7 @@ func mountsAtAndBeneath(fd int, path string) (at, beneath []Mount, real string, 
 	if err != nil {
 		return nil, nil, "", nil, err
 	}
-	at, beneath = t.mountsAt(fd, real)
+	at, beneath = t.mountsAt(fd, real, nil)
 	return at, beneath, real, t, nil
 }
 

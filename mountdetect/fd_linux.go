@@ -21,6 +21,30 @@ func init() {
 // page size comes from the table.
 func (t *MountTable) DetectFile(fd int, path string) (FSInfo, error) { return detectFd(fd, path, t) }
 
+// DetectEntry is DetectFile for the entry LookAt opened (e.Fd): whether
+// it is a mount root, and which mount it is on, are what LookAt read from
+// that descriptor (the same answers a statx of it would give again); only
+// the filesystem's type is asked (fstatfs). Without mount IDs (Linux <
+// 5.8) it is DetectFile.
+func (t *MountTable) DetectEntry(e Entry) (FSInfo, error) {
+	return detectFdAs(e.Fd, e.Path, t, e.known())
+}
+
+// MountsAtEntry is MountsAtFile for the directory LookAt opened (e.Fd),
+// its mount found in the table by the ID LookAt read from that
+// descriptor instead of by another statx.
+func (t *MountTable) MountsAtEntry(e Entry) (at, beneath []Mount, err error) {
+	return t.mountsAtFile(e.Fd, e.Path, e.known())
+}
+
+// known is e's MountStat when it holds mount IDs (Linux 5.8), else nil.
+func (e Entry) known() *fsat.MountStat {
+	if e.ID == 0 {
+		return nil
+	}
+	return &e.MountStat
+}
+
 // MountsAtFile returns, from the table, the mounts whose mount point is
 // the directory open as fd (more than one when mounts are stacked on it;
 // the last one is the top) and those beneath it, sorted by mount point.
@@ -32,6 +56,12 @@ func (t *MountTable) DetectFile(fd int, path string) (FSInfo, error) { return de
 // them under that other path (their MountPoint lies outside the
 // directory), but the kernel refuses to remove the entry they sit on.
 func (t *MountTable) MountsAtFile(fd int, path string) (at, beneath []Mount, err error) {
+	return t.mountsAtFile(fd, path, nil)
+}
+
+// mountsAtFile is MountsAtFile; st, when not nil, is fd's mount as statx
+// gave it.
+func (t *MountTable) mountsAtFile(fd int, path string, st *fsat.MountStat) (at, beneath []Mount, err error) {
 	if t, err = t.OrRead(); err != nil {
 		return nil, nil, err
 	}
@@ -39,7 +69,7 @@ func (t *MountTable) MountsAtFile(fd int, path string) (at, beneath []Mount, err
 	if err != nil {
 		return nil, nil, fmt.Errorf("resolve %s: %w", path, err)
 	}
-	at, beneath = t.mountsAt(fd, real)
+	at, beneath = t.mountsAt(fd, real, st)
 	return at, beneath, nil
 }
 
@@ -74,7 +104,7 @@ func (t *MountTable) bindWithin(fd int, path string, dirFd int, dirPath string) 
 	if err != nil {
 		return false, fmt.Errorf("resolve %s: %w", dirPath, err)
 	}
-	pos, dev, ok := t.positionOf(dirFd, realDir)
+	pos, dev, ok := t.positionOf(dirFd, realDir, nil)
 	if !ok {
 		return false, fmt.Errorf("%s: its mount is not in the mount table", dirPath)
 	}

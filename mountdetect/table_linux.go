@@ -137,7 +137,7 @@ func (t *MountTable) mountedOn(path string) bool {
 //     meet the directory they cover. This needs the directory's mount ID
 //     (statx STATX_MNT_ID, Linux 5.8);
 //   - mounts made on or inside any mount found so far.
-func (t *MountTable) mountsAt(fd int, real string) (at, beneath []Mount) {
+func (t *MountTable) mountsAt(fd int, real string, st *fsat.MountStat) (at, beneath []Mount) {
 	found := make(map[int]bool)
 	i := t.firstAt(real)
 	for ; i < len(t.entries) && t.entries[i].MountPoint == real; i++ {
@@ -151,7 +151,7 @@ func (t *MountTable) mountsAt(fd int, real string) (at, beneath []Mount) {
 	for ; i < len(t.entries) && strings.HasPrefix(t.entries[i].MountPoint, prefix); i++ {
 		found[i] = true
 	}
-	if pos, dev, ok := t.positionOf(fd, real); ok {
+	if pos, dev, ok := t.positionOf(fd, real, st); ok {
 		ps := t.byDev[dev]
 		j := sort.Search(len(ps), func(j int) bool { return ps[j].pos >= pos })
 		for ; j < len(ps); j++ {
@@ -186,13 +186,17 @@ func (t *MountTable) mountsAt(fd int, real string) (at, beneath []Mount) {
 }
 
 // positionOf is where the directory open as fd (named real) lies in its
-// filesystem, found through its mount's table entry.
-func (t *MountTable) positionOf(fd int, real string) (pos string, dev uint64, ok bool) {
-	s, err := fsat.StatMount(fd, "", fsat.TableID)
-	if err != nil {
-		return "", 0, false
+// filesystem, found through its mount's table entry; st, when not nil,
+// is fd's mount as statx gave it (its classic ID is used).
+func (t *MountTable) positionOf(fd int, real string, st *fsat.MountStat) (pos string, dev uint64, ok bool) {
+	if st == nil {
+		s, err := fsat.StatMount(fd, "", fsat.TableID)
+		if err != nil {
+			return "", 0, false
+		}
+		st = &s
 	}
-	e, ok := t.byMountID(int(s.ID))
+	e, ok := t.byMountID(int(st.ID))
 	if !ok {
 		return "", 0, false // mounted after the table was read
 	}
@@ -210,18 +214,25 @@ func (t *MountTable) nestedMounts(path string) ([]Mount, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resolve %s: %w", path, err)
 	}
-	_, beneath := t.mountsAt(fd, real)
+	_, beneath := t.mountsAt(fd, real, nil)
 	return beneath, nil
 }
 
 // hugePageSizeOf reads the pagesize= option of the hugetlbfs mount fd is
 // on, found by the mount ID statx reports; 0 when the mount has no such
-// option, or is not in the table (mounted after it was read).
-func (t *MountTable) hugePageSizeOf(fd int, path string) (int64, error) {
+// option, or is not in the table (mounted after it was read). st, when
+// not nil, is fd's mount as statx gave it.
+func (t *MountTable) hugePageSizeOf(fd int, path string, st *fsat.MountStat) (int64, error) {
 	var e *tableEntry
-	if s, err := fsat.StatMount(fd, "", fsat.TableID); err == nil {
+	var err error
+	if st == nil {
+		var s fsat.MountStat
+		s, err = fsat.StatMount(fd, "", fsat.TableID)
+		st = &s
+	}
+	if err == nil {
 		var ok bool
-		if e, ok = t.byMountID(int(s.ID)); !ok {
+		if e, ok = t.byMountID(int(st.ID)); !ok {
 			return 0, nil
 		}
 	} else {

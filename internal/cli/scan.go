@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -165,15 +166,9 @@ func scanOptionsFrom(ns mountdetect.MountNamespace) []emptydir.Option {
 // subPath trees; a pod over it is a problem, and the others are examined
 // all the same. The emptyDir volumes are examined by a plugin with opts.
 func scanRootWithin(root string, limits volume.ScanLimits, opts ...emptydir.Option) (*scanReport, error) {
-	layout, err := volume.NewLayout(root)
+	layout, err := scanLayout(root)
 	if err != nil {
 		return nil, err
-	}
-	if _, err := os.Stat(root); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("kubelet root %s does not exist", root)
-		}
-		return nil, fmt.Errorf("kubelet root: %w", err)
 	}
 	found, err := layout.ScanVolumes(limits)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -216,7 +211,8 @@ type rootScanner struct {
 	rootDir, pods *fsat.Dir
 	subpaths      *subpath.Cleaner
 	tab           *mountdetect.MountTable
-	// emptyDirs examines the emptyDir volumes (emptydir.PlanTearDown).
+	// emptyDirs examines the emptyDir volumes (its Planner, as
+	// emptydir.PlanTearDown).
 	emptyDirs *emptydir.Plugin
 }
 
@@ -263,8 +259,10 @@ func (sc *rootScanner) examine(s *scanReport, vols []volume.VolumeDir, budgets m
 	hasSubpaths := map[string]bool{}
 	dirs := &pluginDirs{pods: sc.pods}
 	defer dirs.close()
+	emptyDirs := sc.emptyDirs.NewPlanner()
+	defer emptyDirs.Close()
 	for _, vd := range vols {
-		v := examineVolume(sc.emptyDirs, dirs, sc.tab, vd, filepath.Join(sc.realRoot, strings.TrimPrefix(vd.Path, root)))
+		v := examineVolume(emptyDirs, dirs, sc.tab, vd, filepath.Join(sc.realRoot, strings.TrimPrefix(vd.Path, root)))
 		has, ok := hasSubpaths[vd.PodUID]
 		if !ok {
 			dir, err := sc.layout.PodVolumeSubpathsDir(vd.PodUID)
@@ -309,10 +307,12 @@ func (s *scanReport) overBudgetAt(layout volume.Layout, uid string, stop error) 
 // it or beneath it, because unmounting it is that plugin's job.
 //
 // realPath is vd.Path as the mount table names it (under the resolved
-// root). Any other plugin's volume is reached through dirs, its plugin
-// directory opened from the pods directory, by descriptors
+// root). An emptyDir is planned by emptyDirs, which holds its pod's
+// directories open for the pod's next volumes; any other plugin's volume
+// is reached through dirs, its plugin directory opened from the pods
+// directory, by descriptors
 // (examinePluginVolume).
-func examineVolume(emptyDirs *emptydir.Plugin, dirs *pluginDirs, tab *mountdetect.MountTable, vd volume.VolumeDir, realPath string) scanVolume {
+func examineVolume(emptyDirs *emptydir.Planner, dirs *pluginDirs, tab *mountdetect.MountTable, vd volume.VolumeDir, realPath string) scanVolume {
 	v := scanVolume{PodUID: vd.PodUID, Plugin: vd.Plugin, Volume: vd.Volume, Path: vd.Path, NestedMounts: []mountdetect.Mount{}, Subpaths: []subpath.Entry{}}
 	fail := func(err error) scanVolume {
 		v.fail(err)
@@ -693,13 +693,20 @@ func runScan(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	for i := range s.volumes {
 		s.volumes[i].MountNamespace = nsJSON
 	}
+	// One write per buffer, not per table cell or JSON line: unbuffered,
+	// the report's writes were most of a scan's system calls.
+	out := bufio.NewWriter(stdout)
 	if *asJSON {
-		if err := writeScanJSON(stdout, s); err != nil {
-			fmt.Fprintf(stderr, "nodevol scan: write report: %v\n", err)
-			return ExitError
-		}
+		err = writeScanJSON(out, s)
 	} else {
-		writeScanHuman(stdout, s)
+		writeScanHuman(out, s)
+	}
+	if err == nil {
+		err = out.Flush()
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "nodevol scan: write report: %v\n", err)
+		return ExitError
 	}
 	return s.code()
 }
@@ -854,4 +861,20 @@ func (v *scanVolume) mountColumn() string {
 		return "yes (" + v.fsType + ")"
 	}
 	return "no"
+}
+
+// scanLayout is the layout of the kubelet root a scan examines, which must
+// exist: a scan of a missing root would report an empty, healthy node.
+func scanLayout(root string) (volume.Layout, error) {
+	layout, err := volume.NewLayout(root)
+	if err != nil {
+		return volume.Layout{}, err
+	}
+	if _, err := os.Stat(root); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return volume.Layout{}, fmt.Errorf("kubelet root %s does not exist", root)
+		}
+		return volume.Layout{}, fmt.Errorf("kubelet root: %w", err)
+	}
+	return layout, nil
 }

@@ -154,11 +154,12 @@ func examineAt(dirfd int, name, path string, tab *mountdetect.MountTable, keep b
 		// kubelet root's); or a tmpfs or hugetlbfs, which never block;
 		// or, without statx mount IDs (Linux < 5.8), anything: Detect's
 		// fallbacks, which ask the filesystem.
-		target := fd
 		if r.kind == kindSymlink {
-			target = dirfd // a symlink's filesystem is its directory's
+			info, err = tab.DetectFile(dirfd, path) // a symlink's filesystem is its directory's
+		} else {
+			info, err = tab.DetectEntry(e)
 		}
-		if info, err = tab.DetectFile(target, path); err != nil {
+		if err != nil {
 			return r.fail(fmt.Errorf("detect: %w", err)), -1
 		}
 		switch {
@@ -175,7 +176,7 @@ func examineAt(dirfd int, name, path string, tab *mountdetect.MountTable, keep b
 		r.HugePageSize = volume.FormatQuantity(info.HugePageSize)
 	}
 	if r.kind == kindDir {
-		at, beneath, err := tab.MountsAtFile(fd, path)
+		at, beneath, err := tab.MountsAtEntry(e)
 		if err != nil {
 			return r.fail(fmt.Errorf("list nested mounts: %w", err)), -1
 		}

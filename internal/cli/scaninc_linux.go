@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -173,15 +172,9 @@ func (c *incrementalScan) update(root string) (*scanReport, error) {
 	c.last = incStats{}
 	now := c.clock.Now()
 	full := c.root != root || c.tab == nil || c.fullEvery <= 0 || now.Sub(c.lastFull) >= c.fullEvery
-	layout, err := volume.NewLayout(root)
+	layout, err := scanLayout(root)
 	if err != nil {
 		return nil, err
-	}
-	if _, err := os.Stat(root); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("kubelet root %s does not exist", root)
-		}
-		return nil, fmt.Errorf("kubelet root: %w", err)
 	}
 	tab, err := mountdetect.ReadMountTable()
 	if err != nil {

@@ -44,14 +44,16 @@ import (
 
 // deployDir is deploy/ at the repository's root; the exporter's manifests
 // are there and in its subdirectories but csiDir, nodevol-csi's (checked
-// by csi_test.go with a policy of its own), and secureMetricsDir, the RBAC
+// by csi_test.go with a policy of its own), secureMetricsDir, the RBAC
 // of secure metrics serving, which kubelet/hack/internal/harness's
 // TestSecureMetricsAgainstAPIServer applies to a real API server and
-// uses.
+// uses, and chartDir, the Helm chart they are all generated from
+// (chart_test.go).
 const (
 	deployDir        = "../../deploy"
 	csiDir           = "csi"
 	secureMetricsDir = "secure-metrics"
+	chartDir         = "helm"
 )
 
 // doc is one YAML document of a manifest file.
@@ -90,23 +92,32 @@ func readManifests(dir string, skip ...string) ([]doc, error) {
 		if err != nil {
 			return err
 		}
-		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
-		for i := 0; ; i++ {
-			data, err := r.Read()
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			if err != nil {
-				return fmt.Errorf("%s: %w", rel, err)
-			}
-			if onlyComments(data) {
-				i--
-				continue
-			}
-			docs = append(docs, doc{file: filepath.ToSlash(rel), index: i, data: data})
-		}
+		more, err := splitDocs(filepath.ToSlash(rel), b)
+		docs = append(docs, more...)
+		return err
 	})
 	return docs, err
+}
+
+// splitDocs splits the text of a manifest file into its documents,
+// leaving out those that hold only comments.
+func splitDocs(file string, b []byte) ([]doc, error) {
+	var docs []doc
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
+	for i := 0; ; i++ {
+		data, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return docs, nil
+		}
+		if err != nil {
+			return docs, fmt.Errorf("%s: %w", file, err)
+		}
+		if onlyComments(data) {
+			i--
+			continue
+		}
+		docs = append(docs, doc{file: file, index: i, data: data})
+	}
 }
 
 func onlyComments(data []byte) bool {
@@ -144,6 +155,9 @@ type objects struct {
 	daemonSets      map[*appsv1.DaemonSet]doc
 	services        map[*corev1.Service]doc
 	serviceMonitors map[*serviceMonitor]doc
+	prometheusRules map[*prometheusRule]doc
+	podMonitors     map[*podMonitor]doc
+	configMaps      map[*corev1.ConfigMap]doc
 	csiDrivers      map[*storagev1.CSIDriver]doc
 }
 
@@ -156,6 +170,9 @@ func (s *apiServer) load(docs []doc) (*objects, []error) {
 		daemonSets:      map[*appsv1.DaemonSet]doc{},
 		services:        map[*corev1.Service]doc{},
 		serviceMonitors: map[*serviceMonitor]doc{},
+		prometheusRules: map[*prometheusRule]doc{},
+		podMonitors:     map[*podMonitor]doc{},
+		configMaps:      map[*corev1.ConfigMap]doc{},
 		csiDrivers:      map[*storagev1.CSIDriver]doc{},
 	}
 	var errs []error
@@ -180,6 +197,22 @@ func (s *apiServer) loadOne(d doc, objs *objects) error {
 		objs.serviceMonitors[sm] = d
 		return nil
 	}
+	if tm.APIVersion == serviceMonitorAPIVersion && tm.Kind == "PodMonitor" {
+		pm, err := decodePodMonitor(d.data)
+		if err != nil {
+			return err
+		}
+		objs.podMonitors[pm] = d
+		return nil
+	}
+	if tm.APIVersion == serviceMonitorAPIVersion && tm.Kind == "PrometheusRule" {
+		pr, err := decodePrometheusRule(d.data)
+		if err != nil {
+			return err
+		}
+		objs.prometheusRules[pr] = d
+		return nil
+	}
 	obj, gvk, err := s.decode.Decode(d.data, nil, nil)
 	if err != nil {
 		return fmt.Errorf("decoding %s: %w", tm.GroupVersionKind(), err)
@@ -194,6 +227,9 @@ func (s *apiServer) loadOne(d doc, objs *objects) error {
 	case *core.Namespace:
 		errs = corevalidation.ValidateNamespace(in)
 		objs.namespaces[obj.(*corev1.Namespace)] = d
+	case *core.ConfigMap:
+		errs = corevalidation.ValidateConfigMap(in)
+		objs.configMaps[obj.(*corev1.ConfigMap)] = d
 	case *core.ServiceAccount:
 		errs = corevalidation.ValidateServiceAccount(in)
 		objs.serviceAccounts[obj.(*corev1.ServiceAccount)] = d
@@ -270,6 +306,166 @@ type serviceMonitor struct {
 	} `json:"spec"`
 }
 
+// podMonitor is the part of monitoring.coreos.com/v1 PodMonitor that
+// deploy/ uses (nodevol-csi's, which has no Service), as serviceMonitor.
+type podMonitor struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       struct {
+		Selector            metav1.LabelSelector `json:"selector"`
+		PodMetricsEndpoints []struct {
+			Port          string `json:"port,omitempty"`
+			Path          string `json:"path,omitempty"`
+			Interval      string `json:"interval,omitempty"`
+			ScrapeTimeout string `json:"scrapeTimeout,omitempty"`
+			Relabelings   []struct {
+				SourceLabels []string `json:"sourceLabels,omitempty"`
+				TargetLabel  string   `json:"targetLabel,omitempty"`
+			} `json:"relabelings,omitempty"`
+		} `json:"podMetricsEndpoints"`
+	} `json:"spec"`
+}
+
+func decodePodMonitor(data []byte) (*podMonitor, error) {
+	var pm podMonitor
+	if err := yaml.UnmarshalStrict(data, &pm); err != nil {
+		return nil, fmt.Errorf("decoding PodMonitor: %w", err)
+	}
+	var errs field.ErrorList
+	if pm.Metadata.Name == "" || pm.Metadata.Namespace == "" {
+		errs = append(errs, field.Required(field.NewPath("metadata"), "name and namespace"))
+	}
+	spec := field.NewPath("spec")
+	if len(pm.Spec.Selector.MatchLabels) == 0 && len(pm.Spec.Selector.MatchExpressions) == 0 {
+		errs = append(errs, field.Required(spec.Child("selector"), "an empty selector selects every pod"))
+	}
+	if len(pm.Spec.PodMetricsEndpoints) == 0 {
+		errs = append(errs, field.Required(spec.Child("podMetricsEndpoints"), ""))
+	}
+	for i, e := range pm.Spec.PodMetricsEndpoints {
+		p := spec.Child("podMetricsEndpoints").Index(i)
+		if e.Port == "" {
+			errs = append(errs, field.Required(p.Child("port"), ""))
+		}
+		for name, d := range map[string]string{"interval": e.Interval, "scrapeTimeout": e.ScrapeTimeout} {
+			if d != "" && !promDuration.MatchString(d) {
+				errs = append(errs, field.Invalid(p.Child(name), d, "not a Prometheus duration"))
+			}
+		}
+		for j, r := range e.Relabelings {
+			if r.TargetLabel != "" && !labelName.MatchString(r.TargetLabel) {
+				errs = append(errs, field.Invalid(p.Child("relabelings").Index(j).Child("targetLabel"), r.TargetLabel, "not a label name"))
+			}
+		}
+	}
+	return &pm, errs.ToAggregate()
+}
+
+// podMonitorErrors checks that each PodMonitor scrapes the driver: in its
+// namespace, selecting its pods, on a port its container names, at
+// /metrics.
+func podMonitorErrors(pms map[*podMonitor]doc, driver *objects) []error {
+	var errs []error
+	for pm, d := range pms {
+		found := false
+		for ds := range driver.daemonSets {
+			if ds.Namespace != pm.Metadata.Namespace || !selects(pm.Spec.Selector.MatchLabels, ds.Spec.Template.Labels) {
+				continue
+			}
+			found = true
+			for _, e := range pm.Spec.PodMetricsEndpoints {
+				if !slices.ContainsFunc(ds.Spec.Template.Spec.Containers[0].Ports, func(p corev1.ContainerPort) bool { return p.Name == e.Port }) || e.Path != "/metrics" {
+					errs = append(errs, fmt.Errorf("%v: PodMonitor %s: endpoint port %q path %q; want a port of DaemonSet %s's container, /metrics", d, pm.Metadata.Name, e.Port, e.Path, ds.Name))
+				}
+			}
+		}
+		if !found {
+			errs = append(errs, fmt.Errorf("%v: PodMonitor %s in %q selects no pods of the driver's DaemonSet", d, pm.Metadata.Name, pm.Metadata.Namespace))
+		}
+	}
+	return errs
+}
+
+// prometheusRule is monitoring.coreos.com/v1 PrometheusRule, field names
+// and types as the operator's CRD has them; a field it does not list is
+// an error. The expressions are PromQL, which this module cannot parse
+// (Prometheus is not a dependency of it): monitoring/ evaluates them with
+// Prometheus's own rule engine.
+type prometheusRule struct {
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
+	Spec       struct {
+		Groups []struct {
+			Name     string `json:"name"`
+			Interval string `json:"interval,omitempty"`
+			Rules    []struct {
+				Alert         string             `json:"alert,omitempty"`
+				Record        string             `json:"record,omitempty"`
+				Expr          intstr.IntOrString `json:"expr"`
+				For           string             `json:"for,omitempty"`
+				KeepFiringFor string             `json:"keep_firing_for,omitempty"`
+				Labels        map[string]string  `json:"labels,omitempty"`
+				Annotations   map[string]string  `json:"annotations,omitempty"`
+			} `json:"rules"`
+		} `json:"groups"`
+	} `json:"spec"`
+}
+
+// alertName is the CRD's and Prometheus's pattern of a metric or alert name.
+var alertName = regexp.MustCompile(`^[a-zA-Z_:][a-zA-Z0-9_:]*$`)
+
+func decodePrometheusRule(data []byte) (*prometheusRule, error) {
+	var pr prometheusRule
+	if err := yaml.UnmarshalStrict(data, &pr); err != nil {
+		return nil, fmt.Errorf("decoding PrometheusRule: %w", err)
+	}
+	var errs field.ErrorList
+	meta := field.NewPath("metadata")
+	if pr.Metadata.Name == "" || pr.Metadata.Namespace == "" {
+		errs = append(errs, field.Required(meta, "name and namespace"))
+	}
+	groups := field.NewPath("spec", "groups")
+	if len(pr.Spec.Groups) == 0 {
+		errs = append(errs, field.Required(groups, ""))
+	}
+	names := map[string]bool{}
+	for i, g := range pr.Spec.Groups {
+		p := groups.Index(i)
+		if g.Name == "" || names[g.Name] {
+			errs = append(errs, field.Invalid(p.Child("name"), g.Name, "empty or not unique"))
+		}
+		names[g.Name] = true
+		if g.Interval != "" && !promDuration.MatchString(g.Interval) {
+			errs = append(errs, field.Invalid(p.Child("interval"), g.Interval, "not a Prometheus duration"))
+		}
+		if len(g.Rules) == 0 {
+			errs = append(errs, field.Required(p.Child("rules"), ""))
+		}
+		for j, r := range g.Rules {
+			rp := p.Child("rules").Index(j)
+			if (r.Alert == "") == (r.Record == "") || !alertName.MatchString(r.Alert+r.Record) {
+				errs = append(errs, field.Invalid(rp, r.Alert+r.Record, "exactly one of alert and record, a metric name"))
+			}
+			if r.Expr.String() == "" {
+				errs = append(errs, field.Required(rp.Child("expr"), ""))
+			}
+			for name, d := range map[string]string{"for": r.For, "keep_firing_for": r.KeepFiringFor} {
+				if d != "" && !promDuration.MatchString(d) {
+					errs = append(errs, field.Invalid(rp.Child(name), d, "not a Prometheus duration"))
+				}
+			}
+			for k := range r.Labels {
+				if !labelName.MatchString(k) {
+					errs = append(errs, field.Invalid(rp.Child("labels"), k, "not a label name"))
+				}
+			}
+		}
+	}
+	return &pr, errs.ToAggregate()
+}
+
 // Patterns of the operator's CRD schema, and of Prometheus label names.
 var (
 	promDuration = regexp.MustCompile(`^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$`)
@@ -321,9 +517,9 @@ func policyErrors(objs *objects) []error {
 	bad := func(d doc, format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%v: %s", d, fmt.Sprintf(format, a...)))
 	}
-	if len(objs.namespaces) != 1 || len(objs.daemonSets) != 1 || len(objs.services) != 1 || len(objs.serviceAccounts) != 1 || len(objs.serviceMonitors) != 1 || len(objs.csiDrivers) != 0 {
-		errs = append(errs, fmt.Errorf("deploy/ holds %d Namespaces, %d ServiceAccounts, %d DaemonSets, %d Services, %d ServiceMonitors, %d CSIDrivers; want one of each but no CSIDriver (deploy/csi/)",
-			len(objs.namespaces), len(objs.serviceAccounts), len(objs.daemonSets), len(objs.services), len(objs.serviceMonitors), len(objs.csiDrivers)))
+	if len(objs.namespaces) != 1 || len(objs.daemonSets) != 1 || len(objs.services) != 1 || len(objs.serviceAccounts) != 1 || len(objs.serviceMonitors) != 1 || len(objs.prometheusRules) != 1 || len(objs.csiDrivers) != 0 {
+		errs = append(errs, fmt.Errorf("deploy/ holds %d Namespaces, %d ServiceAccounts, %d DaemonSets, %d Services, %d ServiceMonitors, %d PrometheusRules, %d CSIDrivers; want one of each but no CSIDriver (deploy/csi/)",
+			len(objs.namespaces), len(objs.serviceAccounts), len(objs.daemonSets), len(objs.services), len(objs.serviceMonitors), len(objs.prometheusRules), len(objs.csiDrivers)))
 		return errs
 	}
 	var ns string
@@ -331,6 +527,11 @@ func policyErrors(objs *objects) []error {
 		ns = n.Name
 	}
 	secure := secureMetrics(objs)
+	for pr, d := range objs.prometheusRules {
+		if pr.Metadata.Namespace != ns {
+			bad(d, "PrometheusRule %s: namespace %q; want %q", pr.Metadata.Name, pr.Metadata.Namespace, ns)
+		}
+	}
 	for sa, d := range objs.serviceAccounts {
 		if sa.Namespace != ns {
 			bad(d, "namespace %q; want %q", sa.Namespace, ns)
@@ -681,7 +882,7 @@ func check(docs []doc) []error {
 // TestManifests: deploy/ as it is passes the API server's validation and
 // the policy.
 func TestManifests(t *testing.T) {
-	docs, err := readManifests(deployDir, csiDir, secureMetricsDir)
+	docs, err := readManifests(deployDir, csiDir, secureMetricsDir, chartDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -696,7 +897,7 @@ func TestManifests(t *testing.T) {
 // TestManifestsMutated: each mistake, made in a copy of deploy/'s text,
 // is caught, with an error that names it.
 func TestManifestsMutated(t *testing.T) {
-	docs, err := readManifests(deployDir, csiDir, secureMetricsDir)
+	docs, err := readManifests(deployDir, csiDir, secureMetricsDir, chartDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -717,8 +918,9 @@ func TestManifestsMutated(t *testing.T) {
 		{"probe on the wrong path", "path: /readyz", "path: /ready", "readiness probe"},
 		{"a CPU limit", "            limits:\n              memory: 128Mi", "            limits:\n              cpu: 100m\n              memory: 128Mi", "no CPU limit"},
 		{"no toleration", "      tolerations:\n        - operator: Exists\n", "", "no toleration"},
-		{"ServiceMonitor typo", "scrapeTimeout: 10s", "scrapeTimout: 10s", `unknown field "scrapeTimout"`},
-		{"ServiceMonitor bad interval", "interval: 30s", "interval: 30 seconds", "not a Prometheus duration"},
+		{"ServiceMonitor typo", "scrapeTimeout: 10s\n      relabelings:\n        # The node the agent", "scrapeTimout: 10s\n      relabelings:\n        # The node the agent", `unknown field "scrapeTimout"`},
+		{"ServiceMonitor bad interval", "insecureSkipVerify: true\n      path: /metrics\n      interval: 30s", "insecureSkipVerify: true\n      path: /metrics\n      interval: 30 seconds", "not a Prometheus duration"},
+		{"PodMonitor typo", "      relabelings:\n        # The node the driver", "      relabellings:\n        # The node the driver", `unknown field "relabellings"`},
 		{"a second hostPath volume", "      volumes:\n", "      volumes:\n        - name: host\n          hostPath:\n            path: /\n", "want only the kubelet root's"},
 		{"a command replacing the entrypoint", "          args:\n", "          command: [/bin/sh]\n          args:\n", "want the image's entrypoint"},
 		{"image tag latest", "image: ghcr.io/nodevol/nodevol:v0.0.0-dev", "image: ghcr.io/nodevol/nodevol:latest", "not latest or none"},

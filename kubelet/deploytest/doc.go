@@ -23,6 +23,12 @@
 // is not a dependency of this one), so a misspelt or missing flag fails.
 // Both are validated as by an API server run with --allow-privileged=true.
 //
+// deploy/ is generated from the Helm chart deploy/helm/nodevol
+// (kubelet/helmchart); chart_test.go checks that it is the chart's default
+// render byte for byte, lints the chart with Helm's own linter, and
+// applies every check above to renders with the default and with
+// non-default values.
+//
 // TestDaemonSetPrivilegeSuffices then runs nodevol itself with exactly the
 // DaemonSet's uid and capabilities (setpriv, as root, in a private mount
 // namespace) against a kubelet root that needs them.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -136,32 +135,10 @@ func (a rolloutApp) writing(ctx context.Context, when string, o *outcome) bool {
 	return ok
 }
 
-// csiPodOn is the node's nodevol-csi pod.
-func (d *deployRun) csiPodOn(ctx context.Context, node string) (corev1.Pod, error) {
-	for _, m := range d.daemonSets() {
-		if m.Name == "nodevol" {
-			continue
-		}
-		_, pods, err := d.dsPods(ctx, m)
-		if err != nil {
-			return corev1.Pod{}, err
-		}
-		if p, ok := pods[node]; ok && p.Status.PodIP != "" {
-			return p, nil
-		}
-	}
-	return corev1.Pod{}, fmt.Errorf("no nodevol-csi pod with an IP on %s", node)
-}
-
 // csiStatsCalls is how many NodeGetVolumeStats calls the node's driver pod
 // answered, with OK and otherwise.
 func (d *deployRun) csiStatsCalls(ctx context.Context, node string) (ok, failed float64, err error) {
-	p, err := d.csiPodOn(ctx, node)
-	if err != nil {
-		return 0, 0, err
-	}
-	client := &http.Client{Timeout: 3 * time.Second}
-	m, err := scrape(ctx, client, "http://"+p.Status.PodIP+":9479/metrics")
+	m, err := d.podMetrics(ctx, "nodevol-csi", "http", node)
 	if err != nil {
 		return 0, 0, err
 	}

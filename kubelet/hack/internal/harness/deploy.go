@@ -31,16 +31,19 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodevol/nodevol/internal/tools/ociimage"
+	"github.com/nodevol/nodevol/kubelet/helmchart"
 )
 
-// deploy/ as an operator applies it, on the two-node cluster: every
-// manifest of deploy/nodevol.yaml, deploy/secure-metrics/ and deploy/csi/
-// created through the API unchanged, the DaemonSet controller placing the
-// agent and the CSI driver on each node, the exporter's NAS detection and
-// the CSI NAS case against those pods, then a rolling update of each
-// DaemonSet to an image of another digest while CSI volumes are
-// published, and the agents' secure metrics scraped as Prometheus and as
-// others.
+// The Helm chart as an operator installs it, on the two-node cluster: the
+// chart (deploy/helm/nodevol) rendered by Helm's engine with
+// deployChartValues, every object of the agent's and the driver's
+// templates created through the API unchanged (as helm install does), the
+// DaemonSet controller placing the agent and the CSI driver
+// on each node, the exporter's NAS detection and the CSI NAS case against
+// those pods, then a rolling update of each DaemonSet to an image of
+// another digest while CSI volumes are published, and the agents' secure
+// metrics scraped as Prometheus (the subject of the render's
+// metrics-reader binding) and as others.
 
 // deployInputs are the deploy scenario's images and manifests, handed to
 // the namespace's PID 1.
@@ -94,63 +97,90 @@ func readManifestDocs(files []string) ([]manifestDoc, error) {
 		if err != nil {
 			return nil, err
 		}
-		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
-		for n := 1; ; n++ {
-			doc, err := r.Read()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", f, err)
-			}
-			j, err := yaml.YAMLToJSONStrict(doc)
-			if err != nil {
-				return nil, fmt.Errorf("%s document %d: %w", f, n, err)
-			}
-			if string(bytes.TrimSpace(j)) == "null" {
-				continue
-			}
-			var head struct {
-				APIVersion string `json:"apiVersion"`
-				Kind       string `json:"kind"`
-				Metadata   struct {
-					Name      string `json:"name"`
-					Namespace string `json:"namespace"`
-				} `json:"metadata"`
-			}
-			if err := json.Unmarshal(j, &head); err != nil {
-				return nil, fmt.Errorf("%s document %d: %w", f, n, err)
-			}
-			d := manifestDoc{Src: fmt.Sprintf("%s#%d", f, n), APIVersion: head.APIVersion, Kind: head.Kind, Name: head.Metadata.Name, Namespace: head.Metadata.Namespace, Object: j}
-			if _, err := d.collectionPath(); err != nil {
-				return nil, err
-			}
-			docs = append(docs, d)
+		more, err := manifestDocsOf(f, b)
+		if err != nil {
+			return nil, err
 		}
+		docs = append(docs, more...)
 	}
 	return docs, nil
 }
 
-// deployManifestFiles are deploy/nodevol.yaml, deploy/secure-metrics's
-// RBAC (when the directory exists) and deploy/csi's manifests.
-func deployManifestFiles(deployDir, csiDir string) ([]string, error) {
-	files := []string{filepath.Join(deployDir, "nodevol.yaml")}
-	add := func(path string, _ []byte) error {
-		files = append(files, path)
-		return nil
-	}
-	if secure := filepath.Join(deployDir, "secure-metrics"); dirExists(secure) {
-		if err := eachManifest(secure, add); err != nil {
-			return nil, err
-		}
-	}
-	err := eachManifest(csiDir, add)
-	return files, err
+// deployChartValues are the values the deploy scenario installs the chart
+// with: not the defaults (deploy/ is the default render, which
+// kubelet/deploytest checks), so that the ports and the interval are
+// shown to reach every place that names them.
+var deployChartValues = map[string]any{
+	"agent":   map[string]any{"interval": "5s"},
+	"metrics": map[string]any{"agentPort": 19477, "securePort": 19478, "csiPort": 19479},
 }
 
-func dirExists(path string) bool {
-	fi, err := os.Stat(path)
-	return err == nil && fi.IsDir()
+// deployChartTemplates are the chart's templates the scenario creates the
+// objects of, in order: the agent, the RBAC of its secure metrics, the
+// driver. The ServiceMonitor and PrometheusRule need the Prometheus
+// Operator's CRDs, which the cluster does not have.
+var deployChartTemplates = []string{"nodevol.yaml", "auth-delegator.yaml", "metrics-reader.yaml", "csi.yaml"}
+
+// renderChartDocs renders the chart in dir with vals, as helm template
+// does: the objects of deployChartTemplates, in order.
+func renderChartDocs(dir string, vals map[string]any) ([]manifestDoc, error) {
+	out, err := helmchart.Render(dir, vals)
+	if err != nil {
+		return nil, err
+	}
+	var docs []manifestDoc
+	for _, name := range deployChartTemplates {
+		text, ok := out[name]
+		if !ok {
+			return nil, fmt.Errorf("chart %s: template %s renders nothing", dir, name)
+		}
+		more, err := manifestDocsOf(helmchart.ReleaseName+"/templates/"+name, []byte(text))
+		if err != nil {
+			return nil, err
+		}
+		docs = append(docs, more...)
+	}
+	return docs, nil
+}
+
+// manifestDocsOf is every object of a manifest's text, f naming where it
+// came from.
+func manifestDocsOf(f string, b []byte) ([]manifestDoc, error) {
+	var docs []manifestDoc
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
+	for n := 1; ; n++ {
+		doc, err := r.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		j, err := yaml.YAMLToJSONStrict(doc)
+		if err != nil {
+			return nil, fmt.Errorf("%s document %d: %w", f, n, err)
+		}
+		if string(bytes.TrimSpace(j)) == "null" {
+			continue
+		}
+		var head struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+			Metadata   struct {
+				Name      string `json:"name"`
+				Namespace string `json:"namespace"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(j, &head); err != nil {
+			return nil, fmt.Errorf("%s document %d: %w", f, n, err)
+		}
+		d := manifestDoc{Src: fmt.Sprintf("%s#%d", f, n), APIVersion: head.APIVersion, Kind: head.Kind, Name: head.Metadata.Name, Namespace: head.Metadata.Namespace, Object: j}
+		if _, err := d.collectionPath(); err != nil {
+			return nil, err
+		}
+		docs = append(docs, d)
+	}
+	return docs, nil
 }
 
 // daemonSetImage is the image of the one DaemonSet named name in docs.
@@ -277,9 +307,9 @@ type deployRun struct {
 	flavor flavor
 	log    *logger
 	driver string // the CSIDriver's name
-	// scraper is a token of the ServiceAccount deploy/secure-metrics/
-	// lets get /metrics; "" until scraperToken makes it (the soak's
-	// goroutines ask at once: scraperMu).
+	// scraper is a token of the ServiceAccount the chart's
+	// metrics-reader binding lets get /metrics; "" until scraperToken
+	// makes it (the soak's goroutines ask at once: scraperMu).
 	scraperMu sync.Mutex
 	scraper   string
 }
@@ -295,12 +325,12 @@ type deployStep struct {
 // are not run (they build on it) and say so.
 func (d *deployRun) steps(ctx context.Context) []row {
 	steps := []deployStep{
-		{"apply", "every object of deploy/nodevol.yaml, deploy/secure-metrics and deploy/csi created through the API, unchanged", d.apply},
+		{"apply", "every object of the Helm chart's agent, secure metrics RBAC and driver, rendered with non-default ports and interval, created through the API, unchanged", d.apply},
 		{"daemonsets-ready", "the DaemonSet controller runs one agent and one driver per node, each Ready; the driver registered on each node (CSINode)", d.daemonSetsReady},
 		{"exporter-nas", "on each node, a tmpfs NAS mounted inside an emptyDir makes that node's agent report nodevol_scan_danger_volumes 1, and 0 once unmounted", d.exporterNAS},
-		{"csi-nas", "on each node, the driver refuses to tear down a CSI volume holding a NAS (≥2 tries), the NAS's sentinel intact; gone after the unmount", d.csiNAS},
+		{"csi-nas", "on each node, the driver refuses to tear down a CSI volume holding a NAS (≥2 tries), the NAS's sentinel intact, its pod's nodevol_csi_unpublish_refused_total (the alert's series) counting each; gone after the unmount", d.csiNAS},
 		{"rolling-update", "each DaemonSet rolled (its RollingUpdate strategy) to an image of another digest, to completion on every node; the published CSI volumes intact (files and Memory tmpfs) across it, written and read by their pods every second without a failure, measured by the new driver (NodeGetVolumeStats), and torn down afterwards with no mount or quota project left", d.rollingUpdate},
-		{"secure-metrics", "on each node, the agent's /metrics on its secure port (TLS) answers the token of the ServiceAccount deploy/secure-metrics/ lets get /metrics with the metrics, another account's token with 403, none or a made-up one with 401; its plain port serves /healthz but not /metrics", d.secureMetrics},
+		{"secure-metrics", "on each node, the agent's /metrics on its secure port (TLS) answers the token of the ServiceAccount the chart's metrics-reader binding lets get /metrics with the metrics, another account's token with 403, none or a made-up one with 401; its plain port serves /healthz but not /metrics", d.secureMetrics},
 	}
 	var rows []row
 	failed := false
@@ -620,33 +650,63 @@ func podVolumeDir(pod *corev1.Pod, plugin, vol string) string {
 	return filepath.Join(kubeletRootInNode, "pods", string(pod.UID), "volumes", plugin, vol)
 }
 
-// agentMetrics scrapes the node's agent pod (on the pod network).
+// agentMetrics scrapes the node's agent pod (on the pod network) as
+// Prometheus does: its port named secure-metrics, over TLS, with a token
+// of the ServiceAccount the render's metrics-reader binding names.
 func (d *deployRun) agentMetrics(ctx context.Context, node string) (metrics, error) {
-	var agent manifestDoc
-	for _, m := range d.daemonSets() {
-		if m.Name == "nodevol" {
-			agent = m
-		}
-	}
-	_, pods, err := d.dsPods(ctx, agent)
+	addr, err := d.podAddr(ctx, "nodevol", "secure-metrics", node)
 	if err != nil {
 		return nil, err
-	}
-	p, ok := pods[node]
-	if !ok || p.Status.PodIP == "" {
-		return nil, fmt.Errorf("no agent pod with an IP on %s", node)
 	}
 	token, err := d.scraperToken(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return scrapeAs(ctx, secureMetricsClient, "https://"+net.JoinHostPort(p.Status.PodIP, agentSecureMetricsPort)+"/metrics", token)
+	return scrapeAs(ctx, secureMetricsClient, "https://"+addr+"/metrics", token)
 }
 
-// agentSecureMetricsPort is deploy/nodevol.yaml's --secure-metrics-listen
-// port, as 9477 is its --listen port: manifests with others fail the
-// scrapes, loudly.
-const agentSecureMetricsPort = "9478"
+// podMetrics scrapes /metrics of the node's pod of the DaemonSet ds, on
+// its container's port named port (on the pod network), plain HTTP.
+func (d *deployRun) podMetrics(ctx context.Context, ds, port, node string) (metrics, error) {
+	addr, err := d.podAddr(ctx, ds, port, node)
+	if err != nil {
+		return nil, err
+	}
+	client := &http.Client{Timeout: 3 * time.Second}
+	return scrape(ctx, client, "http://"+addr+"/metrics")
+}
+
+// podAddr is the pod IP and the number of the container's port named
+// port of the node's pod of the DaemonSet ds: the chart's values set the
+// numbers, the names stay.
+func (d *deployRun) podAddr(ctx context.Context, ds, port, node string) (string, error) {
+	var m manifestDoc
+	for _, x := range d.daemonSets() {
+		if x.Name == ds {
+			m = x
+		}
+	}
+	_, pods, err := d.dsPods(ctx, m)
+	if err != nil {
+		return "", err
+	}
+	p, ok := pods[node]
+	if !ok || p.Status.PodIP == "" {
+		return "", fmt.Errorf("no %s pod with an IP on %s", ds, node)
+	}
+	return podPortAddr(p, port)
+}
+
+// podPortAddr is p's IP and the number of its first container's port
+// named port.
+func podPortAddr(p corev1.Pod, port string) (string, error) {
+	for _, cp := range p.Spec.Containers[0].Ports {
+		if cp.Name == port {
+			return net.JoinHostPort(p.Status.PodIP, fmt.Sprint(cp.ContainerPort)), nil
+		}
+	}
+	return "", fmt.Errorf("pod %s has no port named %s", p.Name, port)
+}
 
 // secureMetricsClient scrapes the agents' secure metrics. Their
 // certificate is self-signed (no --tls-cert-file in deploy/): the
@@ -656,7 +716,7 @@ var secureMetricsClient = &http.Client{Timeout: 5 * time.Second, Transport: &htt
 	TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
 }}
 
-// metricsReader is the ServiceAccount deploy/secure-metrics/'s binding of
+// metricsReader is the ServiceAccount the rendered chart's binding of
 // ClusterRole nodevol-metrics-reader names (Prometheus's).
 func (d *deployRun) metricsReader() (namespace, name string, err error) {
 	for _, m := range d.in.Manifests {
@@ -769,7 +829,15 @@ func (d *deployRun) secureMetrics(ctx context.Context, o *outcome) {
 		if !o.want(ok && p.Status.PodIP != "", "no agent pod with an IP on %s", n.name) {
 			return
 		}
-		secure := "https://" + net.JoinHostPort(p.Status.PodIP, agentSecureMetricsPort) + "/metrics"
+		secureAddr, err := podPortAddr(p, "secure-metrics")
+		if !o.want(err == nil, "%s: %v", n.name, err) {
+			return
+		}
+		plainAddr, err := podPortAddr(p, "metrics")
+		if !o.want(err == nil, "%s: %v", n.name, err) {
+			return
+		}
+		secure := "https://" + secureAddr + "/metrics"
 		var codes []string
 		for _, c := range []struct {
 			what, token string
@@ -787,7 +855,7 @@ func (d *deployRun) secureMetrics(ctx context.Context, o *outcome) {
 			}
 			codes = append(codes, fmt.Sprintf("%s %d", c.what, code))
 		}
-		listen := "http://" + net.JoinHostPort(p.Status.PodIP, "9477")
+		listen := "http://" + plainAddr
 		hz, _ := get(plain, listen+"/healthz", "")
 		pm, _ := get(plain, listen+"/metrics", "")
 		o.want(hz == http.StatusOK && pm == http.StatusNotFound, "%s: plain /healthz %d, /metrics %d; want 200, 404", n.name, hz, pm)
@@ -866,6 +934,13 @@ func (d *deployRun) csiNAS(ctx context.Context, o *outcome) {
 			app.stop(ctx, time.Minute)
 			return
 		}
+		// The driver's refusal counter, which the NodevolCSIUnpublishRefused
+		// alert watches, as Prometheus scrapes it: from the pod.
+		refusedBefore, err := d.podMetrics(ctx, "nodevol-csi", "http", n.name)
+		if err != nil {
+			o.harness(err)
+			return
+		}
 		offset, err := n.kubelet.logSize()
 		if err == nil {
 			err = d.cp.deletePod(ctx, app.created)
@@ -881,6 +956,14 @@ func (d *deployRun) csiNAS(ctx context.Context, o *outcome) {
 		o.want(err == nil, "%s: want ≥2 failed TearDowns of the CSI volume, saw %d: %v", n.name, attempts.failures(), err)
 		o.want(nas.intact(), "%s: the NAS's sentinel is not intact while the teardown is refused", n.name)
 		o.want(attempts.everyFailureRefuses(nas.dir), "%s: not every TearDown failure is the refusal naming the NAS", n.name)
+		refusedAfter, err := d.podMetrics(ctx, "nodevol-csi", "http", n.name)
+		if err != nil {
+			o.harness(err)
+			return
+		}
+		refused := refusedAfter.value("nodevol_csi_unpublish_refused_total", nil) - refusedBefore.value("nodevol_csi_unpublish_refused_total", nil)
+		o.want(refused >= float64(attempts.failures()), "%s: the driver's nodevol_csi_unpublish_refused_total grew by %g; the kubelet's log shows %d refused tries", n.name, refused, attempts.failures())
+		o.fact("%s: nodevol_csi_unpublish_refused_total +%g, scraped from the driver's pod", n.name, refused)
 		if err := nas.unmount(ctx); err != nil {
 			o.harness(err)
 			return
@@ -1008,16 +1091,12 @@ func (d *deployRun) rollingUpdate(ctx context.Context, o *outcome) {
 	o.observe("torn down afterwards, nothing left")
 }
 
-// prepareDeploy reads the manifests and the two images the DaemonSets
+// prepareDeploy renders the chart and reads the two images the DaemonSets
 // name (built with the root module's hack/image unless given), and, with
 // rollout, writes each image again with another digest for the rolling
 // update.
 func prepareDeploy(ctx context.Context, opts options, dir string, rollout bool, log *logger) (*deployInputs, error) {
-	files, err := deployManifestFiles(opts.deploy, opts.csiDeploy)
-	if err != nil {
-		return nil, err
-	}
-	docs, err := readManifestDocs(files)
+	docs, err := renderChartDocs(opts.chart, deployChartValues)
 	if err != nil {
 		return nil, err
 	}

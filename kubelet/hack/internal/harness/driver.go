@@ -56,6 +56,7 @@ type options struct {
 	// it); empty: the driver builds it with the root module's ./hack/image.
 	csiImage  string
 	csiDeploy string // deploy/csi: the CSI scenario's manifests
+	chart     string // deploy/helm/nodevol: the deploy mode's chart
 	// csiRolloutImage is the nodevol-csi image the deploy mode's rolling
 	// update moves to; empty: csiImage, rewritten with another digest.
 	csiRolloutImage string
@@ -85,19 +86,34 @@ const (
 
 const usageLine = `usage: go run ./hack/e2e -stock KUBELET -nodevol KUBELET -apiserver KUBE-APISERVER [-run REGEXP] [-timeout 15m] [-workdir DIR] [-nodevol-image FILE] [-deploy DIR] [-csi-image FILE] [-csi-deploy DIR]
        go run ./hack/e2e -mode conformance [-stock KUBELET] [-nodevol KUBELET] [-kubelets stock,nodevol] -apiserver KUBE-APISERVER -scheduler KUBE-SCHEDULER -controller-manager KUBE-CONTROLLER-MANAGER -e2e-test E2E.TEST -agnhost AGNHOST [-ginkgo GINKGO -procs N] [-timeout 90m] [-workdir DIR]
-       go run ./hack/e2e -mode deploy -stock KUBELET | -nodevol KUBELET -kubelets nodevol -apiserver KUBE-APISERVER -scheduler KUBE-SCHEDULER -controller-manager KUBE-CONTROLLER-MANAGER [-nodevol-image FILE] [-csi-image FILE] [-csi-rollout-image FILE] [-deploy DIR] [-csi-deploy DIR] [-workdir DIR]`
+       go run ./hack/e2e -mode deploy -stock KUBELET | -nodevol KUBELET -kubelets nodevol -apiserver KUBE-APISERVER -scheduler KUBE-SCHEDULER -controller-manager KUBE-CONTROLLER-MANAGER [-nodevol-image FILE] [-csi-image FILE] [-csi-rollout-image FILE] [-chart DIR] [-workdir DIR]`
+
+// newFlagSet is a command's flag set: errors and usage go to stderr, the
+// usage line first.
+func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// binaryFlags are the flags naming the Kubernetes binaries a run starts;
+// clusterNote says when the scheduler and controller manager are needed.
+func (o *options) binaryFlags(fs *flag.FlagSet, clusterNote string) {
+	fs.StringVar(&o.stock, "stock", "", "the stock kubelet binary (upstream v1.37.2)")
+	fs.StringVar(&o.nodevol, "nodevol", "", "the nodevol kubelet binary (kubelet/hack/build.sh)")
+	fs.StringVar(&o.apiserver, "apiserver", "", "kube-apiserver of the kubelets' version (kubelet/hack/build.sh --apiserver)")
+	fs.StringVar(&o.scheduler, "scheduler", "", "kube-scheduler of the kubelets' version (kubelet/hack/build.sh --scheduler"+clusterNote+")")
+	fs.StringVar(&o.controllerManager, "controller-manager", "", "kube-controller-manager of the kubelets' version (kubelet/hack/build.sh --controller-manager"+clusterNote+")")
+}
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
-	fs := flag.NewFlagSet("e2e", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, usageLine)
-		fs.PrintDefaults()
-	}
-	fs.StringVar(&o.stock, "stock", "", "the stock kubelet binary (upstream v1.37.2)")
-	fs.StringVar(&o.nodevol, "nodevol", "", "the nodevol kubelet binary (kubelet/hack/build.sh)")
-	fs.StringVar(&o.apiserver, "apiserver", "", "the kube-apiserver binary of the same version (kubelet/hack/build.sh --apiserver)")
+	fs := newFlagSet("e2e", usageLine, stderr)
+	o.binaryFlags(fs, "; -mode conformance or deploy")
 	fs.StringVar(&o.run, "run", "", "run only the scenarios whose id (\"1-nas-tmpfs\") matches this regexp")
 	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "the watchdog kills the namespace after this long")
 	fs.StringVar(&o.workdir, "workdir", "", "work directory, kept afterwards (default: a temporary one, removed when the run passes)")
@@ -106,9 +122,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.csiImage, "csi-image", "", "the nodevol-csi image, an OCI layout tarball with `FILE`.digest beside it, from the root module's ./hack/image -binary nodevol-csi (default: built by the driver)")
 	fs.StringVar(&o.csiRolloutImage, "csi-rollout-image", "", "-mode deploy: the nodevol-csi image `FILE` the rolling update moves to, named as -csi-image is (another build: an upgrade from -csi-image, or a rollback to an older one); default: -csi-image with another digest")
 	fs.StringVar(&o.csiDeploy, "csi-deploy", "../deploy/csi", "the `DIR`ectory of nodevol-csi's manifests, which the CSI scenario applies")
-	fs.StringVar(&o.mode, "mode", modeScenarios, "scenarios: nodevol's scenarios on a one-node control plane; conformance: Kubernetes's e2e volume specs (e2e.test) on a whole cluster, against each of -kubelets; deploy: deploy/ applied through the API on a two-node cluster of the first of -kubelets (default stock)")
-	fs.StringVar(&o.scheduler, "scheduler", "", "kube-scheduler of the kubelets' version (kubelet/hack/build.sh --scheduler; -mode conformance)")
-	fs.StringVar(&o.controllerManager, "controller-manager", "", "kube-controller-manager of the kubelets' version (kubelet/hack/build.sh --controller-manager; -mode conformance)")
+	fs.StringVar(&o.chart, "chart", "../deploy/helm/nodevol", "the `DIR`ectory of nodevol's Helm chart, which -mode deploy renders and installs")
+	fs.StringVar(&o.mode, "mode", modeScenarios, "scenarios: nodevol's scenarios on a one-node control plane; conformance: Kubernetes's e2e volume specs (e2e.test) on a whole cluster, against each of -kubelets; deploy: the Helm chart rendered and installed through the API on a two-node cluster of the first of -kubelets (default stock)")
 	fs.StringVar(&o.e2eTest, "e2e-test", "", "upstream's e2e.test of the kubelets' version (kubelet/hack/build.sh --e2e-test; -mode conformance)")
 	fs.StringVar(&o.agnhost, "agnhost", "", "the suite's agnhost binary (kubelet/hack/build.sh --agnhost; -mode conformance)")
 	fs.StringVar(&o.ginkgo, "ginkgo", "", "the ginkgo CLI (kubelet/hack/build.sh --ginkgo), which runs e2e.test in -procs processes")
@@ -173,7 +188,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		}
 		*p = abs
 	}
-	for _, p := range []*string{&o.nodevolImage, &o.deploy, &o.csiImage, &o.csiDeploy, &o.csiRolloutImage} {
+	for _, p := range []*string{&o.nodevolImage, &o.deploy, &o.csiImage, &o.csiDeploy, &o.chart, &o.csiRolloutImage} {
 		if *p == "" {
 			continue
 		}

@@ -46,7 +46,7 @@ type soakInputs struct {
 
 const soakUsage = `usage: go run ./hack/soak -nodevol KUBELET -stock KUBELET -apiserver KUBE-APISERVER -scheduler KUBE-SCHEDULER -controller-manager KUBE-CONTROLLER-MANAGER
            [-kubelets nodevol,stock] [-duration 30m] [-rate 30] [-seed N] [-fault-every 45s] [-hugepages 32]
-           [-nodevol-image FILE] [-csi-image FILE] [-deploy DIR] [-csi-deploy DIR] [-timeout D] [-workdir DIR]`
+           [-nodevol-image FILE] [-csi-image FILE] [-chart DIR] [-timeout D] [-workdir DIR]`
 
 // Soak is the soak command (kubelet/hack/soak): its flags are args; it
 // returns the exit status: 0 when no invariant was violated, 1 when one
@@ -70,22 +70,12 @@ func parseSoakFlags(args []string, stderr io.Writer) (options, error) {
 	o := options{mode: modeSoak}
 	in := &soakInputs{Params: soakParams{Nodes: 2}}
 	p := &in.Params
-	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, soakUsage)
-		fs.PrintDefaults()
-	}
-	fs.StringVar(&o.stock, "stock", "", "the stock kubelet binary (upstream v1.37.2)")
-	fs.StringVar(&o.nodevol, "nodevol", "", "the nodevol kubelet binary (kubelet/hack/build.sh)")
-	fs.StringVar(&o.apiserver, "apiserver", "", "kube-apiserver of the kubelets' version (kubelet/hack/build.sh --apiserver)")
-	fs.StringVar(&o.scheduler, "scheduler", "", "kube-scheduler of the kubelets' version (kubelet/hack/build.sh --scheduler)")
-	fs.StringVar(&o.controllerManager, "controller-manager", "", "kube-controller-manager of the kubelets' version (kubelet/hack/build.sh --controller-manager)")
+	fs := newFlagSet("soak", soakUsage, stderr)
+	o.binaryFlags(fs, "")
 	kubelets := fs.String("kubelets", "nodevol,stock", "the two nodes' kubelets, node 1's first (nodevol or stock, each with its binary's flag)")
 	fs.StringVar(&o.nodevolImage, "nodevol-image", "", "the exporter's image, an OCI layout tarball with `FILE`.digest beside it (default: built with the root module's ./hack/image)")
 	fs.StringVar(&o.csiImage, "csi-image", "", "nodevol-csi's image, an OCI layout tarball with `FILE`.digest beside it (default: built with ./hack/image -binary nodevol-csi)")
-	fs.StringVar(&o.deploy, "deploy", "../deploy", "the `DIR`ectory of nodevol's manifests (nodevol.yaml: the exporter)")
-	fs.StringVar(&o.csiDeploy, "csi-deploy", "../deploy/csi", "the `DIR`ectory of nodevol-csi's manifests")
+	fs.StringVar(&o.chart, "chart", "../deploy/helm/nodevol", "the `DIR`ectory of nodevol's Helm chart, whose agent and driver the soak installs (rendered as -mode deploy renders it)")
 	fs.StringVar(&o.workdir, "workdir", "", "work directory, kept afterwards (default: a temporary one, removed when the run passes)")
 	fs.DurationVar(&o.timeout, "timeout", 0, "the watchdog kills the namespace after this long (default: -duration + 30m)")
 	fs.DurationVar(&p.Duration, "duration", 30*time.Minute, "how long pods are created (then the run drains: every pod deleted, every NAS unmounted, the DaemonSets deleted)")
@@ -152,7 +142,7 @@ func parseSoakFlags(args []string, stderr io.Writer) (options, error) {
 		}
 		*b = abs
 	}
-	for _, d := range []*string{&o.nodevolImage, &o.deploy, &o.csiImage, &o.csiDeploy} {
+	for _, d := range []*string{&o.nodevolImage, &o.chart, &o.csiImage} {
 		if *d == "" {
 			continue
 		}

@@ -284,7 +284,9 @@ func (s *soak) sampleOnce(ctx context.Context) {
 		kubeletURL := n.kubelet.url(readOnlyPort, "/metrics")
 		add(compKubelet, n.kubelet.cmd.Process.Pid, func() (metrics, error) { return scrape(ctx, client, kubeletURL) })
 		n.procMu.Unlock()
-		for _, c := range []struct{ comp, ds, port string }{{compCSI, csiDaemonSet, "9479"}, {compExporter, exporterDaemonSet, "9477"}} {
+		// The ports by their names in the pod (the chart's values set
+		// them); the exporter's /metrics is its secure port's.
+		for _, c := range []struct{ comp, ds, port string }{{compCSI, csiDaemonSet, "http"}, {compExporter, exporterDaemonSet, "secure-metrics"}} {
 			_, pods, err := s.dep.dsPods(ctx, s.daemonSet(c.ds))
 			if err != nil {
 				continue
@@ -293,13 +295,16 @@ func (s *soak) sampleOnce(ctx context.Context) {
 			if !ok || p.Status.PodIP == "" {
 				continue
 			}
-			if pid, err := containerPID(p); err == nil {
-				url := "http://" + p.Status.PodIP + ":" + c.port + "/metrics"
-				metricsOf := func() (metrics, error) { return scrape(ctx, client, url) }
-				if c.comp == compExporter {
-					metricsOf = func() (metrics, error) { return s.dep.agentMetrics(ctx, n.name) }
-				}
-				add(c.comp, pid, metricsOf)
+			pid, err := containerPID(p)
+			if err != nil {
+				continue
+			}
+			if c.comp == compExporter {
+				add(c.comp, pid, func() (metrics, error) { return s.dep.agentMetrics(ctx, n.name) })
+				continue
+			}
+			if addr, err := podPortAddr(p, c.port); err == nil {
+				add(c.comp, pid, func() (metrics, error) { return scrape(ctx, client, "http://"+addr+"/metrics") })
 			}
 		}
 	}
