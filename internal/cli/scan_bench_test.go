@@ -270,19 +270,21 @@ func TestScanReadsTheMountTableOnce(t *testing.T) {
 	bin := buildBinary(t)
 	opens := func(args ...string) (reads, volumes int) {
 		t.Helper()
-		cmd := exec.Command(strace, append([]string{"-f", "-qq", "-e", "trace=open,openat,openat2", "-o", "/dev/stdout", bin.path}, args...)...)
+		// The trace goes to its own file: written into the scan's
+		// stdout pipe, strace's lines split the report's (a pipe keeps
+		// writes whole only up to PIPE_BUF) and a "podUID" went uncounted.
+		trace := filepath.Join(t.TempDir(), "trace")
+		cmd := exec.Command(strace, append([]string{"-f", "-qq", "-e", "trace=open,openat,openat2", "-o", trace, bin.path}, args...)...)
 		out, err := cmd.Output()
 		if ee, ok := err.(*exec.ExitError); err != nil && (!ok || ee.ExitCode() != ExitOK) {
 			t.Fatalf("strace nodevol %v: %v", args, err)
 		}
-		for line := range strings.Lines(string(out)) {
-			if strings.Contains(line, "mountinfo\"") {
-				reads++
-			}
-			if strings.Contains(line, `"podUID"`) {
-				volumes++
-			}
+		traced, err := os.ReadFile(trace)
+		if err != nil {
+			t.Fatal(err)
 		}
+		reads = strings.Count(string(traced), "mountinfo\"")
+		volumes = strings.Count(string(out), `"podUID"`)
 		return reads, volumes
 	}
 	baseline, _ := opens("help")

@@ -435,7 +435,7 @@ func (c *incrementalScan) report(root string) *scanReport {
 // settled reports whether a ctime is old enough for nothing to have
 // changed since without changing it (settleAfter), and not in the future.
 func (c *incrementalScan) settled(ctime unix.Timespec) bool {
-	t := time.Unix(ctime.Sec, ctime.Nsec)
+	t := time.Unix(ctime.Unix())
 	age := c.now().Sub(t)
 	return age >= c.settleAfter
 }

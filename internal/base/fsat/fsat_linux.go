@@ -328,7 +328,7 @@ func (d *Dir) statx(name string, flags int, path string) (unix.Stat_t, error) {
 	if err != nil {
 		return st, &os.PathError{Op: "statx", Path: path, Err: err}
 	}
-	st.Ctim = unix.Timespec{Sec: sx.Ctime.Sec, Nsec: int64(sx.Ctime.Nsec)}
+	st.Ctim = unix.NsecToTimespec(sx.Ctime.Sec*1e9 + int64(sx.Ctime.Nsec)) // Timespec's fields are 32 bits wide on 386 and arm
 	st.Dev = unix.Mkdev(sx.Dev_major, sx.Dev_minor)
 	st.Ino = sx.Ino
 	st.Mode = uint32(sx.Mode)

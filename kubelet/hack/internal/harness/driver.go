@@ -110,6 +110,23 @@ func (o *options) binaryFlags(fs *flag.FlagSet, clusterNote string) {
 	fs.StringVar(&o.controllerManager, "controller-manager", "", "kube-controller-manager of the kubelets' version (kubelet/hack/build.sh --controller-manager"+clusterNote+")")
 }
 
+// kubeletBinaries are the binary flags of the kubelets o.kubelets names
+// (list, as the -kubelets flag gave it), each of which must have its flag.
+func (o *options) kubeletBinaries(list string) ([]*string, error) {
+	var bins []*string
+	for _, k := range o.kubelets {
+		switch {
+		case k == stockKubelet.String() && o.stock != "":
+			bins = append(bins, &o.stock)
+		case k == nodevolKubelet.String() && o.nodevol != "":
+			bins = append(bins, &o.nodevol)
+		default:
+			return nil, fmt.Errorf("-kubelets %s: %q is not stock or nodevol with its binary's flag", list, k)
+		}
+	}
+	return bins, nil
+}
+
 func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := newFlagSet("e2e", usageLine, stderr)
@@ -152,16 +169,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		if o.mode == modeDeploy && len(o.kubelets) != 1 {
 			return o, fmt.Errorf("-mode deploy: -kubelets %s: want one kubelet", *kubelets)
 		}
-		for _, k := range o.kubelets {
-			switch {
-			case k == stockKubelet.String() && o.stock != "":
-				bins = append(bins, &o.stock)
-			case k == nodevolKubelet.String() && o.nodevol != "":
-				bins = append(bins, &o.nodevol)
-			default:
-				return o, fmt.Errorf("-kubelets %s: %q is not stock or nodevol with its binary's flag", *kubelets, k)
-			}
+		kb, err := o.kubeletBinaries(*kubelets)
+		if err != nil {
+			return o, err
 		}
+		bins = append(bins, kb...)
 		if o.procs > 1 && o.mode == modeConformance {
 			bins = append(bins, &o.ginkgo)
 		}

@@ -113,16 +113,11 @@ func parseSoakFlags(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-kubelets %s: want %d, one per node", *kubelets, p.Nodes)
 	}
 	bins := []*string{&o.apiserver, &o.scheduler, &o.controllerManager}
-	for _, k := range o.kubelets {
-		switch {
-		case k == stockKubelet.String() && o.stock != "":
-			bins = append(bins, &o.stock)
-		case k == nodevolKubelet.String() && o.nodevol != "":
-			bins = append(bins, &o.nodevol)
-		default:
-			return o, fmt.Errorf("-kubelets %s: %q is not stock or nodevol with its binary's flag", *kubelets, k)
-		}
+	kb, err := o.kubeletBinaries(*kubelets)
+	if err != nil {
+		return o, err
 	}
+	bins = append(bins, kb...)
 	for _, b := range bins {
 		if *b == "" {
 			fs.Usage()

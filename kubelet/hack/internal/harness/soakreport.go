@@ -177,8 +177,8 @@ func printSoak(w io.Writer, r *soakResult, wall time.Duration) {
 			}
 			return fmt.Sprintf("%d (%s)", st.BytesLost, strings.Join(parts, ", "))
 		}),
-		per("failed TearDowns of the soak's volumes: a NAS in the way / after a fault / neither", func(st *nodeStats) string {
-			return fmt.Sprintf("%d / %d / %d", st.FailedNAS, st.FailedFault, st.FailedUnexplained)
+		per("failed TearDowns of the soak's volumes: a NAS in the way / after a fault / the kernel's EBUSY, retried / none of these", func(st *nodeStats) string {
+			return fmt.Sprintf("%d / %d / %d / %d", st.FailedNAS, st.FailedFault, st.FailedBusy, st.FailedUnexplained)
 		}),
 	})
 	lat := func(f func(st *nodeStats) []float64) func(st *nodeStats) string {

@@ -404,6 +404,14 @@ func (r *podRun) afterTearDown(s *soak, t volumeType, ev volumeEvent) {
 		n.count(func(st *nodeStats) { st.FailedNAS++ })
 	case !end.IsZero() && ev.Time.Sub(end) < faultAftermath || n.faultOngoing(ev.Time):
 		n.count(func(st *nodeStats) { st.FailedFault++ })
+	case strings.Contains(ev.Error, "device or resource busy"):
+		// The kernel refused to unmount the volume's own filesystem
+		// because a mount namespace held it (a propagated copy in use,
+		// for a moment): nothing is lost and the kubelet tries again;
+		// whether the volume then goes is the liveness check's. Counted
+		// apart and logged, not a violation.
+		n.count(func(st *nodeStats) { st.FailedBusy++ })
+		s.log.Printf("%s %s: volume %s (%s): TearDown refused by the kernel for now: %s", n.name, r.plan.name(), ev.Volume, t, ev.Error)
 	default:
 		n.count(func(st *nodeStats) { st.FailedUnexplained++ })
 		s.violate(n, r.plan.name(), violUnexplained, "volume %s (%s): %s", ev.Volume, t, ev.Error)
@@ -811,7 +819,7 @@ type nodeStats struct {
 	BytesLost       int64
 	BytesLostByType map[volumeType]int64
 
-	FailedNAS, FailedFault, FailedUnexplained int // failed TearDowns of the soak's volumes, by what explains them
+	FailedNAS, FailedFault, FailedBusy, FailedUnexplained int // failed TearDowns of the soak's volumes, by what explains them
 
 	// ContainerdOrphans are the shims left after the drain that
 	// containerd no longer knew: started while it was restarted.
