@@ -111,7 +111,11 @@ func readManifestDocs(files []string) ([]manifestDoc, error) {
 // kubelet/deploytest checks), so that the ports and the interval are
 // shown to reach every place that names them.
 var deployChartValues = map[string]any{
-	"agent":   map[string]any{"interval": "5s"},
+	"agent": map[string]any{"interval": "5s"},
+	// The driver's secure metrics are off by default (a PodMonitor
+	// cannot send Prometheus's token): on here, so that the scenario
+	// proves them against the real API server as it does the agent's.
+	"csi":     map[string]any{"metrics": map[string]any{"secure": map[string]any{"enabled": true}, "securePort": 19480}},
 	"metrics": map[string]any{"agentPort": 19477, "securePort": 19478, "csiPort": 19479},
 }
 
@@ -330,7 +334,7 @@ func (d *deployRun) steps(ctx context.Context) []row {
 		{"exporter-nas", "on each node, a tmpfs NAS mounted inside an emptyDir makes that node's agent report nodevol_scan_danger_volumes 1, and 0 once unmounted", d.exporterNAS},
 		{"csi-nas", "on each node, the driver refuses to tear down a CSI volume holding a NAS (≥2 tries), the NAS's sentinel intact, its pod's nodevol_csi_unpublish_refused_total (the alert's series) counting each; gone after the unmount", d.csiNAS},
 		{"rolling-update", "each DaemonSet rolled (its RollingUpdate strategy) to an image of another digest, to completion on every node; the published CSI volumes intact (files and Memory tmpfs) across it, written and read by their pods every second without a failure, measured by the new driver (NodeGetVolumeStats), and torn down afterwards with no mount or quota project left", d.rollingUpdate},
-		{"secure-metrics", "on each node, the agent's /metrics on its secure port (TLS) answers the token of the ServiceAccount the chart's metrics-reader binding lets get /metrics with the metrics, another account's token with 403, none or a made-up one with 401; its plain port serves /healthz but not /metrics", d.secureMetrics},
+		{"secure-metrics", "on each node, the agent's and the driver's /metrics on their secure ports (TLS) answer the token of the ServiceAccount the chart's metrics-reader binding lets get /metrics with the metrics, another account's token with 403, none or a made-up one with 401, and count the refusal; their plain ports serve /healthz and /readyz but not /metrics", d.secureMetrics},
 	}
 	var rows []row
 	failed := false
@@ -651,10 +655,25 @@ func podVolumeDir(pod *corev1.Pod, plugin, vol string) string {
 }
 
 // agentMetrics scrapes the node's agent pod (on the pod network) as
-// Prometheus does: its port named secure-metrics, over TLS, with a token
-// of the ServiceAccount the render's metrics-reader binding names.
+// Prometheus does: componentMetrics.
 func (d *deployRun) agentMetrics(ctx context.Context, node string) (metrics, error) {
-	addr, err := d.podAddr(ctx, "nodevol", "secure-metrics", node)
+	return d.componentMetrics(ctx, "nodevol", node)
+}
+
+// csiMetrics scrapes the node's nodevol-csi pod as Prometheus does:
+// componentMetrics.
+func (d *deployRun) csiMetrics(ctx context.Context, node string) (metrics, error) {
+	return d.componentMetrics(ctx, "nodevol-csi", node)
+}
+
+// componentMetrics scrapes /metrics of the node's pod of the DaemonSet ds
+// (on the pod network) as Prometheus does: on its port named
+// secure-metrics, over TLS, with a token of the ServiceAccount the
+// render's metrics-reader binding names. Both agents serve it in
+// deployChartValues' render (deploy-6-secure-metrics checks that they
+// do, and that plain HTTP serves no /metrics).
+func (d *deployRun) componentMetrics(ctx context.Context, ds, node string) (metrics, error) {
+	addr, err := d.podAddr(ctx, ds, "secure-metrics", node)
 	if err != nil {
 		return nil, err
 	}
@@ -663,17 +682,6 @@ func (d *deployRun) agentMetrics(ctx context.Context, node string) (metrics, err
 		return nil, err
 	}
 	return scrapeAs(ctx, secureMetricsClient, "https://"+addr+"/metrics", token)
-}
-
-// podMetrics scrapes /metrics of the node's pod of the DaemonSet ds, on
-// its container's port named port (on the pod network), plain HTTP.
-func (d *deployRun) podMetrics(ctx context.Context, ds, port, node string) (metrics, error) {
-	addr, err := d.podAddr(ctx, ds, port, node)
-	if err != nil {
-		return nil, err
-	}
-	client := &http.Client{Timeout: 3 * time.Second}
-	return scrape(ctx, client, "http://"+addr+"/metrics")
 }
 
 // podAddr is the pod IP and the number of the container's port named
@@ -782,8 +790,17 @@ func (d *deployRun) scraperToken(ctx context.Context) (string, error) {
 	return d.scraper, nil
 }
 
-// secureMetrics scrapes each node's agent as Prometheus would, and as
-// others would.
+// securedComponents are the DaemonSets whose /metrics deployChartValues'
+// render serves securely: the port names of their secure and plain
+// servers, a metric each always exports, and the counter of the
+// decisions of their metrics filter.
+var securedComponents = []struct{ ds, plainPort, metric, counter string }{
+	{"nodevol", "metrics", "nodevol_scan_danger_volumes", "nodevol_metrics_auth_requests_total"},
+	{"nodevol-csi", "http", "nodevol_csi_unpublish_refused_total", "nodevol_csi_metrics_auth_requests_total"},
+}
+
+// secureMetrics scrapes each node's agent and driver as Prometheus would,
+// and as others would.
 func (d *deployRun) secureMetrics(ctx context.Context, o *outcome) {
 	scraper, err := d.scraperToken(ctx)
 	if err != nil {
@@ -792,17 +809,6 @@ func (d *deployRun) secureMetrics(ctx context.Context, o *outcome) {
 	}
 	ns, _, _ := d.metricsReader()
 	other, err := d.serviceAccountToken(ctx, ns, "not-prometheus")
-	if err != nil {
-		o.harness(err)
-		return
-	}
-	var agent manifestDoc
-	for _, m := range d.daemonSets() {
-		if m.Name == "nodevol" {
-			agent = m
-		}
-	}
-	_, pods, err := d.dsPods(ctx, agent)
 	if err != nil {
 		o.harness(err)
 		return
@@ -824,44 +830,60 @@ func (d *deployRun) secureMetrics(ctx context.Context, o *outcome) {
 		return resp.StatusCode, string(b)
 	}
 	plain := &http.Client{Timeout: 5 * time.Second}
-	for _, n := range d.nodes {
-		p, ok := pods[n.name]
-		if !o.want(ok && p.Status.PodIP != "", "no agent pod with an IP on %s", n.name) {
-			return
-		}
-		secureAddr, err := podPortAddr(p, "secure-metrics")
-		if !o.want(err == nil, "%s: %v", n.name, err) {
-			return
-		}
-		plainAddr, err := podPortAddr(p, "metrics")
-		if !o.want(err == nil, "%s: %v", n.name, err) {
-			return
-		}
-		secure := "https://" + secureAddr + "/metrics"
-		var codes []string
-		for _, c := range []struct {
-			what, token string
-			want        int
-		}{
-			{"Prometheus's token", scraper, http.StatusOK},
-			{"another account's token", other, http.StatusForbidden},
-			{"no token", "", http.StatusUnauthorized},
-			{"a made-up token", "made-up", http.StatusUnauthorized},
-		} {
-			code, body := get(secureMetricsClient, secure, c.token)
-			o.want(code == c.want, "%s: %s: %d %.200q; want %d", n.name, c.what, code, body, c.want)
-			if code == http.StatusOK {
-				o.want(strings.Contains(body, "nodevol_scan_danger_volumes"), "%s: %s: 200 without the metrics", n.name, c.what)
+	for _, c := range securedComponents {
+		var m manifestDoc
+		for _, x := range d.daemonSets() {
+			if x.Name == c.ds {
+				m = x
 			}
-			codes = append(codes, fmt.Sprintf("%s %d", c.what, code))
 		}
-		listen := "http://" + plainAddr
-		hz, _ := get(plain, listen+"/healthz", "")
-		pm, _ := get(plain, listen+"/metrics", "")
-		o.want(hz == http.StatusOK && pm == http.StatusNotFound, "%s: plain /healthz %d, /metrics %d; want 200, 404", n.name, hz, pm)
-		_, body := get(secureMetricsClient, secure, scraper)
-		o.want(strings.Contains(body, `nodevol_metrics_auth_requests_total{result="forbidden"} 1`), "%s: the refusal is not counted: %q", n.name, grepMetric(body, "nodevol_metrics_auth_requests_total"))
-		o.observe("%s: %s; plain /healthz %d, /metrics %d", n.name, strings.Join(codes, ", "), hz, pm)
+		_, pods, err := d.dsPods(ctx, m)
+		if err != nil {
+			o.harness(err)
+			return
+		}
+		for _, n := range d.nodes {
+			p, ok := pods[n.name]
+			if !o.want(ok && p.Status.PodIP != "", "no %s pod with an IP on %s", c.ds, n.name) {
+				return
+			}
+			secureAddr, err := podPortAddr(p, "secure-metrics")
+			if !o.want(err == nil, "%s %s: %v", c.ds, n.name, err) {
+				return
+			}
+			plainAddr, err := podPortAddr(p, c.plainPort)
+			if !o.want(err == nil, "%s %s: %v", c.ds, n.name, err) {
+				return
+			}
+			secure := "https://" + secureAddr + "/metrics"
+			var codes []string
+			for _, tc := range []struct {
+				what, token string
+				want        int
+			}{
+				{"Prometheus's token", scraper, http.StatusOK},
+				{"another account's token", other, http.StatusForbidden},
+				{"no token", "", http.StatusUnauthorized},
+				{"a made-up token", "made-up", http.StatusUnauthorized},
+			} {
+				code, body := get(secureMetricsClient, secure, tc.token)
+				o.want(code == tc.want, "%s %s: %s: %d %.200q; want %d", c.ds, n.name, tc.what, code, body, tc.want)
+				if code == http.StatusOK {
+					o.want(strings.Contains(body, c.metric), "%s %s: %s: 200 without %s", c.ds, n.name, tc.what, c.metric)
+				}
+				codes = append(codes, fmt.Sprintf("%s %d", tc.what, code))
+			}
+			// The kubelet's probes stay plain, without a token; the
+			// metrics are not there.
+			listen := "http://" + plainAddr
+			hz, _ := get(plain, listen+"/healthz", "")
+			rz, _ := get(plain, listen+"/readyz", "")
+			pm, _ := get(plain, listen+"/metrics", "")
+			o.want(hz == http.StatusOK && rz == http.StatusOK && pm == http.StatusNotFound, "%s %s: plain /healthz %d, /readyz %d, /metrics %d; want 200, 200, 404", c.ds, n.name, hz, rz, pm)
+			_, body := get(secureMetricsClient, secure, scraper)
+			o.want(strings.Contains(body, c.counter+`{result="forbidden"} 1`), "%s %s: the refusal is not counted: %q", c.ds, n.name, grepMetric(body, c.counter))
+			o.observe("%s on %s: %s; plain /healthz %d, /readyz %d, /metrics %d", c.ds, n.name, strings.Join(codes, ", "), hz, rz, pm)
+		}
 	}
 }
 
@@ -936,7 +958,7 @@ func (d *deployRun) csiNAS(ctx context.Context, o *outcome) {
 		}
 		// The driver's refusal counter, which the NodevolCSIUnpublishRefused
 		// alert watches, as Prometheus scrapes it: from the pod.
-		refusedBefore, err := d.podMetrics(ctx, "nodevol-csi", "http", n.name)
+		refusedBefore, err := d.csiMetrics(ctx, n.name)
 		if err != nil {
 			o.harness(err)
 			return
@@ -956,7 +978,7 @@ func (d *deployRun) csiNAS(ctx context.Context, o *outcome) {
 		o.want(err == nil, "%s: want ≥2 failed TearDowns of the CSI volume, saw %d: %v", n.name, attempts.failures(), err)
 		o.want(nas.intact(), "%s: the NAS's sentinel is not intact while the teardown is refused", n.name)
 		o.want(attempts.everyFailureRefuses(nas.dir), "%s: not every TearDown failure is the refusal naming the NAS", n.name)
-		refusedAfter, err := d.podMetrics(ctx, "nodevol-csi", "http", n.name)
+		refusedAfter, err := d.csiMetrics(ctx, n.name)
 		if err != nil {
 			o.harness(err)
 			return

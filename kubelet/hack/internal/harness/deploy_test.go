@@ -13,7 +13,8 @@ import (
 // TestDeployManifestDocs renders the chart as the deploy scenario
 // installs it: every object of the agent, its secure metrics' RBAC and
 // the driver, each with a path that creates it, each DaemonSet's one
-// image, the scenario's values in the objects, and the ServiceAccount
+// image, the scenario's values in the objects (the driver's secure
+// metrics on, unlike the default), and the ServiceAccount
 // deploy-6-secure-metrics scrapes as.
 func TestDeployManifestDocs(t *testing.T) {
 	docs, err := renderChartDocs("../../../../deploy/helm/nodevol", deployChartValues)
@@ -24,7 +25,7 @@ func TestDeployManifestDocs(t *testing.T) {
 	for _, d := range docs {
 		text.Write(d.Object)
 	}
-	for _, want := range []string{`"--listen=:19477"`, `"--http-address=:19479"`, `"--interval=5s"`, `"containerPort":19477`, `"--secure-metrics-listen=:19478"`, `"containerPort":19478`} {
+	for _, want := range []string{`"--listen=:19477"`, `"--http-address=:19479"`, `"--interval=5s"`, `"containerPort":19477`, `"--secure-metrics-listen=:19478"`, `"containerPort":19478`, `"--secure-metrics-address=:19480"`, `"containerPort":19480`} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("the render has no %s", want)
 		}

@@ -267,8 +267,8 @@ func (s *soak) sampleOnce(ctx context.Context) {
 	for _, n := range s.nodes {
 		live := 0
 		n.count(func(st *nodeStats) { live = st.PodsCreated - st.PodsGone })
-		// metricsOf scrapes a component; the exporter's /metrics is its
-		// secure one (agentMetrics), the others' plain.
+		// metricsOf scrapes a component: the kubelet's read-only port,
+		// the agents' secure /metrics (componentMetrics).
 		add := func(comp string, pid int, metricsOf func() (metrics, error)) {
 			smp := resourceSample{At: at, Churned: churned, Live: live, Node: n.name, Component: comp, PID: pid, Goroutines: -1}
 			if err := procResources(pid, &smp); err != nil {
@@ -285,9 +285,7 @@ func (s *soak) sampleOnce(ctx context.Context) {
 		kubeletURL := n.kubelet.url(readOnlyPort, "/metrics")
 		add(compKubelet, n.kubelet.cmd.Process.Pid, func() (metrics, error) { return scrape(ctx, client, kubeletURL) })
 		n.procMu.Unlock()
-		// The ports by their names in the pod (the chart's values set
-		// them); the exporter's /metrics is its secure port's.
-		for _, c := range []struct{ comp, ds, port string }{{compCSI, csiDaemonSet, "http"}, {compExporter, exporterDaemonSet, "secure-metrics"}} {
+		for _, c := range []struct{ comp, ds string }{{compCSI, csiDaemonSet}, {compExporter, exporterDaemonSet}} {
 			_, pods, err := s.dep.dsPods(ctx, s.daemonSet(c.ds))
 			if err != nil {
 				continue
@@ -300,13 +298,7 @@ func (s *soak) sampleOnce(ctx context.Context) {
 			if err != nil {
 				continue
 			}
-			if c.comp == compExporter {
-				add(c.comp, pid, func() (metrics, error) { return s.dep.agentMetrics(ctx, n.name) })
-				continue
-			}
-			if addr, err := podPortAddr(p, c.port); err == nil {
-				add(c.comp, pid, func() (metrics, error) { return scrape(ctx, client, "http://"+addr+"/metrics") })
-			}
+			add(c.comp, pid, func() (metrics, error) { return s.dep.componentMetrics(ctx, c.ds, n.name) })
 		}
 	}
 }
