@@ -12,15 +12,20 @@
 // tokenreviews and subjectaccessreviews (deploy/ has one).
 //
 // Guarantees: a request goes through only after the API server said yes,
-// then or within the last minute for the same token (decisions are cached
-// by the token's SHA-256, never by the token); when the API server cannot
-// be asked, the request is refused with 503, never let through. A request
-// without a token is refused without asking anything. Limits: the token is
-// not bound to an audience (the API server's default audiences apply, as
-// for controller-runtime), a token revoked or a binding removed takes up
-// to a minute (allowed) or 30 seconds (refused) to count, and a flood of
-// distinct made-up tokens costs one TokenReview each (at most
-// MaxConcurrentReviews at a time).
+// then or within the last minute for the same token, and never after the
+// token's own expiry (its exp claim, when it is a JWT) (decisions are
+// cached by the token's SHA-256, never by the token); when the API server
+// cannot be asked, the request is refused with 503, never let through. A
+// request without a token is refused without asking anything. One client
+// address has at most MaxReviewsPerSource reviews in flight, of
+// MaxConcurrentReviews in all: a pod sending made-up tokens waits behind
+// its own requests and leaves the other slots to the other clients; a
+// request that waits MaxReviewWait for a slot is refused with 503. Limits:
+// the token is not bound to an audience (the API server's default
+// audiences apply, as for controller-runtime), a token revoked or a
+// binding removed takes up to a minute (allowed) or 30 seconds (refused)
+// to count, a flood of distinct made-up tokens costs one TokenReview each,
+// and clients behind one address (a node's SNAT) share its slot.
 package kubeauth
 
 import (

@@ -3,7 +3,10 @@ package kubeauth
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -34,8 +37,22 @@ const (
 )
 
 // MaxConcurrentReviews bounds the reviews the Filter asks of the API
-// server at once; requests past it wait (within their context).
+// server at once; requests past it wait (within their context, and
+// MaxReviewWait).
 const MaxConcurrentReviews = 4
+
+// MaxReviewsPerSource bounds the reviews asked at once for the requests
+// of one client address: a pod sending made-up tokens as fast as it can
+// holds one of the MaxConcurrentReviews slots, its other requests wait
+// behind that one, and the other clients (Prometheus) keep the rest.
+const MaxReviewsPerSource = 1
+
+// MaxReviewWait bounds how long a request waits for a review slot before
+// it is refused with 503.
+const MaxReviewWait = 10 * time.Second
+
+// errBusy is a request that waited MaxReviewWait for a review slot.
+var errBusy = errors.New("waited too long for a review slot (too many requests with tokens not seen before)")
 
 // Result is what the Filter did with a request.
 type Result string
@@ -67,11 +84,23 @@ type Filter struct {
 	clock    clock.PassiveClock
 	requests *prometheus.CounterVec
 	reviews  chan struct{}
+	maxWait  time.Duration // for a review slot: MaxReviewWait
 
 	mu      sync.Mutex
 	allowed map[[sha256.Size]byte]time.Time    // expiry
 	refused map[[sha256.Size]byte]refusedEntry // by key
 	logged  time.Time                          // of the last unavailable logged
+	// sources holds the review slots of the client addresses that have
+	// a request waiting for a review or in one; an entry goes with its
+	// last request, so there are never more than requests in flight.
+	sources map[string]*sourceSlots
+}
+
+// sourceSlots are one client address's review slots and how many of its
+// requests hold or wait for one.
+type sourceSlots struct {
+	slots chan struct{}
+	users int
 }
 
 type refusedEntry struct {
@@ -97,8 +126,10 @@ func NewFilter(o FilterOptions) (*Filter, error) {
 			Help: "Requests to the TLS metrics endpoint, by what was done with them: allowed, unauthenticated (401), forbidden (403), unavailable (503: the API server could not be asked).",
 		}, []string{"result"}),
 		reviews: make(chan struct{}, MaxConcurrentReviews),
+		maxWait: MaxReviewWait,
 		allowed: make(map[[sha256.Size]byte]time.Time),
 		refused: make(map[[sha256.Size]byte]refusedEntry),
+		sources: make(map[string]*sourceSlots),
 	}
 	for _, r := range []Result{Allowed, Unauthenticated, Forbidden, Unavailable} {
 		f.requests.WithLabelValues(string(r))
@@ -152,13 +183,48 @@ func (f *Filter) Check(r *http.Request) Result {
 	if res, ok := f.cached(key); ok {
 		return res
 	}
-	res, err := f.review(r.Context(), token, verb, path)
+	res, err := f.review(r.Context(), sourceOf(r.RemoteAddr), token, verb, path)
 	if err != nil {
 		f.logUnavailable(err)
 		return Unavailable
 	}
-	f.remember(key, res)
+	f.remember(key, res, tokenExpiry(token))
 	return res
+}
+
+// sourceOf is the client address of a request's RemoteAddr ("ip:port"),
+// without the port: one per pod.
+func sourceOf(remoteAddr string) string {
+	if host, _, err := net.SplitHostPort(remoteAddr); err == nil {
+		return host
+	}
+	return remoteAddr
+}
+
+// tokenExpiry is the exp claim of a token that is a JWT (a
+// ServiceAccount token), unverified: it only shortens how long an
+// allowed decision is remembered, so that a token is never let through
+// after it expired. Zero when the token says none.
+func tokenExpiry(token string) time.Time {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return time.Time{}
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(parts[1], "="))
+	if err != nil {
+		return time.Time{}
+	}
+	var claims struct {
+		Exp json.Number `json:"exp"`
+	}
+	if json.Unmarshal(payload, &claims) != nil {
+		return time.Time{}
+	}
+	exp, err := claims.Exp.Float64()
+	if err != nil || exp <= 0 || exp >= 1<<40 {
+		return time.Time{}
+	}
+	return time.Unix(int64(exp), 0)
 }
 
 // bearerToken is the token of an "Authorization: Bearer <token>" header.
@@ -171,14 +237,14 @@ func bearerToken(h string) (string, bool) {
 	return token, true
 }
 
-// review asks the API server, waiting for a free review slot.
-func (f *Filter) review(ctx context.Context, token, verb, path string) (Result, error) {
-	select {
-	case f.reviews <- struct{}{}:
-	case <-ctx.Done():
-		return "", &ReviewError{Review: "TokenReview", Err: context.Cause(ctx)}
+// review asks the API server, waiting for a free review slot of the
+// client's address, then for one of all.
+func (f *Filter) review(ctx context.Context, source, token, verb, path string) (Result, error) {
+	release, err := f.acquire(ctx, source)
+	if err != nil {
+		return "", &ReviewError{Review: "TokenReview", Err: err}
 	}
-	defer func() { <-f.reviews }()
+	defer release()
 	u, err := f.client.ReviewToken(ctx, token)
 	if errors.Is(err, ErrUnauthenticated) {
 		f.log.V(2).Info("metrics request refused: token not authenticated", "reason", err.Error())
@@ -196,6 +262,53 @@ func (f *Filter) review(ctx context.Context, token, verb, path string) (Result, 
 		return Forbidden, nil
 	}
 	return Allowed, nil
+}
+
+// acquire waits, at most maxWait, for a review slot of source and
+// then for one of all; release gives both back.
+func (f *Filter) acquire(ctx context.Context, source string) (release func(), err error) {
+	f.mu.Lock()
+	src := f.sources[source]
+	if src == nil {
+		src = &sourceSlots{slots: make(chan struct{}, MaxReviewsPerSource)}
+		f.sources[source] = src
+	}
+	src.users++
+	f.mu.Unlock()
+	leave := func() {
+		f.mu.Lock()
+		if src.users--; src.users == 0 {
+			delete(f.sources, source)
+		}
+		f.mu.Unlock()
+	}
+	timer := time.NewTimer(f.maxWait)
+	defer timer.Stop()
+	select {
+	case src.slots <- struct{}{}:
+	case <-ctx.Done():
+		leave()
+		return nil, context.Cause(ctx)
+	case <-timer.C:
+		leave()
+		return nil, errBusy
+	}
+	select {
+	case f.reviews <- struct{}{}:
+	case <-ctx.Done():
+		<-src.slots
+		leave()
+		return nil, context.Cause(ctx)
+	case <-timer.C:
+		<-src.slots
+		leave()
+		return nil, errBusy
+	}
+	return func() {
+		<-f.reviews
+		<-src.slots
+		leave()
+	}, nil
 }
 
 // logUnavailable logs a failure to ask the API server, at most once every
@@ -232,11 +345,20 @@ func (f *Filter) cached(key [sha256.Size]byte) (Result, bool) {
 	return "", false
 }
 
-func (f *Filter) remember(key [sha256.Size]byte, res Result) {
+// remember keeps a decision for its TTL; an allowed one no longer than
+// until exp, the token's expiry (zero: none known).
+func (f *Filter) remember(key [sha256.Size]byte, res Result, exp time.Time) {
 	now := f.clock.Now()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if res == Allowed {
+		until := now.Add(AllowedTTL)
+		if !exp.IsZero() && exp.Before(until) {
+			until = exp
+		}
+		if !now.Before(until) {
+			return
+		}
 		if len(f.allowed) >= maxAllowed {
 			for k, exp := range f.allowed {
 				if !now.Before(exp) {
@@ -250,7 +372,7 @@ func (f *Filter) remember(key [sha256.Size]byte, res Result) {
 				break
 			}
 		}
-		f.allowed[key] = now.Add(AllowedTTL)
+		f.allowed[key] = until
 		return
 	}
 	if len(f.refused) >= maxRefused {

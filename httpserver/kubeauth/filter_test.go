@@ -1,10 +1,13 @@
 package kubeauth
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -28,12 +31,15 @@ type fakeAPI struct {
 	tokens map[string]string
 	may    map[string]bool
 
-	mu       sync.Mutex
-	calls    map[string]int // by kind
-	bearers  []string       // the Authorization of each call
-	sars     []subjectAccessReview
-	fail     int           // answer this status instead, when not 0
-	block    chan struct{} // when set, each review waits for it
+	mu      sync.Mutex
+	calls   map[string]int // by kind
+	bearers []string       // the Authorization of each call
+	sars    []subjectAccessReview
+	fail    int           // answer this status instead, when not 0
+	block   chan struct{} // when set, each review waits for it
+	// slow, when set, is what a TokenReview of a token starting with
+	// "slow-" waits for.
+	slow     chan struct{}
 	inFlight atomic.Int32
 	maxIn    atomic.Int32
 }
@@ -58,12 +64,21 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
 	f.mu.Lock()
-	block, fail := f.block, f.fail
+	block, slow, fail := f.block, f.slow, f.fail
 	f.bearers = append(f.bearers, r.Header.Get("Authorization"))
 	f.mu.Unlock()
 	if block != nil {
 		<-block
+	}
+	if slow != nil && bytes.Contains(body, []byte(`"token":"slow-`)) {
+		<-slow
 	}
 	if fail != 0 {
 		w.WriteHeader(fail)
@@ -167,7 +182,13 @@ func newFilterEnv(t *testing.T) *filterEnv {
 
 // get sends GET path with the Authorization header auth ("": none).
 func (e *filterEnv) get(path, auth string) *httptest.ResponseRecorder {
+	return e.getFrom("192.0.2.1:1234", path, auth)
+}
+
+// getFrom is get from the client address remoteAddr ("ip:port").
+func (e *filterEnv) getFrom(remoteAddr, path, auth string) *httptest.ResponseRecorder {
 	r := httptest.NewRequest(http.MethodGet, path, nil)
+	r.RemoteAddr = remoteAddr
 	if auth != "" {
 		r.Header.Set("Authorization", auth)
 	}
@@ -318,7 +339,8 @@ func TestFilterCacheBounded(t *testing.T) {
 }
 
 // TestFilterBoundsConcurrentReviews: requests beyond
-// MaxConcurrentReviews wait instead of asking at once.
+// MaxConcurrentReviews wait instead of asking at once (from as many
+// clients: one client alone gets MaxReviewsPerSource).
 func TestFilterBoundsConcurrentReviews(t *testing.T) {
 	e := newFilterEnv(t)
 	block := make(chan struct{})
@@ -327,7 +349,7 @@ func TestFilterBoundsConcurrentReviews(t *testing.T) {
 	e.api.mu.Unlock()
 	var wg sync.WaitGroup
 	for i := range 4 * MaxConcurrentReviews {
-		wg.Go(func() { e.get("/metrics", fmt.Sprintf("Bearer t%d", i)) })
+		wg.Go(func() { e.getFrom(fmt.Sprintf("10.0.0.%d:4000", i), "/metrics", fmt.Sprintf("Bearer t%d", i)) })
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for e.api.inFlight.Load() < MaxConcurrentReviews && time.Now().Before(deadline) {
@@ -392,5 +414,158 @@ func TestNewClientRefusesBadConfig(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_PORT", "443")
 	if c, err := (Config{}).InCluster(); err != nil || c.Server != "https://10.0.0.1:443" || c.TokenFile != DefaultTokenFile || c.CAFile != DefaultCAFile {
 		t.Errorf("InCluster: %+v, %v", c, err)
+	}
+}
+
+// TestFilterOneClientCannotHoldTheReviews: a client sending made-up
+// tokens faster than the API server answers has one review in flight,
+// its other requests wait behind it; another client's token is reviewed
+// and let through meanwhile, and its requests never wait for the
+// flood's. The flood's requests are refused (401) once answered.
+func TestFilterOneClientCannotHoldTheReviews(t *testing.T) {
+	e := newFilterEnv(t)
+	slow := make(chan struct{})
+	e.api.mu.Lock()
+	e.api.slow = slow
+	e.api.mu.Unlock()
+	const flood = 8 * MaxConcurrentReviews
+	codes := make(chan int, flood)
+	var wg sync.WaitGroup
+	for i := range flood {
+		wg.Go(func() { codes <- e.getFrom("10.1.0.66:5000", "/metrics", fmt.Sprintf("Bearer slow-%d", i)).Code })
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for e.api.inFlight.Load() < 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // would more of the flood's arrive?
+	if n := e.api.inFlight.Load(); n != MaxReviewsPerSource {
+		t.Errorf("%d of one client's reviews in flight; want %d", n, MaxReviewsPerSource)
+	}
+	t0 := time.Now()
+	scraped := make(chan int, 1)
+	go func() { scraped <- e.getFrom("10.1.0.9:6000", "/metrics", "Bearer good").Code }()
+	select {
+	case code := <-scraped:
+		if code != http.StatusOK {
+			t.Errorf("the scraper during the flood: %d; want 200", code)
+		}
+		t.Logf("the scraper's first scrape during the flood: %d after %v", code, time.Since(t0).Round(time.Millisecond))
+	case <-time.After(5 * time.Second):
+		t.Error("the scraper still waits for the flood's reviews after 5 s")
+	}
+	close(slow)
+	wg.Wait()
+	close(codes)
+	for c := range codes {
+		if c != http.StatusUnauthorized {
+			t.Errorf("a made-up token of the flood: %d; want 401", c)
+		}
+	}
+	e.filter.mu.Lock()
+	left := len(e.filter.sources)
+	e.filter.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d client addresses still held after every request ended; want 0", left)
+	}
+}
+
+// TestFilterRefusesAfterWaitingTooLong: a request that waits
+// MaxReviewWait for its client's review slot is refused with 503 (and
+// counted as unavailable), never let through, and frees its place.
+func TestFilterRefusesAfterWaitingTooLong(t *testing.T) {
+	e := newFilterEnv(t)
+	e.filter.maxWait = 200 * time.Millisecond
+	slow := make(chan struct{})
+	e.api.mu.Lock()
+	e.api.slow = slow
+	e.api.mu.Unlock()
+	first := make(chan int, 1)
+	go func() { first <- e.getFrom("10.1.0.66:5000", "/metrics", "Bearer slow-1").Code }()
+	deadline := time.Now().Add(5 * time.Second)
+	for e.api.inFlight.Load() < 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	t0 := time.Now()
+	if w := e.getFrom("10.1.0.66:5001", "/metrics", "Bearer good"); w.Code != http.StatusServiceUnavailable {
+		t.Errorf("behind the same client's review for %v: %d; want 503", time.Since(t0), w.Code)
+	}
+	if took := time.Since(t0); took > 5*time.Second {
+		t.Errorf("refused after %v; want about %v", took, e.filter.maxWait)
+	}
+	close(slow)
+	if c := <-first; c != http.StatusUnauthorized {
+		t.Errorf("the slow review's request: %d; want 401", c)
+	}
+	if got := testutil.ToFloat64(e.filter.requests.WithLabelValues("unavailable")); got != 1 {
+		t.Errorf("unavailable counted %v; want 1", got)
+	}
+	if w := e.getFrom("10.1.0.66:5002", "/metrics", "Bearer good"); w.Code != http.StatusOK {
+		t.Errorf("the same client afterwards: %d; want 200", w.Code)
+	}
+}
+
+// jwtWithExp is a token shaped as a JWT (unsigned: the fake API server
+// decides) whose exp claim is exp.
+func jwtWithExp(exp time.Time) string {
+	enc := base64.RawURLEncoding.EncodeToString
+	return enc([]byte(`{"alg":"ES256"}`)) + "." + enc(fmt.Appendf(nil, `{"sub":"system:serviceaccount:monitoring:prometheus","exp":%d}`, exp.Unix())) + ".c2ln"
+}
+
+// TestFilterNeverLetsATokenThroughAfterItsExpiry: an allowed decision is
+// remembered for AllowedTTL at most, and no longer than the token's exp
+// claim: a token the API server accepted 20 s before it expired is
+// asked about again at its expiry, not let through from the cache.
+func TestFilterNeverLetsATokenThroughAfterItsExpiry(t *testing.T) {
+	e := newFilterEnv(t)
+	tok := jwtWithExp(e.clock.Now().Add(20 * time.Second))
+	e.api.tokens[tok] = "system:serviceaccount:monitoring:prometheus"
+	if w := e.get("/metrics", "Bearer "+tok); w.Code != http.StatusOK {
+		t.Fatalf("the token before its expiry: %d; want 200", w.Code)
+	}
+	before := e.api.callCount()
+	e.clock.Step(19 * time.Second)
+	if w := e.get("/metrics", "Bearer "+tok); w.Code != http.StatusOK || e.api.callCount() != before {
+		t.Errorf("1 s before its expiry: %d after %d reviews; want 200 from the cache", w.Code, e.api.callCount()-before)
+	}
+	// The API server now says what it says of an expired token.
+	delete(e.api.tokens, tok)
+	e.clock.Step(time.Second)
+	if w := e.get("/metrics", "Bearer "+tok); w.Code != http.StatusUnauthorized || e.api.callCount() == before {
+		t.Errorf("at its expiry: %d after %d reviews; want 401 from the API server", w.Code, e.api.callCount()-before)
+	}
+	// One the API server accepts though it says it expired (a clock
+	// ahead of the API server's) is let through, and not remembered.
+	old := jwtWithExp(e.clock.Now().Add(-time.Second))
+	e.api.tokens[old] = "system:serviceaccount:monitoring:prometheus"
+	for range 2 {
+		before := e.api.callCount()
+		if w := e.get("/metrics", "Bearer "+old); w.Code != http.StatusOK || e.api.callCount()-before != 2 {
+			t.Errorf("a token past its exp that the API server accepts: %d after %d reviews; want 200 after 2", w.Code, e.api.callCount()-before)
+		}
+	}
+}
+
+// TestTokenExpiry: the exp claim of a JWT-shaped token; zero for
+// anything else, never an error.
+func TestTokenExpiry(t *testing.T) {
+	at := time.Unix(1_900_000_000, 0)
+	enc := base64.RawURLEncoding.EncodeToString
+	for _, c := range []struct {
+		token string
+		want  time.Time
+	}{
+		{jwtWithExp(at), at},
+		{"made-up", time.Time{}},
+		{"a.b.c", time.Time{}},
+		{"a." + enc([]byte(`{"exp":"soon"}`)) + ".c", time.Time{}},
+		{"a." + enc([]byte(`{"exp":-5}`)) + ".c", time.Time{}},
+		{"a." + enc([]byte(`{"exp":1e300}`)) + ".c", time.Time{}},
+		{"a." + enc([]byte(`{"nbf":5}`)) + ".c", time.Time{}},
+		{"a." + enc([]byte(`{"exp":1900000000.5}`)) + ".c", at},
+	} {
+		if got := tokenExpiry(c.token); !got.Equal(c.want) {
+			t.Errorf("tokenExpiry(%q) = %v; want %v", c.token, got, c.want)
+		}
 	}
 }
