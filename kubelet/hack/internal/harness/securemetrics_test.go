@@ -3,7 +3,16 @@ package harness
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -35,7 +44,9 @@ const secureMetricsChildEnv = "NODEVOL_SECURE_METRICS_CHILD"
 // --secure-metrics-listen against a real kube-apiserver (and etcd), with
 // deploy/secure-metrics/'s RBAC applied: a scrape with the token of the
 // ServiceAccount that RBAC lets get /metrics succeeds; one with another
-// ServiceAccount's token gets 403; none, or a made-up token, gets 401;
+// ServiceAccount's token gets 403; none, a made-up token, the scraper's
+// claims expired (signed with the API server's own key) or signed with
+// another key get 401;
 // /healthz stays plain HTTP on --listen, which no longer serves /metrics.
 // The control plane runs in private network, mount and PID namespaces, so
 // its fixed ports and processes never reach the host.
@@ -144,6 +155,33 @@ func TestSecureMetricsAgainstAPIServer(t *testing.T) {
 		b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		return resp.StatusCode, string(b), err
 	}
+	// Tokens made from the scraper's: its claims signed again with the
+	// API server's own service-account key (unchanged: accepted, which
+	// shows the re-signing is sound; expired an hour ago: refused), and
+	// with another key (a forgery: refused).
+	saKey, err := readECKey(cp.pki.path(saPrivateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resigned, err := resignJWT(scraper, saKey, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired, err := resignJWT(scraper, saKey, func(c map[string]any) {
+		past := time.Now().Add(-time.Hour).Unix()
+		c["exp"], c["iat"], c["nbf"] = past, past-600, past-600
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged, err := resignJWT(scraper, otherKey, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	const metricsURL = "https://127.0.0.1:9478/metrics"
 	err = poll(ctx, 30*time.Second, func() (bool, error) {
 		select {
@@ -166,6 +204,9 @@ func TestSecureMetricsAgainstAPIServer(t *testing.T) {
 		{"no token", "", http.StatusUnauthorized},
 		{"a made-up token", "not-a-token", http.StatusUnauthorized},
 		{"the scraper's token with a byte changed", scraper[:len(scraper)-2] + "xx", http.StatusUnauthorized},
+		{"the scraper's claims signed again with the API server's key", resigned, http.StatusOK},
+		{"the scraper's claims, expired an hour ago, signed with the API server's key", expired, http.StatusUnauthorized},
+		{"the scraper's claims signed with another key", forged, http.StatusUnauthorized},
 		{"the scraper again (cached)", scraper, http.StatusOK},
 	} {
 		code, body, err := get(metricsURL, c.token)
@@ -277,4 +318,64 @@ func grepLines(s, word string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// readECKey reads a PKCS #8 PEM ECDSA key, as pki writes them.
+func readECKey(path string) (*ecdsa.PrivateKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	block, _ := pem.Decode(b)
+	if block == nil {
+		return nil, fmt.Errorf("%s: no PEM block", path)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	ec, ok := k.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("%s: a %T, not an ECDSA key", path, k)
+	}
+	return ec, nil
+}
+
+// resignJWT is the ES256 JWT token with its header kept, its claims
+// changed by edit (nil: none), signed with key.
+func resignJWT(token string, key *ecdsa.PrivateKey, edit func(map[string]any)) (string, error) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return "", errors.New("not a JWT")
+	}
+	enc := base64.RawURLEncoding
+	payload := parts[1]
+	if edit != nil {
+		raw, err := enc.DecodeString(parts[1])
+		if err != nil {
+			return "", err
+		}
+		claims := map[string]any{}
+		d := json.NewDecoder(bytes.NewReader(raw))
+		d.UseNumber()
+		if err := d.Decode(&claims); err != nil {
+			return "", err
+		}
+		edit(claims)
+		b, err := json.Marshal(claims)
+		if err != nil {
+			return "", err
+		}
+		payload = enc.EncodeToString(b)
+	}
+	signed := parts[0] + "." + payload
+	digest := sha256.Sum256([]byte(signed))
+	r, s, err := ecdsa.Sign(rand.Reader, key, digest[:])
+	if err != nil {
+		return "", err
+	}
+	sig := make([]byte, 64)
+	r.FillBytes(sig[:32])
+	s.FillBytes(sig[32:])
+	return signed + "." + enc.EncodeToString(sig), nil
 }
