@@ -16,12 +16,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/klog/v2/textlogger"
 	"k8s.io/utils/clock"
 
+	"github.com/nodevol/nodevol/internal/base/promtext"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -69,7 +67,7 @@ type serveOptions struct {
 	propagationOf func(string) (mountdetect.Propagation, error)
 	version       versionInfo
 	clock         clock.WithTicker
-	registry      *prometheus.Registry
+	registry      *promtext.Registry
 	logger        logr.Logger
 	// scanned, when set, is called after each scan (tests).
 	scanned func()
@@ -114,7 +112,7 @@ func newServer(opts serveOptions) (*server, error) {
 		opts.clock = clock.RealClock{}
 	}
 	if opts.registry == nil {
-		opts.registry = prometheus.NewRegistry()
+		opts.registry = promtext.NewRegistry()
 	}
 	if opts.logger.GetSink() == nil {
 		opts.logger = logr.Discard()
@@ -130,6 +128,15 @@ func newServer(opts serveOptions) (*server, error) {
 	}
 	m, err := newServeMetrics(opts.registry, opts.hostRoot, &opts.version)
 	if err != nil {
+		return nil, err
+	}
+	// The Go runtime's and the process's standard metrics beside serve's
+	// own: goroutines, heap, resident memory, open descriptors, which
+	// show whether the agent's footprint stays bounded. promtext's, as
+	// client_golang's collectors export them: a binary that links
+	// client_golang pays its initialisation at every start of every
+	// command (docs/benchmarks.md).
+	if err := errors.Join(promtext.RegisterGoMetrics(opts.registry), promtext.RegisterProcessMetrics(opts.registry)); err != nil && !errors.Is(err, errors.ErrUnsupported) {
 		return nil, err
 	}
 	if opts.propagationOf == nil {
@@ -166,7 +173,7 @@ func (s *server) warnNotVisible() {
 // handler serves /metrics, /healthz and /readyz.
 func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(s.opts.registry, promhttp.HandlerOpts{Registry: s.opts.registry}))
+	mux.Handle("/metrics", s.opts.registry)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
@@ -431,15 +438,9 @@ func runServe(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	bi, ok := debug.ReadBuildInfo()
-	// The Go runtime's and the process's standard metrics beside serve's
-	// own: goroutines, heap, resident memory, open descriptors, which
-	// show whether the agent's footprint stays bounded.
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	opts := serveOptions{
 		root: dir, hostRoot: filepath.Clean(a.hostRoot), interval: a.interval,
 		debounce: 100 * time.Millisecond, ns: ns.ns, version: newVersionInfo(bi, ok), logger: logger,
-		registry: reg,
 	}
 	opts.rescan = watchMountTable(ctx, logger)
 	s, err := newServer(opts)

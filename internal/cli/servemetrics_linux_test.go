@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
+	"github.com/nodevol/nodevol/internal/base/promtext"
 	"github.com/nodevol/nodevol/mountdetect"
 )
 
@@ -45,28 +47,31 @@ func TestServeMetricsPluginLabelBounded(t *testing.T) {
 	for i := range rep.volumes { // as if each had a mount inside
 		rep.volumes[i].NestedMounts = []mountdetect.Mount{{MountPoint: rep.volumes[i].Path + "/nas", FSType: "tmpfs"}}
 	}
-	reg := prometheus.NewRegistry()
+	reg := promtext.NewRegistry()
 	m, err := newServeMetrics(reg, "/var/lib/kubelet", &versionInfo{Version: "v1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m.observe(rep, nil, time.Second, time.Now())
-	families, err := reg.Gather()
-	if err != nil {
+	var body strings.Builder
+	if _, err := reg.WriteTo(&body); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range families {
-		name := f.GetName()
-		if name != "nodevol_scan_volumes" && name != "nodevol_scan_nested_mounts" {
-			continue
-		}
+	for _, name := range []string{"nodevol_scan_volumes", "nodevol_scan_nested_mounts"} {
 		plugins := map[string]float64{}
-		for _, s := range f.GetMetric() {
-			for _, l := range s.GetLabel() {
-				if l.GetName() == "plugin" {
-					plugins[l.GetValue()] += s.GetGauge().GetValue()
-				}
+		for _, line := range strings.Split(body.String(), "\n") {
+			if !strings.HasPrefix(line, name+"{") {
+				continue
 			}
+			m := pluginAndValue.FindStringSubmatch(line)
+			if m == nil {
+				t.Fatalf("%s: no plugin label and value in %q", name, line)
+			}
+			v, err := strconv.ParseFloat(m[2], 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plugins[m[1]] += v
 		}
 		// The known plugins and "other", whatever the attacker made.
 		if len(plugins) > 32 {
@@ -81,3 +86,7 @@ func TestServeMetricsPluginLabelBounded(t *testing.T) {
 		}
 	}
 }
+
+// pluginAndValue is the plugin label's value and the sample's value of a
+// line of the text exposition format.
+var pluginAndValue = regexp.MustCompile(`[{,]plugin="([^"]*)".* (\S+)$`)
