@@ -171,44 +171,33 @@ func (m *serveMetrics) observe(rep *scanReport, err error, took time.Duration, s
 	m.overBudget.Set(float64(len(rep.overBudget)))
 }
 
-// knownPlugins are the plugins whose names are plugin label values: the
+// knownPlugin says whether plugin's name is a plugin label value: the
 // kubelet's in-tree volume plugins and CSI. The name of a plugin directory
 // is whatever whoever can write into a pod directory made it, so any
 // other name is folded into otherPlugin: one new directory must not make
 // one new series on every scrape of every node. The log names the plugin
-// of every unhealthy volume.
-var knownPlugins = map[string]bool{
-	"kubernetes.io/empty-dir":       true,
-	"kubernetes.io/secret":          true,
-	"kubernetes.io/configmap":       true,
-	"kubernetes.io/projected":       true,
-	"kubernetes.io/downward-api":    true,
-	"kubernetes.io/csi":             true,
-	"kubernetes.io/nfs":             true,
-	"kubernetes.io/host-path":       true,
-	"kubernetes.io/local-volume":    true,
-	"kubernetes.io/iscsi":           true,
-	"kubernetes.io/fc":              true,
-	"kubernetes.io/rbd":             true,
-	"kubernetes.io/cephfs":          true,
-	"kubernetes.io/git-repo":        true,
-	"kubernetes.io/portworx-volume": true,
-	"kubernetes.io/aws-ebs":         true,
-	"kubernetes.io/gce-pd":          true,
-	"kubernetes.io/azure-disk":      true,
-	"kubernetes.io/azure-file":      true,
-	"kubernetes.io/vsphere-volume":  true,
-	"kubernetes.io/cinder":          true,
-	"kubernetes.io/glusterfs":       true,
+// of every unhealthy volume. A switch, not a map: a map literal is built
+// at every start of every command.
+func knownPlugin(plugin string) bool {
+	switch plugin {
+	case "kubernetes.io/empty-dir", "kubernetes.io/secret", "kubernetes.io/configmap", "kubernetes.io/projected",
+		"kubernetes.io/downward-api", "kubernetes.io/csi", "kubernetes.io/nfs", "kubernetes.io/host-path",
+		"kubernetes.io/local-volume", "kubernetes.io/iscsi", "kubernetes.io/fc", "kubernetes.io/rbd",
+		"kubernetes.io/cephfs", "kubernetes.io/git-repo", "kubernetes.io/portworx-volume", "kubernetes.io/aws-ebs",
+		"kubernetes.io/gce-pd", "kubernetes.io/azure-disk", "kubernetes.io/azure-file", "kubernetes.io/vsphere-volume",
+		"kubernetes.io/cinder", "kubernetes.io/glusterfs":
+		return true
+	}
+	return false
 }
 
-// otherPlugin is the plugin label of every plugin not in knownPlugins
+// otherPlugin is the plugin label of every plugin knownPlugin does not know
 // (FlexVolume drivers, and directories nobody's plugin made).
 const otherPlugin = "other"
 
 // pluginLabel is the plugin label value of plugin.
 func pluginLabel(plugin string) string {
-	if knownPlugins[plugin] {
+	if knownPlugin(plugin) {
 		return plugin
 	}
 	return otherPlugin
