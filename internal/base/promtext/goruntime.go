@@ -41,19 +41,11 @@ func RegisterGoMetrics(r *Registry) error {
 	// The runtime/metrics client_golang exports by default, under the
 	// names it derives from theirs, with their own descriptions: what
 	// this Go version has of them.
-	var rm []metrics.Description
 	for _, d := range metrics.All() {
-		switch d.Name {
-		case "/gc/gogc:percent", "/gc/gomemlimit:bytes", "/sched/gomaxprocs:threads":
-			rm = append(rm, d)
+		name := defaultRuntimeMetric(d.Name)
+		if name == "" {
+			continue
 		}
-	}
-	for _, d := range rm {
-		name := map[string]string{
-			"/gc/gogc:percent":          "go_gc_gogc_percent",
-			"/gc/gomemlimit:bytes":      "go_gc_gomemlimit_bytes",
-			"/sched/gomaxprocs:threads": "go_sched_gomaxprocs_threads",
-		}[d.Name]
 		g.samples = append(g.samples, metrics.Sample{Name: d.Name})
 		m := gauge(name, d.Description+" Sourced from "+d.Name+".", nil)
 		g.rm = append(g.rm, m)
@@ -85,6 +77,22 @@ func RegisterGoMetrics(r *Registry) error {
 	info.Set(1)
 	r.BeforeWrite(g.update)
 	return nil
+}
+
+// defaultRuntimeMetric is the name client_golang's Go collector exports
+// the runtime metric rm under by default, or "" when it does not export
+// it. A switch, not a map: a map is built at every start of every
+// command.
+func defaultRuntimeMetric(rm string) string {
+	switch rm {
+	case "/gc/gogc:percent":
+		return "go_gc_gogc_percent"
+	case "/gc/gomemlimit:bytes":
+		return "go_gc_gomemlimit_bytes"
+	case "/sched/gomaxprocs:threads":
+		return "go_sched_gomaxprocs_threads"
+	}
+	return ""
 }
 
 // goMetrics are RegisterGoMetrics's metrics and what it reads for them.
