@@ -6,6 +6,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/nodevol/nodevol/httpserver/kubeauth"
 	"github.com/nodevol/nodevol/internal/base/promtext"
 	"github.com/nodevol/nodevol/mountdetect"
 )
@@ -114,6 +115,24 @@ func newServeMetrics(reg *promtext.Registry, hostRoot string, v *versionInfo) (*
 	}
 	m.buildInfo.Set(1, v.Version, rev, v.GoVersion)
 	return m, nil
+}
+
+// newAuthRequestsCounter registers on reg the counter of the secure
+// /metrics endpoint's requests, nodevol_metrics_auth_requests_total{result}
+// (every result exported from the start, at 0), and returns what counts
+// one.
+func newAuthRequestsCounter(reg *promtext.Registry) (func(kubeauth.Result), error) {
+	c, err := promtext.NewCounterVec(promtext.Opts{Namespace: "nodevol", Name: kubeauth.RequestsMetric, Help: kubeauth.RequestsHelp}, nil, "result")
+	if err != nil {
+		return nil, err
+	}
+	if err := reg.Register(c); err != nil {
+		return nil, err
+	}
+	for _, r := range kubeauth.Results() {
+		c.Add(0, string(r))
+	}
+	return func(r kubeauth.Result) { c.Inc(string(r)) }, nil
 }
 
 // setNamespace sets the mount namespace gauge: 1 for state, 0 for the others.

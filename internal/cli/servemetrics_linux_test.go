@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodevol/nodevol/httpserver/kubeauth"
 	"github.com/nodevol/nodevol/internal/base/promtext"
 	"github.com/nodevol/nodevol/mountdetect"
 )
@@ -90,3 +91,30 @@ func TestServeMetricsPluginLabelBounded(t *testing.T) {
 // pluginAndValue is the plugin label's value and the sample's value of a
 // line of the text exposition format.
 var pluginAndValue = regexp.MustCompile(`[{,]plugin="([^"]*)".* (\S+)$`)
+
+// TestAuthRequestsCounter: the secure endpoint's counter is exported
+// with every result from the start, at 0, under the name and help
+// kubeauth gives it, and counts what the filter reports.
+func TestAuthRequestsCounter(t *testing.T) {
+	reg := promtext.NewRegistry()
+	count, err := newAuthRequestsCounter(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count(kubeauth.Forbidden)
+	count(kubeauth.Allowed)
+	count(kubeauth.Allowed)
+	var body strings.Builder
+	if _, err := reg.WriteTo(&body); err != nil {
+		t.Fatal(err)
+	}
+	want := "# HELP nodevol_metrics_auth_requests_total " + kubeauth.RequestsHelp + "\n" +
+		"# TYPE nodevol_metrics_auth_requests_total counter\n" +
+		`nodevol_metrics_auth_requests_total{result="allowed"} 2` + "\n" +
+		`nodevol_metrics_auth_requests_total{result="forbidden"} 1` + "\n" +
+		`nodevol_metrics_auth_requests_total{result="unauthenticated"} 0` + "\n" +
+		`nodevol_metrics_auth_requests_total{result="unavailable"} 0` + "\n"
+	if body.String() != want {
+		t.Errorf("/metrics:\n%s\nwant:\n%s", body.String(), want)
+	}
+}
