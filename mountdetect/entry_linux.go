@@ -98,3 +98,46 @@ func (t *MountTable) mountOf(e Entry) (Mount, bool) {
 	}
 	return m.Mount, true
 }
+
+// mountsOnRoot is MountsOnRoot for a table that is there.
+func (t *MountTable) mountsOnRoot(e Entry) (at, beneath []Mount, ok bool) {
+	if !e.Root || e.ID == 0 {
+		return nil, nil, false
+	}
+	m, ok := t.byMountID(int(e.ID))
+	if !ok {
+		return nil, nil, false
+	}
+	at, beneath = t.mountsAt(-1, m.MountPoint, &e.MountStat)
+	return at, beneath, true
+}
+
+func newParent(fd int, path string) (*Parent, error) {
+	s, err := statMount(fd, "", bothIDs)
+	if err != nil {
+		return nil, &os.PathError{Op: "statx", Path: path, Err: err}
+	}
+	info, err := detectFdAs(fd, path, nil, &s)
+	if err != nil {
+		return nil, err
+	}
+	real, err := fdPath(fd, path)
+	if err != nil {
+		return nil, fmt.Errorf("resolve %s: %w", path, err)
+	}
+	if real == "/" {
+		real = ""
+	}
+	return &Parent{real: real, st: s, info: info}, nil
+}
+
+// child is Child for a table that is there.
+func (t *MountTable) child(p *Parent, e Entry, name string) (info FSInfo, at, beneath []Mount, ok bool) {
+	if e.Root || e.Mode != unix.S_IFDIR || e.ID == 0 || e.ID != p.st.ID || e.UniqueID != p.st.UniqueID || e.Dev != p.st.Dev || p.info.Magic == MagicHugetlbfs {
+		return FSInfo{Path: e.Path}, nil, nil, false
+	}
+	info = p.info
+	info.Path, info.MountPoint, info.MountPointSure = e.Path, false, true
+	at, beneath = t.mountsAt(-1, p.real+"/"+name, &e.MountStat)
+	return info, at, beneath, true
+}

@@ -257,7 +257,7 @@ func (sc *rootScanner) examine(s *scanReport, vols []volume.VolumeDir, budgets m
 	// so, instead of a walk from the root per volume. It only skips work:
 	// whatever is there is examined by descriptors.
 	hasSubpaths := map[string]bool{}
-	dirs := &pluginDirs{pods: sc.pods}
+	dirs := &pluginDirs{pods: sc.pods, tab: sc.tab}
 	defer dirs.close()
 	emptyDirs := sc.emptyDirs.NewPlanner()
 	defer emptyDirs.Close()
