@@ -141,3 +141,16 @@ func (t *MountTable) Child(p *Parent, e Entry, name string) (info FSInfo, at, be
 	info, at, beneath, ok = t.child(p, e, name)
 	return info, at, beneath, ok, nil
 }
+
+// Beneath is the Parent of the directory rel below p's, opened from p's
+// descriptor by a path of plain names (no "." or ".."), with no symlink
+// followed, no mount crossed and no mount root reached (fsat's SameMount:
+// openat2 with RESOLVE_NO_SYMLINKS|RESOLVE_BENEATH|RESOLVE_NO_XDEV): it is
+// on p's mount and filesystem, and the kernel named it p's name joined
+// with rel when it was opened. Nothing is asked of the kernel.
+func (p *Parent) Beneath(rel string) *Parent {
+	b := *p
+	b.real = p.real + "/" + rel
+	b.st.Root = false
+	return &b
+}

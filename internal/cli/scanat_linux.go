@@ -55,11 +55,12 @@ type pluginDirs struct {
 	key  string
 	dir  *fsat.Dir
 	err  error
-	// parent is what the plugin directory's volume directories that are
-	// not mount roots share with it (mountdetect.Parent), read at the
-	// first of them.
-	parent    *mountdetect.Parent
-	parentErr error
+	// pods is the pods directory as a mountdetect.Parent, read at the
+	// first volume that needs it; parent is the open plugin directory's,
+	// derived from it (the plugin directory is opened SameMount).
+	podsParent *mountdetect.Parent
+	podsErr    error
+	parent     *mountdetect.Parent
 }
 
 // open is the plugin directory escaped of the pod uid (owned by p).
@@ -77,8 +78,14 @@ func (p *pluginDirs) open(uid, escaped string) (*fsat.Dir, error) {
 // parentOf is the open plugin directory as a mountdetect.Parent, nil when
 // it cannot be read (its volumes are then opened one by one).
 func (p *pluginDirs) parentOf() *mountdetect.Parent {
-	if p.parent == nil && p.parentErr == nil && p.dir != nil {
-		p.parent, p.parentErr = p.tab.Parent(p.dir.Fd(), p.dir.Path())
+	if p.parent != nil || p.dir == nil {
+		return p.parent
+	}
+	if p.podsParent == nil && p.podsErr == nil {
+		p.podsParent, p.podsErr = p.tab.Parent(p.pods.Fd(), p.pods.Path())
+	}
+	if p.podsParent != nil {
+		p.parent = p.podsParent.Beneath(p.key)
 	}
 	return p.parent
 }
@@ -89,7 +96,7 @@ func (p *pluginDirs) close() {
 		p.dir.Close()
 	}
 	p.key, p.dir, p.err = "", nil, nil
-	p.parent, p.parentErr = nil, nil
+	p.parent = nil
 }
 
 // examinePluginVolume examines vd, a volume directory in one of dirs.
