@@ -54,6 +54,13 @@ func (pl *Planner) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, er
 	if err != nil {
 		return Plan{Path: dir, metaDir: metaDir}, err
 	}
+	if v.looker == nil && v.vols != nil && tab != nil {
+		// Read once per pod; its volumes are then looked at, not opened.
+		if v.looker, err = tab.Parent(v.vols.Fd(), v.vols.Path()); err != nil {
+			v.looker = nil
+		}
+		pl.held.looker = v.looker
+	}
 	defer func() {
 		v.meta.Close()
 		v.meta = nil
@@ -72,7 +79,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 	if p.metaErr == nil {
 		p.metaErr = v.checkMetadataDir()
 	}
-	e, err := v.openEntry()
+	e, err := v.lookEntry(tab)
 	if err != nil {
 		return p, e, err
 	}
@@ -117,17 +124,24 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 	if tab, err = tab.OrRead(); err != nil {
 		return p, e, err
 	}
-	at, beneath, err := tab.MountsAtEntry(e.Entry)
-	if err != nil {
+	var at, beneath []mountdetect.Mount
+	if e.known != nil {
+		at, beneath = e.known.at, e.known.beneath
+	} else if at, beneath, err = tab.MountsAtEntry(e.Entry); err != nil {
 		return p, e, err
 	}
-	if e.Root {
+	switch {
+	case e.Root:
 		// Nothing is asked of a filesystem mounted on the directory (a
 		// FUSE daemon may not answer) before it is proven the volume's
 		// own: what it is comes from the mount table.
 		p.Info = infoOnDir(tab, e)
-	} else if p.Info, err = tab.DetectEntry(e.Entry); err != nil {
-		return p, e, err
+	case e.known != nil:
+		p.Info = e.known.info
+	default:
+		if p.Info, err = tab.DetectEntry(e.Entry); err != nil {
+			return p, e, err
+		}
 	}
 	if n := len(beneath); n > 0 {
 		return refuse(ReasonNestedMounts, plural.Count(n, "mount")+" beneath the volume",
@@ -187,9 +201,12 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		meta.Mount = &rec
 		p.meta = &meta
 	}
-	// Proven the volume's own tmpfs or hugetlbfs: now it may be asked.
-	if info, err := tab.DetectEntry(e.Entry); err == nil {
-		p.Info = info
+	// Proven the volume's own tmpfs or hugetlbfs: now it may be asked
+	// (a tmpfs not opened is what the table says: infoOnDir).
+	if e.known == nil {
+		if info, err := tab.DetectEntry(e.Entry); err == nil {
+			p.Info = info
+		}
 	}
 	if p.meta.Mount.Adopted {
 		return act(ActionUnmountAndRemove, ReasonAdoptedMount, "the volume's own "+at[0].FSType+" mount ("+p.meta.Medium.String()+" medium), mounted by the kubelet before nodevol and adopted")

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -45,6 +46,11 @@ type podVolume struct {
 	meta       *fsat.Dir // <metaParent>/<meta name>; nil when missing
 
 	hook testhook.Hook // the plugin's crash points (tests only)
+
+	// looker, set by a Planner, is vols as a mountdetect.Parent: plan then
+	// looks at the volume directory by a statx of its name and answers
+	// from the mount table without opening it (lookEntry).
+	looker *mountdetect.Parent
 }
 
 // openVolume opens what exists of the volume's directories; with create
@@ -466,10 +472,63 @@ func describeMount(mi fsat.MountStat) string {
 type entry struct {
 	kind entryKind
 	mountdetect.Entry
+	// known, when not nil, is what plan asks of the open directory,
+	// answered without opening it (lookEntry); Fd is then -1.
+	known *fromTable
+}
+
+// fromTable is what plan asks of the volume directory — the mounts on it
+// and beneath it, and (not a mount root) its filesystem — answered from
+// the mount table and its volumes directory.
+type fromTable struct {
+	at, beneath []mountdetect.Mount
+	info        mountdetect.FSInfo
 }
 
 // noEntry is the entry of a volume directory that does not exist.
 var noEntry = entry{Entry: mountdetect.Entry{Fd: -1}}
+
+// lookEntry is openEntry for a Planner's plan (v.looker set, tab read):
+// the volume directory is looked at by a statx of its name and, where the
+// mount table and its volumes directory answer what plan asks, not opened
+// (its known answers). In a mount namespace other than the kubelet's a
+// Memory volume's tmpfs is a propagated copy, and a descriptor on its
+// root makes the kubelet's unmount of it fail with EBUSY while open. A
+// mount missing from the table, a hugetlbfs (its page size), a mount the
+// table names elsewhere, a directory on another mount than its volumes
+// directory: opened, as openEntry opens it.
+func (v *podVolume) lookEntry(tab *mountdetect.MountTable) (entry, error) {
+	if v.vols == nil || v.looker == nil || tab == nil {
+		return v.openEntry()
+	}
+	le, err := mountdetect.LookAt(v.vols.Fd(), v.name, v.dir, mountdetect.LookOnly)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return noEntry, nil
+	case err != nil:
+		return v.openEntry() // its error, or its fallbacks
+	}
+	if le.Mode != unix.S_IFDIR {
+		return v.openEntry() // opens nothing either
+	}
+	k := &fromTable{}
+	if le.Root {
+		m, inTable, err := tab.MountOf(le)
+		if err != nil || !inTable || m.FSType == "hugetlbfs" || filepath.Base(m.MountPoint) != v.name {
+			return v.openEntry()
+		}
+		var ok bool
+		if k.at, k.beneath, ok, err = tab.MountsOnRoot(le); err != nil || !ok {
+			return v.openEntry()
+		}
+	} else {
+		var ok bool
+		if k.info, k.at, k.beneath, ok, err = tab.Child(v.looker, le, v.name); err != nil || !ok {
+			return v.openEntry()
+		}
+	}
+	return entry{kind: entryDir, Entry: le, known: k}, nil
+}
 
 func (v *podVolume) openEntry() (entry, error) {
 	if v.vols == nil {
