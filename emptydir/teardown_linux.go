@@ -46,8 +46,8 @@ func (pl *Planner) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, er
 	if pl.held != nil && pl.held.ref.podUID == r.podUID {
 		v, err = pl.held.sibling(r, dir, metaDir)
 	} else {
-		pl.Close()
-		if v, err = pl.p.openVolume(r, false); err == nil {
+		pl.closeHeld()
+		if v, err = pl.openPod(r); err == nil {
 			pl.held = v
 		}
 	}
@@ -55,11 +55,17 @@ func (pl *Planner) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, er
 		return Plan{Path: dir, metaDir: metaDir}, err
 	}
 	if v.looker == nil && v.vols != nil && tab != nil {
-		// Read once per pod; its volumes are then looked at, not opened.
-		if v.looker, err = tab.Parent(v.vols.Fd(), v.vols.Path()); err != nil {
-			v.looker = nil
+		// Once per pod: its volumes are then looked at, not opened. The
+		// pod and volumes directories are opened SameMount from pods.
+		if pl.podsAs == nil {
+			if pl.podsAs, err = tab.Parent(pl.pods.Fd(), pl.pods.Path()); err != nil {
+				pl.podsAs = nil
+			}
 		}
-		pl.held.looker = v.looker
+		if pl.podsAs != nil {
+			v.looker = pl.podsAs.Beneath(v.volsFromPods)
+			pl.held.looker = v.looker
+		}
 	}
 	defer func() {
 		v.meta.Close()
@@ -68,6 +74,20 @@ func (pl *Planner) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, er
 	plan, e, err := v.plan(tab)
 	e.Close()
 	return plan, err
+}
+
+// openPod opens the directories of the volume r, the first of its pod,
+// from the kubelet root and pods directory the Planner keeps (opened at
+// its first pod, then owned by the Planner).
+func (pl *Planner) openPod(r volRef) (*podVolume, error) {
+	if pl.root != nil {
+		return pl.p.openVolumeIn(r, false, pl.root, pl.pods)
+	}
+	v, err := pl.p.openVolume(r, false)
+	if err == nil && v.root != nil && v.pods != nil {
+		pl.root, pl.pods, v.topShared = v.root, v.pods, true
+	}
+	return v, err
 }
 
 // plan examines the volume and compares it with the record. The entry it
