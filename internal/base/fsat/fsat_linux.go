@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -56,6 +57,12 @@ func Reopen(fd int, flags int) (int, error) {
 type Dir struct {
 	fd   int
 	path string
+	// unlisted is 1 while fd is a descriptor this package opened for
+	// reading (O_RDONLY) and nothing has listed it yet: its offset is at
+	// the start, and the first EachEntry lists it through fd itself
+	// instead of opening the directory again (atomic: swapped to 0 by
+	// the lister).
+	unlisted int32
 }
 
 // OpenRoot opens the trusted directory path (absolute; symlinks in it are
@@ -68,7 +75,7 @@ func OpenRoot(path string) (*Dir, error) {
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	return &Dir{fd: fd, path: filepath.Clean(path)}, nil
+	return &Dir{fd: fd, path: filepath.Clean(path), unlisted: 1}, nil
 }
 
 // FromFd makes a Dir of an open directory fd, which it then owns.
@@ -224,7 +231,7 @@ func (d *Dir) walk(rel string, create bool, mode uint32, opts []Option) (*Dir, e
 		if err != nil {
 			return nil, &os.PathError{Op: "openat", Path: d.path, Err: err}
 		}
-		cur = &Dir{fd: fd, path: d.path}
+		cur = &Dir{fd: fd, path: d.path, unlisted: 1}
 	}
 	return cur, nil
 }
@@ -262,7 +269,7 @@ func (d *Dir) openDirFast(rel string, o Option) (*Dir, bool) {
 	if err != nil {
 		return nil, false
 	}
-	return &Dir{fd: fd, path: d.Join(rel)}, true
+	return &Dir{fd: fd, path: d.Join(rel), unlisted: 1}, true
 }
 
 func (d *Dir) openChild(name string, create bool, mode uint32) (*Dir, error) {
@@ -270,7 +277,7 @@ func (d *Dir) openChild(name string, create bool, mode uint32) (*Dir, error) {
 	for range 2 {
 		fd, err := Openat(d.fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 		if err == nil {
-			return &Dir{fd: fd, path: p}, nil
+			return &Dir{fd: fd, path: p, unlisted: 1}, nil
 		}
 		if err == unix.ENOENT && create {
 			if err := Retry(func() error { return unix.Mkdirat(d.fd, name, mode) }); err != nil && err != unix.EEXIST {
@@ -512,12 +519,19 @@ func (d *Dir) ReadEntries() ([]Entry, error) {
 // buffer, whatever the directory's size: a directory an attacker filled
 // costs time, not memory. Entries that vanish while listed are left out.
 // An error from fn stops the listing and is returned (ErrStop: nil).
+//
+// The first listing of a Dir this package opened reads d's own descriptor
+// (its offset at the start); any other opens the directory again, from d,
+// so that listings never share an offset.
 func (d *Dir) EachEntry(fn func(Entry) error) error {
-	fd, err := Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		return &os.PathError{Op: "openat", Path: d.path, Err: err}
+	fd := d.fd
+	if !atomic.CompareAndSwapInt32(&d.unlisted, 1, 0) {
+		var err error
+		if fd, err = Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0); err != nil {
+			return &os.PathError{Op: "openat", Path: d.path, Err: err}
+		}
+		defer unix.Close(fd)
 	}
-	defer unix.Close(fd)
 	buf := make([]byte, 32<<10)
 	for {
 		var n int
