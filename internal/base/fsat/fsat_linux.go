@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -352,20 +351,14 @@ func (d *Dir) statx(name string, flags int, path string) (unix.Stat_t, error) {
 // it is read is refused once it passes max.
 func (d *Dir) ReadFile(name string, max int64) ([]byte, error) {
 	p := d.Join(name)
-	// A file that is a mount point is not opened (opening reaches the
-	// mounted filesystem, which may never answer).
-	if s, err := StatMount(d.fd, name, MountKey); err == nil && s.Root {
-		return nil, &os.PathError{Op: "open", Path: p, Err: ErrOtherMount}
-	}
-	fd, err := Openat(d.fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	fd, err := d.openFile(name)
 	if err != nil {
 		if err == unix.ELOOP {
 			err = sentinelErrno{ErrSymlink, unix.ELOOP}
 		}
 		return nil, &os.PathError{Op: "open", Path: p, Err: err}
 	}
-	f := os.NewFile(uintptr(fd), p)
-	defer f.Close()
+	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, &os.PathError{Op: "fstat", Path: p, Err: err}
@@ -376,14 +369,61 @@ func (d *Dir) ReadFile(name string, max int64) ([]byte, error) {
 	if st.Size > max {
 		return nil, &os.PathError{Op: "read", Path: p, Err: fmt.Errorf("%w: %d bytes, at most %d expected", ErrTooLarge, st.Size, max)}
 	}
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, &os.PathError{Op: "read", Path: p, Err: err}
+	// Read into a buffer of the size fstat gave and one byte more, grown
+	// (up to max and one byte) only for a file that grew meanwhile.
+	b := make([]byte, 0, st.Size+1)
+	for {
+		if len(b) == cap(b) {
+			if int64(len(b)) > max {
+				return nil, &os.PathError{Op: "read", Path: p, Err: fmt.Errorf("%w: more than %d bytes", ErrTooLarge, max)}
+			}
+			b = slices.Grow(b, int(min(max+1-int64(len(b)), int64(len(b))+512)))
+		}
+		var n int
+		err := Retry(func() (err error) { n, err = unix.Read(fd, b[len(b):cap(b)]); return err })
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: p, Err: err}
+		}
+		if n <= 0 {
+			break
+		}
+		b = b[:len(b)+n]
 	}
 	if int64(len(b)) > max {
 		return nil, &os.PathError{Op: "read", Path: p, Err: fmt.Errorf("%w: more than %d bytes", ErrTooLarge, max)}
 	}
 	return b, nil
+}
+
+// openFile opens the file name in d to be read (O_RDONLY, O_NONBLOCK, no
+// controlling terminal), refusing a symlink (ELOOP) and a file that is a
+// mount point (ErrOtherMount: opening would reach the mounted filesystem,
+// which may never answer). A single name is opened with one openat2
+// (RESOLVE_NO_XDEV stops at a mount point before asking the mounted
+// filesystem anything); without openat2, or for a path of several
+// components, a statx looks first, then openat opens.
+func (d *Dir) openFile(name string) (int, error) {
+	const flags = unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
+	if !strings.Contains(name, "/") {
+		how := unix.OpenHow{Flags: flags, Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV | unix.RESOLVE_BENEATH}
+		var fd int
+		err := Retry(func() (err error) { fd, err = unix.Openat2(d.fd, name, &how); return err })
+		switch err {
+		case nil:
+			return fd, nil
+		case unix.EXDEV:
+			return -1, ErrOtherMount
+		case unix.ENOSYS, unix.EPERM, unix.EINVAL, unix.EAGAIN:
+			// No openat2 (Linux < 5.6, or a seccomp filter), or one that
+			// asks to be retried: the statx and openat below.
+		default:
+			return -1, err
+		}
+	}
+	if s, err := StatMount(d.fd, name, MountKey); err == nil && s.Root {
+		return -1, ErrOtherMount
+	}
+	return Openat(d.fd, name, flags, 0)
 }
 
 func tempPrefix(name string) string { return "." + name + ".tmp-" }
