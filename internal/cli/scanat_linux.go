@@ -192,7 +192,8 @@ func examineAt(dirfd int, name, path string, tab *mountdetect.MountTable, parent
 		}
 	}
 	// Anything else is opened O_PATH and asked through that descriptor
-	// (what it is now, whatever the statx saw): a symlink, a file; a
+	// alone (what it is now: the statx only chose to open it, and nothing
+	// it saw is mixed into the answer): a symlink, a file; a
 	// mount root missing from the table (mounted since it was read) or a
 	// hugetlbfs (its page size); a directory without a parent or not on
 	// its mount; anything on a kernel without statx mount IDs.
