@@ -39,7 +39,7 @@ func lookAt(dirfd int, name, path string, open Open) (Entry, error) {
 		e.MountStat, e.Fd = s, fd
 		return e, nil
 	}
-	s, err := statMount(dirfd, name, bothIDs)
+	s, err := statMountByName(dirfd, name)
 	if err != nil {
 		return e, &os.PathError{Op: "statx", Path: path, Err: err}
 	}
@@ -140,4 +140,25 @@ func (t *MountTable) child(p *Parent, e Entry, name string) (info FSInfo, at, be
 	info.Path, info.MountPoint, info.MountPointSure = e.Path, false, true
 	at, beneath = t.mountsAt(-1, p.real+"/"+name, &e.MountStat)
 	return info, at, beneath, true
+}
+
+// statMountByName is statMount of the entry name in dirfd with both IDs.
+// From Linux 6.8 that takes two statx calls, each resolving name: the
+// second must have seen the same file (device, inode, type, mount root or
+// not), or the entry changed between them (errChanged) and the IDs could
+// be two files'.
+func statMountByName(dirfd int, name string) (fsat.MountStat, error) {
+	s, err := statMount(dirfd, name, fsat.MountKey)
+	if err != nil || s.ID != 0 {
+		return s, err // before 6.8 the key is the classic ID: one call
+	}
+	t, err := statMount(dirfd, name, fsat.TableID)
+	if err != nil {
+		return fsat.MountStat{}, err
+	}
+	if t.Dev != s.Dev || t.Ino != s.Ino || t.Mode != s.Mode || t.Root != s.Root {
+		return fsat.MountStat{}, errChanged
+	}
+	s.ID = t.ID
+	return s, nil
 }
