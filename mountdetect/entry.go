@@ -33,6 +33,13 @@ const (
 	OpenDir
 	// OpenPath opens the entry O_PATH whatever it is (a symlink itself).
 	OpenPath
+	// LookTableID is LookOnly asking only the mount ID the mount table
+	// lists (Entry.UniqueID is 0): one statx on every kernel, where
+	// LookOnly makes two from Linux 6.8 on. For a caller that finds the
+	// entry's mount in the table (MountOf, MountsOnRoot) or compares it
+	// with a mount it holds open (Child): the classic ID of a mount that
+	// is gone can be reused, that of one held open cannot.
+	LookTableID
 )
 
 // LookAt looks at the entry name of the directory open as dirfd (path
@@ -86,10 +93,10 @@ func (e Entry) InfoFromTable(m Mount) FSInfo {
 
 // MountsOnRoot is MountsAtEntry for an entry that is the root of a mount
 // (e.Root: something is mounted on it) and that need not be open: LookAt
-// with LookOnly, a statx of its name relative to its directory. The
-// directory is found in the table by the mount ID that statx read, its
-// mount point being the entry's path as the table names it, so nothing
-// holds the mount: a descriptor on the root of a namespace's copy of a
+// with LookOnly or LookTableID, a statx of its name relative to its
+// directory. The directory is found in the table by the mount ID that
+// statx read, its mount point being the entry's path as the table names
+// it, so nothing holds the mount: a descriptor on the root of a namespace's copy of a
 // mount (O_PATH included) makes another namespace's umount2 of the
 // original fail with EBUSY while it is open. ok is false, with nothing
 // listed, when e is not a mount root, carries no mount ID (Linux < 5.8),
@@ -122,8 +129,8 @@ type Parent struct {
 func (t *MountTable) Parent(fd int, path string) (*Parent, error) { return newParent(fd, path) }
 
 // Child answers, for e, the entry name of p as LookAt found it without
-// opening it (LookOnly), what DetectEntry and MountsAtEntry answer of it
-// open. A directory that is not a mount root is on its parent's mount and
+// opening it (LookOnly or LookTableID), what DetectEntry and
+// MountsAtEntry answer of it open. A directory that is not a mount root is on its parent's mount and
 // filesystem, and the kernel names it by its parent's name joined with
 // name. ok is false when that cannot be used: e is a mount root, not a
 // directory, on another mount than p (changed since p was read), carries

@@ -39,12 +39,18 @@ func lookAt(dirfd int, name, path string, open Open) (Entry, error) {
 		e.MountStat, e.Fd = s, fd
 		return e, nil
 	}
-	s, err := statMountByName(dirfd, name)
+	var s fsat.MountStat
+	var err error
+	if open == LookTableID {
+		s, err = statMount(dirfd, name, fsat.TableID)
+	} else {
+		s, err = statMountByName(dirfd, name)
+	}
 	if err != nil {
 		return e, &os.PathError{Op: "statx", Path: path, Err: err}
 	}
 	e.MountStat = s
-	if open == LookOnly || s.Mode != unix.S_IFDIR {
+	if open == LookOnly || open == LookTableID || s.Mode != unix.S_IFDIR {
 		return e, nil
 	}
 	// A mount root is opened O_PATH: no open reaches its filesystem (a
@@ -133,7 +139,7 @@ func newParent(fd int, path string) (*Parent, error) {
 
 // child is Child for a table that is there.
 func (t *MountTable) child(p *Parent, e Entry, name string) (info FSInfo, at, beneath []Mount, ok bool) {
-	if e.Root || e.Mode != unix.S_IFDIR || e.ID == 0 || e.ID != p.st.ID || e.UniqueID != p.st.UniqueID || e.Dev != p.st.Dev || p.info.Magic == MagicHugetlbfs {
+	if e.Root || e.Mode != unix.S_IFDIR || e.ID == 0 || e.ID != p.st.ID || e.UniqueID != 0 && e.UniqueID != p.st.UniqueID || e.Dev != p.st.Dev || p.info.Magic == MagicHugetlbfs {
 		return FSInfo{Path: e.Path}, nil, nil, false
 	}
 	info = p.info

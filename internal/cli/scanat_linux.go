@@ -141,7 +141,7 @@ func (e *examinedDir) child(tab *mountdetect.MountTable, name, path string) chec
 	if err != nil {
 		return r.fail(&fs.PathError{Op: "statx", Path: e.Path, Err: err})
 	}
-	if now.Dev != e.looked.Dev || now.Ino != e.looked.Ino || !now.SameMount(e.looked) {
+	if now.Dev != e.looked.Dev || now.Ino != e.looked.Ino || now.ID != e.looked.ID || now.Root != e.looked.Root {
 		return r.fail(&fs.PathError{Op: "openat", Path: e.Path, Err: errors.New("changed while examined")})
 	}
 	r, _ = examineAt(fd, name, path, tab, nil)
@@ -153,7 +153,7 @@ func (e *examinedDir) child(tab *mountdetect.MountTable, name, path string) chec
 // name but once. It also returns what the statx of the entry found.
 //
 // The entry is looked at first by a statx of its name (AT_SYMLINK_NOFOLLOW,
-// mount IDs), and a directory is not opened when that and the mount table
+// the mount ID the table lists: mountdetect.LookTableID), and a directory is not opened when that and the mount table
 // answer everything: a mount root listed in the table (another plugin's
 // volume, mounted; onMountRoot), or, with parent (the directory dirfd as
 // a mountdetect.Parent; nil: none), a directory on the parent's mount. In
@@ -162,7 +162,7 @@ func (e *examinedDir) child(tab *mountdetect.MountTable, name, path string) chec
 // umount2 of the original fails with EBUSY.
 func examineAt(dirfd int, name, path string, tab *mountdetect.MountTable, parent func() *mountdetect.Parent) (checkResult, fsat.MountStat) {
 	r := checkResult{Path: path, NestedMounts: []mountdetect.Mount{}}
-	look, err := mountdetect.LookAt(dirfd, name, path, mountdetect.LookOnly)
+	look, err := mountdetect.LookAt(dirfd, name, path, mountdetect.LookTableID)
 	if errors.Is(err, fs.ErrNotExist) {
 		r.SafeToRemove = true
 		return r, look.MountStat
