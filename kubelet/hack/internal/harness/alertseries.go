@@ -1,11 +1,10 @@
 package harness
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
-	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -27,22 +26,33 @@ func ruleFile(deployDir string) string {
 	return filepath.Join(deployDir, "prometheus-operator", "prometheusrule.yaml")
 }
 
-// seriesSelector selects series of the Prometheus text format: a metric
-// name and label matchers, each label="value" as the exposition writes
-// it (equality only).
+// seriesSelector selects series of a scrape: a metric name (a histogram's
+// _count included) and the labels the series must have (equality
+// matchers), summed over the others.
 type seriesSelector struct {
-	Name   string   `json:"name"`
-	Labels []string `json:"labels"`
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels"`
 }
 
-func (s seriesSelector) String() string { return s.Name + "{" + strings.Join(s.Labels, ",") + "}" }
+func (s seriesSelector) String() string {
+	var ls []string
+	for _, k := range slices.Sorted(maps.Keys(s.Labels)) {
+		ls = append(ls, fmt.Sprintf("%s=%q", k, s.Labels[k]))
+	}
+	return s.Name + "{" + strings.Join(ls, ",") + "}"
+}
+
+// sum is the sum of the selected series, and whether there is one.
+func (s seriesSelector) sum(m metrics) (float64, bool) {
+	return m.value(s.Name, s.Labels), m.count(s.Name, s.Labels) > 0
+}
 
 // failedUnmounts is the kubelet's count of failed unmount operations of a
 // plugin (the metric's volume_plugin label: "kubernetes.io/empty-dir",
 // "kubernetes.io/csi:<driver>").
 func failedUnmounts(plugin string) seriesSelector {
-	return seriesSelector{Name: "storage_operation_duration_seconds_count", Labels: []string{
-		`operation_name="volume_unmount"`, `status="fail-unknown"`, `volume_plugin="` + plugin + `"`,
+	return seriesSelector{Name: "storage_operation_duration_seconds_count", Labels: map[string]string{
+		"operation_name": "volume_unmount", "status": "fail-unknown", "volume_plugin": plugin,
 	}}
 }
 
@@ -82,26 +92,32 @@ func alertSelector(file, alert string) (seriesSelector, error) {
 }
 
 var (
-	selectorRe = regexp.MustCompile(`([a-zA-Z_:][a-zA-Z0-9_:]*)\{([^}]*)\}`)
-	matcherRe  = regexp.MustCompile(`^\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\,]|\\.)*)"\s*(?:,|$)`)
+	selectorRe = regexp.MustCompile(`([a-zA-Z_:][a-zA-Z0-9_:]*)\{((?:[^}"]|"(?:[^"\\]|\\.)*")*)\}`)
+	matcherRe  = regexp.MustCompile(`^\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*("(?:[^"\\]|\\.)*")\s*(?:,|$)`)
 )
 
 // parseSelector returns the one selector with label matchers in a PromQL
-// expression. Only equality matchers of values without a comma (what
-// sumSeries compares) are understood: anything else is an error rather
-// than a check of something else than the rule selects.
+// expression. Only equality matchers are understood: anything else is an
+// error rather than a check of something else than the rule selects.
 func parseSelector(expr string) (seriesSelector, error) {
 	m := selectorRe.FindAllStringSubmatch(expr, -1)
 	if len(m) != 1 {
 		return seriesSelector{}, fmt.Errorf("expression %q: want exactly one selector name{label=\"value\", …}, found %d", expr, len(m))
 	}
-	sel := seriesSelector{Name: m[0][1]}
+	sel := seriesSelector{Name: m[0][1], Labels: map[string]string{}}
 	for rest := m[0][2]; strings.TrimSpace(rest) != ""; {
 		lm := matcherRe.FindStringSubmatch(rest)
 		if lm == nil || lm[2] != "=" {
 			return seriesSelector{}, fmt.Errorf("expression %q: matchers %q: only label=\"value\" is understood", expr, strings.TrimSpace(rest))
 		}
-		sel.Labels = append(sel.Labels, lm[1]+`="`+lm[3]+`"`)
+		v, err := strconv.Unquote(lm[3])
+		if err != nil {
+			return seriesSelector{}, fmt.Errorf("expression %q: matcher %s: %w", expr, lm[0], err)
+		}
+		if _, dup := sel.Labels[lm[1]]; dup {
+			return seriesSelector{}, fmt.Errorf("expression %q: label %s matched twice", expr, lm[1])
+		}
+		sel.Labels[lm[1]] = v
 		rest = rest[len(lm[0]):]
 	}
 	if len(sel.Labels) == 0 {
@@ -110,43 +126,10 @@ func parseSelector(expr string) (seriesSelector, error) {
 	return sel, nil
 }
 
-// sumSeries reads the Prometheus text format and returns, for each
-// selector, the sum of the values of the series it selects (over the
-// labels it does not name), and whether any series matched.
-func sumSeries(r io.Reader, sels ...seriesSelector) (sums []float64, found []bool, err error) {
-	sums, found = make([]float64, len(sels)), make([]bool, len(sels))
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		name, rest, ok := strings.Cut(line, "{")
-		if !ok {
-			continue
-		}
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok {
-			continue
-		}
-		have := strings.Split(labels, ",")
-		for i, s := range sels {
-			if name != s.Name || slices.ContainsFunc(s.Labels, func(l string) bool { return !slices.Contains(have, l) }) {
-				continue
-			}
-			v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-			if err != nil {
-				return nil, nil, fmt.Errorf("metric line %q: %w", line, err)
-			}
-			sums[i] += v
-			found[i] = true
-		}
-	}
-	return sums, found, sc.Err()
-}
-
 // alertScrapes scrapes the kubelet's /metrics at the stages of a
-// scenario, keeps each exposition in dir (<stage>.prom: what
-// monitoring/testdata/kubelet holds, see its README) and sums the series
-// the alert selects.
+// scenario, keeps each exposition in dir (kubelet-metrics-<stage>.prom:
+// what monitoring/testdata/kubelet holds, see its README) and sums the
+// series the alert selects.
 type alertScrapes struct {
 	k   *kubelet
 	sel seriesSelector
@@ -163,9 +146,10 @@ func (a alertScrapes) scrape(ctx context.Context, stage string) (v float64, foun
 	if err := os.WriteFile(filepath.Join(a.dir, "kubelet-metrics-"+stage+".prom"), body, 0o644); err != nil {
 		return 0, false, err
 	}
-	sums, ok, err := sumSeries(bytes.NewReader(body), a.sel)
+	m, err := parseMetrics(bytes.NewReader(body))
 	if err != nil {
 		return 0, false, fmt.Errorf("the kubelet's /metrics (%s): %w", stage, err)
 	}
-	return sums[0], ok[0], nil
+	v, found = a.sel.sum(m)
+	return v, found, nil
 }

@@ -20,9 +20,6 @@ import (
 	"time"
 
 	"github.com/moby/sys/mountinfo"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"golang.org/x/sys/unix"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -770,106 +767,6 @@ func httpStatus(ctx context.Context, client *http.Client, url string) (int, erro
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode, nil
-}
-
-// metrics are the metric families of one scrape.
-type metrics map[string]*dto.MetricFamily
-
-// scrape reads the exporter's /metrics (Prometheus text format).
-func scrape(ctx context.Context, client *http.Client, url string) (metrics, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return parseMetrics(resp.Body)
-}
-
-// parseMetrics parses the Prometheus text format.
-func parseMetrics(r io.Reader) (metrics, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(r)
-	if err != nil {
-		return nil, fmt.Errorf("parsing metrics: %w", err)
-	}
-	return metrics(fams), nil
-}
-
-// matching is the series of the gauge or counter name whose labels include
-// want.
-func (m metrics) matching(name string, want map[string]string) []*dto.Metric {
-	fam := m[name]
-	if fam == nil {
-		return nil
-	}
-	var out []*dto.Metric
-	for _, s := range fam.GetMetric() {
-		have := map[string]string{}
-		for _, l := range s.GetLabel() {
-			have[l.GetName()] = l.GetValue()
-		}
-		ok := true
-		for k, v := range want {
-			if have[k] != v {
-				ok = false
-			}
-		}
-		if ok {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// value sums the matching series.
-func (m metrics) value(name string, want map[string]string) float64 {
-	var sum float64
-	for _, s := range m.matching(name, want) {
-		sum += sampleValue(s)
-	}
-	return sum
-}
-
-// sampleValue is a gauge's, counter's or untyped series' value.
-func sampleValue(s *dto.Metric) float64 {
-	switch {
-	case s.GetGauge() != nil:
-		return s.GetGauge().GetValue()
-	case s.GetCounter() != nil:
-		return s.GetCounter().GetValue()
-	case s.GetUntyped() != nil:
-		return s.GetUntyped().GetValue()
-	}
-	return 0
-}
-
-// count is the number of matching series.
-func (m metrics) count(name string, want map[string]string) int {
-	return len(m.matching(name, want))
-}
-
-// series prints the family's series, for the report: name{l="v",...} value.
-func (m metrics) series(name string) string {
-	fam := m[name]
-	if fam == nil || len(fam.GetMetric()) == 0 {
-		return name + " (none)"
-	}
-	var parts []string
-	for _, s := range fam.GetMetric() {
-		var ls []string
-		for _, l := range s.GetLabel() {
-			ls = append(ls, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
-		}
-		parts = append(parts, fmt.Sprintf("%s{%s} %g", name, strings.Join(ls, ","), sampleValue(s)))
-	}
-	return strings.Join(parts, ", ")
 }
 
 // ensureNamespace creates the namespace through the API unless it exists

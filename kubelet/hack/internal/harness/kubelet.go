@@ -352,12 +352,15 @@ func (k *kubelet) failedUnmounts(ctx context.Context, plugins ...string) ([]floa
 // countFailedUnmounts reads the Prometheus text format: the failed
 // unmounts of each plugin, summed over the other labels.
 func countFailedUnmounts(r io.Reader, plugins ...string) ([]float64, error) {
-	sels := make([]seriesSelector, len(plugins))
-	for i, p := range plugins {
-		sels[i] = failedUnmounts(p)
+	m, err := parseMetrics(r)
+	if err != nil {
+		return nil, err
 	}
-	n, _, err := sumSeries(r, sels...)
-	return n, err
+	n := make([]float64, len(plugins))
+	for i, p := range plugins {
+		n[i], _ = failedUnmounts(p).sum(m)
+	}
+	return n, nil
 }
 
 // addPod writes the static pod's manifest (JSON is YAML) atomically: the
