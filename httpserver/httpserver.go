@@ -3,8 +3,12 @@
 // limit on every connection, request and response, and a size limit on
 // request headers.
 //
-// An agent's endpoints take no authentication: anything that can reach
-// the pod (or the node, with hostNetwork) can connect. net/http's zero
+// A server from [New] takes no authentication: anything that can reach
+// the pod (or the node, with hostNetwork) can connect. [NewSecure] serves
+// over TLS and lets through only the clients the Kubernetes API server
+// authenticates and authorises (package kubeauth): the agents serve
+// /metrics with it, which names the kubelet root and what is wrong with
+// the node's volumes. net/http's zero
 // http.Server waits for ever: for a request
 // header, for a request body sent one byte a second, for a client that
 // reads no response, and for the next request on an idle keep-alive
@@ -14,7 +18,7 @@
 //
 // What it does not cover: the number of connections open at once (each is
 // bounded in time, not in number: a NetworkPolicy that admits only the
-// scraper is the place for that), authentication and TLS.
+// scraper is the place for that).
 package httpserver
 
 import (

@@ -192,7 +192,11 @@ func newNode(t *testing.T, name string, propagation uintptr) *node {
 }
 
 // agent starts nodevol serve on the node as the DaemonSet runs it, with
-// the given scan interval, and waits for its first scan.
+// the given scan interval, and waits for its first scan. Without
+// --secure-metrics-listen (the chart's metrics.secure.enabled: false):
+// the series the alerts read are the same on either port, and who may
+// read the secure one is kubelet/hack/internal/harness's
+// TestSecureMetricsAgainstAPIServer's concern, which needs an API server.
 func (n *node) agent(t *testing.T, interval string) *process {
 	t.Helper()
 	nodevol, _ := binaries(t)

@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2/textlogger"
 	"k8s.io/utils/clock"
 
+	"github.com/nodevol/nodevol/httpserver"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -38,7 +39,9 @@ table or of their volume directories can have affected, and every 30
 intervals the whole root (docs/cli.md says why that misses no mount).
 
 Endpoints, on --listen:
-	/metrics   Prometheus metrics (see docs/cli.md for the list)
+	/metrics   Prometheus metrics (see docs/metrics.md), unless
+	           --secure-metrics-listen serves them over TLS to the
+	           clients the API server authorises (docs/metrics.md)
 	/healthz   200 while the process runs
 	/readyz    200 once a scan completed, the last scan succeeded and
 	           it is no older than 3 intervals; 503 otherwise
@@ -79,6 +82,11 @@ type serveOptions struct {
 	scan func(root string) (*scanReport, error)
 	// fullEvery: 0 is defaultFullEvery intervals.
 	fullEvery time.Duration
+	// secure, when set, serves /metrics on secureLn only, over TLS, to
+	// the clients the API server authenticates and authorises; the main
+	// listener then serves /healthz and /readyz alone.
+	secure   *httpserver.SecureOptions
+	secureLn net.Listener
 }
 
 // defaultFullEvery is how many intervals pass at most between two scans
@@ -103,6 +111,8 @@ type server struct {
 	// interval (a whole one every fullEvery), do not delay the next mount
 	// change's.
 	lastTook time.Duration
+
+	secureSrv *http.Server // nil: /metrics on the main listener
 
 	mu      sync.Mutex
 	lastOK  time.Time // of the last successful scan; zero before
@@ -137,6 +147,16 @@ func newServer(opts serveOptions) (*server, error) {
 	}
 	m.setNamespace(opts.ns.State)
 	s := &server{opts: opts, metrics: m}
+	if opts.secure != nil {
+		if opts.secureLn == nil {
+			return nil, errors.New("secure metrics without a listener")
+		}
+		s.secureSrv, err = httpserver.NewSecure(s.metricsHandler(), serveHTTP, *opts.secure, httpserver.SecureMetrics{
+			Registerer: opts.registry, Namespace: "nodevol", Logger: opts.logger.WithName("metrics-auth"), Clock: opts.clock})
+		if err != nil {
+			return nil, err
+		}
+	}
 	s.checkVisibility()
 	return s, nil
 }
@@ -163,10 +183,18 @@ func (s *server) warnNotVisible() {
 		"root", s.opts.hostRoot, "why", s.hostPaths(s.vis.why))
 }
 
-// handler serves /metrics, /healthz and /readyz.
+// metricsHandler serves the registry's metrics.
+func (s *server) metricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.opts.registry, promhttp.HandlerOpts{Registry: s.opts.registry})
+}
+
+// handler serves /healthz and /readyz, and /metrics unless the metrics are
+// served securely on their own listener.
 func (s *server) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(s.opts.registry, promhttp.HandlerOpts{Registry: s.opts.registry}))
+	if s.secureSrv == nil {
+		mux.Handle("/metrics", s.metricsHandler())
+	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
@@ -329,8 +357,12 @@ func (s *server) run(ctx context.Context, ln net.Listener, grace time.Duration) 
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Go(func() { s.scanLoop(ctx) })
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.Serve(ln) }()
+	if s.secureSrv != nil {
+		go func() { serveErr <- s.secureSrv.ServeTLS(s.opts.secureLn, "", "") }()
+		s.opts.logger.Info("serving /metrics over TLS to clients the API server authorises", "address", s.opts.secureLn.Addr().String())
+	}
 	s.opts.logger.Info("serving", "address", ln.Addr().String(), "root", s.opts.hostRoot, "interval", s.opts.interval)
 	var err error
 	select {
@@ -342,6 +374,11 @@ func (s *server) run(ctx context.Context, ln net.Listener, grace time.Duration) 
 	defer done()
 	if serr := srv.Shutdown(shutCtx); serr != nil && err == nil {
 		err = serr
+	}
+	if s.secureSrv != nil {
+		if serr := s.secureSrv.Shutdown(shutCtx); serr != nil && err == nil {
+			err = serr
+		}
 	}
 	// A scan in flight is waited for no longer than the grace period: one
 	// that never returns (a filesystem that stopped answering) must not
@@ -371,6 +408,8 @@ const minInterval = time.Second
 // serveArgs is what serve's command line says.
 type serveArgs struct {
 	listen, root, hostRoot string
+	secureListen           string
+	secure                 httpserver.SecureOptions
 	interval               time.Duration
 	verbosity              int
 	ns                     *namespaceFlags
@@ -385,6 +424,8 @@ func parseServeArgs(fs *flagSet, args []string, stderr io.Writer) (a serveArgs, 
 	fs.StringVar(&a.root, "root", volume.DefaultRoot, "the kubelet root directory as this process sees it")
 	fs.StringVar(&a.hostRoot, "host-root", "", "the kubelet root as the host names it, in labels and logs (default --root)")
 	fs.IntVar(&a.verbosity, "v", 0, "log verbosity: 1 logs each scan, 2 each mount table change")
+	fs.StringVar(&a.secureListen, "secure-metrics-listen", "", "serve /metrics on `ADDR` only, over TLS, to clients the API server authenticates and authorises for get on /metrics (--listen keeps /healthz and /readyz); empty: /metrics on --listen, to anyone")
+	a.secure.AddFlags(fs.FlagSet)
 	a.ns = addNamespaceFlags(fs.FlagSet, false)
 	extra, code := parseArgs(fs, args)
 	if code >= 0 {
@@ -395,6 +436,12 @@ func parseServeArgs(fs *flagSet, args []string, stderr io.Writer) (a serveArgs, 
 	}
 	if a.root == "" {
 		return a, usageError(fs, stderr, "--root must not be empty")
+	}
+	if err := a.secure.Check(); err != nil {
+		return a, usageError(fs, stderr, "%v", err)
+	}
+	if a.secureListen == "" && a.secure != (httpserver.SecureOptions{}) {
+		return a, usageError(fs, stderr, "the TLS and API server flags need --secure-metrics-listen")
 	}
 	switch {
 	case a.interval <= 0:
@@ -441,14 +488,26 @@ func runServe(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 		debounce: 100 * time.Millisecond, ns: ns.ns, version: newVersionInfo(bi, ok), logger: logger,
 		registry: reg,
 	}
+	ln, err := net.Listen("tcp", a.listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "nodevol serve: %s\n", display(err.Error()))
+		return ExitError
+	}
+	if a.secureListen != "" {
+		if opts.secureLn, err = net.Listen("tcp", a.secureListen); err != nil {
+			ln.Close()
+			fmt.Fprintf(stderr, "nodevol serve: %s\n", display(err.Error()))
+			return ExitError
+		}
+		opts.secure = &a.secure
+	}
 	opts.rescan = watchMountTable(ctx, logger)
 	s, err := newServer(opts)
 	if err != nil {
-		fmt.Fprintf(stderr, "nodevol serve: %v\n", err)
-		return ExitError
-	}
-	ln, err := net.Listen("tcp", a.listen)
-	if err != nil {
+		ln.Close()
+		if opts.secureLn != nil {
+			opts.secureLn.Close()
+		}
 		fmt.Fprintf(stderr, "nodevol serve: %s\n", display(err.Error()))
 		return ExitError
 	}

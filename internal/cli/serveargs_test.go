@@ -2,6 +2,7 @@ package cli
 
 import (
 	"errors"
+	"io"
 	"strings"
 	"testing"
 )
@@ -20,6 +21,11 @@ func TestCheckServeArgs(t *testing.T) {
 		{[]string{"--root=/a/../b"}, "--root"},
 		{[]string{"/var/lib/kubelet"}, "takes no arguments"},
 		{[]string{"-h"}, "help"},
+		{[]string{"--secure-metrics-listen=:9478"}, ""},
+		{[]string{"--secure-metrics-listen=:9478", "--tls-cert-file=/tls/tls.crt", "--tls-private-key-file=/tls/tls.key", "--kube-api-server=https://10.0.0.1:443"}, ""},
+		{[]string{"--secure-metrics-listen=:9478", "--tls-cert-file=/tls/tls.crt"}, "go together"},
+		{[]string{"--tls-cert-file=/tls/tls.crt", "--tls-private-key-file=/tls/tls.key"}, "need --secure-metrics-listen"},
+		{[]string{"--kube-api-server=https://10.0.0.1:443"}, "need --secure-metrics-listen"},
 	}
 	for _, tt := range tests {
 		err := CheckServeArgs(tt.args)
@@ -46,5 +52,17 @@ func TestServeIntervalLowerBound(t *testing.T) {
 	}
 	if err := CheckServeArgs([]string{"--interval=1s"}); err != nil {
 		t.Errorf("CheckServeArgs(--interval=1s) = %v; want nil", err)
+	}
+}
+
+// TestServeSecureMetricsNeedsAnAPIServer: asked to serve /metrics
+// securely where no API server can be found, serve says so and stops
+// before serving anything, instead of serving the metrics to anyone.
+func TestServeSecureMetricsNeedsAnAPIServer(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	var stderr strings.Builder
+	code := Run([]string{"serve", "--root", t.TempDir(), "--listen", "127.0.0.1:0", "--secure-metrics-listen", "127.0.0.1:0"}, io.Discard, &stderr)
+	if code != ExitError || !strings.Contains(stderr.String(), "KUBERNETES_SERVICE_HOST") {
+		t.Errorf("exit %d, stderr %q; want %d and a message naming KUBERNETES_SERVICE_HOST", code, stderr.String(), ExitError)
 	}
 }

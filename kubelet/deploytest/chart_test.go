@@ -44,8 +44,9 @@ func nonDefaultValues() map[string]any {
 			"memoryBytes":       int64(8 << 30),
 			"priorityClassName": "",
 		},
-		"metrics":        map[string]any{"agentPort": 19477, "csiPort": 19479},
-		"serviceMonitor": map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus"}, "interval": "1m", "scrapeTimeout": "20s"},
+		"metrics":        map[string]any{"agentPort": 19477, "securePort": 19478, "csiPort": 19479},
+		"metricsReader":  map[string]any{"subjects": []any{map[string]any{"kind": "ServiceAccount", "name": "prometheus", "namespace": "observability"}}},
+		"serviceMonitor": map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus"}, "interval": "1m", "scrapeTimeout": "20s", "bearerTokenFile": "/var/run/secrets/prometheus/token"},
 		"prometheusRule": map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus"}},
 		"dashboard":      map[string]any{"enabled": true},
 	}
@@ -76,6 +77,11 @@ func renderDocs(t *testing.T, vals map[string]any) (agent, driver []doc, out map
 			driver = append(driver, docs...)
 		case "dashboard.yaml":
 			// A ConfigMap for Grafana: TestChartDashboard.
+		case "auth-delegator.yaml", "metrics-reader.yaml":
+			// The RBAC of secure metrics, as deploy/secure-metrics/
+			// holds it: TestChartSecureMetricsRBAC; applied to a real
+			// API server by the harness's
+			// TestSecureMetricsAgainstAPIServer.
 		default:
 			agent = append(agent, docs...)
 		}
@@ -174,7 +180,7 @@ func TestChartNonDefault(t *testing.T) {
 	for _, err := range checkPodMonitor(agent, driver) {
 		t.Error(err)
 	}
-	all := strings.Join([]string{out["nodevol.yaml"], out["csi.yaml"], out["servicemonitor.yaml"], out["prometheusrule.yaml"]}, "\n")
+	all := strings.Join([]string{out["nodevol.yaml"], out["csi.yaml"], out["servicemonitor.yaml"], out["prometheusrule.yaml"], out["auth-delegator.yaml"], out["metrics-reader.yaml"]}, "\n")
 	for _, want := range []string{
 		"image: registry.example.com/mirror/nodevol@sha256:0123456789abcdef",
 		"image: registry.example.com/mirror/nodevol-csi:v1.2.3",
@@ -183,6 +189,9 @@ func TestChartNonDefault(t *testing.T) {
 		"- --host-root=/data/kubelet",
 		"- --interval=30s",
 		"- --listen=:19477",
+		"- --secure-metrics-listen=:19478",
+		"prometheus.io/port: \"19478\"",
+		"bearerTokenFile: /var/run/secrets/prometheus/token",
 		"- --http-address=:19479",
 		"- --driver-name=scratch.example.com",
 		"- --kubelet-endpoint=/data/kubelet/plugins/scratch.example.com/csi.sock",
@@ -194,6 +203,9 @@ func TestChartNonDefault(t *testing.T) {
 		"namespace: node-agents",
 		"namespace: csi-drivers",
 		"release: kube-prometheus",
+		"name: prometheus\n    namespace: observability",
+		"name: nodevol\n    namespace: node-agents",
+		"name: nodevol-csi\n    namespace: csi-drivers",
 		"interval: 1m",
 		"memory: 256Mi",
 	} {
@@ -241,12 +253,87 @@ func TestChartComponents(t *testing.T) {
 	}
 }
 
-// TestChartRefusesSecureMetrics: metrics.secure.enabled is not wired yet,
-// and says so rather than serving plain HTTP.
-func TestChartRefusesSecureMetrics(t *testing.T) {
-	_, err := helmchart.Render(chartPath, map[string]any{"metrics": map[string]any{"secure": map[string]any{"enabled": true}}})
-	if err == nil || !strings.Contains(err.Error(), "metrics.secure.enabled") {
-		t.Fatalf("Render with metrics.secure.enabled = %v; want an error naming metrics.secure.enabled", err)
+// TestChartSecureMetrics: the agent serves /metrics securely by default
+// and plainly with metrics.secure.enabled false, the driver securely with
+// csi.metrics.secure.enabled; each render passes the checks deploy/
+// passes (token mounted exactly when secure, the secure port named and
+// scraped), and the RBAC comes and goes with them.
+func TestChartSecureMetrics(t *testing.T) {
+	monitoring := func(v map[string]any) map[string]any {
+		v["serviceMonitor"] = map[string]any{"enabled": true}
+		v["prometheusRule"] = map[string]any{"enabled": true}
+		return v
+	}
+	agent, driver, out := renderDocs(t, monitoring(map[string]any{}))
+	for _, want := range []string{"- --secure-metrics-listen=:9478", "prometheus.io/scheme: https", "port: secure-metrics"} {
+		if !strings.Contains(out["nodevol.yaml"]+out["servicemonitor.yaml"], want) {
+			t.Errorf("the default render has no %q", want)
+		}
+	}
+	if out["auth-delegator.yaml"] == "" || out["metrics-reader.yaml"] == "" {
+		t.Error("the default render has no RBAC for secure metrics")
+	}
+	if !strings.Contains(out["csi.yaml"], "- --secure-metrics-address=\n") {
+		t.Error("the driver's --secure-metrics-address is not written out empty by default")
+	}
+	for _, err := range append(check(agent), checkCSI(driver)...) {
+		t.Error(err)
+	}
+
+	agent, _, out = renderDocs(t, monitoring(map[string]any{"metrics": map[string]any{"secure": map[string]any{"enabled": false}}}))
+	if strings.Contains(out["nodevol.yaml"], "secure-metrics") || strings.Contains(out["servicemonitor.yaml"], "https") {
+		t.Error("metrics.secure.enabled=false still serves or scrapes secure metrics")
+	}
+	if _, ok := out["auth-delegator.yaml"]; ok {
+		t.Error("the RBAC of secure metrics is rendered with neither component serving them")
+	}
+	for _, err := range check(agent) {
+		t.Errorf("metrics.secure.enabled=false: %v", err)
+	}
+
+	csiSecure := map[string]any{"csi": map[string]any{"metrics": map[string]any{"secure": map[string]any{"enabled": true}, "securePort": 19480}}}
+	_, driver, out = renderDocs(t, csiSecure)
+	if !strings.Contains(out["csi.yaml"], "- --secure-metrics-address=:19480") || !strings.Contains(out["auth-delegator.yaml"], "name: nodevol-csi") {
+		t.Error("csi.metrics.secure.enabled: no --secure-metrics-address=:19480 or no review rights for the driver")
+	}
+	for _, err := range checkCSI(driver) {
+		t.Errorf("csi.metrics.secure.enabled: %v", err)
+	}
+	if _, err := helmchart.Render(chartPath, monitoring(csiSecure)); err == nil || !strings.Contains(err.Error(), "csi.metrics.secure.enabled") {
+		t.Errorf("csi.metrics.secure.enabled with a PodMonitor: %v; want an error naming csi.metrics.secure.enabled", err)
+	}
+
+	_, _, out = renderDocs(t, map[string]any{"rbac": map[string]any{"create": false}})
+	if _, ok := out["metrics-reader.yaml"]; ok {
+		t.Error("rbac.create=false still renders the RBAC")
+	}
+}
+
+// TestChartSecureMetricsRBAC: the default render's RBAC lets the agent's
+// and the driver's ServiceAccounts review tokens and access, nothing
+// else, and lets metricsReader.subjects (Prometheus) get /metrics.
+func TestChartSecureMetricsRBAC(t *testing.T) {
+	_, _, out := renderDocs(t, nil)
+	for _, want := range []string{
+		"resources: [\"tokenreviews\"]\n    verbs: [\"create\"]",
+		"resources: [\"subjectaccessreviews\"]\n    verbs: [\"create\"]",
+		"name: nodevol\n    namespace: nodevol-system",
+		"name: nodevol-csi\n    namespace: nodevol-csi",
+	} {
+		if !strings.Contains(out["auth-delegator.yaml"], want) {
+			t.Errorf("auth-delegator.yaml has no %q", want)
+		}
+	}
+	if n := strings.Count(out["auth-delegator.yaml"], "verbs:"); n != 2 {
+		t.Errorf("auth-delegator.yaml grants %d rules; want the two reviews only", n)
+	}
+	for _, want := range []string{
+		"nonResourceURLs: [\"/metrics\"]\n    verbs: [\"get\"]",
+		"subjects:\n  - kind: ServiceAccount\n    name: prometheus-k8s\n    namespace: monitoring",
+	} {
+		if !strings.Contains(out["metrics-reader.yaml"], want) {
+			t.Errorf("metrics-reader.yaml has no %q:\n%s", want, out["metrics-reader.yaml"])
+		}
 	}
 }
 
@@ -324,7 +411,7 @@ func checkPodMonitor(agent, driver []doc) []error {
 // TestPodMonitorScrapesDriver: deploy/prometheus-operator's PodMonitor
 // scrapes deploy/csi's driver; a PodMonitor on another port is caught.
 func TestPodMonitorScrapesDriver(t *testing.T) {
-	agent, err := readManifests(deployDir, csiDir, chartDir)
+	agent, err := readManifests(deployDir, csiDir, secureMetricsDir, chartDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,6 +440,9 @@ func TestChartValuesSchema(t *testing.T) {
 		{"a misspelt key", map[string]any{"agent": map[string]any{"imagee": map[string]any{"tag": "v1"}}}, "imagee"},
 		{"a digest that is not one", map[string]any{"csi": map[string]any{"image": map[string]any{"digest": "v1.2.3"}}}, "digest"},
 		{"a port past 65535", map[string]any{"metrics": map[string]any{"agentPort": 70000}}, "agentPort"},
+		{"a secure port past 65535", map[string]any{"csi": map[string]any{"metrics": map[string]any{"securePort": 70000}}}, "securePort"},
+		{"secure metrics misspelt", map[string]any{"metrics": map[string]any{"secure": map[string]any{"enable": true}}}, "enable"},
+		{"a metrics reader of no kind RBAC knows", map[string]any{"metricsReader": map[string]any{"subjects": []any{map[string]any{"kind": "Robot", "name": "r2"}}}}, "kind"},
 		{"a relative kubelet root", map[string]any{"kubeletRoot": "var/lib/kubelet"}, "kubeletRoot"},
 		{"an interval serve would refuse", map[string]any{"agent": map[string]any{"interval": "10"}}, "interval"},
 		{"a namespace that is not a name", map[string]any{"csi": map[string]any{"namespace": "CSI_Drivers"}}, "namespace"},

@@ -21,6 +21,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/klog/v2/textlogger"
+
+	"github.com/nodevol/nodevol/httpserver"
 )
 
 // csiMain is nodevol-csi's command, whose flag set the DaemonSet's args
@@ -61,6 +63,14 @@ var errFlagSource = errors.New("cannot read nodevol-csi's flags from its source"
 // them as nodevol-csi does: a flag it does not define, or a value its
 // type refuses, is an error. own lists the flags of nodevol-csi's own
 // (not klog's), which the DaemonSet must all set.
+// identName is e's name when it is an identifier, else "".
+func identName(e ast.Expr) string {
+	if id, ok := e.(*ast.Ident); ok {
+		return id.Name
+	}
+	return ""
+}
+
 func csiFlagSet(file string) (fs *flag.FlagSet, own []string, err error) {
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, file, nil, 0)
@@ -83,6 +93,17 @@ func csiFlagSet(file string) (fs *flag.FlagSet, own []string, err error) {
 	if fsName == "" {
 		return nil, nil, fmt.Errorf("%w: %s has no flag.NewFlagSet", errFlagSource, file)
 	}
+	// The variables of type httpserver.SecureOptions, whose AddFlags
+	// declares the secure metrics flags (any other AddFlags is klog's).
+	secureVars := map[string]bool{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		if vs, ok := n.(*ast.ValueSpec); ok && selectorIs(vs.Type, "httpserver", "SecureOptions") {
+			for _, id := range vs.Names {
+				secureVars[id.Name] = true
+			}
+		}
+		return true
+	})
 	var errs []error
 	ast.Inspect(f, func(n ast.Node) bool {
 		call, ok := n.(*ast.CallExpr)
@@ -94,7 +115,12 @@ func csiFlagSet(file string) (fs *flag.FlagSet, own []string, err error) {
 			return true
 		}
 		if sel.Sel.Name == "AddFlags" && len(call.Args) == 1 && isIdent(call.Args[0], fsName) {
-			textlogger.NewConfig().AddFlags(fs)
+			switch {
+			case secureVars[identName(sel.X)]:
+				new(httpserver.SecureOptions).AddFlags(fs)
+			default:
+				textlogger.NewConfig().AddFlags(fs)
+			}
 			return true
 		}
 		if !isIdent(sel.X, fsName) {
@@ -191,12 +217,16 @@ func csiPolicyErrors(objs *objects) []error {
 	for n := range objs.namespaces {
 		ns = n
 	}
+	secure := csiSecureMetrics(objs)
 	for sa, d := range objs.serviceAccounts {
 		if sa.Namespace != ns.Name {
 			errs = append(errs, fmt.Errorf("%v: ServiceAccount %s: namespace %q; want %q", d, sa.Name, sa.Namespace, ns.Name))
 		}
-		if sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
-			errs = append(errs, fmt.Errorf("%v: ServiceAccount %s: automountServiceAccountToken is not false: the driver never talks to the API server", d, sa.Name))
+		switch automount := sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken; {
+		case automount && !secure:
+			errs = append(errs, fmt.Errorf("%v: ServiceAccount %s: automountServiceAccountToken is not false: without --secure-metrics-address the driver never talks to the API server", d, sa.Name))
+		case !automount && secure:
+			errs = append(errs, fmt.Errorf("%v: ServiceAccount %s: automountServiceAccountToken false: with --secure-metrics-address the driver asks the API server about its scrapers, with its token", d, sa.Name))
 		}
 	}
 	for ds, d := range objs.daemonSets {
@@ -204,6 +234,19 @@ func csiPolicyErrors(objs *objects) []error {
 		errs = append(errs, podSecurityErrors(ds, d, ns, csiRestrictedExceptions)...)
 	}
 	return errs
+}
+
+// csiSecureMetrics reports whether the driver's DaemonSet serves /metrics
+// securely (a non-empty --secure-metrics-address).
+func csiSecureMetrics(objs *objects) bool {
+	for ds := range objs.daemonSets {
+		for _, c := range ds.Spec.Template.Spec.Containers {
+			if argValues(c.Args)["secure-metrics-address"] != "" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // csiDriverPolicy: the CSIDriver says what the driver serves (csi/driver):
@@ -245,7 +288,8 @@ func csiDaemonSetPolicy(ds *appsv1.DaemonSet, d doc, ns string, driver *storagev
 	bad := func(format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%v: DaemonSet %s: %s", d, ds.Name, fmt.Sprintf(format, a...)))
 	}
-	c := daemonSetBasics(ds, ns, objs, "pods using the volume on tainted nodes and control planes could not start", bad)
+	secure := csiSecureMetrics(objs)
+	c := daemonSetBasics(ds, ns, objs, "pods using the volume on tainted nodes and control planes could not start", secure, bad)
 	spec := &ds.Spec.Template.Spec
 	if g := spec.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second < csiShutdownGrace+5*time.Second {
 		bad("terminationGracePeriodSeconds %s; want at least %v: the driver lets calls in flight finish for up to %v, then removes its sockets",
@@ -367,8 +411,27 @@ func csiDaemonSetPolicy(ds *appsv1.DaemonSet, d doc, ns string, driver *storagev
 	if err != nil {
 		bad("--http-address=%s: %v", flagValue("http-address"), err)
 	}
-	if len(c.Ports) != 1 || c.Ports[0].Name != "http" || fmt.Sprint(c.Ports[0].ContainerPort) != port || c.Ports[0].HostPort != 0 {
-		bad("ports %+v; want one named http on --http-address's port %s, no hostPort", c.Ports, port)
+	// One port named http on --http-address's port, and with secure
+	// metrics one named secure-metrics on theirs; no hostPort.
+	wantPorts := []string{"http:" + port}
+	wantText := fmt.Sprintf("one named http on --http-address's port %s", port)
+	if secure {
+		_, sport, err := net.SplitHostPort(flagValue("secure-metrics-address"))
+		if err != nil {
+			bad("--secure-metrics-address=%s: %v", flagValue("secure-metrics-address"), err)
+		}
+		wantPorts = append(wantPorts, "secure-metrics:"+sport)
+		wantText += fmt.Sprintf(" and one named secure-metrics on --secure-metrics-address's port %s", sport)
+	}
+	var gotPorts []string
+	for _, p := range c.Ports {
+		if p.HostPort != 0 {
+			gotPorts = append(gotPorts, "hostPort")
+		}
+		gotPorts = append(gotPorts, fmt.Sprintf("%s:%d", p.Name, p.ContainerPort))
+	}
+	if !slices.Equal(gotPorts, wantPorts) {
+		bad("ports %+v; want %s, no hostPort", c.Ports, wantText)
 	}
 	probesAndResources(c, "http", port, bad)
 	return errs
@@ -470,6 +533,8 @@ func TestCSIManifestsMutated(t *testing.T) {
 		{"image tag latest", "image: ghcr.io/nodevol/nodevol-csi:v0.0.0-dev", "image: ghcr.io/nodevol/nodevol-csi:latest", "not latest or none"},
 		{"a command replacing the entrypoint", "          args:\n", "          command: [/bin/sh]\n          args:\n", "want the image's entrypoint"},
 		{"http port elsewhere", "- --http-address=:9479", "- --http-address=:9480", "want one named http on --http-address's port 9480"},
+		{"secure metrics without the token", "            - --secure-metrics-address=\n", "            - --secure-metrics-address=:9480\n", "automountServiceAccountToken false; want true"},
+		{"secure metrics without their port", "            - --secure-metrics-address=\n", "            - --secure-metrics-address=:9480\n", "one named secure-metrics on --secure-metrics-address's port 9480"},
 		{"probe on the wrong path", "path: /readyz", "path: /ready", "readiness probe"},
 		{"a CPU limit", "            limits:\n              memory: 128Mi", "            limits:\n              cpu: 100m\n              memory: 128Mi", "no CPU limit"},
 		{"no toleration", "      tolerations:\n        - operator: Exists\n", "", "no toleration"},

@@ -44,12 +44,16 @@ import (
 
 // deployDir is deploy/ at the repository's root; the exporter's manifests
 // are there and in its subdirectories but csiDir, nodevol-csi's (checked
-// by csi_test.go with a policy of its own), and chartDir, the Helm chart
-// they are generated from (chart_test.go).
+// by csi_test.go with a policy of its own), secureMetricsDir, the RBAC
+// of secure metrics serving, which kubelet/hack/internal/harness's
+// TestSecureMetricsAgainstAPIServer applies to a real API server and
+// uses, and chartDir, the Helm chart they are all generated from
+// (chart_test.go).
 const (
-	deployDir = "../../deploy"
-	csiDir    = "csi"
-	chartDir  = "helm"
+	deployDir        = "../../deploy"
+	csiDir           = "csi"
+	secureMetricsDir = "secure-metrics"
+	chartDir         = "helm"
 )
 
 // doc is one YAML document of a manifest file.
@@ -282,7 +286,15 @@ type serviceMonitor struct {
 			Interval      string              `json:"interval,omitempty"`
 			ScrapeTimeout string              `json:"scrapeTimeout,omitempty"`
 			HonorLabels   bool                `json:"honorLabels,omitempty"`
-			Relabelings   []struct {
+			// BearerTokenFile and TLSConfig: how Prometheus scrapes an
+			// endpoint served securely (docs/metrics.md).
+			BearerTokenFile string `json:"bearerTokenFile,omitempty"`
+			TLSConfig       *struct {
+				InsecureSkipVerify bool   `json:"insecureSkipVerify,omitempty"`
+				CAFile             string `json:"caFile,omitempty"`
+				ServerName         string `json:"serverName,omitempty"`
+			} `json:"tlsConfig,omitempty"`
+			Relabelings []struct {
 				SourceLabels []string `json:"sourceLabels,omitempty"`
 				Separator    *string  `json:"separator,omitempty"`
 				TargetLabel  string   `json:"targetLabel,omitempty"`
@@ -514,6 +526,7 @@ func policyErrors(objs *objects) []error {
 	for n := range objs.namespaces {
 		ns = n.Name
 	}
+	secure := secureMetrics(objs)
 	for pr, d := range objs.prometheusRules {
 		if pr.Metadata.Namespace != ns {
 			bad(d, "PrometheusRule %s: namespace %q; want %q", pr.Metadata.Name, pr.Metadata.Namespace, ns)
@@ -523,8 +536,11 @@ func policyErrors(objs *objects) []error {
 		if sa.Namespace != ns {
 			bad(d, "namespace %q; want %q", sa.Namespace, ns)
 		}
-		if sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
-			bad(d, "automountServiceAccountToken is not false: the agent never talks to the API server")
+		switch automount := sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken; {
+		case automount && !secure:
+			bad(d, "automountServiceAccountToken is not false: without --secure-metrics-listen the agent never talks to the API server")
+		case !automount && secure:
+			bad(d, "automountServiceAccountToken false: with --secure-metrics-listen the agent asks the API server about its scrapers, with its token")
 		}
 	}
 	for ds, d := range objs.daemonSets {
@@ -609,7 +625,23 @@ func probesAndResources(c *corev1.Container, portName, port string, bad func(str
 // toleration of every taint (noTaints says why it needs one), and a
 // rolling update with maxUnavailable; and one container, with a security
 // context, which it returns (nil when there is not).
-func daemonSetBasics(ds *appsv1.DaemonSet, ns string, objs *objects, noTaints string, bad func(string, ...any)) *corev1.Container {
+// secureMetrics reports whether the agent's DaemonSet serves /metrics
+// securely (a non-empty --secure-metrics-listen).
+func secureMetrics(objs *objects) bool {
+	for ds := range objs.daemonSets {
+		for _, c := range ds.Spec.Template.Spec.Containers {
+			if len(c.Args) > 0 && argValues(c.Args[1:])["secure-metrics-listen"] != "" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// daemonSetBasics checks what every DaemonSet of deploy/ must be; token
+// is whether its pods mount their ServiceAccount token (only to review
+// scrapers of secure metrics).
+func daemonSetBasics(ds *appsv1.DaemonSet, ns string, objs *objects, noTaints string, token bool, bad func(string, ...any)) *corev1.Container {
 	if ds.Namespace != ns {
 		bad("namespace %q; want %q", ds.Namespace, ns)
 	}
@@ -619,8 +651,8 @@ func daemonSetBasics(ds *appsv1.DaemonSet, ns string, objs *objects, noTaints st
 			bad("serviceAccountName %q; want %q", spec.ServiceAccountName, sa.Name)
 		}
 	}
-	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
-		bad("automountServiceAccountToken is not false")
+	if automount := spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken; automount != token {
+		bad("automountServiceAccountToken %v; want %v (the token only serves to review the scrapers of secure metrics)", automount, token)
 	}
 	if spec.HostPID || spec.HostNetwork || spec.HostIPC {
 		bad("hostPID %v, hostNetwork %v, hostIPC %v; want none", spec.HostPID, spec.HostNetwork, spec.HostIPC)
@@ -650,7 +682,7 @@ func daemonSetPolicy(ds *appsv1.DaemonSet, d doc, ns string, objs *objects) []er
 	bad := func(format string, a ...any) {
 		errs = append(errs, fmt.Errorf("%v: DaemonSet %s: %s", d, ds.Name, fmt.Sprintf(format, a...)))
 	}
-	c := daemonSetBasics(ds, ns, objs, "it would not run on tainted nodes and control planes", bad)
+	c := daemonSetBasics(ds, ns, objs, "it would not run on tainted nodes and control planes", secureMetrics(objs), bad)
 	if c == nil {
 		return errs
 	}
@@ -737,6 +769,21 @@ func daemonSetPolicy(ds *appsv1.DaemonSet, d doc, ns string, objs *objects) []er
 		bad("ports %+v; want one named metrics on --listen's port %s", c.Ports, listenPort)
 	}
 	probesAndResources(c, "metrics", listenPort, bad)
+	// With secure metrics, /metrics is on a port of its own, named
+	// secure-metrics, which the Service and the ServiceMonitor scrape
+	// over TLS with a bearer token.
+	scrapePort, scrapeListen := "metrics", listenPort
+	if addr := flags["secure-metrics-listen"]; addr != "" {
+		scrapePort = "secure-metrics"
+		if _, scrapeListen, err = net.SplitHostPort(addr); err != nil {
+			bad("--secure-metrics-listen=%s: %v", addr, err)
+		}
+		if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool {
+			return p.Name == scrapePort && fmt.Sprint(p.ContainerPort) == scrapeListen
+		}) {
+			bad("ports %+v; want one named secure-metrics on --secure-metrics-listen's port %s", c.Ports, scrapeListen)
+		}
+	}
 
 	// The Service reaches the pods' metrics port.
 	for svc, sd := range objs.services {
@@ -750,17 +797,20 @@ func daemonSetPolicy(ds *appsv1.DaemonSet, d doc, ns string, objs *objects) []er
 			bad("Service %s (%v) is not headless", svc.Name, sd)
 		}
 		if !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool {
-			return p.Name == "metrics" && (p.TargetPort == intstr.FromString("metrics") || p.TargetPort.String() == listenPort)
+			return p.Name == scrapePort && (p.TargetPort == intstr.FromString(scrapePort) || p.TargetPort.String() == scrapeListen)
 		}) {
-			bad("Service %s (%v) has no port metrics to the pods' metrics port", svc.Name, sd)
+			bad("Service %s (%v) has no port %s to the pods' %s port", svc.Name, sd, scrapePort, scrapePort)
 		}
 		for sm, smd := range objs.serviceMonitors {
 			if sm.Metadata.Namespace != ns || !selects(sm.Spec.Selector.MatchLabels, svc.Labels) {
 				bad("ServiceMonitor %s (%v) in %q with selector %v does not select Service %s", sm.Metadata.Name, smd, sm.Metadata.Namespace, sm.Spec.Selector.MatchLabels, svc.Name)
 			}
 			for _, e := range sm.Spec.Endpoints {
-				if e.Port != "metrics" || e.Path != "/metrics" {
-					bad("ServiceMonitor %s (%v) endpoint port %q path %q; want metrics, /metrics", sm.Metadata.Name, smd, e.Port, e.Path)
+				if e.Port != scrapePort || e.Path != "/metrics" {
+					bad("ServiceMonitor %s (%v) endpoint port %q path %q; want %s, /metrics", sm.Metadata.Name, smd, e.Port, e.Path, scrapePort)
+				}
+				if scrapePort == "secure-metrics" && (e.Scheme != "https" || e.BearerTokenFile == "" || e.TLSConfig == nil) {
+					bad("ServiceMonitor %s (%v) endpoint scheme %q, bearerTokenFile %q, tlsConfig %v; want https, Prometheus's token and a TLS configuration for the secure metrics", sm.Metadata.Name, smd, e.Scheme, e.BearerTokenFile, e.TLSConfig)
 				}
 			}
 		}
@@ -832,7 +882,7 @@ func check(docs []doc) []error {
 // TestManifests: deploy/ as it is passes the API server's validation and
 // the policy.
 func TestManifests(t *testing.T) {
-	docs, err := readManifests(deployDir, csiDir, chartDir)
+	docs, err := readManifests(deployDir, csiDir, secureMetricsDir, chartDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -847,7 +897,7 @@ func TestManifests(t *testing.T) {
 // TestManifestsMutated: each mistake, made in a copy of deploy/'s text,
 // is caught, with an error that names it.
 func TestManifestsMutated(t *testing.T) {
-	docs, err := readManifests(deployDir, csiDir, chartDir)
+	docs, err := readManifests(deployDir, csiDir, secureMetricsDir, chartDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -869,7 +919,7 @@ func TestManifestsMutated(t *testing.T) {
 		{"a CPU limit", "            limits:\n              memory: 128Mi", "            limits:\n              cpu: 100m\n              memory: 128Mi", "no CPU limit"},
 		{"no toleration", "      tolerations:\n        - operator: Exists\n", "", "no toleration"},
 		{"ServiceMonitor typo", "scrapeTimeout: 10s\n      relabelings:\n        # The node the agent", "scrapeTimout: 10s\n      relabelings:\n        # The node the agent", `unknown field "scrapeTimout"`},
-		{"ServiceMonitor bad interval", "- port: metrics\n      path: /metrics\n      interval: 30s", "- port: metrics\n      path: /metrics\n      interval: 30 seconds", "not a Prometheus duration"},
+		{"ServiceMonitor bad interval", "insecureSkipVerify: true\n      path: /metrics\n      interval: 30s", "insecureSkipVerify: true\n      path: /metrics\n      interval: 30 seconds", "not a Prometheus duration"},
 		{"PodMonitor typo", "      relabelings:\n        # The node the driver", "      relabellings:\n        # The node the driver", `unknown field "relabellings"`},
 		{"a second hostPath volume", "      volumes:\n", "      volumes:\n        - name: host\n          hostPath:\n            path: /\n", "want only the kubelet root's"},
 		{"a command replacing the entrypoint", "          args:\n", "          command: [/bin/sh]\n          args:\n", "want the image's entrypoint"},
@@ -879,6 +929,11 @@ func TestManifestsMutated(t *testing.T) {
 		{"AppArmor unconfined", "            privileged: false\n", "            privileged: false\n            appArmorProfile:\n              type: Unconfined\n", `forbids forbidden AppArmor profile`},
 		{"a host port", "              containerPort: 9477\n", "              containerPort: 9477\n              hostPort: 9477\n", `forbids hostPort`},
 		{"a namespace enforcing baseline", "pod-security.kubernetes.io/enforce: privileged", "pod-security.kubernetes.io/enforce: baseline", `enforces Pod Security "baseline", which refuses the pods`},
+		{"secure metrics without the token", "      # For the reviews of the scrapers' tokens (secure metrics).\n      automountServiceAccountToken: true", "      automountServiceAccountToken: false", "automountServiceAccountToken false; want true"},
+		{"a token without secure metrics", "            - --secure-metrics-listen=:9478\n", "", "automountServiceAccountToken is not false: without --secure-metrics-listen"},
+		{"secure metrics without their port", "            - name: secure-metrics\n              containerPort: 9478\n", "            - name: secure-metrics\n              containerPort: 9479\n", "want one named secure-metrics on --secure-metrics-listen's port 9478"},
+		{"ServiceMonitor scraping plain HTTP", "      scheme: https\n", "", "want https, Prometheus's token"},
+		{"ServiceMonitor on the plain port", "    - port: secure-metrics\n", "    - port: metrics\n", "want secure-metrics, /metrics"},
 		{"Service selecting nothing of ours", "  selector:\n    app.kubernetes.io/name: nodevol\n", "  selector:\n    app.kubernetes.io/name: nodevo\n", "does not select the pods"},
 	}
 	runMutations(t, "deploy/", docs, check, tests)

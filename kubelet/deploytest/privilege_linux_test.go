@@ -32,7 +32,7 @@ func TestDaemonSetPrivilegeSuffices(t *testing.T) {
 	if err != nil {
 		mounttest.Skip(t, "no setpriv (util-linux) to run nodevol with the DaemonSet's capabilities: %v", err)
 	}
-	docs, err := readManifests(deployDir, csiDir, chartDir)
+	docs, err := readManifests(deployDir, csiDir, secureMetricsDir, chartDir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -102,6 +102,8 @@ var prometheusOperator = map[string]any{
 var DeployFiles = []Generated{
 	{Template: "nodevol.yaml", File: "nodevol.yaml"},
 	{Template: "csi.yaml", File: "csi/nodevol-csi.yaml"},
+	{Template: "auth-delegator.yaml", File: "secure-metrics/auth-delegator.yaml"},
+	{Template: "metrics-reader.yaml", File: "secure-metrics/metrics-reader.yaml"},
 	{Template: "servicemonitor.yaml", File: "prometheus-operator/servicemonitor.yaml", Values: prometheusOperator},
 	{Template: "podmonitor.yaml", File: "prometheus-operator/nodevol-csi-podmonitor.yaml", Values: prometheusOperator},
 	{Template: "prometheusrule.yaml", File: "prometheus-operator/prometheusrule.yaml", Values: prometheusOperator},

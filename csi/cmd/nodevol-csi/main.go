@@ -7,7 +7,9 @@
 // It serves the CSI Identity and Node services on --endpoint and the
 // kubelet's plugin-registration API in --registration-dir itself (no
 // node-driver-registrar sidecar), and /metrics, /healthz and /readyz on
-// --http-address. deploy/csi/ runs it as a DaemonSet.
+// --http-address (/metrics on --secure-metrics-address instead, over TLS
+// to the clients the API server authorises, when it is set).
+// deploy/csi/ runs it as a DaemonSet.
 //
 // One nodevol-csi per driver name and kubelet root: before anything else
 // it takes the root's lock for its driver name
@@ -70,6 +72,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := fs.String("kubelet-root", "/var/lib/kubelet", "the kubelet's --root-dir, mounted at the same path")
 	nodeID := fs.String("node-id", os.Getenv("NODE_NAME"), "the node's name (default $NODE_NAME)")
 	httpAddr := fs.String("http-address", ":9479", "where to serve /metrics, /healthz and /readyz; empty: nowhere")
+	secureAddr := fs.String("secure-metrics-address", "", "serve /metrics here only, over TLS, to clients the API server authenticates and authorises for get on /metrics (--http-address keeps /healthz and /readyz); empty: /metrics on --http-address, to anyone")
+	var secure httpserver.SecureOptions
+	secure.AddFlags(fs)
 	quotas := fs.Bool("quotas", true, "give Default volumes a project quota whose hard limit is their sizeLimit, where the filesystem has project quotas")
 	stateDir := fs.String("state-dir", "/csi", "where the quota bookkeeping (projects, projid) is kept across restarts")
 	memory := fs.Int64("memory-bytes", -1, "upper bound of a Memory volume's tmpfs in bytes (default: the node's MemTotal)")
@@ -89,6 +94,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "nodevol-csi: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	if err := secure.Check(); err != nil {
+		fmt.Fprintln(stderr, "nodevol-csi:", err)
+		return 2
+	}
+	if *secureAddr == "" && secure != (httpserver.SecureOptions{}) {
+		fmt.Fprintln(stderr, "nodevol-csi: the TLS and API server flags need --secure-metrics-address")
 		return 2
 	}
 	log := textlogger.NewLogger(logCfg)
@@ -134,13 +147,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer lock.Release()
+	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+	if *secureAddr != "" {
+		srv, err := httpserver.NewSecure(metrics, httpLimits, secure, httpserver.SecureMetrics{
+			Registerer: reg, Namespace: "nodevol", Subsystem: "csi", Logger: log.WithName("metrics-auth")})
+		if err != nil {
+			log.Error(err, "Setting up the secure metrics endpoint")
+			return 1
+		}
+		lis, err := net.Listen("tcp", *secureAddr)
+		if err != nil {
+			log.Error(err, "Listening for HTTPS")
+			return 1
+		}
+		go serveHTTP(srv, lis, log)
+		defer srv.Close()
+		metrics = nil
+	}
 	if *httpAddr != "" {
 		lis, err := net.Listen("tcp", *httpAddr)
 		if err != nil {
 			log.Error(err, "Listening for HTTP")
 			return 1
 		}
-		srv := httpserver.New(httpHandler(d, reg, *regDir != ""), httpLimits)
+		srv := httpserver.New(httpHandler(d, metrics, *regDir != ""), httpLimits)
 		go serveHTTP(srv, lis, log)
 		defer srv.Close()
 	}
@@ -151,17 +181,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// serveHTTP serves srv on lis, over TLS when srv has a TLS configuration.
 func serveHTTP(srv *http.Server, lis net.Listener, log logr.Logger) {
-	if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	serve := srv.Serve
+	if srv.TLSConfig != nil {
+		serve = func(lis net.Listener) error { return srv.ServeTLS(lis, "", "") }
+	}
+	if err := serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Error(err, "Serving HTTP")
 	}
 }
 
-// httpHandler serves the metrics, liveness (the process answers) and
-// readiness (the kubelet has registered the driver, when it registers).
-func httpHandler(d *driver.Driver, reg *prometheus.Registry, registers bool) http.Handler {
+// httpHandler serves the metrics (unless nil: they are served securely
+// elsewhere), liveness (the process answers) and readiness (the kubelet
+// has registered the driver, when it registers).
+func httpHandler(d *driver.Driver, metrics http.Handler, registers bool) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	if metrics != nil {
+		mux.Handle("/metrics", metrics)
+	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if registers && !d.Registered() {

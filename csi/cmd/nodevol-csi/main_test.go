@@ -29,8 +29,10 @@ func TestUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{"--no-such-flag"},
 		{"extra"},
-		{"--node-id", "", "--registration-dir", ""},             // no node ID
-		{"--node-id", "n", "--kubelet-root", "var/lib/kubelet"}, // relative root
+		{"--node-id", "", "--registration-dir", ""},                                         // no node ID
+		{"--node-id", "n", "--kubelet-root", "var/lib/kubelet"},                             // relative root
+		{"--node-id", "n", "--secure-metrics-address", ":0", "--tls-cert-file", "/tls.crt"}, // no key
+		{"--node-id", "n", "--kube-api-server", "https://10.0.0.1:443"},                     // no --secure-metrics-address
 	} {
 		errb.Reset()
 		if code := run(context.Background(), args, io.Discard, &errb); code != 2 || errb.Len() == 0 {

@@ -1,12 +1,15 @@
 // Package slowclient holds the HTTP clients that tests set against
 // nodevol's HTTP servers to check their limits: one that keeps a
 // keep-alive connection idle, one that sends its request header or body
-// a byte at a time, one with a huge header. Each reports whether the
-// server ended it; none needs root.
+// a byte at a time, one with a huge header, one that connects and sends
+// nothing. Each reports whether the server ended it; none needs root.
+// The ...Via forms take the Dialer that opens the connection: TLS for a
+// server that speaks only TLS.
 package slowclient
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -46,11 +49,44 @@ func Idle(addr, path string, wait time.Duration) error {
 	return waitClosed(conn, br, wait, "idle after one request")
 }
 
+// Dialer opens a check's connection to addr.
+type Dialer func(addr string) (net.Conn, error)
+
+// TCP is the Dialer of a plain connection.
+func TCP(addr string) (net.Conn, error) { return net.Dial("tcp", addr) }
+
+// TLS is the Dialer of a TLS connection, its handshake done, whatever
+// certificate the server has: the slow client is past TLS, at HTTP.
+func TLS(addr string) (net.Conn, error) {
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		return nil, err
+	}
+	return conn, nil
+}
+
+// Silent connects to addr and sends nothing, not even a TLS
+// ClientHello, and waits up to wait for the server to close the
+// connection.
+func Silent(addr string, wait time.Duration) error {
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return waitClosed(conn, bufio.NewReader(conn), wait, "that sends nothing")
+}
+
 // SlowHeader sends a request header for path to addr a byte every
 // interval, and waits up to wait for the server to close the connection.
 func SlowHeader(addr, path string, every, wait time.Duration) error {
+	return SlowHeaderVia(TCP, addr, path, every, wait)
+}
+
+// SlowHeaderVia is SlowHeader on a connection dial opens.
+func SlowHeaderVia(dial Dialer, addr, path string, every, wait time.Duration) error {
 	head := fmt.Sprintf("GET %s HTTP/1.1\r\nHost: x\r\nX-Slow: %0512d\r\n\r\n", path, 0)
-	return trickle(addr, "", head, every, wait, "sending its header a byte every "+every.String())
+	return trickle(dial, addr, "", head, every, wait, "sending its header a byte every "+every.String())
 }
 
 // SlowBody sends "POST path" to addr with a header that announces a body
@@ -59,10 +95,15 @@ func SlowHeader(addr, path string, every, wait time.Duration) error {
 // and waits up to wait for the server to close the connection. The
 // server may answer meanwhile: the connection is what counts.
 func SlowBody(addr, path string, every, wait time.Duration) error {
+	return SlowBodyVia(TCP, addr, path, every, wait)
+}
+
+// SlowBodyVia is SlowBody on a connection dial opens.
+func SlowBodyVia(dial Dialer, addr, path string, every, wait time.Duration) error {
 	const size = 64 << 10
 	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n", path, size)
 	body := string(make([]byte, size))
-	return trickle(addr, head, body, every, wait, "sending its body a byte every "+every.String())
+	return trickle(dial, addr, head, body, every, wait, "sending its body a byte every "+every.String())
 }
 
 // LargeHeader sends "GET path" to addr with a header of size bytes, and
@@ -88,8 +129,8 @@ func LargeHeader(addr, path string, size int) error {
 
 // trickle writes head at once, then slow a byte every interval, until the
 // server closes the connection or wait runs out.
-func trickle(addr, head, slow string, every, wait time.Duration, what string) error {
-	conn, err := net.Dial("tcp", addr)
+func trickle(dial Dialer, addr, head, slow string, every, wait time.Duration, what string) error {
+	conn, err := dial(addr)
 	if err != nil {
 		return err
 	}
@@ -126,7 +167,7 @@ func waitClosed(conn net.Conn, br *bufio.Reader, wait time.Duration, what string
 	switch {
 	case errors.As(err, &ne) && ne.Timeout():
 		return fmt.Errorf("%w after %v of a client %s", ErrHeld, wait, what)
-	case err == nil, errors.Is(err, net.ErrClosed), isReset(err):
+	case err == nil, errors.Is(err, net.ErrClosed), isReset(err), isTLSLocal(err):
 		return nil
 	}
 	return fmt.Errorf("reading from the server: %w", err)
@@ -135,3 +176,13 @@ func waitClosed(conn net.Conn, br *bufio.Reader, wait time.Duration, what string
 // isReset reports whether err is a connection reset: a server that closes
 // a connection with unread data in it resets it.
 func isReset(err error) bool { return errors.Is(err, syscall.ECONNRESET) }
+
+// isTLSLocal reports whether err is an alert this end of a TLS connection
+// raised on what the server sent last: net/http's server that ends a
+// connection at its write deadline sends its close_notify under a record
+// number the client does not expect ("bad record MAC"). The server ended
+// the connection all the same.
+func isTLSLocal(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "local error"
+}

@@ -25,9 +25,13 @@ import (
 // The control plane's ports, private to the network namespace. The host's
 // listening sockets on them are compared before and after the run.
 const (
-	etcdClientPort        = 2379
-	etcdPeerPort          = 2380
-	apiserverPort         = 6443
+	etcdClientPort = 2379
+	etcdPeerPort   = 2380
+	// 443, the kubernetes Service's port: in a whole cluster the bridge
+	// also holds the Service's ClusterIP (setUpBridge), so that pods reach
+	// the API server at KUBERNETES_SERVICE_HOST:KUBERNETES_SERVICE_PORT
+	// without a kube-proxy.
+	apiserverPort         = 443
 	controllerManagerPort = 10257
 	schedulerPort         = 10259
 )

@@ -138,7 +138,7 @@ func (a rolloutApp) writing(ctx context.Context, when string, o *outcome) bool {
 // csiStatsCalls is how many NodeGetVolumeStats calls the node's driver pod
 // answered, with OK and otherwise.
 func (d *deployRun) csiStatsCalls(ctx context.Context, node string) (ok, failed float64, err error) {
-	m, err := d.podMetrics(ctx, "nodevol-csi", "http", node)
+	m, err := d.csiMetrics(ctx, node)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -39,7 +41,9 @@ import (
 // DaemonSet controller placing the agent and the CSI driver
 // on each node, the exporter's NAS detection and the CSI NAS case against
 // those pods, then a rolling update of each DaemonSet to an image of
-// another digest while CSI volumes are published.
+// another digest while CSI volumes are published, and the agents' secure
+// metrics scraped as Prometheus (the subject of the render's
+// metrics-reader binding) and as others.
 
 // deployInputs are the deploy scenario's images and manifests, handed to
 // the namespace's PID 1.
@@ -107,14 +111,19 @@ func readManifestDocs(files []string) ([]manifestDoc, error) {
 // kubelet/deploytest checks), so that the ports and the interval are
 // shown to reach every place that names them.
 var deployChartValues = map[string]any{
-	"agent":   map[string]any{"interval": "5s"},
-	"metrics": map[string]any{"agentPort": 19477, "csiPort": 19479},
+	"agent": map[string]any{"interval": "5s"},
+	// The driver's secure metrics are off by default (a PodMonitor
+	// cannot send Prometheus's token): on here, so that the scenario
+	// proves them against the real API server as it does the agent's.
+	"csi":     map[string]any{"metrics": map[string]any{"secure": map[string]any{"enabled": true}, "securePort": 19480}},
+	"metrics": map[string]any{"agentPort": 19477, "securePort": 19478, "csiPort": 19479},
 }
 
 // deployChartTemplates are the chart's templates the scenario creates the
-// objects of, in order; the ServiceMonitor and PrometheusRule need the
-// Prometheus Operator's CRDs, which the cluster does not have.
-var deployChartTemplates = []string{"nodevol.yaml", "csi.yaml"}
+// objects of, in order: the agent, the RBAC of its secure metrics, the
+// driver. The ServiceMonitor and PrometheusRule need the Prometheus
+// Operator's CRDs, which the cluster does not have.
+var deployChartTemplates = []string{"nodevol.yaml", "auth-delegator.yaml", "metrics-reader.yaml", "csi.yaml"}
 
 // renderChartDocs renders the chart in dir with vals, as helm template
 // does: the objects of deployChartTemplates, in order.
@@ -302,6 +311,11 @@ type deployRun struct {
 	flavor flavor
 	log    *logger
 	driver string // the CSIDriver's name
+	// scraper is a token of the ServiceAccount the chart's
+	// metrics-reader binding lets get /metrics; "" until scraperToken
+	// makes it (the soak's goroutines ask at once: scraperMu).
+	scraperMu sync.Mutex
+	scraper   string
 }
 
 // deployStep is one row of the scenario.
@@ -315,11 +329,12 @@ type deployStep struct {
 // are not run (they build on it) and say so.
 func (d *deployRun) steps(ctx context.Context) []row {
 	steps := []deployStep{
-		{"apply", "every object of the Helm chart's agent and driver, rendered with non-default ports and interval, created through the API, unchanged", d.apply},
+		{"apply", "every object of the Helm chart's agent, secure metrics RBAC and driver, rendered with non-default ports and interval, created through the API, unchanged", d.apply},
 		{"daemonsets-ready", "the DaemonSet controller runs one agent and one driver per node, each Ready; the driver registered on each node (CSINode)", d.daemonSetsReady},
 		{"exporter-nas", "on each node, a tmpfs NAS mounted inside an emptyDir makes that node's agent report nodevol_scan_danger_volumes 1, and 0 once unmounted", d.exporterNAS},
 		{"csi-nas", "on each node, the driver refuses to tear down a CSI volume holding a NAS (≥2 tries), the NAS's sentinel intact, its pod's nodevol_csi_unpublish_refused_total (the alert's series) counting each; gone after the unmount", d.csiNAS},
 		{"rolling-update", "each DaemonSet rolled (its RollingUpdate strategy) to an image of another digest, to completion on every node; the published CSI volumes intact (files and Memory tmpfs) across it, written and read by their pods every second without a failure, measured by the new driver (NodeGetVolumeStats), and torn down afterwards with no mount or quota project left", d.rollingUpdate},
+		{"secure-metrics", "on each node, the agent's and the driver's /metrics on their secure ports (TLS) answer the token of the ServiceAccount the chart's metrics-reader binding lets get /metrics with the metrics, another account's token with 403, none or a made-up one with 401, and count the refusal; their plain ports serve /healthz and /readyz but not /metrics", d.secureMetrics},
 	}
 	var rows []row
 	failed := false
@@ -639,14 +654,40 @@ func podVolumeDir(pod *corev1.Pod, plugin, vol string) string {
 	return filepath.Join(kubeletRootInNode, "pods", string(pod.UID), "volumes", plugin, vol)
 }
 
-// agentMetrics scrapes the node's agent pod (on the pod network).
+// agentMetrics scrapes the node's agent pod (on the pod network) as
+// Prometheus does: componentMetrics.
 func (d *deployRun) agentMetrics(ctx context.Context, node string) (metrics, error) {
-	return d.podMetrics(ctx, "nodevol", "metrics", node)
+	return d.componentMetrics(ctx, "nodevol", node)
 }
 
-// podMetrics scrapes /metrics of the node's pod of the DaemonSet ds, on
-// its container's port named port (on the pod network).
-func (d *deployRun) podMetrics(ctx context.Context, ds, port, node string) (metrics, error) {
+// csiMetrics scrapes the node's nodevol-csi pod as Prometheus does:
+// componentMetrics.
+func (d *deployRun) csiMetrics(ctx context.Context, node string) (metrics, error) {
+	return d.componentMetrics(ctx, "nodevol-csi", node)
+}
+
+// componentMetrics scrapes /metrics of the node's pod of the DaemonSet ds
+// (on the pod network) as Prometheus does: on its port named
+// secure-metrics, over TLS, with a token of the ServiceAccount the
+// render's metrics-reader binding names. Both agents serve it in
+// deployChartValues' render (deploy-6-secure-metrics checks that they
+// do, and that plain HTTP serves no /metrics).
+func (d *deployRun) componentMetrics(ctx context.Context, ds, node string) (metrics, error) {
+	addr, err := d.podAddr(ctx, ds, "secure-metrics", node)
+	if err != nil {
+		return nil, err
+	}
+	token, err := d.scraperToken(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return scrapeAs(ctx, secureMetricsClient, "https://"+addr+"/metrics", token)
+}
+
+// podAddr is the pod IP and the number of the container's port named
+// port of the node's pod of the DaemonSet ds: the chart's values set the
+// numbers, the names stay.
+func (d *deployRun) podAddr(ctx context.Context, ds, port, node string) (string, error) {
 	var m manifestDoc
 	for _, x := range d.daemonSets() {
 		if x.Name == ds {
@@ -655,23 +696,206 @@ func (d *deployRun) podMetrics(ctx context.Context, ds, port, node string) (metr
 	}
 	_, pods, err := d.dsPods(ctx, m)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	p, ok := pods[node]
 	if !ok || p.Status.PodIP == "" {
-		return nil, fmt.Errorf("no %s pod with an IP on %s", ds, node)
+		return "", fmt.Errorf("no %s pod with an IP on %s", ds, node)
 	}
-	number := ""
+	return podPortAddr(p, port)
+}
+
+// podPortAddr is p's IP and the number of its first container's port
+// named port.
+func podPortAddr(p corev1.Pod, port string) (string, error) {
 	for _, cp := range p.Spec.Containers[0].Ports {
 		if cp.Name == port {
-			number = fmt.Sprint(cp.ContainerPort)
+			return net.JoinHostPort(p.Status.PodIP, fmt.Sprint(cp.ContainerPort)), nil
 		}
 	}
-	if number == "" {
-		return nil, fmt.Errorf("%s pod %s has no port named %s", ds, p.Name, port)
+	return "", fmt.Errorf("pod %s has no port named %s", p.Name, port)
+}
+
+// secureMetricsClient scrapes the agents' secure metrics. Their
+// certificate is self-signed (no --tls-cert-file in deploy/): the
+// scraper authenticates itself with its token, not the agent, as a
+// ServiceMonitor with insecureSkipVerify does.
+var secureMetricsClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+	TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
+}}
+
+// metricsReader is the ServiceAccount the rendered chart's binding of
+// ClusterRole nodevol-metrics-reader names (Prometheus's).
+func (d *deployRun) metricsReader() (namespace, name string, err error) {
+	for _, m := range d.in.Manifests {
+		if m.Kind != "ClusterRoleBinding" {
+			continue
+		}
+		var b struct {
+			RoleRef struct {
+				Name string `json:"name"`
+			} `json:"roleRef"`
+			Subjects []struct {
+				Kind, Name, Namespace string
+			} `json:"subjects"`
+		}
+		if err := json.Unmarshal(m.Object, &b); err != nil {
+			return "", "", fmt.Errorf("%s: %w", m.Src, err)
+		}
+		for _, s := range b.Subjects {
+			if b.RoleRef.Name == "nodevol-metrics-reader" && s.Kind == "ServiceAccount" {
+				return s.Namespace, s.Name, nil
+			}
+		}
 	}
-	client := &http.Client{Timeout: 3 * time.Second}
-	return scrape(ctx, client, "http://"+net.JoinHostPort(p.Status.PodIP, number)+"/metrics")
+	return "", "", errors.New("no ClusterRoleBinding of nodevol-metrics-reader to a ServiceAccount in the manifests")
+}
+
+// serviceAccountToken creates the ServiceAccount (and its namespace) if
+// need be and returns a token of it from the TokenRequest API.
+func (d *deployRun) serviceAccountToken(ctx context.Context, namespace, name string) (string, error) {
+	if err := d.cp.ensureNamespace(ctx, namespace); err != nil {
+		return "", err
+	}
+	sa := corev1.ServiceAccount{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"}, ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
+	if err := d.cp.do(ctx, http.MethodPost, "/api/v1/namespaces/"+namespace+"/serviceaccounts", &sa, nil); err != nil && !errors.Is(err, ErrExists) {
+		return "", err
+	}
+	req := map[string]any{"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": map[string]any{"expirationSeconds": 3600}}
+	var tr struct {
+		Status struct {
+			Token string `json:"token"`
+		} `json:"status"`
+	}
+	if err := d.cp.do(ctx, http.MethodPost, "/api/v1/namespaces/"+namespace+"/serviceaccounts/"+name+"/token", req, &tr); err != nil {
+		return "", fmt.Errorf("a token of %s/%s: %w", namespace, name, err)
+	}
+	return tr.Status.Token, nil
+}
+
+// scraperToken is a token of metricsReader's ServiceAccount, made once.
+func (d *deployRun) scraperToken(ctx context.Context) (string, error) {
+	d.scraperMu.Lock()
+	defer d.scraperMu.Unlock()
+	if d.scraper != "" {
+		return d.scraper, nil
+	}
+	ns, name, err := d.metricsReader()
+	if err != nil {
+		return "", err
+	}
+	if d.scraper, err = d.serviceAccountToken(ctx, ns, name); err != nil {
+		return "", err
+	}
+	return d.scraper, nil
+}
+
+// securedComponents are the DaemonSets whose /metrics deployChartValues'
+// render serves securely: the port names of their secure and plain
+// servers, a metric each always exports, and the counter of the
+// decisions of their metrics filter.
+var securedComponents = []struct{ ds, plainPort, metric, counter string }{
+	{"nodevol", "metrics", "nodevol_scan_danger_volumes", "nodevol_metrics_auth_requests_total"},
+	{"nodevol-csi", "http", "nodevol_csi_unpublish_refused_total", "nodevol_csi_metrics_auth_requests_total"},
+}
+
+// secureMetrics scrapes each node's agent and driver as Prometheus would,
+// and as others would.
+func (d *deployRun) secureMetrics(ctx context.Context, o *outcome) {
+	scraper, err := d.scraperToken(ctx)
+	if err != nil {
+		o.harness(err)
+		return
+	}
+	ns, _, _ := d.metricsReader()
+	other, err := d.serviceAccountToken(ctx, ns, "not-prometheus")
+	if err != nil {
+		o.harness(err)
+		return
+	}
+	get := func(client *http.Client, url, token string) (int, string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return 0, err.Error()
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+		return resp.StatusCode, string(b)
+	}
+	plain := &http.Client{Timeout: 5 * time.Second}
+	for _, c := range securedComponents {
+		var m manifestDoc
+		for _, x := range d.daemonSets() {
+			if x.Name == c.ds {
+				m = x
+			}
+		}
+		_, pods, err := d.dsPods(ctx, m)
+		if err != nil {
+			o.harness(err)
+			return
+		}
+		for _, n := range d.nodes {
+			p, ok := pods[n.name]
+			if !o.want(ok && p.Status.PodIP != "", "no %s pod with an IP on %s", c.ds, n.name) {
+				return
+			}
+			secureAddr, err := podPortAddr(p, "secure-metrics")
+			if !o.want(err == nil, "%s %s: %v", c.ds, n.name, err) {
+				return
+			}
+			plainAddr, err := podPortAddr(p, c.plainPort)
+			if !o.want(err == nil, "%s %s: %v", c.ds, n.name, err) {
+				return
+			}
+			secure := "https://" + secureAddr + "/metrics"
+			var codes []string
+			for _, tc := range []struct {
+				what, token string
+				want        int
+			}{
+				{"Prometheus's token", scraper, http.StatusOK},
+				{"another account's token", other, http.StatusForbidden},
+				{"no token", "", http.StatusUnauthorized},
+				{"a made-up token", "made-up", http.StatusUnauthorized},
+			} {
+				code, body := get(secureMetricsClient, secure, tc.token)
+				o.want(code == tc.want, "%s %s: %s: %d %.200q; want %d", c.ds, n.name, tc.what, code, body, tc.want)
+				if code == http.StatusOK {
+					o.want(strings.Contains(body, c.metric), "%s %s: %s: 200 without %s", c.ds, n.name, tc.what, c.metric)
+				}
+				codes = append(codes, fmt.Sprintf("%s %d", tc.what, code))
+			}
+			// The kubelet's probes stay plain, without a token; the
+			// metrics are not there.
+			listen := "http://" + plainAddr
+			hz, _ := get(plain, listen+"/healthz", "")
+			rz, _ := get(plain, listen+"/readyz", "")
+			pm, _ := get(plain, listen+"/metrics", "")
+			o.want(hz == http.StatusOK && rz == http.StatusOK && pm == http.StatusNotFound, "%s %s: plain /healthz %d, /readyz %d, /metrics %d; want 200, 200, 404", c.ds, n.name, hz, rz, pm)
+			_, body := get(secureMetricsClient, secure, scraper)
+			o.want(strings.Contains(body, c.counter+`{result="forbidden"} 1`), "%s %s: the refusal is not counted: %q", c.ds, n.name, grepMetric(body, c.counter))
+			o.observe("%s on %s: %s; plain /healthz %d, /readyz %d, /metrics %d", c.ds, n.name, strings.Join(codes, ", "), hz, rz, pm)
+		}
+	}
+}
+
+// grepMetric is the lines of body that name metric.
+func grepMetric(body, metric string) string {
+	var out []string
+	for line := range strings.SplitSeq(body, "\n") {
+		if strings.HasPrefix(line, metric) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 func (d *deployRun) exporterNAS(ctx context.Context, o *outcome) {
@@ -734,7 +958,7 @@ func (d *deployRun) csiNAS(ctx context.Context, o *outcome) {
 		}
 		// The driver's refusal counter, which the NodevolCSIUnpublishRefused
 		// alert watches, as Prometheus scrapes it: from the pod.
-		refusedBefore, err := d.podMetrics(ctx, "nodevol-csi", "http", n.name)
+		refusedBefore, err := d.csiMetrics(ctx, n.name)
 		if err != nil {
 			o.harness(err)
 			return
@@ -754,7 +978,7 @@ func (d *deployRun) csiNAS(ctx context.Context, o *outcome) {
 		o.want(err == nil, "%s: want ≥2 failed TearDowns of the CSI volume, saw %d: %v", n.name, attempts.failures(), err)
 		o.want(nas.intact(), "%s: the NAS's sentinel is not intact while the teardown is refused", n.name)
 		o.want(attempts.everyFailureRefuses(nas.dir), "%s: not every TearDown failure is the refusal naming the NAS", n.name)
-		refusedAfter, err := d.podMetrics(ctx, "nodevol-csi", "http", n.name)
+		refusedAfter, err := d.csiMetrics(ctx, n.name)
 		if err != nil {
 			o.harness(err)
 			return

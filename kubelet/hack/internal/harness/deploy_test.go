@@ -11,9 +11,11 @@ import (
 )
 
 // TestDeployManifestDocs renders the chart as the deploy scenario
-// installs it: every object of the agent and the driver, each with a path
-// that creates it, each DaemonSet's one image, and the scenario's values
-// in the objects.
+// installs it: every object of the agent, its secure metrics' RBAC and
+// the driver, each with a path that creates it, each DaemonSet's one
+// image, the scenario's values in the objects (the driver's secure
+// metrics on, unlike the default), and the ServiceAccount
+// deploy-6-secure-metrics scrapes as.
 func TestDeployManifestDocs(t *testing.T) {
 	docs, err := renderChartDocs("../../../../deploy/helm/nodevol", deployChartValues)
 	if err != nil {
@@ -23,7 +25,7 @@ func TestDeployManifestDocs(t *testing.T) {
 	for _, d := range docs {
 		text.Write(d.Object)
 	}
-	for _, want := range []string{`"--listen=:19477"`, `"--http-address=:19479"`, `"--interval=5s"`, `"containerPort":19477`} {
+	for _, want := range []string{`"--listen=:19477"`, `"--http-address=:19479"`, `"--interval=5s"`, `"containerPort":19477`, `"--secure-metrics-listen=:19478"`, `"containerPort":19478`, `"--secure-metrics-address=:19480"`, `"containerPort":19480`} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("the render has no %s", want)
 		}
@@ -35,7 +37,7 @@ func TestDeployManifestDocs(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	for _, want := range []string{"Namespace", "ServiceAccount", "DaemonSet", "CSIDriver"} {
+	for _, want := range []string{"Namespace", "ServiceAccount", "DaemonSet", "CSIDriver", "ClusterRole", "ClusterRoleBinding"} {
 		if !slices.Contains(kinds, want) {
 			t.Errorf("no %s in %v", want, kinds)
 		}
@@ -44,6 +46,10 @@ func TestDeployManifestDocs(t *testing.T) {
 		if img, err := daemonSetImage(docs, ds); err != nil || !strings.HasPrefix(img, "ghcr.io/nodevol/"+ds+":") {
 			t.Errorf("DaemonSet %s's image %q, %v", ds, img, err)
 		}
+	}
+	d := &deployRun{in: &deployInputs{Manifests: docs}}
+	if ns, name, err := d.metricsReader(); err != nil || ns != "monitoring" || name != "prometheus-k8s" {
+		t.Errorf("metricsReader() = %q, %q, %v; want monitoring, prometheus-k8s (the chart's default metricsReader.subjects)", ns, name, err)
 	}
 }
 

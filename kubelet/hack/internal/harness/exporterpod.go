@@ -246,6 +246,19 @@ func staticExporterPod(ds *appsv1.DaemonSet, o staticExporterOptions) (*staticEx
 	}
 	vol.HostPath.Path = o.kubeletRoot
 	hostRoot.set(args, "host-root", o.kubeletRoot)
+	// A static pod has no ServiceAccount, and so no token to review
+	// scrapers with: the static exporter serves /metrics plainly on
+	// --listen (the node's loopback here), as a DaemonSet without
+	// --secure-metrics-listen does. -mode deploy scrapes the secure one.
+	for _, name := range []string{"secure-metrics-listen", "tls-cert-file", "tls-private-key-file", "kube-api-server", "kube-token-file", "kube-ca-file"} {
+		f, ok, err := lookupFlag(args, name)
+		if err != nil {
+			return nil, unfit("%v", err)
+		}
+		if ok {
+			f.set(args, name, "")
+		}
+	}
 	c.Args = args
 
 	probe := c.ReadinessProbe

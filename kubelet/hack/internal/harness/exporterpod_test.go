@@ -14,6 +14,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/nodevol/nodevol/internal/cli"
 )
 
 const testDeploy = "testdata/deploy"
@@ -201,6 +203,14 @@ func TestShippedDaemonSetConverts(t *testing.T) {
 	}
 	if ex.interval <= 0 || !strings.HasSuffix(ex.readyURL, "/readyz") {
 		t.Errorf("%s: interval %v, readiness %s", src, ex.interval, ex.readyURL)
+	}
+	// No ServiceAccount token in a static pod: its metrics are plain.
+	args := ex.pod.Spec.Containers[0].Args
+	if f, ok, err := lookupFlag(args, "secure-metrics-listen"); err != nil || (ok && f.value != "") {
+		t.Errorf("%s: the static pod's args %q keep --secure-metrics-listen", src, args)
+	}
+	if err := cli.CheckServeArgs(args[1:]); err != nil {
+		t.Errorf("%s: the static pod's args: %v", src, err)
 	}
 }
 

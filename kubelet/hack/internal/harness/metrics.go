@@ -17,9 +17,17 @@ type metrics map[string]*dto.MetricFamily
 
 // scrape reads the exporter's /metrics (Prometheus text format).
 func scrape(ctx context.Context, client *http.Client, url string) (metrics, error) {
+	return scrapeAs(ctx, client, url, "")
+}
+
+// scrapeAs is scrape with a bearer token ("": none).
+func scrapeAs(ctx context.Context, client *http.Client, url, token string) (metrics, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := client.Do(req)
 	if err != nil {

@@ -66,6 +66,10 @@ func setUpBridge(ctx context.Context) error {
 	for _, args := range [][]string{
 		{"link", "add", nodeBridge, "type", "bridge"},
 		{"addr", "add", fmt.Sprintf("%s/%d", clusterGateway, bridgePrefix), "dev", nodeBridge},
+		// kubernetes.default's ClusterIP, on which the API server listens
+		// (on every address, at apiserverPort = the Service's port 443):
+		// a pod's in-cluster configuration reaches it with no kube-proxy.
+		{"addr", "add", serviceIP.String() + "/32", "dev", nodeBridge},
 		{"link", "set", nodeBridge, "up"},
 	} {
 		if err := ip(ctx, args...); err != nil {

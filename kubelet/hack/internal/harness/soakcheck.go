@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -268,12 +267,14 @@ func (s *soak) sampleOnce(ctx context.Context) {
 	for _, n := range s.nodes {
 		live := 0
 		n.count(func(st *nodeStats) { live = st.PodsCreated - st.PodsGone })
-		add := func(comp string, pid int, metricsURL string) {
+		// metricsOf scrapes a component: the kubelet's read-only port,
+		// the agents' secure /metrics (componentMetrics).
+		add := func(comp string, pid int, metricsOf func() (metrics, error)) {
 			smp := resourceSample{At: at, Churned: churned, Live: live, Node: n.name, Component: comp, PID: pid, Goroutines: -1}
 			if err := procResources(pid, &smp); err != nil {
 				return
 			}
-			if m, err := scrape(ctx, client, metricsURL); err == nil && m.count("go_goroutines", nil) == 1 {
+			if m, err := metricsOf(); err == nil && m.count("go_goroutines", nil) == 1 {
 				smp.Goroutines = int(m.value("go_goroutines", nil))
 			}
 			s.mu.Lock()
@@ -281,10 +282,10 @@ func (s *soak) sampleOnce(ctx context.Context) {
 			s.mu.Unlock()
 		}
 		n.procMu.Lock()
-		add(compKubelet, n.kubelet.cmd.Process.Pid, n.kubelet.url(readOnlyPort, "/metrics"))
+		kubeletURL := n.kubelet.url(readOnlyPort, "/metrics")
+		add(compKubelet, n.kubelet.cmd.Process.Pid, func() (metrics, error) { return scrape(ctx, client, kubeletURL) })
 		n.procMu.Unlock()
-		// The ports by their names in the pod (the chart's values set them).
-		for _, c := range []struct{ comp, ds, port string }{{compCSI, csiDaemonSet, "http"}, {compExporter, exporterDaemonSet, "metrics"}} {
+		for _, c := range []struct{ comp, ds string }{{compCSI, csiDaemonSet}, {compExporter, exporterDaemonSet}} {
 			_, pods, err := s.dep.dsPods(ctx, s.daemonSet(c.ds))
 			if err != nil {
 				continue
@@ -293,15 +294,11 @@ func (s *soak) sampleOnce(ctx context.Context) {
 			if !ok || p.Status.PodIP == "" {
 				continue
 			}
-			port := ""
-			for _, cp := range p.Spec.Containers[0].Ports {
-				if cp.Name == c.port {
-					port = fmt.Sprint(cp.ContainerPort)
-				}
+			pid, err := containerPID(p)
+			if err != nil {
+				continue
 			}
-			if pid, err := containerPID(p); err == nil && port != "" {
-				add(c.comp, pid, "http://"+net.JoinHostPort(p.Status.PodIP, port)+"/metrics")
-			}
+			add(c.comp, pid, func() (metrics, error) { return s.dep.componentMetrics(ctx, c.ds, n.name) })
 		}
 	}
 }
