@@ -9,13 +9,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -56,6 +56,12 @@ func Reopen(fd int, flags int) (int, error) {
 type Dir struct {
 	fd   int
 	path string
+	// unlisted is 1 while fd is a descriptor this package opened for
+	// reading (O_RDONLY) and nothing has listed it yet: its offset is at
+	// the start, and the first EachEntry lists it through fd itself
+	// instead of opening the directory again (atomic: swapped to 0 by
+	// the lister).
+	unlisted int32
 }
 
 // OpenRoot opens the trusted directory path (absolute; symlinks in it are
@@ -68,7 +74,7 @@ func OpenRoot(path string) (*Dir, error) {
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	return &Dir{fd: fd, path: filepath.Clean(path)}, nil
+	return &Dir{fd: fd, path: filepath.Clean(path), unlisted: 1}, nil
 }
 
 // FromFd makes a Dir of an open directory fd, which it then owns.
@@ -224,7 +230,7 @@ func (d *Dir) walk(rel string, create bool, mode uint32, opts []Option) (*Dir, e
 		if err != nil {
 			return nil, &os.PathError{Op: "openat", Path: d.path, Err: err}
 		}
-		cur = &Dir{fd: fd, path: d.path}
+		cur = &Dir{fd: fd, path: d.path, unlisted: 1}
 	}
 	return cur, nil
 }
@@ -262,7 +268,7 @@ func (d *Dir) openDirFast(rel string, o Option) (*Dir, bool) {
 	if err != nil {
 		return nil, false
 	}
-	return &Dir{fd: fd, path: d.Join(rel)}, true
+	return &Dir{fd: fd, path: d.Join(rel), unlisted: 1}, true
 }
 
 func (d *Dir) openChild(name string, create bool, mode uint32) (*Dir, error) {
@@ -270,7 +276,7 @@ func (d *Dir) openChild(name string, create bool, mode uint32) (*Dir, error) {
 	for range 2 {
 		fd, err := Openat(d.fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 		if err == nil {
-			return &Dir{fd: fd, path: p}, nil
+			return &Dir{fd: fd, path: p, unlisted: 1}, nil
 		}
 		if err == unix.ENOENT && create {
 			if err := Retry(func() error { return unix.Mkdirat(d.fd, name, mode) }); err != nil && err != unix.EEXIST {
@@ -345,20 +351,14 @@ func (d *Dir) statx(name string, flags int, path string) (unix.Stat_t, error) {
 // it is read is refused once it passes max.
 func (d *Dir) ReadFile(name string, max int64) ([]byte, error) {
 	p := d.Join(name)
-	// A file that is a mount point is not opened (opening reaches the
-	// mounted filesystem, which may never answer).
-	if s, err := StatMount(d.fd, name, MountKey); err == nil && s.Root {
-		return nil, &os.PathError{Op: "open", Path: p, Err: ErrOtherMount}
-	}
-	fd, err := Openat(d.fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	fd, err := d.openFile(name)
 	if err != nil {
 		if err == unix.ELOOP {
 			err = sentinelErrno{ErrSymlink, unix.ELOOP}
 		}
 		return nil, &os.PathError{Op: "open", Path: p, Err: err}
 	}
-	f := os.NewFile(uintptr(fd), p)
-	defer f.Close()
+	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, &os.PathError{Op: "fstat", Path: p, Err: err}
@@ -369,14 +369,61 @@ func (d *Dir) ReadFile(name string, max int64) ([]byte, error) {
 	if st.Size > max {
 		return nil, &os.PathError{Op: "read", Path: p, Err: fmt.Errorf("%w: %d bytes, at most %d expected", ErrTooLarge, st.Size, max)}
 	}
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, &os.PathError{Op: "read", Path: p, Err: err}
+	// Read into a buffer of the size fstat gave and one byte more, grown
+	// (up to max and one byte) only for a file that grew meanwhile.
+	b := make([]byte, 0, st.Size+1)
+	for {
+		if len(b) == cap(b) {
+			if int64(len(b)) > max {
+				return nil, &os.PathError{Op: "read", Path: p, Err: fmt.Errorf("%w: more than %d bytes", ErrTooLarge, max)}
+			}
+			b = slices.Grow(b, int(min(max+1-int64(len(b)), int64(len(b))+512)))
+		}
+		var n int
+		err := Retry(func() (err error) { n, err = unix.Read(fd, b[len(b):cap(b)]); return err })
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: p, Err: err}
+		}
+		if n <= 0 {
+			break
+		}
+		b = b[:len(b)+n]
 	}
 	if int64(len(b)) > max {
 		return nil, &os.PathError{Op: "read", Path: p, Err: fmt.Errorf("%w: more than %d bytes", ErrTooLarge, max)}
 	}
 	return b, nil
+}
+
+// openFile opens the file name in d to be read (O_RDONLY, O_NONBLOCK, no
+// controlling terminal), refusing a symlink (ELOOP) and a file that is a
+// mount point (ErrOtherMount: opening would reach the mounted filesystem,
+// which may never answer). A single name is opened with one openat2
+// (RESOLVE_NO_XDEV stops at a mount point before asking the mounted
+// filesystem anything); without openat2, or for a path of several
+// components, a statx looks first, then openat opens.
+func (d *Dir) openFile(name string) (int, error) {
+	const flags = unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
+	if !strings.Contains(name, "/") {
+		how := unix.OpenHow{Flags: flags, Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV | unix.RESOLVE_BENEATH}
+		var fd int
+		err := Retry(func() (err error) { fd, err = unix.Openat2(d.fd, name, &how); return err })
+		switch err {
+		case nil:
+			return fd, nil
+		case unix.EXDEV:
+			return -1, ErrOtherMount
+		case unix.ENOSYS, unix.EPERM, unix.EINVAL, unix.EAGAIN:
+			// No openat2 (Linux < 5.6, or a seccomp filter), or one that
+			// asks to be retried: the statx and openat below.
+		default:
+			return -1, err
+		}
+	}
+	if s, err := StatMount(d.fd, name, MountKey); err == nil && s.Root {
+		return -1, ErrOtherMount
+	}
+	return Openat(d.fd, name, flags, 0)
 }
 
 func tempPrefix(name string) string { return "." + name + ".tmp-" }
@@ -512,12 +559,19 @@ func (d *Dir) ReadEntries() ([]Entry, error) {
 // buffer, whatever the directory's size: a directory an attacker filled
 // costs time, not memory. Entries that vanish while listed are left out.
 // An error from fn stops the listing and is returned (ErrStop: nil).
+//
+// The first listing of a Dir this package opened reads d's own descriptor
+// (its offset at the start); any other opens the directory again, from d,
+// so that listings never share an offset.
 func (d *Dir) EachEntry(fn func(Entry) error) error {
-	fd, err := Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		return &os.PathError{Op: "openat", Path: d.path, Err: err}
+	fd := d.fd
+	if !atomic.CompareAndSwapInt32(&d.unlisted, 1, 0) {
+		var err error
+		if fd, err = Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0); err != nil {
+			return &os.PathError{Op: "openat", Path: d.path, Err: err}
+		}
+		defer unix.Close(fd)
 	}
-	defer unix.Close(fd)
 	buf := make([]byte, 32<<10)
 	for {
 		var n int
