@@ -1,10 +1,9 @@
 package emptydir
 
 import (
-	"errors"
-
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
+
+	"github.com/nodevol/nodevol/volume"
 )
 
 // Adoption configures WithAdoption.
@@ -17,10 +16,23 @@ type Adoption struct {
 	// adopted, a heartbeat that failed). SetUp logs each adoption to the
 	// logger of its context.
 	Logger klog.Logger
-	// Registerer receives the counter of adopted volumes,
-	// nodevol_emptydir_adopted_volumes_total{medium}; nil registers none.
-	Registerer prometheus.Registerer
+	// Adopted, when set, is called after each adoption with the medium
+	// of the volume (Memory or HugePages): to count them, as
+	// nodevol-kubelet does in AdoptedVolumesMetric (the kubelet
+	// adapter's volumeplugin.WithAdoption takes a prometheus.Registerer).
+	// It may be called from several SetUps at once. A function rather
+	// than a Registerer, so that a program that links this package (the
+	// nodevol binary, for scans and teardowns) does not link
+	// client_golang and pay its initialisation at every start.
+	Adopted func(medium volume.Medium)
 }
+
+// AdoptedVolumesMetric names the counter of adoptions by medium, with its
+// help, for whoever counts them (Adoption.Adopted).
+const (
+	AdoptedVolumesMetric = "nodevol_emptydir_adopted_volumes_total"
+	AdoptedVolumesHelp   = "Volumes whose tmpfs or hugetlbfs, mounted by the kubelet that ran before nodevol, SetUp adopted as the volume's own, by medium."
+)
 
 // WithAdoption makes SetUp adopt the tmpfs or hugetlbfs that the kubelet
 // running on the node before nodevol mounted for a volume it is asked to
@@ -40,33 +52,14 @@ func WithAdoption(a Adoption) Option {
 	return optionFunc(func(p *Plugin) { p.adoption = &adoption{cfg: a} })
 }
 
-// adoption is WithAdoption's state: this process's session and the
-// counter.
+// adoption is WithAdoption's state: this process's session.
 type adoption struct {
 	cfg      Adoption
 	sessions *sessions
-	adopted  *prometheus.CounterVec
 }
 
-// start opens the session under root, keeps it beating until cfg.Stop,
-// and registers the counter.
+// start opens the session under root and keeps it beating until cfg.Stop.
 func (a *adoption) start(root string) {
 	a.sessions = startSessions(root, a.cfg.Logger)
 	go a.sessions.run(a.cfg.Stop)
-	a.adopted = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodevol", Subsystem: "emptydir", Name: "adopted_volumes_total",
-		Help: "Volumes whose tmpfs or hugetlbfs, mounted by the kubelet that ran before nodevol, SetUp adopted as the volume's own, by medium."},
-		[]string{"medium"})
-	if a.cfg.Registerer == nil {
-		return
-	}
-	if err := a.cfg.Registerer.Register(a.adopted); err != nil {
-		var dup prometheus.AlreadyRegisteredError
-		if errors.As(err, &dup) {
-			if c, ok := dup.ExistingCollector.(*prometheus.CounterVec); ok {
-				a.adopted = c // another plugin of this process registered it
-				return
-			}
-		}
-		a.cfg.Logger.Error(err, "Registering the adopted-volumes metric")
-	}
 }

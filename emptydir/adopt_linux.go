@@ -71,7 +71,9 @@ func (m *mounter) adoptPrevious(logger klog.Logger, v *podVolume, e entry, plan 
 	if err := v.writeMeta(meta); err != nil {
 		return false, "", fmt.Errorf("record metadata: %w", err)
 	}
-	a.adopted.WithLabelValues(plan.medium.String()).Inc()
+	if a.cfg.Adopted != nil {
+		a.cfg.Adopted(plan.medium)
+	}
 	logger.Info("Adopted the previous kubelet's mount as the volume's own", "medium", plan.medium, "fsType", rec.FSType, "mountID", rec.ID, "uniqueMountID", rec.UniqueID)
 	return true, "", nil
 }

@@ -9,10 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2/ktesting"
 
@@ -74,12 +73,12 @@ func (n *stockNode) memoryVolume(t *testing.T) (dir string, sentinels map[string
 }
 
 // nodevol starts nodevol on the node (its session opens), with adoption.
-func (n *stockNode) nodevol(t *testing.T) (*env, *prometheus.Registry) {
+func (n *stockNode) nodevol(t *testing.T) (*env, *adoptions) {
 	t.Helper()
 	stop := make(chan struct{})
-	reg := prometheus.NewRegistry()
+	reg := &adoptions{}
 	logger := ktesting.NewLogger(t, ktesting.NewConfig())
-	e := newEnv(t, n.root, nil, WithAdoption(Adoption{Stop: stop, Logger: logger, Registerer: reg}))
+	e := newEnv(t, n.root, nil, WithAdoption(Adoption{Stop: stop, Logger: logger, Adopted: reg.add}))
 	t.Cleanup(func() {
 		close(stop)
 		<-e.plugin.adoption.sessions.done
@@ -93,26 +92,31 @@ func memoryPod(e *env) *volume.Pod {
 	return pod
 }
 
-func adoptedCount(t *testing.T, reg *prometheus.Registry) float64 {
+// adoptions counts the calls of Adoption.Adopted, by medium.
+type adoptions struct {
+	mu sync.Mutex
+	n  map[volume.Medium]int
+}
+
+func (a *adoptions) add(m volume.Medium) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.n == nil {
+		a.n = map[volume.Medium]int{}
+	}
+	a.n[m]++
+}
+
+// adoptedCount is the number of adoptions reported, of any medium.
+func adoptedCount(t *testing.T, a *adoptions) float64 {
 	t.Helper()
-	n, err := testutil.GatherAndCount(reg, "nodevol_emptydir_adopted_volumes_total")
-	if err != nil {
-		t.Fatal(err)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	sum := 0
+	for _, n := range a.n {
+		sum += n
 	}
-	if n == 0 {
-		return 0
-	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
+	return float64(sum)
 }
 
 // TestAdoptStockKubeletsTmpfs: the stock kubelet's Memory volume, with a

@@ -145,8 +145,9 @@
 // in nodevol.json ("adopted", with its unique ID and the boot's ID) and proven
 // by that unique ID from then on, as nodevol's own mounts are by theirs;
 // TearDown plans it with ReasonAdoptedMount, and refuses it, like any
-// volume, with a mount beneath it. Each adoption is logged and counted
-// (nodevol_emptydir_adopted_volumes_total). Limits: a tmpfs of that shape
+// volume, with a mount beneath it. Each adoption is logged and reported
+// to Adoption.Adopted (nodevol-kubelet counts them in
+// nodevol_emptydir_adopted_volumes_total). Limits: a tmpfs of that shape
 // that someone else mounted on a wanted volume's directory before
 // nodevol first ran (or while a stock kubelet ran again) is adopted as
 // the volume, as the stock kubelet would serve it; it is unmounted, never

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/nodevol/nodevol/internal/base/fsat"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -320,20 +321,30 @@ func (e *withCause) Unwrap() []error { return []error{e.err, e.cause} }
 
 // Planner plans the teardowns of many volumes, as PlanTearDown does each
 // one, for a caller that examines a node's volumes pod after pod (a
-// scan): the directories a pod's volumes share — the kubelet root, the
-// pods directory, the pod directory, its emptyDir volumes directory and
-// its emptyDir metadata directory — are opened once for the consecutive
-// volumes of one pod, by descriptors as PlanTearDown opens them, and each
-// volume's own directory and metadata directory relative to them. Nothing
-// is resolved by name twice: a pod directory renamed or replaced between
-// two of its volumes is not followed, the volumes are examined in the
-// directory that was opened (their paths name it as it was listed).
+// scan): the kubelet root and the pods directory are opened once, at the
+// first pod, and the directories a pod's volumes share — the pod
+// directory, its emptyDir volumes directory and its emptyDir metadata
+// directory — once for the consecutive volumes of one pod, by descriptors
+// as PlanTearDown opens them, and each volume's metadata directory
+// relative to them. A volume directory itself is looked at by a statx of
+// its name and, where the mount table answers what the plan asks, not
+// opened: in a mount namespace other than the kubelet's, a descriptor on
+// a Memory volume's tmpfs (a propagated copy there) would make the
+// kubelet's unmount of it fail with EBUSY. Nothing is resolved by name
+// twice: a pod directory renamed or replaced between two of its volumes
+// is not followed, the volumes are examined in the directory that was
+// opened (their paths name it as it was listed).
 //
 // The plans are PlanTearDown's, checks included. A Planner is not safe
 // for concurrent use; Close releases its descriptors.
 type Planner struct {
 	p    *Plugin
 	held *podVolume // the last pod's shared directories; its meta is nil
+	// root and pods are the kubelet root and its pods directory, opened
+	// at the first pod and kept for the others (nil until then); podsAs
+	// is pods as a mountdetect.Parent, read once.
+	root, pods *fsat.Dir
+	podsAs     *mountdetect.Parent
 }
 
 // NewPlanner returns a Planner of the plugin's volumes.
@@ -350,6 +361,14 @@ func (pl *Planner) PlanTearDown(podUID, vol string, tab *mountdetect.MountTable)
 
 // Close closes the directories the Planner holds.
 func (pl *Planner) Close() {
+	pl.closeHeld()
+	pl.pods.Close()
+	pl.root.Close()
+	pl.root, pl.pods, pl.podsAs = nil, nil, nil
+}
+
+// closeHeld closes the last pod's directories (not root and pods).
+func (pl *Planner) closeHeld() {
 	if pl.held != nil {
 		pl.held.Close()
 		pl.held = nil

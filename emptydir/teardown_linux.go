@@ -46,13 +46,26 @@ func (pl *Planner) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, er
 	if pl.held != nil && pl.held.ref.podUID == r.podUID {
 		v, err = pl.held.sibling(r, dir, metaDir)
 	} else {
-		pl.Close()
-		if v, err = pl.p.openVolume(r, false); err == nil {
+		pl.closeHeld()
+		if v, err = pl.openPod(r); err == nil {
 			pl.held = v
 		}
 	}
 	if err != nil {
 		return Plan{Path: dir, metaDir: metaDir}, err
+	}
+	if v.looker == nil && v.vols != nil && tab != nil {
+		// Once per pod: its volumes are then looked at, not opened. The
+		// pod and volumes directories are opened SameMount from pods.
+		if pl.podsAs == nil {
+			if pl.podsAs, err = tab.Parent(pl.pods.Fd(), pl.pods.Path()); err != nil {
+				pl.podsAs = nil
+			}
+		}
+		if pl.podsAs != nil {
+			v.looker = pl.podsAs.Beneath(v.volsFromPods)
+			pl.held.looker = v.looker
+		}
 	}
 	defer func() {
 		v.meta.Close()
@@ -61,6 +74,20 @@ func (pl *Planner) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, er
 	plan, e, err := v.plan(tab)
 	e.Close()
 	return plan, err
+}
+
+// openPod opens the directories of the volume r, the first of its pod,
+// from the kubelet root and pods directory the Planner keeps (opened at
+// its first pod, then owned by the Planner).
+func (pl *Planner) openPod(r volRef) (*podVolume, error) {
+	if pl.root != nil {
+		return pl.p.openVolumeIn(r, false, pl.root, pl.pods)
+	}
+	v, err := pl.p.openVolume(r, false)
+	if err == nil && v.root != nil && v.pods != nil {
+		pl.root, pl.pods, v.topShared = v.root, v.pods, true
+	}
+	return v, err
 }
 
 // plan examines the volume and compares it with the record. The entry it
@@ -72,7 +99,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 	if p.metaErr == nil {
 		p.metaErr = v.checkMetadataDir()
 	}
-	e, err := v.openEntry()
+	e, err := v.lookEntry(tab)
 	if err != nil {
 		return p, e, err
 	}
@@ -117,17 +144,24 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 	if tab, err = tab.OrRead(); err != nil {
 		return p, e, err
 	}
-	at, beneath, err := tab.MountsAtEntry(e.Entry)
-	if err != nil {
+	var at, beneath []mountdetect.Mount
+	if e.known != nil {
+		at, beneath = e.known.at, e.known.beneath
+	} else if at, beneath, err = tab.MountsAtEntry(e.Entry); err != nil {
 		return p, e, err
 	}
-	if e.Root {
+	switch {
+	case e.Root:
 		// Nothing is asked of a filesystem mounted on the directory (a
 		// FUSE daemon may not answer) before it is proven the volume's
 		// own: what it is comes from the mount table.
 		p.Info = infoOnDir(tab, e)
-	} else if p.Info, err = tab.DetectEntry(e.Entry); err != nil {
-		return p, e, err
+	case e.known != nil:
+		p.Info = e.known.info
+	default:
+		if p.Info, err = tab.DetectEntry(e.Entry); err != nil {
+			return p, e, err
+		}
 	}
 	if n := len(beneath); n > 0 {
 		return refuse(ReasonNestedMounts, plural.Count(n, "mount")+" beneath the volume",
@@ -187,9 +221,12 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		meta.Mount = &rec
 		p.meta = &meta
 	}
-	// Proven the volume's own tmpfs or hugetlbfs: now it may be asked.
-	if info, err := tab.DetectEntry(e.Entry); err == nil {
-		p.Info = info
+	// Proven the volume's own tmpfs or hugetlbfs: now it may be asked
+	// (a tmpfs not opened is what the table says: infoOnDir).
+	if e.known == nil {
+		if info, err := tab.DetectEntry(e.Entry); err == nil {
+			p.Info = info
+		}
 	}
 	if p.meta.Mount.Adopted {
 		return act(ActionUnmountAndRemove, ReasonAdoptedMount, "the volume's own "+at[0].FSType+" mount ("+p.meta.Medium.String()+" medium), mounted by the kubelet before nodevol and adopted")

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -45,11 +46,29 @@ type podVolume struct {
 	meta       *fsat.Dir // <metaParent>/<meta name>; nil when missing
 
 	hook testhook.Hook // the plugin's crash points (tests only)
+
+	// topShared says root and pods belong to a Planner (Close leaves them
+	// open); volsFromPods is vols's path from pods ("<uid>/volumes/...").
+	topShared    bool
+	volsFromPods string
+
+	// looker, set by a Planner, is vols as a mountdetect.Parent: plan then
+	// looks at the volume directory by a statx of its name and answers
+	// from the mount table without opening it (lookEntry).
+	looker *mountdetect.Parent
 }
 
 // openVolume opens what exists of the volume's directories; with create
 // it makes the missing ones (mode 0750, as the kubelet does).
 func (p *Plugin) openVolume(r volRef, create bool) (_ *podVolume, err error) {
+	return p.openVolumeIn(r, create, nil, nil)
+}
+
+// openVolumeIn is openVolume; with root not nil, the kubelet root and its
+// pods directory (nil when missing) are root and pods, opened already
+// and owned by the caller (a Planner's, kept across pods): v.Close leaves
+// them open.
+func (p *Plugin) openVolumeIn(r volRef, create bool, root, pods *fsat.Dir) (_ *podVolume, err error) {
 	dir, metaDir, err := p.refPaths(r)
 	if err != nil {
 		return nil, err
@@ -75,39 +94,63 @@ func (p *Plugin) openVolume(r volRef, create bool) (_ *podVolume, err error) {
 			v.Close()
 		}
 	}()
-	root := p.host.Layout().Root()
-	v.root, err = fsat.OpenRoot(root)
+	v.volsFromPods = r.podUID + "/" + volsRel
+	if root != nil {
+		v.root, v.pods, v.topShared = root, pods, true
+		return v.openBelowPods(r, create, escaped, volsRel)
+	}
+	rootPath := p.host.Layout().Root()
+	v.root, err = fsat.OpenRoot(rootPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		if !create {
 			return v, nil
 		}
 		// The root is trusted (and may be a symlink): create it by name,
 		// as the kubelet does.
-		if err := os.MkdirAll(root, metaDirMode); err != nil {
+		if err := os.MkdirAll(rootPath, metaDirMode); err != nil {
 			return nil, err
 		}
-		v.root, err = fsat.OpenRoot(root)
+		v.root, err = fsat.OpenRoot(rootPath)
 	}
 	if err != nil {
 		return nil, err
 	}
-	open := func(from *fsat.Dir, rel string, opts ...fsat.Option) (*fsat.Dir, error) {
-		if from == nil {
-			return nil, nil
-		}
-		if create {
-			return from.MkdirAll(rel, metaDirMode, opts...)
-		}
-		d, err := from.OpenDir(rel, opts...)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil
-		}
-		return d, err
-	}
 	// The pods directory may be a mount of its own; a pod directory must
 	// be on it (nothing mounted on a pod directory is ever entered).
-	if v.pods, err = open(v.root, "pods"); err != nil {
+	if v.pods, err = openOrCreate(v.root, "pods", create); err != nil {
 		return nil, err
+	}
+	return v.openBelowPods(r, create, escaped, volsRel)
+}
+
+// openOrCreate opens the directory rel below from (nil when from is nil,
+// or rel is missing and not created); with create it makes the missing
+// components (mode 0750).
+func openOrCreate(from *fsat.Dir, rel string, create bool, opts ...fsat.Option) (*fsat.Dir, error) {
+	if from == nil {
+		return nil, nil
+	}
+	if create {
+		return from.MkdirAll(rel, metaDirMode, opts...)
+	}
+	d, err := from.OpenDir(rel, opts...)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return d, err
+}
+
+// openBelowPods opens (with create, makes) the volume's directories below
+// v.pods: the pod directory, the volumes directory, the emptyDir metadata
+// directories. On error v is closed.
+func (v *podVolume) openBelowPods(r volRef, create bool, escaped, volsRel string) (_ *podVolume, err error) {
+	defer func() {
+		if err != nil {
+			v.Close()
+		}
+	}()
+	open := func(from *fsat.Dir, rel string, opts ...fsat.Option) (*fsat.Dir, error) {
+		return openOrCreate(from, rel, create, opts...)
 	}
 	if v.pod, err = open(v.pods, r.podUID, fsat.SameMount); err != nil {
 		return nil, err
@@ -146,8 +189,12 @@ func (v *podVolume) sibling(r volRef, dir, metaDir string) (*podVolume, error) {
 }
 
 func (v *podVolume) Close() {
-	for _, d := range []*fsat.Dir{v.meta, v.metaParent, v.vols, v.pod, v.pods, v.root} {
+	for _, d := range []*fsat.Dir{v.meta, v.metaParent, v.vols, v.pod} {
 		d.Close()
+	}
+	if !v.topShared {
+		v.pods.Close()
+		v.root.Close()
 	}
 }
 
@@ -466,10 +513,63 @@ func describeMount(mi fsat.MountStat) string {
 type entry struct {
 	kind entryKind
 	mountdetect.Entry
+	// known, when not nil, is what plan asks of the open directory,
+	// answered without opening it (lookEntry); Fd is then -1.
+	known *fromTable
+}
+
+// fromTable is what plan asks of the volume directory — the mounts on it
+// and beneath it, and (not a mount root) its filesystem — answered from
+// the mount table and its volumes directory.
+type fromTable struct {
+	at, beneath []mountdetect.Mount
+	info        mountdetect.FSInfo
 }
 
 // noEntry is the entry of a volume directory that does not exist.
 var noEntry = entry{Entry: mountdetect.Entry{Fd: -1}}
+
+// lookEntry is openEntry for a Planner's plan (v.looker set, tab read):
+// the volume directory is looked at by a statx of its name and, where the
+// mount table and its volumes directory answer what plan asks, not opened
+// (its known answers). In a mount namespace other than the kubelet's a
+// Memory volume's tmpfs is a propagated copy, and a descriptor on its
+// root makes the kubelet's unmount of it fail with EBUSY while open. A
+// mount missing from the table, a hugetlbfs (its page size), a mount the
+// table names elsewhere, a directory on another mount than its volumes
+// directory: opened, as openEntry opens it.
+func (v *podVolume) lookEntry(tab *mountdetect.MountTable) (entry, error) {
+	if v.vols == nil || v.looker == nil || tab == nil {
+		return v.openEntry()
+	}
+	le, err := mountdetect.LookAt(v.vols.Fd(), v.name, v.dir, mountdetect.LookOnly)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return noEntry, nil
+	case err != nil:
+		return v.openEntry() // its error, or its fallbacks
+	}
+	if le.Mode != unix.S_IFDIR {
+		return v.openEntry() // opens nothing either
+	}
+	k := &fromTable{}
+	if le.Root {
+		m, inTable, err := tab.MountOf(le)
+		if err != nil || !inTable || m.FSType == "hugetlbfs" || filepath.Base(m.MountPoint) != v.name {
+			return v.openEntry()
+		}
+		var ok bool
+		if k.at, k.beneath, ok, err = tab.MountsOnRoot(le); err != nil || !ok {
+			return v.openEntry()
+		}
+	} else {
+		var ok bool
+		if k.info, k.at, k.beneath, ok, err = tab.Child(v.looker, le, v.name); err != nil || !ok {
+			return v.openEntry()
+		}
+	}
+	return entry{kind: entryDir, Entry: le, known: k}, nil
+}
 
 func (v *podVolume) openEntry() (entry, error) {
 	if v.vols == nil {

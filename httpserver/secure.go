@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
 
 	"github.com/nodevol/nodevol/httpserver/kubeauth"
@@ -85,11 +84,11 @@ func (q *quietLog) Write(p []byte) (int, error) {
 // SecureMetrics is where NewSecure counts its decisions and says what it
 // does.
 type SecureMetrics struct {
-	// Registerer receives <Namespace>_<Subsystem>_metrics_auth_requests_total.
-	Registerer           prometheus.Registerer
-	Namespace, Subsystem string
-	Logger               logr.Logger
-	Clock                clock.PassiveClock // nil: the real clock
+	// Count counts the requests by what was done with them
+	// (kubeauth.RequestsMetric); nil: not counted.
+	Count  func(kubeauth.Result)
+	Logger logr.Logger
+	Clock  clock.PassiveClock // nil: the real clock
 }
 
 // NewSecure returns a server for h, with the limits l, that serves only
@@ -106,8 +105,8 @@ func NewSecure(h http.Handler, l Limits, o SecureOptions, m SecureMetrics) (*htt
 	if err != nil {
 		return nil, err
 	}
-	filter, err := kubeauth.NewFilter(kubeauth.FilterOptions{Client: client, Registerer: m.Registerer,
-		Namespace: m.Namespace, Subsystem: m.Subsystem, Logger: m.Logger, Clock: m.Clock})
+	filter, err := kubeauth.NewFilter(kubeauth.FilterOptions{Client: client, Count: m.Count,
+		Logger: m.Logger, Clock: m.Clock})
 	if err != nil {
 		return nil, err
 	}

@@ -18,8 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/nodevol/nodevol/httpserver/kubeauth"
 	"github.com/nodevol/nodevol/internal/testsupport/slowclient"
 )
@@ -82,7 +80,7 @@ func (s *reviewStandIn) config(t *testing.T) kubeauth.Config {
 func serveSecure(t *testing.T, api *reviewStandIn, l Limits) string {
 	t.Helper()
 	srv, err := NewSecure(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "metrics") }), l,
-		SecureOptions{API: api.config(t)}, SecureMetrics{Registerer: prometheus.NewRegistry(), Namespace: "test"})
+		SecureOptions{API: api.config(t)}, SecureMetrics{})
 	if err != nil {
 		t.Fatal(err)
 	}

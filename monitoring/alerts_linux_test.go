@@ -1,6 +1,7 @@
 package monitoring
 
 import (
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -341,41 +343,113 @@ func TestAlerts(t *testing.T) {
 		})
 		t.Run("kubelet", func(t *testing.T) {
 			t.Parallel()
-			tl := newTimeline(t)
-			tl.pace = 0
-			failed := 0
-			tl.run(t, scrapes, func(step int) {
-				if step%3 == 0 {
-					failed++
-				}
-			}, target{job: "kubelet", node: "kubelet", metrics: func() ([]byte, error) {
-				return []byte(kubeletExposition(failed, 40)), nil
-			}})
-			fire(t, tl, "KubeletEmptyDirTeardownFailing")
-			healthy := newTimeline(t)
-			healthy.pace = 0
-			healthy.run(t, scrapes, nil, target{job: "kubelet", node: "kubelet", metrics: func() ([]byte, error) {
-				return []byte(kubeletExposition(0, 40+healthy.steps)), nil
-			}})
-			wantFiring(t, healthy.firing(t, rs))
+			for _, flavor := range kubeletFlavors {
+				t.Run(flavor, func(t *testing.T) {
+					fx := readKubeletFixture(t, flavor)
+					replay := func(spans ...span) *timeline {
+						tl := newTimeline(t)
+						tl.pace = 0
+						n := 0
+						for _, s := range spans {
+							n += s.scrapes
+						}
+						tl.run(t, n, nil, fx.target("e2e-node", spans...))
+						return tl
+					}
+					// Before the pod's deletion, for 12 minutes.
+					wantFiring(t, replay(span{"healthy", scrapes}).firing(t, rs))
+					// Then a refused teardown, retried: two scrapes.
+					fire(t, replay(span{"healthy", scrapes}, span{"refused-1", 1}, span{"refused-2", 1}), "KubeletEmptyDirTeardownFailing")
+					// The NAS unmounted and the volume torn down: silent
+					// again once the 10 minutes of the range have passed.
+					wantFiring(t, replay(span{"healthy", 2}, span{"refused-1", 1}, span{"refused-2", 1}, span{"torn-down", scrapes}).firing(t, rs))
+				})
+			}
 		})
 	})
 }
 
-// kubeletExposition is the kubelet's storage_operation_duration_seconds
-// as a kubelet v1.37 writes it on /metrics (its labels as
-// kubelet/hack/e2e reads them from a real kubelet): failed emptyDir
-// unmounts (status fail-unknown, what nodevol's kubelet counts for each
-// refused teardown), successful ones, and other plugins' failures the
-// alert must not count.
-func kubeletExposition(failedEmptyDirUnmounts, succeeded int) string {
-	return fmt.Sprintf(`# HELP storage_operation_duration_seconds [BETA] Storage operation duration
-# TYPE storage_operation_duration_seconds histogram
-storage_operation_duration_seconds_bucket{migrated="false",operation_name="volume_unmount",status="fail-unknown",volume_plugin="kubernetes.io/empty-dir",le="+Inf"} %[1]d
-storage_operation_duration_seconds_sum{migrated="false",operation_name="volume_unmount",status="fail-unknown",volume_plugin="kubernetes.io/empty-dir"} 0.01
-storage_operation_duration_seconds_count{migrated="false",operation_name="volume_unmount",status="fail-unknown",volume_plugin="kubernetes.io/empty-dir"} %[1]d
-storage_operation_duration_seconds_count{migrated="false",operation_name="volume_unmount",status="success",volume_plugin="kubernetes.io/empty-dir"} %[2]d
-storage_operation_duration_seconds_count{migrated="false",operation_name="volume_mount",status="success",volume_plugin="kubernetes.io/empty-dir"} %[2]d
-storage_operation_duration_seconds_count{migrated="false",operation_name="volume_unmount",status="fail-unknown",volume_plugin="kubernetes.io/downward-api"} 0
-`, failedEmptyDirUnmounts, succeeded)
+// kubeletFlavors are the kubelets whose /metrics testdata/kubelet holds:
+// nodevol's, which refuses the teardown of an emptyDir holding a NAS,
+// and the stock kubelet, whose RemoveAll empties the NAS and then fails.
+var kubeletFlavors = []string{"nodevol", "stock"}
+
+// kubeletStages are the moments of the e2e's scenario 1-nas-tmpfs at
+// which it scraped the kubelet's /metrics, in order: the pod running with
+// a NAS mounted in its emptyDir; the pod's manifest removed and its first
+// failed TearDown logged; two more failed (retried) TearDowns later; the
+// NAS unmounted and the pod directory gone.
+var kubeletStages = []string{"healthy", "refused-1", "refused-2", "torn-down"}
+
+// kubeletFixture is what a real kubelet wrote on /metrics at each stage.
+type kubeletFixture struct {
+	flavor string
+	stages map[string][]byte
+}
+
+// readKubeletFixture reads testdata/kubelet/<flavor>-<stage>.prom.gz, and
+// checks that a kubelet v1.37 of the flavor wrote them (its
+// kubernetes_build_info).
+func readKubeletFixture(t *testing.T, flavor string) kubeletFixture {
+	t.Helper()
+	fx := kubeletFixture{flavor: flavor, stages: map[string][]byte{}}
+	for _, stage := range kubeletStages {
+		name := filepath.Join("testdata", "kubelet", flavor+"-"+stage+".prom.gz")
+		b, err := readGzip(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		version := regexp.MustCompile(`(?m)^kubernetes_build_info\{[^}]*git_version="(v1\.37\.[0-9]+[^"]*)"`).FindSubmatch(b)
+		if version == nil {
+			t.Fatalf("%s: no kubernetes_build_info of a kubelet v1.37: not a kubelet's /metrics", name)
+		}
+		if nodevol := strings.Contains(string(version[1]), "+nodevol."); nodevol != (flavor == "nodevol") {
+			t.Fatalf("%s: written by kubelet %s, not by the %s kubelet", name, version[1], flavor)
+		}
+		fx.stages[stage] = b
+	}
+	return fx
+}
+
+// readGzip is the contents of a gzipped file.
+func readGzip(name string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	b, err := io.ReadAll(z)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return b, nil
+}
+
+// span is a stage of the fixture scraped so many times in a row.
+type span struct {
+	stage   string
+	scrapes int
+}
+
+// target is the kubelet of the node as Prometheus scrapes it: each scrape
+// answers the next stage's exposition, span after span, the last one
+// when they are over.
+func (fx kubeletFixture) target(node string, spans ...span) target {
+	i := 0
+	return target{job: "kubelet", node: node, metrics: func() ([]byte, error) {
+		stage, n := spans[len(spans)-1].stage, i
+		for _, s := range spans {
+			if n < s.scrapes {
+				stage = s.stage
+				break
+			}
+			n -= s.scrapes
+		}
+		i++
+		return fx.stages[stage], nil
+	}}
 }

@@ -199,13 +199,13 @@ func TestDashboard(t *testing.T) {
 		}
 		return tg
 	}
+	// The kubelet: what nodevol's wrote on /metrics in the e2e, its
+	// teardown of an emptyDir holding a NAS refused in the last scrapes.
+	kubelet := readKubeletFixture(t, "nodevol").target(n.name, span{"healthy", 6}, span{"refused-1", 1}, span{"refused-2", 1})
 	tl := newTimeline(t)
-	failed := 0
 	tl.run(t, 8, func(int) {
-		failed++
 		_ = driver.unpublish()
-	}, recorded(processTarget("nodevol", n.name, agent)), recorded(processTarget("nodevol-csi", n.name, driver.process)),
-		target{job: "kubelet", node: n.name, metrics: func() ([]byte, error) { return []byte(kubeletExposition(failed, 1)), nil }})
+	}, recorded(processTarget("nodevol", n.name, agent)), recorded(processTarget("nodevol-csi", n.name, driver.process)), kubelet)
 	for _, q := range qs {
 		for _, name := range metricNames(t, q) {
 			if !exported[name] && !slices.Contains(kubeletSeries, name) {

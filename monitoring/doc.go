@@ -13,4 +13,11 @@
 // alert's condition is real (a tmpfs "NAS" in a pod's emptyDir, a refused
 // NodeUnpublishVolume, a scan that fails or is incomplete, a root that
 // does not receive the host's mounts).
+//
+// The kubelet's alert is evaluated on what real kubelets (v1.37.2, stock
+// and nodevol's) wrote on /metrics in the e2e's scenario 1-nas-tmpfs,
+// kept in testdata/kubelet (its README says how it was captured and how
+// to capture it again): before the pod's deletion, during its refused
+// (retried) teardown, after it. The e2e checks on every run that the
+// series the rule selects is still there and grows with the retries.
 package monitoring

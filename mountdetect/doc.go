@@ -69,6 +69,19 @@
 // from the table by mount ID: nothing is asked of the mounted filesystem.
 // RemoveAll and DiskUsage look at what they meet the same way.
 //
+// # Looking without holding
+//
+// In a mount namespace other than the one that mounted it (a node agent in
+// a container, with the kubelet root propagated), a volume's mount is a
+// propagated copy, and a descriptor open on the copy's root (O_PATH
+// included) makes the owner's umount2 of the original fail with EBUSY
+// for as long as it is open. An entry looked at with [LookOnly] is never
+// opened: [MountTable.MountsOnRoot] lists the mounts on and beneath a
+// mount root from the table by its mount ID, and [MountTable.Child] answers
+// for a directory on its parent's mount from the parent ([MountTable.Parent],
+// read once for all its entries). Only the statx itself holds the mount,
+// for the duration of the system call.
+//
 // # Cost
 //
 // The mount table (/proc/self/mountinfo) is read once per RemoveAll, before

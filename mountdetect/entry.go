@@ -33,6 +33,13 @@ const (
 	OpenDir
 	// OpenPath opens the entry O_PATH whatever it is (a symlink itself).
 	OpenPath
+	// LookTableID is LookOnly asking only the mount ID the mount table
+	// lists (Entry.UniqueID is 0): one statx on every kernel, where
+	// LookOnly makes two from Linux 6.8 on. For a caller that finds the
+	// entry's mount in the table (MountOf, MountsOnRoot) or compares it
+	// with a mount it holds open (Child): the classic ID of a mount that
+	// is gone can be reused, that of one held open cannot.
+	LookTableID
 )
 
 // LookAt looks at the entry name of the directory open as dirfd (path
@@ -82,4 +89,75 @@ func (e Entry) InfoFromTable(m Mount) FSInfo {
 		info.Magic = MagicHugetlbfs
 	}
 	return info
+}
+
+// MountsOnRoot is MountsAtEntry for an entry that is the root of a mount
+// (e.Root: something is mounted on it) and that need not be open: LookAt
+// with LookOnly or LookTableID, a statx of its name relative to its
+// directory. The directory is found in the table by the mount ID that
+// statx read, its mount point being the entry's path as the table names
+// it, so nothing holds the mount: a descriptor on the root of a namespace's copy of a
+// mount (O_PATH included) makes another namespace's umount2 of the
+// original fail with EBUSY while it is open. ok is false, with nothing
+// listed, when e is not a mount root, carries no mount ID (Linux < 5.8),
+// or its mount is not in the table (mounted since it was read); the
+// caller then opens it and asks MountsAtEntry. A nil table: the
+// kernel's, read now.
+func (t *MountTable) MountsOnRoot(e Entry) (at, beneath []Mount, ok bool, err error) {
+	if t, err = t.OrRead(); err != nil {
+		return nil, nil, false, err
+	}
+	at, beneath, ok = t.mountsOnRoot(e)
+	return at, beneath, ok, nil
+}
+
+// Parent is a directory open as a descriptor, with what its entries that
+// are not mount roots share with it read once (MountTable.Parent): its
+// mount, its filesystem's type and the kernel's name for it. Each such
+// entry is then answered from a statx of its name (LookAt with LookOnly)
+// without being opened (MountTable.Child).
+type Parent struct {
+	real string
+	st   fsat.MountStat
+	info FSInfo
+}
+
+// Parent reads, from the directory open as fd (path names it in
+// messages), the mount it is on (statx), its filesystem's type (fstatfs:
+// fd is not to be a mount whose filesystem might not answer) and the
+// kernel's name for it (/proc/self/fd), once for all its entries.
+func (t *MountTable) Parent(fd int, path string) (*Parent, error) { return newParent(fd, path) }
+
+// Child answers, for e, the entry name of p as LookAt found it without
+// opening it (LookOnly or LookTableID), what DetectEntry and
+// MountsAtEntry answer of it open. A directory that is not a mount root is on its parent's mount and
+// filesystem, and the kernel names it by its parent's name joined with
+// name. ok is false when that cannot be used: e is a mount root, not a
+// directory, on another mount than p (changed since p was read), carries
+// no mount ID (Linux < 5.8), or the filesystem is hugetlbfs; the caller
+// then opens it.
+//
+// The parent's name is the kernel's when Parent read it: a parent renamed
+// since then (by anyone who can write where it is) is looked up in the
+// table by its former name, as a table read before the rename names every
+// mount by its former path anyway.
+func (t *MountTable) Child(p *Parent, e Entry, name string) (info FSInfo, at, beneath []Mount, ok bool, err error) {
+	if t, err = t.OrRead(); err != nil {
+		return FSInfo{Path: e.Path}, nil, nil, false, err
+	}
+	info, at, beneath, ok = t.child(p, e, name)
+	return info, at, beneath, ok, nil
+}
+
+// Beneath is the Parent of the directory rel below p's, opened from p's
+// descriptor by a path of plain names (no "." or ".."), with no symlink
+// followed, no mount crossed and no mount root reached (fsat's SameMount:
+// openat2 with RESOLVE_NO_SYMLINKS|RESOLVE_BENEATH|RESOLVE_NO_XDEV): it is
+// on p's mount and filesystem, and the kernel named it p's name joined
+// with rel when it was opened. Nothing is asked of the kernel.
+func (p *Parent) Beneath(rel string) *Parent {
+	b := *p
+	b.real = p.real + "/" + rel
+	b.st.Root = false
+	return &b
 }

@@ -39,12 +39,18 @@ func lookAt(dirfd int, name, path string, open Open) (Entry, error) {
 		e.MountStat, e.Fd = s, fd
 		return e, nil
 	}
-	s, err := statMount(dirfd, name, bothIDs)
+	var s fsat.MountStat
+	var err error
+	if open == LookTableID {
+		s, err = statMount(dirfd, name, fsat.TableID)
+	} else {
+		s, err = statMountByName(dirfd, name)
+	}
 	if err != nil {
 		return e, &os.PathError{Op: "statx", Path: path, Err: err}
 	}
 	e.MountStat = s
-	if open == LookOnly || s.Mode != unix.S_IFDIR {
+	if open == LookOnly || open == LookTableID || s.Mode != unix.S_IFDIR {
 		return e, nil
 	}
 	// A mount root is opened O_PATH: no open reaches its filesystem (a
@@ -97,4 +103,68 @@ func (t *MountTable) mountOf(e Entry) (Mount, bool) {
 		return Mount{}, false
 	}
 	return m.Mount, true
+}
+
+// mountsOnRoot is MountsOnRoot for a table that is there.
+func (t *MountTable) mountsOnRoot(e Entry) (at, beneath []Mount, ok bool) {
+	if !e.Root || e.ID == 0 {
+		return nil, nil, false
+	}
+	m, ok := t.byMountID(int(e.ID))
+	if !ok {
+		return nil, nil, false
+	}
+	at, beneath = t.mountsAt(-1, m.MountPoint, &e.MountStat)
+	return at, beneath, true
+}
+
+func newParent(fd int, path string) (*Parent, error) {
+	s, err := statMount(fd, "", bothIDs)
+	if err != nil {
+		return nil, &os.PathError{Op: "statx", Path: path, Err: err}
+	}
+	info, err := detectFdAs(fd, path, nil, &s)
+	if err != nil {
+		return nil, err
+	}
+	real, err := fdPath(fd, path)
+	if err != nil {
+		return nil, fmt.Errorf("resolve %s: %w", path, err)
+	}
+	if real == "/" {
+		real = ""
+	}
+	return &Parent{real: real, st: s, info: info}, nil
+}
+
+// child is Child for a table that is there.
+func (t *MountTable) child(p *Parent, e Entry, name string) (info FSInfo, at, beneath []Mount, ok bool) {
+	if e.Root || e.Mode != unix.S_IFDIR || e.ID == 0 || e.ID != p.st.ID || e.UniqueID != 0 && e.UniqueID != p.st.UniqueID || e.Dev != p.st.Dev || p.info.Magic == MagicHugetlbfs {
+		return FSInfo{Path: e.Path}, nil, nil, false
+	}
+	info = p.info
+	info.Path, info.MountPoint, info.MountPointSure = e.Path, false, true
+	at, beneath = t.mountsAt(-1, p.real+"/"+name, &e.MountStat)
+	return info, at, beneath, true
+}
+
+// statMountByName is statMount of the entry name in dirfd with both IDs.
+// From Linux 6.8 that takes two statx calls, each resolving name: the
+// second must have seen the same file (device, inode, type, mount root or
+// not), or the entry changed between them (errChanged) and the IDs could
+// be two files'.
+func statMountByName(dirfd int, name string) (fsat.MountStat, error) {
+	s, err := statMount(dirfd, name, fsat.MountKey)
+	if err != nil || s.ID != 0 {
+		return s, err // before 6.8 the key is the classic ID: one call
+	}
+	t, err := statMount(dirfd, name, fsat.TableID)
+	if err != nil {
+		return fsat.MountStat{}, err
+	}
+	if t.Dev != s.Dev || t.Ino != s.Ino || t.Mode != s.Mode || t.Root != s.Root {
+		return fsat.MountStat{}, errChanged
+	}
+	s.ID = t.ID
+	return s, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodevol/nodevol/internal/base/fsat"
 	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
 
@@ -115,4 +116,77 @@ func TestLookAtStalledFUSE(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestLookAtSwapRace: LookAt of a name that is not opened reads the
+// entry's two mount IDs with two statx calls (Linux 6.8 gives the unique
+// and the classic ID one per call), each resolving the name. An attacker
+// in another mount namespace exchanges a plain directory with a mount
+// point under it between them; an Entry must never mix the two files (the
+// mount root's flag with the directory's mount ID, or the reverse): a
+// scan finds the entry's mount in the table by that ID. A change seen
+// between the calls is an error, never a mixed answer.
+func TestLookAtSwapRace(t *testing.T) {
+	mounttest.RequireMounts(t)
+	base := t.TempDir()
+	mounttest.Build(t, base, "dir plain", "dir m")
+	fd, err := unix.Open(base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	// Started before the mount is made: in its namespace both names are
+	// plain directories it can exchange.
+	a := mounttest.StartAttacker(t, func() error { return mounttest.Exchange(fd, "plain", "m") })
+	var st unix.Stat_t
+	if err := unix.Fstatat(fd, "plain", &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		t.Fatal(err)
+	}
+	plainIno := st.Ino
+	if err := unix.Mount("tmpfs", filepath.Join(base, "m"), "tmpfs", 0, "size=64k"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		a.Pause()
+		// The mount is under either name now.
+		for _, name := range []string{"m", "plain"} {
+			if mounttest.IsMountRoot(t, filepath.Join(base, name)) {
+				if err := unix.Unmount(filepath.Join(base, name), unix.MNT_DETACH); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+	}()
+	parent, err := fsat.StatMount(fd, "", fsat.TableID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := fsat.StatMount(fd, "m", fsat.TableID)
+	if err != nil || !root.Root {
+		t.Fatalf("the tmpfs on m: %+v, %v", root, err)
+	}
+	a.Resume()
+	iterations := 20000
+	if testing.Short() {
+		iterations = 2000
+	}
+	changed, mixed := 0, 0
+	for i := 0; i < iterations && mixed < 5; i++ {
+		e, err := LookAt(fd, "m", filepath.Join(base, "m"), LookOnly)
+		if errors.Is(err, errChanged) {
+			changed++
+			continue
+		}
+		if err != nil {
+			t.Fatalf("LookAt: %v", err)
+		}
+		isRoot := e.Root && e.ID == root.ID && e.Ino == root.Ino
+		isPlain := !e.Root && e.ID == parent.ID && e.Ino == plainIno
+		if !isRoot && !isPlain {
+			mixed++
+			t.Errorf("iteration %d: LookAt mixed two files: root=%v mount ID %d inode %d (the tmpfs: mount %d inode %d; the plain directory: mount %d inode %d)",
+				i, e.Root, e.ID, e.Ino, root.ID, root.Ino, parent.ID, plainIno)
+		}
+	}
+	t.Logf("%d lookups, %d saw the entry change, %d swaps", iterations, changed, a.Steps())
 }

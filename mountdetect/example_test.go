@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nodevol/nodevol/mountdetect"
 )
 
@@ -98,4 +100,54 @@ func ExampleCheckMountNamespace() {
 	default: // for example mountdetect.ErrNotHostInit: in a container's PID namespace
 		log.Fatalf("refusing to remove volumes: %s", ns)
 	}
+}
+
+// ExampleMountTable_Child examines the volume directories of a plugin
+// directory without opening any of them: a mount root from the table by
+// its mount ID, a plain directory from its plugin directory, read once. A
+// propagated copy of a volume's mount in this namespace is never held
+// open, so the kubelet's unmount of the original is not made to fail.
+func ExampleMountTable_Child() {
+	dir, err := os.MkdirTemp("", "example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	plugin := filepath.Join(dir, "pods/uid/volumes/kubernetes.io~secret")
+	os.MkdirAll(filepath.Join(plugin, "token"), 0o755)
+
+	tab, err := mountdetect.ReadMountTable()
+	if err != nil {
+		log.Fatal(err)
+	}
+	fd, err := unix.Open(plugin, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer unix.Close(fd)
+	parent, err := tab.Parent(fd, plugin)
+	if err != nil {
+		log.Fatal(err)
+	}
+	e, err := mountdetect.LookAt(fd, "token", filepath.Join(plugin, "token"), mountdetect.LookOnly)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if e.Root {
+		at, beneath, ok, err := tab.MountsOnRoot(e)
+		if err == nil && ok {
+			fmt.Println("mounted:", len(at), "on it,", len(beneath), "beneath it")
+		}
+		return
+	}
+	_, _, beneath, ok, err := tab.Child(parent, e, "token")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if !ok {
+		fmt.Println("not answered from the table: open it and ask MountsAtEntry")
+		return
+	}
+	fmt.Println("a plain directory,", len(beneath), "mounts beneath it")
+	// Output: a plain directory, 0 mounts beneath it
 }

@@ -53,3 +53,11 @@ func (t *MountTable) mountOf(Entry) (Mount, bool) { return Mount{}, false }
 func (e *Entry) close() { e.Fd = -1 }
 
 func kernelNumbersInitialMountNamespace() bool { return false }
+
+func (t *MountTable) mountsOnRoot(Entry) (at, beneath []Mount, ok bool) { return nil, nil, false }
+
+func newParent(int, string) (*Parent, error) { return nil, ErrUnsupported }
+
+func (t *MountTable) child(_ *Parent, e Entry, _ string) (FSInfo, []Mount, []Mount, bool) {
+	return FSInfo{Path: e.Path}, nil, nil, false
+}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -167,7 +168,8 @@ func playDemo(ctx context.Context, iso isolation, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "nodevol demo: %v\n", err)
 		return exitError
 	}
-	d := &demo{ctx: ctx, out: stdout, tmp: tmp, canMount: iso.canMount}
+	out := &brokenPipeWriter{w: stdout}
+	d := &demo{ctx: ctx, out: out, tmp: tmp, canMount: iso.canMount}
 	err = d.build()
 	if err == nil {
 		err = d.run(iso.skip)
@@ -178,7 +180,13 @@ func playDemo(ctx context.Context, iso isolation, stdout, stderr io.Writer) int 
 	// Stopped by SIGPIPE, nobody reads the output any more: the demo stops
 	// as quietly as a pipeline expects, and says only a failed cleanup.
 	var stopped *interruptedError
-	if errors.As(context.Cause(ctx), &stopped) && err != nil {
+	if !errors.As(context.Cause(ctx), &stopped) && err != nil && out.broken.Load() {
+		// A write failed with EPIPE: the kernel raised SIGPIPE with it,
+		// but the signal reaches the channel asynchronously, and a step
+		// that failed on that write may get here first.
+		stopped = &interruptedError{syscall.SIGPIPE}
+	}
+	if stopped != nil && err != nil {
 		if cerr != nil {
 			fmt.Fprintf(stderr, "nodevol demo: %v; %v\n", stopped, cerr)
 			return exitError
@@ -193,6 +201,21 @@ func playDemo(ctx context.Context, iso isolation, stdout, stderr io.Writer) int 
 		return exitError
 	}
 	return exitOK
+}
+
+// brokenPipeWriter is the demo's output: it remembers that a write failed
+// with EPIPE (its reader went away), which stops the demo as SIGPIPE does.
+type brokenPipeWriter struct {
+	w      io.Writer
+	broken atomic.Bool
+}
+
+func (b *brokenPipeWriter) Write(p []byte) (int, error) {
+	n, err := b.w.Write(p)
+	if errors.Is(err, syscall.EPIPE) {
+		b.broken.Store(true)
+	}
+	return n, err
 }
 
 // build makes the kubelet root's layout. The kernel names mount points

@@ -60,12 +60,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodevol/nodevol/internal/tools/checkout"
 	"github.com/nodevol/nodevol/internal/tools/ociimage"
-)
-
-const (
-	modulePath = "github.com/nodevol/nodevol"
-	source     = "https://github.com/nodevol/nodevol"
 )
 
 // binary is what an image holds and how it is built.
@@ -84,15 +80,15 @@ type binary struct {
 // binaries are the images hack/image builds, by -binary.
 var binaries = map[string]binary{
 	"nodevol": {
-		name: "nodevol", moduleDir: ".", modulePath: modulePath, pkg: "./cmd/nodevol",
+		name: "nodevol", moduleDir: ".", modulePath: checkout.ModulePath, pkg: "./cmd/nodevol",
 		cmd: []string{"serve"}, image: "ghcr.io/nodevol/nodevol:v0.0.0-dev", title: "nodevol",
-		versionVar: modulePath + "/internal/cli.releaseVersion",
+		versionVar: checkout.ModulePath + "/internal/cli.releaseVersion",
 		desc:       "nodevol serve: a read-only node agent that exports which pod volumes a teardown would destroy data on another mount through",
 	},
 	// The CSI node plugin (deploy/csi): its flags are all in the
 	// DaemonSet's args, so no Cmd.
 	"nodevol-csi": {
-		name: "nodevol-csi", moduleDir: "csi", modulePath: modulePath + "/csi", pkg: "./cmd/nodevol-csi",
+		name: "nodevol-csi", moduleDir: "csi", modulePath: checkout.ModulePath + "/csi", pkg: "./cmd/nodevol-csi",
 		image: "ghcr.io/nodevol/nodevol-csi:v0.0.0-dev", title: "nodevol-csi",
 		versionVar: "main.releaseVersion",
 		desc:       "nodevol-csi: a CSI node plugin serving inline ephemeral volumes with emptyDir semantics, whose teardown never deletes data on another mount",
@@ -262,7 +258,7 @@ func build(o buildOptions) (*built, error) {
 	if err != nil {
 		return nil, err
 	}
-	root, err := moduleDir(goCmd)
+	root, err := checkout.Root(goCmd)
 	if err != nil {
 		return nil, err
 	}
@@ -360,7 +356,7 @@ func imageOf(b binary, path, arch string, src sourceInfo) (*ociimage.Image, erro
 	meta := map[string]string{
 		"org.opencontainers.image.title":       b.title,
 		"org.opencontainers.image.description": b.desc,
-		"org.opencontainers.image.source":      source,
+		"org.opencontainers.image.source":      checkout.Source,
 		"org.opencontainers.image.licenses":    "Apache-2.0",
 		"org.opencontainers.image.version":     src.version,
 		"org.opencontainers.image.revision":    src.revision,
@@ -412,20 +408,6 @@ func copyFile(from, to string) error {
 		return err
 	}
 	return os.WriteFile(to, b, 0o755)
-}
-
-// moduleDir is the root module's directory, as the go command finds it
-// from the working directory.
-func moduleDir(goCmd string) (string, error) {
-	out, err := exec.Command(goCmd, "list", "-m", "-f", "{{.Path}} {{.Dir}}").Output()
-	if err != nil {
-		return "", fmt.Errorf("go list -m (run in a checkout of %s): %w", modulePath, err)
-	}
-	path, dir, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
-	if path != modulePath || dir == "" {
-		return "", fmt.Errorf("the main module is %q: run in a checkout of %s (not the kubelet/ module)", path, modulePath)
-	}
-	return dir, nil
 }
 
 // sourceInfo is what the image says it was built from.

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodevol/nodevol/internal/tools/checkout"
 	"github.com/nodevol/nodevol/internal/tools/ociimage"
 )
 
@@ -142,7 +143,7 @@ func TestBuildReproducible(t *testing.T) {
 
 func TestSourceOfStamped(t *testing.T) {
 	info := &buildinfo.BuildInfo{
-		Main: debug.Module{Path: modulePath, Version: "v0.0.0-20261123183751-c2cf21255ef4+dirty"},
+		Main: debug.Module{Path: checkout.ModulePath, Version: "v0.0.0-20261123183751-c2cf21255ef4+dirty"},
 		Settings: []debug.BuildSetting{
 			{Key: "vcs.revision", Value: "c2cf21255ef444cd523b1321194c39ba42f68976"},
 			{Key: "vcs.time", Value: "2026-11-23T18:37:51Z"},
@@ -162,7 +163,7 @@ func TestSourceOfStamped(t *testing.T) {
 // A build with no stamp outside a checkout: the version is "dev", the
 // revision unknown, the time the epoch: nothing is guessed.
 func TestSourceOfNothingKnown(t *testing.T) {
-	info := &buildinfo.BuildInfo{Main: debug.Module{Path: modulePath, Version: "(devel)"}}
+	info := &buildinfo.BuildInfo{Main: debug.Module{Path: checkout.ModulePath, Version: "(devel)"}}
 	src, err := sourceOf(info, t.TempDir())
 	if err != nil {
 		t.Fatalf("sourceOf() = %v", err)

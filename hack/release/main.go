@@ -50,14 +50,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodevol/nodevol/internal/tools/checkout"
 	"github.com/nodevol/nodevol/internal/tools/ociimage"
 )
 
-const (
-	modulePath = "github.com/nodevol/nodevol"
-	source     = "https://github.com/nodevol/nodevol"
-	registry   = "ghcr.io/nodevol/"
-)
+// registry is where the release's images are named.
+const registry = "ghcr.io/nodevol/"
 
 // arches are the release's architectures.
 var arches = []string{"amd64", "arm64"}
@@ -105,7 +103,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 // build builds the release into dir and returns DIGESTS's content.
 func build(version, dir string, kubeletArches []string, log io.Writer) ([]byte, error) {
 	start := time.Now()
-	root, err := moduleDir()
+	root, err := checkout.Root("go")
 	if err != nil {
 		return nil, err
 	}
@@ -204,19 +202,6 @@ func build(version, dir string, kubeletArches []string, log io.Writer) ([]byte, 
 	}
 	fmt.Fprintf(log, "release: %s in %s, %s\n", version, dir, time.Since(start).Round(time.Second))
 	return digests.Bytes(), nil
-}
-
-// moduleDir is the root module's directory.
-func moduleDir() (string, error) {
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Path}} {{.Dir}}").Output()
-	if err != nil {
-		return "", fmt.Errorf("go list -m (run in a checkout of %s): %w", modulePath, err)
-	}
-	path, dir, _ := strings.Cut(strings.TrimSpace(string(out)), " ")
-	if path != modulePath || dir == "" {
-		return "", fmt.Errorf("the main module is %q: run in a checkout of %s", path, modulePath)
-	}
-	return dir, nil
 }
 
 // cleanTree refuses a checkout with changes git sees: its binaries would

@@ -7,6 +7,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
+
+	"github.com/nodevol/nodevol/internal/tools/checkout"
 )
 
 // SPDX 2.3 JSON: the fields of a document, package and relationship this
@@ -89,7 +91,7 @@ func sbom(name, version string, created time.Time, bins []string, subject, diges
 		DataLicense:       "CC0-1.0",
 		SPDXID:            "SPDXRef-DOCUMENT",
 		Name:              name + "-" + version,
-		DocumentNamespace: source + "/releases/" + version + "/" + name + ".spdx.json",
+		DocumentNamespace: checkout.Source + "/releases/" + version + "/" + name + ".spdx.json",
 		CreationInfo: spdxCreationInfo{
 			Created:  created.UTC().Format(time.RFC3339),
 			Creators: []string{"Organization: nodevol", "Tool: nodevol-hack-release-" + version},
@@ -120,7 +122,7 @@ func sbom(name, version string, created time.Time, bins []string, subject, diges
 	}
 	program := add(spdxPackage{
 		Name: info.Main.Path, VersionInfo: version, Supplier: "Organization: nodevol",
-		DownloadLocation: "git+" + source + "@" + version, PrimaryPurpose: "APPLICATION",
+		DownloadLocation: "git+" + checkout.Source + "@" + version, PrimaryPurpose: "APPLICATION",
 		Comment:      fmt.Sprintf("the binary %s (%s, for linux/%s)", name, info.Path, strings.Join(arches, ", linux/")),
 		ExternalRefs: []spdxExternalRef{purl("pkg:golang/" + info.Main.Path + "@" + version)},
 	})
@@ -163,7 +165,7 @@ func sbom(name, version string, created time.Time, bins []string, subject, diges
 		} else {
 			// A directory replacement (nodevol's own modules in
 			// nodevol-kubelet): it is this release's source.
-			p.VersionInfo, p.DownloadLocation = version, "git+"+source+"@"+version
+			p.VersionInfo, p.DownloadLocation = version, "git+"+checkout.Source+"@"+version
 			p.Comment = strings.TrimPrefix(comment+"; from this release's source", "; ")
 		}
 		relate(program, "DEPENDS_ON", add(p))

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
 )
 
@@ -65,26 +64,41 @@ const (
 	Unavailable     Result = "unavailable"     // 503: the API server could not be asked
 )
 
+// Results are every Result, for a counter that exports each from the
+// start (at 0).
+func Results() []Result { return []Result{Allowed, Unauthenticated, Forbidden, Unavailable} }
+
+// RequestsMetric is the name, after the program's namespace and
+// subsystem, of the counter of a Filter's requests by result (label
+// "result", every one of Results exported from the start), and
+// RequestsHelp its help: what FilterOptions.Count is for.
+const (
+	RequestsMetric = "metrics_auth_requests_total"
+	RequestsHelp   = "Requests to the TLS metrics endpoint, by what was done with them: allowed, unauthenticated (401), forbidden (403), unavailable (503: the API server could not be asked)."
+)
+
 // FilterOptions is what a Filter is made of.
 type FilterOptions struct {
 	Client *Client
-	// Registerer receives the Filter's counter,
-	// <Namespace>_<Subsystem>_metrics_auth_requests_total{result}; nil: none.
-	Registerer           prometheus.Registerer
-	Namespace, Subsystem string
-	Logger               logr.Logger        // zero: discard
-	Clock                clock.PassiveClock // nil: the real clock
+	// Count, when set, is called with what was done with each request,
+	// to count them (RequestsMetric); it may be called from several
+	// requests at once. A function, not a prometheus.Registerer, so that a
+	// program that writes its metrics without client_golang (nodevol)
+	// does not link it.
+	Count  func(Result)
+	Logger logr.Logger        // zero: discard
+	Clock  clock.PassiveClock // nil: the real clock
 }
 
 // Filter passes on the requests the API server authenticates and
 // authorises for their verb on their path, and refuses the others.
 type Filter struct {
-	client   *Client
-	log      logr.Logger
-	clock    clock.PassiveClock
-	requests *prometheus.CounterVec
-	reviews  chan struct{}
-	maxWait  time.Duration // for a review slot: MaxReviewWait
+	client  *Client
+	log     logr.Logger
+	clock   clock.PassiveClock
+	count   func(Result)
+	reviews chan struct{}
+	maxWait time.Duration // for a review slot: MaxReviewWait
 
 	mu      sync.Mutex
 	allowed map[[sha256.Size]byte]time.Time    // expiry
@@ -121,23 +135,15 @@ func NewFilter(o FilterOptions) (*Filter, error) {
 	}
 	f := &Filter{
 		client: o.Client, log: o.Logger, clock: o.Clock,
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: o.Namespace, Subsystem: o.Subsystem, Name: "metrics_auth_requests_total",
-			Help: "Requests to the TLS metrics endpoint, by what was done with them: allowed, unauthenticated (401), forbidden (403), unavailable (503: the API server could not be asked).",
-		}, []string{"result"}),
+		count:   o.Count,
 		reviews: make(chan struct{}, MaxConcurrentReviews),
 		maxWait: MaxReviewWait,
 		allowed: make(map[[sha256.Size]byte]time.Time),
 		refused: make(map[[sha256.Size]byte]refusedEntry),
 		sources: make(map[string]*sourceSlots),
 	}
-	for _, r := range []Result{Allowed, Unauthenticated, Forbidden, Unavailable} {
-		f.requests.WithLabelValues(string(r))
-	}
-	if o.Registerer != nil {
-		if err := o.Registerer.Register(f.requests); err != nil {
-			return nil, err
-		}
+	if f.count == nil {
+		f.count = func(Result) {}
 	}
 	return f, nil
 }
@@ -147,7 +153,7 @@ func NewFilter(o FilterOptions) (*Filter, error) {
 func (f *Filter) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		res := f.Check(r)
-		f.requests.WithLabelValues(string(res)).Inc()
+		f.count(res)
 		switch res {
 		case Allowed:
 			r = r.Clone(r.Context())

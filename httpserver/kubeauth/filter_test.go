@@ -18,8 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -160,6 +158,16 @@ type filterEnv struct {
 	h      http.Handler
 	cfg    Config
 	seen   atomic.Value // the Authorization header the wrapped handler saw
+
+	mu     sync.Mutex
+	counts map[Result]int // what FilterOptions.Count was called with
+}
+
+// counted is how many requests the Filter counted with r.
+func (e *filterEnv) counted(r Result) float64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return float64(e.counts[r])
 }
 
 func newFilterEnv(t *testing.T) *filterEnv {
@@ -169,7 +177,14 @@ func newFilterEnv(t *testing.T) *filterEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.filter, err = NewFilter(FilterOptions{Client: c, Registerer: prometheus.NewRegistry(), Namespace: "nodevol", Clock: e.clock})
+	e.filter, err = NewFilter(FilterOptions{Client: c, Clock: e.clock, Count: func(r Result) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if e.counts == nil {
+			e.counts = map[Result]int{}
+		}
+		e.counts[r]++
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +260,7 @@ func TestFilterDecisions(t *testing.T) {
 			t.Errorf("the API server was asked with Authorization %q; want the token file's", b)
 		}
 	}
-	if got := testutil.ToFloat64(e.filter.requests.WithLabelValues("unauthenticated")); got != 4 {
+	if got := e.counted(Unauthenticated); got != 4 {
 		t.Errorf("unauthenticated counted %v; want 4", got)
 	}
 }
@@ -290,7 +305,7 @@ func TestFilterCachesDecisionsForTheirTTL(t *testing.T) {
 	if ask("Bearer good", 200) != 2 {
 		t.Error("a failure was remembered")
 	}
-	if got := testutil.ToFloat64(e.filter.requests.WithLabelValues("unavailable")); got != 2 {
+	if got := e.counted(Unavailable); got != 2 {
 		t.Errorf("unavailable counted %v; want 2", got)
 	}
 }
@@ -497,7 +512,7 @@ func TestFilterRefusesAfterWaitingTooLong(t *testing.T) {
 	if c := <-first; c != http.StatusUnauthorized {
 		t.Errorf("the slow review's request: %d; want 401", c)
 	}
-	if got := testutil.ToFloat64(e.filter.requests.WithLabelValues("unavailable")); got != 1 {
+	if got := e.counted(Unavailable); got != 1 {
 		t.Errorf("unavailable counted %v; want 1", got)
 	}
 	if w := e.getFrom("10.1.0.66:5002", "/metrics", "Bearer good"); w.Code != http.StatusOK {

@@ -310,11 +310,35 @@ func TestVersionStamped(t *testing.T) {
 // nodevol stays lean: the volume manager (reconciler) is the demo's
 // (cmd/nodevol-demo), and linking it would more than double the
 // operator's binary. reconciler/pendingops is not the Manager: the
-// executor that nodevol teardown runs needs it. Prometheus's client is
-// linked for "nodevol serve": it adds
-// about 3.4 MB (11.1 to 14.5 MB), the price of one binary for the
-// DaemonSet and the operator.
+// executor that nodevol teardown runs needs it.
 func TestNodevolDoesNotLinkTheDemo(t *testing.T) {
+	for _, dep := range nodevolDeps(t) {
+		if dep == "github.com/nodevol/nodevol/reconciler" {
+			t.Errorf("nodevol links %s; only nodevol-demo may", dep)
+		}
+	}
+}
+
+// TestNodevolDoesNotLinkClientGolang: every command of nodevol starts
+// without Prometheus's client library and protobuf, whose package
+// initialisation (a default registry with collectors reading the
+// runtime's metric descriptions, protobuf descriptors) would run at every
+// start, before any command: it made "nodevol rm" take three times the CPU
+// of a Go program that does nothing (docs/benchmarks.md). serve writes
+// its metrics with internal/base/promtext.
+func TestNodevolDoesNotLinkClientGolang(t *testing.T) {
+	for _, dep := range nodevolDeps(t) {
+		for _, banned := range []string{"github.com/prometheus/", "google.golang.org/protobuf/"} {
+			if strings.HasPrefix(dep, banned) {
+				t.Errorf("nodevol links %s", dep)
+			}
+		}
+	}
+}
+
+// nodevolDeps are the packages the nodevol binary links.
+func nodevolDeps(t *testing.T) []string {
+	t.Helper()
 	goCmd, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatalf("no go command on PATH: %v", err)
@@ -323,10 +347,5 @@ func TestNodevolDoesNotLinkTheDemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list -deps %s: %v", nodevolPkg, err)
 	}
-	for dep := range strings.Lines(string(out)) {
-		dep = strings.TrimSpace(dep)
-		if dep == "github.com/nodevol/nodevol/reconciler" {
-			t.Errorf("nodevol links %s; only nodevol-demo may", dep)
-		}
-	}
+	return strings.Fields(string(out))
 }

@@ -257,12 +257,13 @@ func (sc *rootScanner) examine(s *scanReport, vols []volume.VolumeDir, budgets m
 	// so, instead of a walk from the root per volume. It only skips work:
 	// whatever is there is examined by descriptors.
 	hasSubpaths := map[string]bool{}
-	dirs := &pluginDirs{pods: sc.pods}
+	dirs := &pluginDirs{pods: sc.pods, tab: sc.tab}
 	defer dirs.close()
 	emptyDirs := sc.emptyDirs.NewPlanner()
 	defer emptyDirs.Close()
 	for _, vd := range vols {
-		v := examineVolume(emptyDirs, dirs, sc.tab, vd, filepath.Join(sc.realRoot, strings.TrimPrefix(vd.Path, root)))
+		realPath := func() string { return filepath.Join(sc.realRoot, strings.TrimPrefix(vd.Path, root)) }
+		v := examineVolume(emptyDirs, dirs, sc.tab, vd, realPath)
 		has, ok := hasSubpaths[vd.PodUID]
 		if !ok {
 			dir, err := sc.layout.PodVolumeSubpathsDir(vd.PodUID)
@@ -306,13 +307,13 @@ func (s *scanReport) overBudgetAt(layout volume.Layout, uid string, stop error) 
 // nothing beneath it, and safe to remove only when nothing is mounted on
 // it or beneath it, because unmounting it is that plugin's job.
 //
-// realPath is vd.Path as the mount table names it (under the resolved
-// root). An emptyDir is planned by emptyDirs, which holds its pod's
+// realPath gives vd.Path as the mount table names it (under the resolved
+// root), asked only of an emptyDir with mounts listed. An emptyDir is planned by emptyDirs, which holds its pod's
 // directories open for the pod's next volumes; any other plugin's volume
 // is reached through dirs, its plugin directory opened from the pods
 // directory, by descriptors
 // (examinePluginVolume).
-func examineVolume(emptyDirs *emptydir.Planner, dirs *pluginDirs, tab *mountdetect.MountTable, vd volume.VolumeDir, realPath string) scanVolume {
+func examineVolume(emptyDirs *emptydir.Planner, dirs *pluginDirs, tab *mountdetect.MountTable, vd volume.VolumeDir, realPath func() string) scanVolume {
 	v := scanVolume{PodUID: vd.PodUID, Plugin: vd.Plugin, Volume: vd.Volume, Path: vd.Path, NestedMounts: []mountdetect.Mount{}, Subpaths: []subpath.Entry{}}
 	fail := func(err error) scanVolume {
 		v.fail(err)
@@ -327,8 +328,12 @@ func examineVolume(emptyDirs *emptydir.Planner, dirs *pluginDirs, tab *mountdete
 		v.Medium = emptydir.MediumOf(plan.Info).String()
 		v.MountPoint, v.sure = plan.Info.MountPoint, plan.Info.MountPointSure || !plan.Exists
 		v.fsType, v.hugePageSize = plan.Info.FSType, plan.Info.HugePageSize
+		var real string
+		if len(plan.Mounts) > 0 {
+			real = realPath()
+		}
 		for _, m := range plan.Mounts {
-			if !onDir(m, vd.Path, realPath) { // PlanTearDown lists the directory itself too
+			if !onDir(m, vd.Path, real) { // PlanTearDown lists the directory itself too
 				v.NestedMounts = append(v.NestedMounts, m)
 			}
 		}

@@ -142,23 +142,9 @@ func BenchmarkScan(b *testing.B) {
 		vols := pods * nodefixture.VolumesPerPod
 		b.Run(fmt.Sprintf("volumes=%d/mounts=%d", vols, pods), func(b *testing.B) {
 			root := scanNode(b, n)
-			// cpu-ms/scan is the process's CPU time (user + system, GC
-			// included) per scan: on a shared machine it varies less than
-			// the wall clock, which waits for the CPU too.
-			var before unix.Rusage
-			start := func(b *testing.B) {
-				if err := unix.Getrusage(unix.RUSAGE_SELF, &before); err != nil {
-					b.Fatal(err)
-				}
-			}
-			report := func(b *testing.B) {
-				var after unix.Rusage
-				if err := unix.Getrusage(unix.RUSAGE_SELF, &after); err != nil {
-					b.Fatal(err)
-				}
-				cpu := time.Duration(after.Utime.Nano() - before.Utime.Nano() + after.Stime.Nano() - before.Stime.Nano())
-				b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/1e6, "cpu-ms/scan")
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e6, "ms/scan")
+			var cpu cpuTime
+			report := func(b *testing.B, spent time.Duration) {
+				reportPerScan(b, spent, b.N)
 				all, err := mountinfo.GetMounts(nil)
 				if err != nil {
 					b.Fatal(err)
@@ -166,20 +152,10 @@ func BenchmarkScan(b *testing.B) {
 				b.ReportMetric(float64(len(all)), "mounts")
 			}
 			b.Run("nodevol-scanRoot", func(b *testing.B) {
-				var rep *scanReport
-				start(b)
-				for b.Loop() {
-					var err error
-					if rep, err = scanRoot(root); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.StopTimer()
-				wantNode(b, rep, n)
-				report(b)
+				report(b, wholeScans(b, root, n))
 			})
 			b.Run("nodevol-scan-json", func(b *testing.B) {
-				start(b)
+				cpu.start(b)
 				for b.Loop() {
 					// Exit 1: the NAS volumes are in danger.
 					if code := run([]string{"scan", "--json", "--root", root}, io.Discard, io.Discard); code != ExitRefused {
@@ -187,7 +163,7 @@ func BenchmarkScan(b *testing.B) {
 					}
 				}
 				b.StopTimer()
-				report(b)
+				report(b, cpu.since(b))
 			})
 			for _, baseline := range []struct {
 				name string
@@ -201,7 +177,7 @@ func BenchmarkScan(b *testing.B) {
 			} {
 				b.Run(baseline.name, func(b *testing.B) {
 					var got, mounted, nested int
-					start(b)
+					cpu.start(b)
 					for b.Loop() {
 						var err error
 						if got, mounted, nested, err = mountUtilsScan(root, baseline.f); err != nil {
@@ -214,11 +190,57 @@ func BenchmarkScan(b *testing.B) {
 					if want := n.InUse() + n.Danger(); got != vols || mounted+nested != want {
 						b.Fatalf("baseline found %d volumes, %d mounted, %d nested; want %d volumes, %d mounts", got, mounted, nested, vols, want)
 					}
-					report(b)
+					report(b, cpu.since(b))
 				})
 			}
 		})
 	}
+}
+
+// cpuTime measures the process's CPU time (user + system, GC included)
+// since start: on a shared machine it varies less than the wall clock,
+// which waits for the CPU too.
+type cpuTime struct{ from unix.Rusage }
+
+func (c *cpuTime) start(b *testing.B) {
+	b.Helper()
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &c.from); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func (c *cpuTime) since(b *testing.B) time.Duration {
+	b.Helper()
+	var now unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &now); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(now.Utime.Nano() - c.from.Utime.Nano() + now.Stime.Nano() - c.from.Stime.Nano())
+}
+
+// reportPerScan reports cpu-ms/scan (cpu over scans) and ms/scan (the
+// benchmark's wall clock over scans).
+func reportPerScan(b *testing.B, cpu time.Duration, scans int) {
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(scans)/1e6, "cpu-ms/scan")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(scans)/1e6, "ms/scan")
+}
+
+// wholeScans scans scanNode(n)'s root with scanRoot b.N times and checks
+// the last report: the CPU time the scans took.
+func wholeScans(b *testing.B, root string, n nodefixture.Shape) time.Duration {
+	var cpu cpuTime
+	var rep *scanReport
+	cpu.start(b)
+	for b.Loop() {
+		var err error
+		if rep, err = scanRoot(root); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	spent := cpu.since(b)
+	wantNode(b, rep, n)
+	return spent
 }
 
 // wantNode checks a scan of scanNode(n): every volume, the verdicts the
@@ -322,25 +344,8 @@ func BenchmarkServeScan(b *testing.B) {
 		n := nodefixture.Shape{Pods: pods, Mounted: true}
 		b.Run(fmt.Sprintf("volumes=%d/mounts=%d", pods*nodefixture.VolumesPerPod, pods), func(b *testing.B) {
 			root := scanNode(b, n)
-			var before unix.Rusage
-			start := func(b *testing.B) {
-				b.Helper()
-				if err := unix.Getrusage(unix.RUSAGE_SELF, &before); err != nil {
-					b.Fatal(err)
-				}
-			}
-			cpu := func(b *testing.B) time.Duration {
-				b.Helper()
-				var after unix.Rusage
-				if err := unix.Getrusage(unix.RUSAGE_SELF, &after); err != nil {
-					b.Fatal(err)
-				}
-				return time.Duration(after.Utime.Nano() - before.Utime.Nano() + after.Stime.Nano() - before.Stime.Nano())
-			}
-			perScan := func(b *testing.B, scans int) {
-				b.ReportMetric(float64(cpu(b).Nanoseconds())/float64(scans)/1e6, "cpu-ms/scan")
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(scans)/1e6, "ms/scan")
-			}
+			var cpu cpuTime
+			perScan := func(b *testing.B, scans int) { reportPerScan(b, cpu.since(b), scans) }
 			newScan := func(b *testing.B) *incrementalScan {
 				c := newIncrementalScan(clock.RealClock{}, time.Hour, 0)
 				c.settleAfter = 0
@@ -350,22 +355,12 @@ func BenchmarkServeScan(b *testing.B) {
 				return c
 			}
 			b.Run("whole", func(b *testing.B) {
-				var rep *scanReport
-				start(b)
-				for b.Loop() {
-					var err error
-					if rep, err = scanRoot(root); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.StopTimer()
-				perScan(b, b.N)
-				wantNode(b, rep, n)
+				reportPerScan(b, wholeScans(b, root, n), b.N)
 			})
 			b.Run("incremental-unchanged", func(b *testing.B) {
 				c := newScan(b)
 				var rep *scanReport
-				start(b)
+				cpu.start(b)
 				for b.Loop() {
 					var err error
 					if rep, err = c.scan(root); err != nil {
@@ -405,27 +400,26 @@ func BenchmarkServeScan(b *testing.B) {
 					if err := unix.Mount("tmpfs", nas, "tmpfs", 0, "size=64k"); err != nil {
 						b.Fatal(err)
 					}
-					start(b)
+					cpu.start(b)
 					b.StartTimer()
 					scan(verdictDanger)
 					b.StopTimer()
-					busy += cpu(b)
+					busy += cpu.since(b)
 					if err := unix.Unmount(nas, 0); err != nil {
 						b.Fatal(err)
 					}
-					start(b)
+					cpu.start(b)
 					b.StartTimer()
 					scan(verdictOK)
 					b.StopTimer()
-					busy += cpu(b)
+					busy += cpu.since(b)
 					b.StartTimer()
 				}
-				b.ReportMetric(float64(busy.Nanoseconds())/float64(2*b.N)/1e6, "cpu-ms/scan")
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(2*b.N)/1e6, "ms/scan")
+				reportPerScan(b, busy, 2*b.N)
 			})
 			b.Run("steady-state", func(b *testing.B) {
 				c := newScan(b)
-				start(b)
+				cpu.start(b)
 				for b.Loop() {
 					c.fullEvery = 0 // this scan is a whole one
 					if _, err := c.scan(root); err != nil || !c.last.full {
@@ -441,7 +435,7 @@ func BenchmarkServeScan(b *testing.B) {
 				b.StopTimer()
 				perScan(b, b.N*defaultFullEvery)
 				interval := 10 * time.Second
-				b.ReportMetric(float64(cpu(b).Nanoseconds())/float64(b.N)/float64(defaultFullEvery*interval.Nanoseconds())*1000, "millicores")
+				b.ReportMetric(float64(cpu.since(b).Nanoseconds())/float64(b.N)/float64(defaultFullEvery*interval.Nanoseconds())*1000, "millicores")
 			})
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 
@@ -15,12 +16,14 @@ import (
 
 // examinedDir is examineIn's answer about a volume directory of a plugin
 // other than emptyDir, reached by descriptors: the volume directory is
-// opened (O_PATH, no symlink followed) relative to its plugin directory,
-// itself opened from the pods directory one component at a time without
-// following symlinks (as ScanVolumes listed it), and every question is
-// asked of that descriptor. A name is never resolved twice: a plugin or
-// volume directory swapped for a symlink since the listing is an error or
-// a symlink, never a way out of the kubelet root.
+// looked at (statx, no symlink followed) relative to its plugin
+// directory, itself opened from the pods directory one component at a
+// time without following symlinks (as ScanVolumes listed it). A directory
+// is answered from that statx, its plugin directory and the mount table
+// (examineAt); anything else is opened O_PATH relative to the plugin
+// directory and asked through that descriptor. A name is never resolved
+// twice: a plugin or volume directory swapped for a symlink since the
+// listing is an error or a symlink, never a way out of the kubelet root.
 //
 // Nothing is asked of a filesystem mounted on the volume directory but
 // tmpfs and hugetlbfs (which never block): its type comes from the mount
@@ -29,16 +32,17 @@ import (
 // gone, or a CSI driver's FUSE daemon that hung, does not hang the scan.
 type examinedDir struct {
 	checkResult
-	fd int // the volume directory (O_PATH), -1 when it is none
+	// dirfd is the plugin directory (pluginDirs holds it open while the
+	// volume is examined), name the volume directory's entry in it and
+	// looked what a statx of that name found (for child, which opens it).
+	dirfd  int
+	name   string
+	looked fsat.MountStat
 }
 
-// close releases the descriptor.
-func (e *examinedDir) close() {
-	if e.fd >= 0 {
-		unix.Close(e.fd)
-		e.fd = -1
-	}
-}
+// close releases what the examination holds (nothing now: the volume
+// directory is not kept open).
+func (e *examinedDir) close() {}
 
 // pluginDirs opens the plugin directories of a scan's volumes from the
 // pods directory (fsat.SameMount: no symlink followed, no mount crossed)
@@ -47,9 +51,16 @@ func (e *examinedDir) close() {
 // same descriptor, the directory that was listed.
 type pluginDirs struct {
 	pods *fsat.Dir
+	tab  *mountdetect.MountTable
 	key  string
 	dir  *fsat.Dir
 	err  error
+	// pods is the pods directory as a mountdetect.Parent, read at the
+	// first volume that needs it; parent is the open plugin directory's,
+	// derived from it (the plugin directory is opened SameMount).
+	podsParent *mountdetect.Parent
+	podsErr    error
+	parent     *mountdetect.Parent
 }
 
 // open is the plugin directory escaped of the pod uid (owned by p).
@@ -64,17 +75,33 @@ func (p *pluginDirs) open(uid, escaped string) (*fsat.Dir, error) {
 	return p.dir, p.err
 }
 
+// parentOf is the open plugin directory as a mountdetect.Parent, nil when
+// it cannot be read (its volumes are then opened one by one).
+func (p *pluginDirs) parentOf() *mountdetect.Parent {
+	if p.parent != nil || p.dir == nil {
+		return p.parent
+	}
+	if p.podsParent == nil && p.podsErr == nil {
+		p.podsParent, p.podsErr = p.tab.Parent(p.pods.Fd(), p.pods.Path())
+	}
+	if p.podsParent != nil {
+		p.parent = p.podsParent.Beneath(p.key)
+	}
+	return p.parent
+}
+
 // close closes the directory kept open.
 func (p *pluginDirs) close() {
 	if p.dir != nil {
 		p.dir.Close()
 	}
 	p.key, p.dir, p.err = "", nil, nil
+	p.parent = nil
 }
 
 // examinePluginVolume examines vd, a volume directory in one of dirs.
 func examinePluginVolume(dirs *pluginDirs, tab *mountdetect.MountTable, vd volume.VolumeDir) examinedDir {
-	e := examinedDir{fd: -1}
+	e := examinedDir{dirfd: -1, name: vd.Volume}
 	e.Path, e.NestedMounts = vd.Path, []mountdetect.Mount{}
 	escaped, err := volume.EscapePluginName(vd.Plugin)
 	if err != nil {
@@ -90,43 +117,112 @@ func examinePluginVolume(dirs *pluginDirs, tab *mountdetect.MountTable, vd volum
 		e.fail(err)
 		return e
 	}
-	e.checkResult, e.fd = examineAt(plDir.Fd(), vd.Volume, vd.Path, tab, true)
+	e.dirfd = plDir.Fd()
+	e.checkResult, e.looked = examineAt(plDir.Fd(), vd.Volume, vd.Path, tab, dirs.parentOf)
 	return e
 }
 
-// child examines the entry name of the volume directory, relative to its
-// descriptor.
+// child examines the entry name of the volume directory, which it opens
+// (O_PATH, no symlink followed) relative to the plugin directory and
+// checks to be the directory examined: it is asked only of a volume
+// directory that is not a mount root (a CSI volume's), whose descriptor
+// holds no mount.
 func (e *examinedDir) child(tab *mountdetect.MountTable, name, path string) checkResult {
-	if e.fd < 0 {
-		r := checkResult{Path: path, NestedMounts: []mountdetect.Mount{}}
+	r := checkResult{Path: path, NestedMounts: []mountdetect.Mount{}}
+	if e.dirfd < 0 || e.kind != kindDir {
 		return r.fail(errors.New("not a directory"))
 	}
-	r, _ := examineAt(e.fd, name, path, tab, false)
+	fd, err := fsat.Openat(e.dirfd, e.name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return r.fail(&fs.PathError{Op: "openat", Path: e.Path, Err: err})
+	}
+	defer unix.Close(fd)
+	now, err := fsat.StatMount(fd, "", fsat.MountKey|fsat.TableID)
+	if err != nil {
+		return r.fail(&fs.PathError{Op: "statx", Path: e.Path, Err: err})
+	}
+	if now.Dev != e.looked.Dev || now.Ino != e.looked.Ino || now.ID != e.looked.ID || now.Root != e.looked.Root {
+		return r.fail(&fs.PathError{Op: "openat", Path: e.Path, Err: errors.New("changed while examined")})
+	}
+	r, _ = examineAt(fd, name, path, tab, nil)
 	return r
 }
 
 // examineAt is examineIn for the entry name of the directory dirfd (path
 // names it in messages), with no symlink followed and nothing resolved by
-// name but that one open. With keep, a directory's O_PATH descriptor is
-// returned (else -1), for the caller to close.
-func examineAt(dirfd int, name, path string, tab *mountdetect.MountTable, keep bool) (checkResult, int) {
+// name but once. It also returns what the statx of the entry found.
+//
+// The entry is looked at first by a statx of its name (AT_SYMLINK_NOFOLLOW,
+// the mount ID the table lists: mountdetect.LookTableID), and a directory is not opened when that and the mount table
+// answer everything: a mount root listed in the table (another plugin's
+// volume, mounted; onMountRoot), or, with parent (the directory dirfd as
+// a mountdetect.Parent; nil: none), a directory on the parent's mount. In
+// an agent's mount namespace a volume's mount is a propagated copy of the
+// kubelet's, and while any descriptor is open on its root the kubelet's
+// umount2 of the original fails with EBUSY.
+func examineAt(dirfd int, name, path string, tab *mountdetect.MountTable, parent func() *mountdetect.Parent) (checkResult, fsat.MountStat) {
+	r := checkResult{Path: path, NestedMounts: []mountdetect.Mount{}}
+	look, err := mountdetect.LookAt(dirfd, name, path, mountdetect.LookTableID)
+	if errors.Is(err, fs.ErrNotExist) {
+		r.SafeToRemove = true
+		return r, look.MountStat
+	}
+	if err == nil && look.Mode == unix.S_IFDIR {
+		if look.Root {
+			if done, err := r.onMountRoot(tab, look, name); err != nil || done {
+				if err != nil {
+					return r.fail(err), look.MountStat
+				}
+				return r, look.MountStat
+			}
+		} else if p := optParent(parent); p != nil {
+			info, at, beneath, ok, err := tab.Child(p, look, name)
+			if err != nil {
+				return r.fail(fmt.Errorf("list nested mounts: %w", err)), look.MountStat
+			}
+			if ok {
+				r.Exists, r.kind = true, kindDir
+				r.MountPoint, r.MountPointSure = false, true
+				r.FSType, r.Medium = info.FSType, emptydir.MediumOf(info)
+				r.on = at
+				r.NestedMounts = append(r.NestedMounts, beneath...)
+				r.SafeToRemove = len(r.NestedMounts) == 0
+				return r, look.MountStat
+			}
+		}
+	}
+	// Anything else is opened O_PATH and asked through that descriptor
+	// alone (what it is now: the statx only chose to open it, and nothing
+	// it saw is mixed into the answer): a symlink, a file; a
+	// mount root missing from the table (mounted since it was read) or a
+	// hugetlbfs (its page size); a directory without a parent or not on
+	// its mount; anything on a kernel without statx mount IDs.
+	r, st := examineOpen(dirfd, name, path, tab)
+	return r, st
+}
+
+// optParent calls parent if there is one.
+func optParent(parent func() *mountdetect.Parent) *mountdetect.Parent {
+	if parent == nil {
+		return nil
+	}
+	return parent()
+}
+
+// examineOpen is examineAt through an O_PATH descriptor of the entry,
+// closed before it returns.
+func examineOpen(dirfd int, name, path string, tab *mountdetect.MountTable) (checkResult, fsat.MountStat) {
 	r := checkResult{Path: path, NestedMounts: []mountdetect.Mount{}}
 	e, err := mountdetect.LookAt(dirfd, name, path, mountdetect.OpenPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		r.SafeToRemove = true
-		return r, -1
+		return r, e.MountStat
 	}
 	unsupported := errors.Is(err, mountdetect.ErrUnsupported) && e.Fd >= 0
 	if err != nil && !unsupported {
-		return r.fail(err), -1
+		return r.fail(err), e.MountStat
 	}
-	fd := e.Fd
-	ok := false
-	defer func() {
-		if !ok || !keep || r.kind != kindDir {
-			e.Close()
-		}
-	}()
+	defer e.Close()
 	r.Exists = true
 	switch e.Mode {
 	case unix.S_IFDIR:
@@ -141,7 +237,7 @@ func examineAt(dirfd int, name, path string, tab *mountdetect.MountTable, keep b
 	inTable := false
 	if e.Root {
 		if m, inTable, err = tab.MountOf(e); err != nil {
-			return r.fail(err), -1
+			return r.fail(err), e.MountStat
 		}
 	}
 	var info mountdetect.FSInfo
@@ -160,7 +256,7 @@ func examineAt(dirfd int, name, path string, tab *mountdetect.MountTable, keep b
 			info, err = tab.DetectEntry(e)
 		}
 		if err != nil {
-			return r.fail(fmt.Errorf("detect: %w", err)), -1
+			return r.fail(fmt.Errorf("detect: %w", err)), e.MountStat
 		}
 		switch {
 		case !unsupported:
@@ -178,7 +274,7 @@ func examineAt(dirfd int, name, path string, tab *mountdetect.MountTable, keep b
 	if r.kind == kindDir {
 		at, beneath, err := tab.MountsAtEntry(e)
 		if err != nil {
-			return r.fail(fmt.Errorf("list nested mounts: %w", err)), -1
+			return r.fail(fmt.Errorf("list nested mounts: %w", err)), e.MountStat
 		}
 		r.on = at
 		r.NestedMounts = append(r.NestedMounts, beneath...)
@@ -187,11 +283,35 @@ func examineAt(dirfd int, name, path string, tab *mountdetect.MountTable, keep b
 	if r.kind == kindSymlink {
 		r.SafeToRemove = !r.MountPoint && r.MountPointSure // rm unlinks it, never follows it
 	}
-	ok = true
-	if keep && r.kind == kindDir {
-		return r, fd
+	return r, e.MountStat
+}
+
+// onMountRoot answers for look, the entry name that a statx found to be a
+// directory with a mount on it, from the table alone, without opening it:
+// its mount (found by the mount ID) gives the type, the mounts stacked on
+// the directory and those beneath it (by the table's mount point of that
+// mount, the path the kernel would give for a descriptor of it). done is
+// false when the table cannot answer (the mount is not in it, or is a
+// hugetlbfs, whose page size is asked of it; or the table names its mount
+// point otherwise than name, moved since it was read): the caller then
+// opens the entry.
+func (r *checkResult) onMountRoot(tab *mountdetect.MountTable, look mountdetect.Entry, name string) (done bool, err error) {
+	m, inTable, err := tab.MountOf(look)
+	if err != nil || !inTable || m.FSType == "hugetlbfs" || filepath.Base(m.MountPoint) != name {
+		return false, err
 	}
-	return r, -1
+	at, beneath, ok, err := tab.MountsOnRoot(look)
+	if err != nil || !ok {
+		return false, err
+	}
+	info := look.InfoFromTable(m)
+	r.Exists, r.kind = true, kindDir
+	r.MountPoint, r.MountPointSure = true, true
+	r.FSType, r.Medium = info.FSType, emptydir.MediumOf(info)
+	r.on = at
+	r.NestedMounts = append(r.NestedMounts, beneath...)
+	r.SafeToRemove = false // a mount point
+	return true, nil
 }
 
 // readlinkAt is the target of the symlink name in dirfd, "" when it

@@ -12,18 +12,20 @@ import (
 // fails (volume.Layout.ScanVolumes does too).
 type examinedDir struct {
 	checkResult
-	fd int
 }
 
 func (e *examinedDir) close() {}
 
 // pluginDirs is the Linux pluginDirs.
-type pluginDirs struct{ pods *fsat.Dir }
+type pluginDirs struct {
+	pods *fsat.Dir
+	tab  *mountdetect.MountTable
+}
 
 func (p *pluginDirs) close() {}
 
 func examinePluginVolume(_ *pluginDirs, _ *mountdetect.MountTable, vd volume.VolumeDir) examinedDir {
-	e := examinedDir{fd: -1}
+	e := examinedDir{}
 	e.Path, e.NestedMounts = vd.Path, []mountdetect.Mount{}
 	e.fail(fsat.ErrUnsupported)
 	return e

@@ -16,13 +16,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/klog/v2/textlogger"
 	"k8s.io/utils/clock"
 
 	"github.com/nodevol/nodevol/httpserver"
+	"github.com/nodevol/nodevol/internal/base/promtext"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -72,7 +70,7 @@ type serveOptions struct {
 	propagationOf func(string) (mountdetect.Propagation, error)
 	version       versionInfo
 	clock         clock.WithTicker
-	registry      *prometheus.Registry
+	registry      *promtext.Registry
 	logger        logr.Logger
 	// scanned, when set, is called after each scan (tests).
 	scanned func()
@@ -124,7 +122,7 @@ func newServer(opts serveOptions) (*server, error) {
 		opts.clock = clock.RealClock{}
 	}
 	if opts.registry == nil {
-		opts.registry = prometheus.NewRegistry()
+		opts.registry = promtext.NewRegistry()
 	}
 	if opts.logger.GetSink() == nil {
 		opts.logger = logr.Discard()
@@ -142,6 +140,15 @@ func newServer(opts serveOptions) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The Go runtime's and the process's standard metrics beside serve's
+	// own: goroutines, heap, resident memory, open descriptors, which
+	// show whether the agent's footprint stays bounded. promtext's, as
+	// client_golang's collectors export them: a binary that links
+	// client_golang pays its initialisation at every start of every
+	// command (docs/benchmarks.md).
+	if err := errors.Join(promtext.RegisterGoMetrics(opts.registry), promtext.RegisterProcessMetrics(opts.registry)); err != nil && !errors.Is(err, errors.ErrUnsupported) {
+		return nil, err
+	}
 	if opts.propagationOf == nil {
 		opts.propagationOf = mountdetect.PropagationOf
 	}
@@ -151,8 +158,12 @@ func newServer(opts serveOptions) (*server, error) {
 		if opts.secureLn == nil {
 			return nil, errors.New("secure metrics without a listener")
 		}
+		count, err := newAuthRequestsCounter(opts.registry)
+		if err != nil {
+			return nil, err
+		}
 		s.secureSrv, err = httpserver.NewSecure(s.metricsHandler(), serveHTTP, *opts.secure, httpserver.SecureMetrics{
-			Registerer: opts.registry, Namespace: "nodevol", Logger: opts.logger.WithName("metrics-auth"), Clock: opts.clock})
+			Count: count, Logger: opts.logger.WithName("metrics-auth"), Clock: opts.clock})
 		if err != nil {
 			return nil, err
 		}
@@ -184,9 +195,7 @@ func (s *server) warnNotVisible() {
 }
 
 // metricsHandler serves the registry's metrics.
-func (s *server) metricsHandler() http.Handler {
-	return promhttp.HandlerFor(s.opts.registry, promhttp.HandlerOpts{Registry: s.opts.registry})
-}
+func (s *server) metricsHandler() http.Handler { return s.opts.registry }
 
 // handler serves /healthz and /readyz, and /metrics unless the metrics are
 // served securely on their own listener.
@@ -478,15 +487,9 @@ func runServe(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	bi, ok := debug.ReadBuildInfo()
-	// The Go runtime's and the process's standard metrics beside serve's
-	// own: goroutines, heap, resident memory, open descriptors, which
-	// show whether the agent's footprint stays bounded.
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	opts := serveOptions{
 		root: dir, hostRoot: filepath.Clean(a.hostRoot), interval: a.interval,
 		debounce: 100 * time.Millisecond, ns: ns.ns, version: newVersionInfo(bi, ok), logger: logger,
-		registry: reg,
 	}
 	ln, err := net.Listen("tcp", a.listen)
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/nodevol/nodevol/internal/base/promtext"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/nodevol/nodevol/internal/testsupport/slowclient"
@@ -76,7 +76,7 @@ func TestServeShutdownWithHungScan(t *testing.T) {
 	s, err := newServer(serveOptions{
 		root: "/nonexistent", hostRoot: "/var/lib/kubelet", interval: 10 * time.Second,
 		ns:    mountdetect.MountNamespace{State: mountdetect.MountNamespaceHost},
-		clock: clk, registry: prometheus.NewRegistry(), logger: logr.Discard(), // the hung scan logs after the test
+		clock: clk, registry: promtext.NewRegistry(), logger: logr.Discard(), // the hung scan logs after the test
 		scan: func(string) (*scanReport, error) {
 			scans++
 			started <- struct{}{}
@@ -155,7 +155,7 @@ func TestServeLogBounded(t *testing.T) {
 	s, err := newServer(serveOptions{
 		root: "/r", hostRoot: "/var/lib/kubelet", interval: 10 * time.Second,
 		ns:    mountdetect.MountNamespace{State: mountdetect.MountNamespaceHost},
-		clock: clocktesting.NewFakeClock(time.Now()), registry: prometheus.NewRegistry(), logger: logger,
+		clock: clocktesting.NewFakeClock(time.Now()), registry: promtext.NewRegistry(), logger: logger,
 		scan: func(string) (*scanReport, error) { return rep, nil },
 	})
 	if err != nil {
@@ -184,7 +184,7 @@ func TestServeRescanStormRateLimited(t *testing.T) {
 	s, err := newServer(serveOptions{
 		root: "/r", hostRoot: "/var/lib/kubelet", interval: time.Hour, rescan: rescan,
 		ns:    mountdetect.MountNamespace{State: mountdetect.MountNamespaceHost},
-		clock: clk, registry: prometheus.NewRegistry(), logger: logr.Discard(),
+		clock: clk, registry: promtext.NewRegistry(), logger: logr.Discard(),
 		scan: func(string) (*scanReport, error) {
 			clk.Step(2 * time.Second) // every scan takes 2s
 			return &scanReport{}, nil

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/nodevol/nodevol/internal/base/promtext"
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -62,7 +62,7 @@ func startServerWith(t *testing.T, opts serveOptions, watch <-chan struct{}) *te
 	}
 	opts.interval = 10 * time.Second
 	opts.version = versionInfo{Version: "v1.2.3", GoVersion: "go1.99"}
-	opts.clock, opts.registry = ts.clock, prometheus.NewRegistry()
+	opts.clock, opts.registry = ts.clock, promtext.NewRegistry()
 	opts.scanned = func() { ts.scans <- struct{}{} }
 	s, err := newServer(opts)
 	if err != nil {
@@ -179,8 +179,14 @@ func TestServe(t *testing.T) {
 			t.Errorf("/metrics: %s = %q; want %q", series, got, want)
 		}
 	}
-	if metric(body, `nodevol_last_scan_timestamp_seconds{root="/var/lib/kubelet"}`) == "" {
-		t.Errorf("/metrics has no nodevol_last_scan_timestamp_seconds:\n%s", body)
+	// The Go runtime's and the process's standard metrics, which the
+	// soak and footprint dashboards read (promtext's tests compare all of
+	// them with client_golang's collectors).
+	for _, series := range []string{"nodevol_last_scan_timestamp_seconds{root=\"/var/lib/kubelet\"}",
+		"go_goroutines", "go_memstats_heap_inuse_bytes", "process_resident_memory_bytes", "process_open_fds", "process_cpu_seconds_total"} {
+		if metric(body, series) == "" {
+			t.Errorf("/metrics has no %s:\n%s", series, body)
+		}
 	}
 
 	// A NAS in the Default emptyDir: one volume in danger after a rescan.

@@ -4,11 +4,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
+	"github.com/nodevol/nodevol/httpserver/kubeauth"
+	"github.com/nodevol/nodevol/internal/base/promtext"
 	"github.com/nodevol/nodevol/mountdetect"
 )
 
@@ -45,28 +48,31 @@ func TestServeMetricsPluginLabelBounded(t *testing.T) {
 	for i := range rep.volumes { // as if each had a mount inside
 		rep.volumes[i].NestedMounts = []mountdetect.Mount{{MountPoint: rep.volumes[i].Path + "/nas", FSType: "tmpfs"}}
 	}
-	reg := prometheus.NewRegistry()
+	reg := promtext.NewRegistry()
 	m, err := newServeMetrics(reg, "/var/lib/kubelet", &versionInfo{Version: "v1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m.observe(rep, nil, time.Second, time.Now())
-	families, err := reg.Gather()
-	if err != nil {
+	var body strings.Builder
+	if _, err := reg.WriteTo(&body); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range families {
-		name := f.GetName()
-		if name != "nodevol_scan_volumes" && name != "nodevol_scan_nested_mounts" {
-			continue
-		}
+	for _, name := range []string{"nodevol_scan_volumes", "nodevol_scan_nested_mounts"} {
 		plugins := map[string]float64{}
-		for _, s := range f.GetMetric() {
-			for _, l := range s.GetLabel() {
-				if l.GetName() == "plugin" {
-					plugins[l.GetValue()] += s.GetGauge().GetValue()
-				}
+		for _, line := range strings.Split(body.String(), "\n") {
+			if !strings.HasPrefix(line, name+"{") {
+				continue
 			}
+			m := pluginAndValue.FindStringSubmatch(line)
+			if m == nil {
+				t.Fatalf("%s: no plugin label and value in %q", name, line)
+			}
+			v, err := strconv.ParseFloat(m[2], 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plugins[m[1]] += v
 		}
 		// The known plugins and "other", whatever the attacker made.
 		if len(plugins) > 32 {
@@ -79,5 +85,36 @@ func TestServeMetricsPluginLabelBounded(t *testing.T) {
 				t.Errorf("%s{plugin=%q} = %v; want %v", name, p, plugins[p], v)
 			}
 		}
+	}
+}
+
+// pluginAndValue is the plugin label's value and the sample's value of a
+// line of the text exposition format.
+var pluginAndValue = regexp.MustCompile(`[{,]plugin="([^"]*)".* (\S+)$`)
+
+// TestAuthRequestsCounter: the secure endpoint's counter is exported
+// with every result from the start, at 0, under the name and help
+// kubeauth gives it, and counts what the filter reports.
+func TestAuthRequestsCounter(t *testing.T) {
+	reg := promtext.NewRegistry()
+	count, err := newAuthRequestsCounter(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count(kubeauth.Forbidden)
+	count(kubeauth.Allowed)
+	count(kubeauth.Allowed)
+	var body strings.Builder
+	if _, err := reg.WriteTo(&body); err != nil {
+		t.Fatal(err)
+	}
+	want := "# HELP nodevol_metrics_auth_requests_total " + kubeauth.RequestsHelp + "\n" +
+		"# TYPE nodevol_metrics_auth_requests_total counter\n" +
+		`nodevol_metrics_auth_requests_total{result="allowed"} 2` + "\n" +
+		`nodevol_metrics_auth_requests_total{result="forbidden"} 1` + "\n" +
+		`nodevol_metrics_auth_requests_total{result="unauthenticated"} 0` + "\n" +
+		`nodevol_metrics_auth_requests_total{result="unavailable"} 0` + "\n"
+	if body.String() != want {
+		t.Errorf("/metrics:\n%s\nwant:\n%s", body.String(), want)
 	}
 }

@@ -107,10 +107,34 @@ func (p *Plugin) Init(host k8svolume.VolumeHost) error {
 	p.host = host
 	opts := p.opts
 	if p.adopt {
-		opts = append(opts[:len(opts):len(opts)], emptydir.WithAdoption(emptydir.Adoption{Logger: p.logger, Registerer: p.adoptReg}))
+		opts = append(opts[:len(opts):len(opts)], emptydir.WithAdoption(emptydir.Adoption{Logger: p.logger, Adopted: p.adoptedCounter()}))
 	}
 	p.nv = emptydir.New(nodeHost{layout: layout, host: host}, opts...)
 	return nil
+}
+
+// adoptedCounter is what counts adoptions in
+// nodevol_emptydir_adopted_volumes_total{medium} on the Registerer of
+// WithAdoption: a counter of its own, or the one another plugin of this
+// process registered there.
+func (p *Plugin) adoptedCounter() func(volume.Medium) {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: emptydir.AdoptedVolumesMetric, Help: emptydir.AdoptedVolumesHelp}, []string{"medium"})
+	count := func(m volume.Medium) { c.WithLabelValues(m.String()).Inc() }
+	if p.adoptReg == nil {
+		return count
+	}
+	err := p.adoptReg.Register(c)
+	var dup prometheus.AlreadyRegisteredError
+	if errors.As(err, &dup) {
+		if existing, ok := dup.ExistingCollector.(*prometheus.CounterVec); ok {
+			c = existing
+			return count
+		}
+	}
+	if err != nil {
+		p.logger.Error(err, "Registering the adopted-volumes metric")
+	}
+	return count
 }
 
 // Emptydir returns the nodevol plugin underneath (nil before Init), for

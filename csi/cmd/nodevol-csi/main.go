@@ -44,6 +44,7 @@ import (
 	"github.com/nodevol/nodevol/csi/driver"
 	"github.com/nodevol/nodevol/fsquota"
 	"github.com/nodevol/nodevol/httpserver"
+	"github.com/nodevol/nodevol/httpserver/kubeauth"
 )
 
 // httpLimits are the limits of the HTTP server on --http-address:
@@ -149,8 +150,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer lock.Release()
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 	if *secureAddr != "" {
+		authRequests := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "nodevol", Subsystem: "csi",
+			Name: kubeauth.RequestsMetric, Help: kubeauth.RequestsHelp}, []string{"result"})
+		reg.MustRegister(authRequests)
+		for _, r := range kubeauth.Results() {
+			authRequests.WithLabelValues(string(r))
+		}
 		srv, err := httpserver.NewSecure(metrics, httpLimits, secure, httpserver.SecureMetrics{
-			Registerer: reg, Namespace: "nodevol", Subsystem: "csi", Logger: log.WithName("metrics-auth")})
+			Count:  func(r kubeauth.Result) { authRequests.WithLabelValues(string(r)).Inc() },
+			Logger: log.WithName("metrics-auth")})
 		if err != nil {
 			log.Error(err, "Setting up the secure metrics endpoint")
 			return 1

@@ -9,13 +9,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -56,6 +56,12 @@ func Reopen(fd int, flags int) (int, error) {
 type Dir struct {
 	fd   int
 	path string
+	// unlisted is 1 while fd is a descriptor this package opened for
+	// reading (O_RDONLY) and nothing has listed it yet: its offset is at
+	// the start, and the first EachEntry lists it through fd itself
+	// instead of opening the directory again (atomic: swapped to 0 by
+	// the lister).
+	unlisted int32
 }
 
 // OpenRoot opens the trusted directory path (absolute; symlinks in it are
@@ -68,7 +74,7 @@ func OpenRoot(path string) (*Dir, error) {
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	return &Dir{fd: fd, path: filepath.Clean(path)}, nil
+	return &Dir{fd: fd, path: filepath.Clean(path), unlisted: 1}, nil
 }
 
 // FromFd makes a Dir of an open directory fd, which it then owns.
@@ -220,7 +226,7 @@ func (d *Dir) walk(rel string, create bool, mode uint32, opts []Option) (*Dir, e
 		if err != nil {
 			return nil, &os.PathError{Op: "openat", Path: d.path, Err: err}
 		}
-		cur = &Dir{fd: fd, path: d.path}
+		cur = &Dir{fd: fd, path: d.path, unlisted: 1}
 	}
 	return cur, nil
 }
@@ -258,7 +264,7 @@ func (d *Dir) openDirFast(rel string, o Option) (*Dir, bool) {
 	if err != nil {
 		return nil, false
 	}
-	return &Dir{fd: fd, path: d.Join(rel)}, true
+	return &Dir{fd: fd, path: d.Join(rel), unlisted: 1}, true
 }
 
 // openChild opens the directory name in d (creating it with mode when
@@ -291,7 +297,7 @@ func (d *Dir) openChild(name string, create bool, mode uint32, check func(fd int
 					return nil, &os.PathError{Op: "fchmod", Path: p, Err: err}
 				}
 			}
-			return &Dir{fd: fd, path: p}, nil
+			return &Dir{fd: fd, path: p, unlisted: 1}, nil
 		}
 		if err == unix.ENOENT && create {
 			err := Retry(func() error { return unix.Mkdirat(d.fd, name, mode) })
@@ -367,8 +373,7 @@ func (d *Dir) ReadFile(name string, max int64) ([]byte, error) {
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: p, Err: err}
 	}
-	f := os.NewFile(uintptr(fd), p)
-	defer f.Close()
+	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, &os.PathError{Op: "fstat", Path: p, Err: err}
@@ -379,9 +384,25 @@ func (d *Dir) ReadFile(name string, max int64) ([]byte, error) {
 	if st.Size > max {
 		return nil, &os.PathError{Op: "read", Path: p, Err: fmt.Errorf("%w: %d bytes, at most %d expected", ErrTooLarge, st.Size, max)}
 	}
-	b, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, &os.PathError{Op: "read", Path: p, Err: err}
+	// Read into a buffer of the size fstat gave and one byte more, grown
+	// (up to max and one byte) only for a file that grew meanwhile.
+	b := make([]byte, 0, st.Size+1)
+	for {
+		if len(b) == cap(b) {
+			if int64(len(b)) > max {
+				return nil, &os.PathError{Op: "read", Path: p, Err: fmt.Errorf("%w: more than %d bytes", ErrTooLarge, max)}
+			}
+			b = slices.Grow(b, int(min(max+1-int64(len(b)), int64(len(b))+512)))
+		}
+		var n int
+		err := Retry(func() (err error) { n, err = unix.Read(fd, b[len(b):cap(b)]); return err })
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: p, Err: err}
+		}
+		if n <= 0 {
+			break
+		}
+		b = b[:len(b)+n]
 	}
 	if int64(len(b)) > max {
 		return nil, &os.PathError{Op: "read", Path: p, Err: fmt.Errorf("%w: more than %d bytes", ErrTooLarge, max)}
@@ -420,8 +441,9 @@ func (d *Dir) openRegular(name string, flags int) (int, error) {
 		return -1, ErrOtherMount
 	case unix.ELOOP:
 		return -1, sentinelErrno{ErrSymlink, unix.ELOOP}
-	case unix.ENOSYS, unix.EPERM:
-		// No openat2 (or a sandbox that refuses it).
+	case unix.ENOSYS, unix.EPERM, unix.EINVAL, unix.EAGAIN:
+		// No openat2 (Linux < 5.6, or a seccomp filter), or one that
+		// asks to be retried: the O_PATH descriptor below.
 	default:
 		return -1, err
 	}
@@ -599,12 +621,19 @@ func (d *Dir) ReadEntries() ([]Entry, error) {
 // buffer, whatever the directory's size: a directory an attacker filled
 // costs time, not memory. Entries that vanish while listed are left out.
 // An error from fn stops the listing and is returned (ErrStop: nil).
+//
+// The first listing of a Dir this package opened reads d's own descriptor
+// (its offset at the start); any other opens the directory again, from d,
+// so that listings never share an offset.
 func (d *Dir) EachEntry(fn func(Entry) error) error {
-	fd, err := Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		return &os.PathError{Op: "openat", Path: d.path, Err: err}
+	fd := d.fd
+	if !atomic.CompareAndSwapInt32(&d.unlisted, 1, 0) {
+		var err error
+		if fd, err = Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0); err != nil {
+			return &os.PathError{Op: "openat", Path: d.path, Err: err}
+		}
+		defer unix.Close(fd)
 	}
-	defer unix.Close(fd)
 	buf := make([]byte, 32<<10)
 	for {
 		var n int

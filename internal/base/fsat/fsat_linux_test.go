@@ -1,8 +1,10 @@
 package fsat
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -97,5 +99,52 @@ func write(t *testing.T, p, s string) {
 	t.Helper()
 	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestEachEntryListsEveryTime: the first listing of a Dir reads its own
+// descriptor, later ones open the directory again; a listing stopped
+// early (ErrStop) or a second one must still see every entry, never
+// continue from the offset the last one left.
+func TestEachEntryListsEveryTime(t *testing.T) {
+	dir := t.TempDir()
+	want := []string{}
+	for i := range 300 {
+		name := fmt.Sprintf("entry-%03d", i)
+		want = append(want, name)
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root, err := OpenRoot(filepath.Dir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	for _, first := range []string{"whole", "stopped"} {
+		d, err := root.OpenDir(filepath.Base(dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		if err := d.EachEntry(func(Entry) error {
+			if n++; first == "stopped" && n == 10 {
+				return ErrStop
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 2 {
+			var got []string
+			if err := d.EachEntry(func(e Entry) error { got = append(got, e.Name); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				t.Errorf("after a %s first listing, listing %d: %d entries, want %d", first, i+2, len(got), len(want))
+			}
+		}
+		d.Close()
 	}
 }

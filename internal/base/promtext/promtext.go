@@ -1,24 +1,25 @@
-// Package promtext keeps gauges, counters and histograms and writes them
-// in Prometheus's text exposition format (version 0.0.4), the format every
-// Prometheus server scrapes.
+// Package promtext keeps gauges, counters, histograms and summaries and
+// writes them in Prometheus's text exposition format (version 0.0.4), the
+// format every Prometheus server scrapes; RegisterGoMetrics and
+// RegisterProcessMetrics add the Go runtime's and the process's standard
+// metrics, as client_golang's Go and process collectors export them.
 //
 // It is for the nodevol binary, so that it need not link
 // github.com/prometheus/client_golang: that package's initialisation (its
 // default registry with the Go and process collectors, and the protobuf
 // descriptors of client_model) runs at every start of every command, and
-// makes `nodevol rm` start three times slower than a Go program that does
-// nothing (docs/benchmarks.md). serve does not use it yet: it also exports
-// client_golang's Go and process collectors, which this package does not
-// provide. Libraries (reconciler) and the other binaries keep
-// client_golang.
+// made `nodevol rm` start three times slower than a Go program that does
+// nothing (docs/benchmarks.md). Libraries (reconciler) and the other
+// binaries keep client_golang.
 //
 // What it writes is what client_golang's registry and promhttp write for
-// the same metrics (tests compare the bytes): families sorted by name,
+// the same metrics (tests compare the bytes, and the Go and process
+// families with client_golang's collectors'): families sorted by name,
 // each with its HELP and TYPE lines, series sorted by label values,
 // labels sorted by name, values as strconv's shortest 'g' form. A vector
-// with no series is left out, as client_golang leaves it out. Not
-// covered: summaries, exemplars, native histograms, OpenMetrics and
-// protobuf negotiation, and compression.
+// with no series is left out, as client_golang leaves it out. A summary
+// is set whole (it computes no quantiles). Not covered: exemplars, native
+// histograms, OpenMetrics and protobuf negotiation, and compression.
 package promtext
 
 import (
@@ -72,6 +73,17 @@ func (o Opts) fullName() string {
 type Registry struct {
 	mu       sync.Mutex
 	families map[string]*family
+	updates  []func()
+}
+
+// BeforeWrite has update called at the start of every WriteTo (every
+// scrape), before anything is written: to set the metrics whose values
+// are read when they are scraped (the Go runtime's, the process's).
+// Scrapes at once call it at once.
+func (r *Registry) BeforeWrite(update func()) {
+	r.mu.Lock()
+	r.updates = append(r.updates, update)
+	r.mu.Unlock()
 }
 
 // NewRegistry is an empty Registry.
@@ -84,6 +96,7 @@ const (
 	kindGauge     kind = "gauge"
 	kindCounter   kind = "counter"
 	kindHistogram kind = "histogram"
+	kindSummary   kind = "summary"
 )
 
 // family is one metric name: its help, type, label names (constant ones
@@ -97,7 +110,7 @@ type family struct {
 	varNames   []string
 	allNames   []string            // constNames then varNames
 	labelOrder []int               // all labels sorted by name, as indexes into allNames
-	buckets    []float64           // histograms
+	buckets    []float64           // histograms: upper bounds; summaries: quantiles
 	series     map[string]*series  // by the variable label values, joined
 	order      map[string][]string // the variable label values, by the same key
 	dflt       *series             // the one series of a family without variable labels
@@ -108,7 +121,8 @@ type family struct {
 // sum and count.
 type series struct {
 	value  float64
-	counts []uint64 // histogram: per bucket, not cumulative
+	counts []uint64  // histogram: per bucket, not cumulative
+	quants []float64 // summary: the value of each quantile
 	sum    float64
 	count  uint64
 }
@@ -150,7 +164,7 @@ func newFamily(o Opts, k kind, constLabels Labels, varNames []string, buckets []
 	f.allNames = append(slices.Clone(f.constNames), f.varNames...)
 	seen := map[string]bool{}
 	for _, n := range f.allNames {
-		if !validName(n, true) || seen[n] || (k == kindHistogram && n == "le") {
+		if !validName(n, true) || seen[n] || (k == kindHistogram && n == "le") || (k == kindSummary && n == "quantile") {
 			return nil, fmt.Errorf("promtext: %s: label %q: %w", f.name, n, ErrInvalidName)
 		}
 		seen[n] = true
@@ -173,8 +187,11 @@ func (f *family) get(vals []string) *series {
 	s, ok := f.series[key]
 	if !ok {
 		s = &series{}
-		if f.kind == kindHistogram {
+		switch f.kind {
+		case kindHistogram:
 			s.counts = make([]uint64, len(f.buckets))
+		case kindSummary:
+			s.quants = make([]float64, len(f.buckets))
 		}
 		f.series[key] = s
 		f.order[key] = slices.Clone(vals)
@@ -217,8 +234,8 @@ func (r *Registry) Register(ms ...Metric) error {
 	return nil
 }
 
-// Metric is what Register takes: a Gauge, GaugeVec, Counter, CounterVec
-// or Histogram.
+// Metric is what Register takes: a Gauge, GaugeVec, Counter, CounterVec,
+// Histogram or Summary.
 type Metric interface{ family() *family }
 
 // Gauge is a value that goes up and down.
@@ -245,6 +262,15 @@ func (g *Gauge) Set(v float64) {
 
 // Counter is a value that only goes up.
 type Counter struct{ f *family }
+
+// Set sets the counter to v: for a total that something else counts (the
+// kernel's CPU time of the process, the Go runtime's allocations), read
+// when it is scraped.
+func (c *Counter) Set(v float64) {
+	c.f.mu.Lock()
+	c.f.dflt.value = v
+	c.f.mu.Unlock()
+}
 
 // NewCounter is a counter at 0, with the constant labels constLabels.
 func NewCounter(o Opts, constLabels Labels) (*Counter, error) {
@@ -367,9 +393,47 @@ func (h *Histogram) Observe(v float64) {
 	s.count++
 }
 
+// Summary is a summary whose quantiles, sum and count are read together
+// from elsewhere (the Go runtime's garbage collection pauses) and set
+// together; it computes no quantiles itself.
+type Summary struct{ f *family }
+
+// NewSummary is a summary of the quantiles (each in [0, 1], increasing),
+// all 0 until set, with the constant labels constLabels.
+func NewSummary(o Opts, constLabels Labels, quantiles []float64) (*Summary, error) {
+	if !slices.IsSorted(quantiles) || slices.ContainsFunc(quantiles, func(q float64) bool { return !(q >= 0 && q <= 1) }) {
+		return nil, fmt.Errorf("promtext: %s: quantiles %v: want increasing values in [0, 1]", o.fullName(), quantiles)
+	}
+	f, err := newFamily(o, kindSummary, constLabels, nil, slices.Clone(quantiles))
+	if err != nil {
+		return nil, err
+	}
+	return &Summary{f}, nil
+}
+
+func (s *Summary) family() *family { return s.f }
+
+// Set sets the value of each quantile (in the order NewSummary was given
+// them; it panics when there are not as many), the sum and the count.
+func (s *Summary) Set(values []float64, sum float64, count uint64) {
+	if len(values) != len(s.f.buckets) {
+		panic(fmt.Errorf("promtext: %s: %d values for %d quantiles: %w", s.f.name, len(values), len(s.f.buckets), ErrLabelCount))
+	}
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	copy(s.f.dflt.quants, values)
+	s.f.dflt.sum, s.f.dflt.count = sum, count
+}
+
 // WriteTo writes every registered metric with a series, in the text
-// exposition format.
+// exposition format, after the updates BeforeWrite was given.
 func (r *Registry) WriteTo(w io.Writer) (int64, error) {
+	r.mu.Lock()
+	updates := slices.Clone(r.updates)
+	r.mu.Unlock()
+	for _, u := range updates {
+		u()
+	}
 	r.mu.Lock()
 	fams := make([]*family, 0, len(r.families))
 	for _, f := range r.families {
@@ -432,7 +496,16 @@ func (f *family) write(buf *bytes.Buffer) {
 		for i, j := range f.labelOrder {
 			names[i] = f.allNames[j]
 		}
-		if f.kind != kindHistogram {
+		switch f.kind {
+		case kindHistogram:
+		case kindSummary:
+			for i, q := range f.buckets {
+				writeSample(buf, f.name, names, vals, "quantile", formatFloat(q), s.quants[i])
+			}
+			writeSample(buf, f.name+"_sum", names, vals, "", "", s.sum)
+			writeSample(buf, f.name+"_count", names, vals, "", "", float64(s.count))
+			continue
+		default:
 			writeSample(buf, f.name, names, vals, "", "", s.value)
 			continue
 		}
@@ -448,8 +521,8 @@ func (f *family) write(buf *bytes.Buffer) {
 }
 
 // writeSample writes one line: name{labels} value, with the label
-// extraName=extraVal last when extraName is not empty (le, as
-// client_golang puts it).
+// extraName=extraVal last when extraName is not empty (le or quantile, as
+// client_golang puts them).
 func writeSample(buf *bytes.Buffer, name string, names, vals []string, extraName, extraVal string, v float64) {
 	buf.WriteString(name)
 	if len(names) > 0 || extraName != "" {

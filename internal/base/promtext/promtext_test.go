@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -164,3 +165,53 @@ func panicked(f func()) (err error) {
 	f()
 	return nil
 }
+
+// TestSummaryAsClientGolang: a summary's lines are client_golang's for a
+// constant summary with the same quantiles.
+func TestSummaryAsClientGolang(t *testing.T) {
+	ours := NewRegistry()
+	s := must(NewSummary(Opts{Name: "pause_seconds", Help: "Pauses."}, Labels{"root": "/r"}, []float64{0, 0.25, 0.5, 0.75, 1}))
+	if err := ours.Register(s); err != nil {
+		t.Fatal(err)
+	}
+	s.Set([]float64{1e-5, 2e-5, 3.5e-5, 0.0001, 0.25}, 1.5, 42)
+	theirs := prometheus.NewRegistry()
+	desc := prometheus.NewDesc("pause_seconds", "Pauses.", nil, prometheus.Labels{"root": "/r"})
+	theirs.MustRegister(constCollector{prometheus.MustNewConstSummary(desc, 42, 1.5,
+		map[float64]float64{0: 1e-5, 0.25: 2e-5, 0.5: 3.5e-5, 0.75: 0.0001, 1: 0.25})})
+	compare(t, ours, theirs)
+	if err := panicked(func() { s.Set([]float64{1}, 0, 0) }); err == nil {
+		t.Error("Set with one value for five quantiles did not panic")
+	}
+	for _, q := range [][]float64{{0.5, 0.25}, {1.5}, {math.NaN()}} {
+		if _, err := NewSummary(Opts{Name: "x"}, nil, q); err == nil {
+			t.Errorf("NewSummary(%v): no error", q)
+		}
+	}
+}
+
+// TestBeforeWriteRunsAtEveryScrape: the updates run before each write,
+// so a scrape sees what they set.
+func TestBeforeWriteRunsAtEveryScrape(t *testing.T) {
+	r := NewRegistry()
+	c := must(NewCounter(Opts{Name: "reads_total", Help: "Reads."}, nil))
+	if err := r.Register(c); err != nil {
+		t.Fatal(err)
+	}
+	n := 0.0
+	r.BeforeWrite(func() { n++; c.Set(n) })
+	for i := 1; i <= 3; i++ {
+		var b bytes.Buffer
+		if _, err := r.WriteTo(&b); err != nil {
+			t.Fatal(err)
+		}
+		if want := "reads_total " + formatFloat(float64(i)) + "\n"; !strings.HasSuffix(b.String(), want) {
+			t.Errorf("scrape %d:\n%s\nwant it to end in %q", i, b.String(), want)
+		}
+	}
+}
+
+type constCollector struct{ m prometheus.Metric }
+
+func (c constCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.m.Desc() }
+func (c constCollector) Collect(ch chan<- prometheus.Metric) { ch <- c.m }

@@ -135,7 +135,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "the watchdog kills the namespace after this long")
 	fs.StringVar(&o.workdir, "workdir", "", "work directory, kept afterwards (default: a temporary one, removed when the run passes)")
 	fs.StringVar(&o.nodevolImage, "nodevol-image", "", "the nodevol image, an OCI layout tarball with `FILE`.digest beside it, from the root module's ./hack/image (default: built by the driver)")
-	fs.StringVar(&o.deploy, "deploy", "../deploy", "the `DIR`ectory of nodevol's manifests, whose DaemonSet the exporter scenario runs")
+	fs.StringVar(&o.deploy, "deploy", "../deploy", "the `DIR`ectory of nodevol's manifests, whose DaemonSet the exporter scenario runs, and whose PrometheusRule's kubelet alert the NAS scenarios check")
 	fs.StringVar(&o.csiImage, "csi-image", "", "the nodevol-csi image, an OCI layout tarball with `FILE`.digest beside it, from the root module's ./hack/image -binary nodevol-csi (default: built by the driver)")
 	fs.StringVar(&o.csiRolloutImage, "csi-rollout-image", "", "-mode deploy: the nodevol-csi image `FILE` the rolling update moves to, named as -csi-image is (another build: an upgrade from -csi-image, or a rollback to an older one); default: -csi-image with another digest")
 	fs.StringVar(&o.csiDeploy, "csi-deploy", "../deploy/csi", "the `DIR`ectory of nodevol-csi's manifests, which the CSI scenario applies")
@@ -498,6 +498,13 @@ func runNamespace(ctx context.Context, opts options, workdir string, images []st
 		Mode:       opts.mode,
 		Start:      start,
 		Deadline:   deadline.Add(-innerMargin(opts.timeout)),
+	}
+	if opts.mode == modeScenarios {
+		sel, err := alertSelector(ruleFile(opts.deploy), kubeletTeardownAlert)
+		if err != nil {
+			return err
+		}
+		cfg.KubeletAlert = &sel
 	}
 	if opts.mode != modeScenarios {
 		cfg.Cluster = &clusterInputs{Scheduler: opts.scheduler, ControllerManager: opts.controllerManager, Nodes: 1}

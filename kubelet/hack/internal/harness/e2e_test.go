@@ -358,7 +358,7 @@ func TestParseTokenClaims(t *testing.T) {
 	}
 }
 
-func TestCountFailedEmptyDirUnmounts(t *testing.T) {
+func TestCountFailedUnmounts(t *testing.T) {
 	// Lines as kubelet v1.37.2's /metrics writes them (labels sorted).
 	const text = `# HELP storage_operation_duration_seconds [BETA] Storage operation duration
 # TYPE storage_operation_duration_seconds histogram
@@ -370,11 +370,11 @@ storage_operation_duration_seconds_count{migrated="false",operation_name="volume
 storage_operation_duration_seconds_count{migrated="false",operation_name="volume_mount",status="fail-unknown",volume_plugin="kubernetes.io/empty-dir"} 2
 storage_operation_duration_seconds_count{migrated="false",operation_name="volume_unmount",status="fail-unknown",volume_plugin="kubernetes.io/downward-api"} 5
 `
-	n, err := countFailedEmptyDirUnmounts(strings.NewReader(text))
-	if err != nil || n != 4 {
-		t.Fatalf("countFailedEmptyDirUnmounts = %g, %v; want 4, nil", n, err)
+	n, err := countFailedUnmounts(strings.NewReader(text), "kubernetes.io/empty-dir", "kubernetes.io/downward-api", "kubernetes.io/csi:x")
+	if err != nil || !slices.Equal(n, []float64{4, 5, 0}) {
+		t.Fatalf("countFailedUnmounts = %v, %v; want [4 5 0], nil", n, err)
 	}
-	if _, err := countFailedEmptyDirUnmounts(strings.NewReader(`storage_operation_duration_seconds_count{operation_name="volume_unmount",status="fail-unknown",volume_plugin="kubernetes.io/empty-dir"} x` + "\n")); err == nil {
+	if _, err := countFailedUnmounts(strings.NewReader(`storage_operation_duration_seconds_count{operation_name="volume_unmount",status="fail-unknown",volume_plugin="kubernetes.io/empty-dir"} x`+"\n"), "kubernetes.io/empty-dir"); err == nil {
 		t.Fatal("a value that is not a number was accepted")
 	}
 }

@@ -20,9 +20,6 @@ import (
 	"time"
 
 	"github.com/moby/sys/mountinfo"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"golang.org/x/sys/unix"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -104,10 +101,9 @@ func exporterScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
 		return
 	}
 
-	client := &http.Client{Timeout: 2 * time.Second}
-	run := &exporterRun{ex: ex, k: k, up: true}
+	run, ok := startExporter(ctx, env, ex, o)
 	defer run.cleanup()
-	if !startExporter(ctx, env, ex, client, o) {
+	if !ok {
 		return
 	}
 
@@ -122,7 +118,7 @@ func exporterScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
 		o.fact("mirror pod %s/%s, uid %s, priority class %q", mirror.Namespace, mirror.Name, mirror.UID, mirror.Spec.PriorityClassName)
 	}
 
-	m, err := scrape(ctx, client, ex.metricsURL)
+	m, err := run.scrape(ctx)
 	if err != nil {
 		o.harness(err)
 		return
@@ -157,15 +153,10 @@ func exporterScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
 	// The exporter's first scan (before /readyz said 200) listed the pod's
 	// volume, healthy.
 	emptyDirOK := map[string]string{"root": ex.hostRoot, "plugin": "kubernetes.io/empty-dir"}
-	err = poll(ctx, 2*ex.interval, func() (bool, error) {
-		m, err := scrape(ctx, client, ex.metricsURL)
-		return err == nil && m.value("nodevol_scan_volumes", emptyDirOK) >= 1, nil
+	m, err = run.scrapeUntil(ctx, 2*ex.interval, func(m metrics) bool {
+		return m.value("nodevol_scan_volumes", emptyDirOK) >= 1
 	})
 	if !o.want(err == nil, "the exporter never listed the pod's emptyDir in nodevol_scan_volumes: %v", err) {
-		return
-	}
-	if m, err = scrape(ctx, client, ex.metricsURL); err != nil {
-		o.harness(err)
 		return
 	}
 	o.fact("with the pod, before the NAS: %s; %s", m.series("nodevol_scan_volumes"), m.series("nodevol_scan_danger_volumes"))
@@ -192,12 +183,11 @@ func exporterScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
 	inContainer := filepath.Join(ex.root, strings.TrimPrefix(nas, k.root))
 	var seenInContainer time.Duration
 	danger := map[string]string{"root": ex.hostRoot, "plugin": "kubernetes.io/empty-dir", "verdict": "danger", "reason": "nested-mount"}
-	err = poll(ctx, 3*ex.interval, func() (bool, error) {
+	m, err = run.scrapeUntil(ctx, 3*ex.interval, func(m metrics) bool {
 		if seenInContainer == 0 && mountedIn(ex, inContainer) {
 			seenInContainer = time.Since(t1)
 		}
-		m, err = scrape(ctx, client, ex.metricsURL)
-		return err == nil && m.value("nodevol_scan_danger_volumes", rootLabel) == 1, nil
+		return m.value("nodevol_scan_danger_volumes", rootLabel) == 1
 	})
 	detect := time.Since(t1)
 	if !o.want(err == nil, "nodevol_scan_danger_volumes never became 1 after the NAS was mounted: %v (last: %s)", err, m.series("nodevol_scan_danger_volumes")) {
@@ -232,9 +222,8 @@ func exporterScenario(ctx context.Context, env *scenarioEnv, o *outcome) {
 		return
 	}
 	t2 := time.Now()
-	err = poll(ctx, 3*ex.interval, func() (bool, error) {
-		m, err = scrape(ctx, client, ex.metricsURL)
-		return err == nil && m.value("nodevol_scan_danger_volumes", rootLabel) == 0, nil
+	m, err = run.scrapeUntil(ctx, 3*ex.interval, func(m metrics) bool {
+		return m.value("nodevol_scan_danger_volumes", rootLabel) == 0
 	})
 	cleared := time.Since(t2)
 	if !o.want(err == nil, "nodevol_scan_danger_volumes never went back to 0 after the NAS's unmount: %v (last: %s)", err, m.series("nodevol_scan_danger_volumes")) {
@@ -289,13 +278,12 @@ func exporterControlScenario(ctx context.Context, env *scenarioEnv, o *outcome) 
 	if !ok {
 		return
 	}
-	client := &http.Client{Timeout: 2 * time.Second}
-	run := &exporterRun{ex: ex, k: k, up: true}
+	run, ok := startExporter(ctx, env, ex, o)
 	defer run.cleanup()
-	if !startExporter(ctx, env, ex, client, o) {
+	if !ok {
 		return
 	}
-	m, err := scrape(ctx, client, ex.metricsURL)
+	m, err := run.scrape(ctx)
 	if err != nil {
 		o.harness(err)
 		return
@@ -323,9 +311,8 @@ func exporterControlScenario(ctx context.Context, env *scenarioEnv, o *outcome) 
 	// private, nothing in the container's mount table changed, so this is
 	// the interval's scan.
 	since := float64(t1.UnixNano()) / 1e9
-	err = poll(ctx, 3*ex.interval, func() (bool, error) {
-		m, err = scrape(ctx, client, ex.metricsURL)
-		return err == nil && m.value("nodevol_last_successful_scan_timestamp_seconds", rootLabel) >= since, nil
+	m, err = run.scrapeUntil(ctx, 3*ex.interval, func(m metrics) bool {
+		return m.value("nodevol_last_successful_scan_timestamp_seconds", rootLabel) >= since
 	})
 	if !o.want(err == nil, "no successful scan started after the NAS was mounted: %v", err) {
 		return
@@ -348,9 +335,30 @@ func exporterControlScenario(ctx context.Context, env *scenarioEnv, o *outcome) 
 // exporterRun is a started exporter static pod, removed by cleanup unless
 // stop removed it.
 type exporterRun struct {
-	ex *staticExporter
-	k  *kubelet
-	up bool
+	ex     *staticExporter
+	k      *kubelet
+	client *http.Client
+	up     bool
+}
+
+// scrape reads the exporter's /metrics.
+func (r *exporterRun) scrape(ctx context.Context) (metrics, error) {
+	return scrape(ctx, r.client, r.ex.metricsURL)
+}
+
+// scrapeUntil scrapes the exporter's /metrics until cond holds of them,
+// for up to within: the last metrics it read, and poll's error.
+func (r *exporterRun) scrapeUntil(ctx context.Context, within time.Duration, cond func(metrics) bool) (metrics, error) {
+	var last metrics
+	err := poll(ctx, within, func() (bool, error) {
+		m, err := r.scrape(ctx)
+		if err != nil {
+			return false, nil
+		}
+		last = m
+		return cond(m), nil
+	})
+	return last, err
 }
 
 func (r *exporterRun) cleanup() {
@@ -464,28 +472,30 @@ func scratchPodWithMountPoint(ctx context.Context, env *scenarioEnv, o *outcome)
 }
 
 // startExporter writes the exporter's manifest and waits until its
-// readiness probe's URL answers 200 (its first scan is done).
-func startExporter(ctx context.Context, env *scenarioEnv, ex *staticExporter, client *http.Client, o *outcome) bool {
+// readiness probe's URL answers 200 (its first scan is done). The run it
+// returns, ready or not, removes the static pod on cleanup.
+func startExporter(ctx context.Context, env *scenarioEnv, ex *staticExporter, o *outcome) (*exporterRun, bool) {
 	k := env.kubelet
+	run := &exporterRun{ex: ex, k: k, client: &http.Client{Timeout: 2 * time.Second}, up: true}
 	t0 := time.Now()
 	if err := k.addPod(ex.pod); err != nil {
 		o.harness(err)
-		return false
+		return run, false
 	}
 	if err := k.waitRunning(ctx, ex.pod); err != nil {
 		o.harness(err)
-		return false
+		return run, false
 	}
 	err := poll(ctx, 3*ex.interval, func() (bool, error) {
-		code, _ := httpStatus(ctx, client, ex.readyURL)
+		code, _ := httpStatus(ctx, run.client, ex.readyURL)
 		return code == http.StatusOK, k.alive()
 	})
 	if !o.want(err == nil, "the exporter's %s never answered 200: %v", ex.readyURL, err) {
-		return false
+		return run, false
 	}
 	o.time("exporter manifest written → /readyz 200", time.Since(t0))
 	o.observe("ready in %.1fs", time.Since(t0).Seconds())
-	return true
+	return run, true
 }
 
 // checkExporterProcess looks at the exporter's process from outside: the
@@ -770,114 +780,6 @@ func httpStatus(ctx context.Context, client *http.Client, url string) (int, erro
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, resp.Body)
 	return resp.StatusCode, nil
-}
-
-// metrics are the metric families of one scrape.
-type metrics map[string]*dto.MetricFamily
-
-// scrape reads the exporter's /metrics (Prometheus text format).
-func scrape(ctx context.Context, client *http.Client, url string) (metrics, error) {
-	return scrapeAs(ctx, client, url, "")
-}
-
-// scrapeAs is scrape with a bearer token ("": none).
-func scrapeAs(ctx context.Context, client *http.Client, url, token string) (metrics, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return parseMetrics(resp.Body)
-}
-
-// parseMetrics parses the Prometheus text format.
-func parseMetrics(r io.Reader) (metrics, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(r)
-	if err != nil {
-		return nil, fmt.Errorf("parsing metrics: %w", err)
-	}
-	return metrics(fams), nil
-}
-
-// matching is the series of the gauge or counter name whose labels include
-// want.
-func (m metrics) matching(name string, want map[string]string) []*dto.Metric {
-	fam := m[name]
-	if fam == nil {
-		return nil
-	}
-	var out []*dto.Metric
-	for _, s := range fam.GetMetric() {
-		have := map[string]string{}
-		for _, l := range s.GetLabel() {
-			have[l.GetName()] = l.GetValue()
-		}
-		ok := true
-		for k, v := range want {
-			if have[k] != v {
-				ok = false
-			}
-		}
-		if ok {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// value sums the matching series.
-func (m metrics) value(name string, want map[string]string) float64 {
-	var sum float64
-	for _, s := range m.matching(name, want) {
-		sum += sampleValue(s)
-	}
-	return sum
-}
-
-// sampleValue is a gauge's, counter's or untyped series' value.
-func sampleValue(s *dto.Metric) float64 {
-	switch {
-	case s.GetGauge() != nil:
-		return s.GetGauge().GetValue()
-	case s.GetCounter() != nil:
-		return s.GetCounter().GetValue()
-	case s.GetUntyped() != nil:
-		return s.GetUntyped().GetValue()
-	}
-	return 0
-}
-
-// count is the number of matching series.
-func (m metrics) count(name string, want map[string]string) int {
-	return len(m.matching(name, want))
-}
-
-// series prints the family's series, for the report: name{l="v",...} value.
-func (m metrics) series(name string) string {
-	fam := m[name]
-	if fam == nil || len(fam.GetMetric()) == 0 {
-		return name + " (none)"
-	}
-	var parts []string
-	for _, s := range fam.GetMetric() {
-		var ls []string
-		for _, l := range s.GetLabel() {
-			ls = append(ls, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
-		}
-		parts = append(parts, fmt.Sprintf("%s{%s} %g", name, strings.Join(ls, ","), sampleValue(s)))
-	}
-	return strings.Join(parts, ", ")
 }
 
 // ensureNamespace creates the namespace through the API unless it exists

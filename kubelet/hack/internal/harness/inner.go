@@ -57,9 +57,13 @@ type innerConfig struct {
 	Exporter *exporterInputs `json:"exporter,omitempty"`
 	// CSI is the CSI scenario's image and manifests; nil when the
 	// scenario is not selected.
-	CSI        *csiInputs `json:"csi,omitempty"`
-	CgroupName string     `json:"cgroupName"`
-	Run        string     `json:"run"`
+	CSI *csiInputs `json:"csi,omitempty"`
+	// KubeletAlert selects the series of the PrometheusRule's alert on
+	// the kubelet's failed emptyDir teardowns (-deploy's), which the NAS
+	// scenarios check on the real kubelet (scenarios mode).
+	KubeletAlert *seriesSelector `json:"kubeletAlert,omitempty"`
+	CgroupName   string          `json:"cgroupName"`
+	Run          string          `json:"run"`
 	// Mode is the driver's -mode: scenarios (empty), conformance, deploy.
 	Mode string `json:"mode,omitempty"`
 	// Cluster is the whole cluster's binaries (conformance and deploy).
@@ -226,7 +230,7 @@ func runFlavor(ctx context.Context, cfg innerConfig, cp *controlPlane, f flavor,
 		if err != nil {
 			o.harness(err)
 		} else {
-			env := &scenarioEnv{flavor: f, kubelet: k, api: cp, dir: sdir, uid: podUID(f, s.num), podName: fmt.Sprintf("s%d-%s", s.num, s.name), exporter: cfg.Exporter, csi: cfg.CSI, log: slog}
+			env := &scenarioEnv{flavor: f, kubelet: k, api: cp, dir: sdir, uid: podUID(f, s.num), podName: fmt.Sprintf("s%d-%s", s.num, s.name), exporter: cfg.Exporter, csi: cfg.CSI, kubeletAlert: cfg.KubeletAlert, log: slog}
 			s.run(ctx, env, &o)
 		}
 		o.time("scenario", time.Since(t))

@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -313,26 +312,25 @@ func (k *kubelet) pods(ctx context.Context) ([]corev1.Pod, error) {
 	return list.Items, nil
 }
 
+// metrics is the kubelet's /metrics, the Prometheus text format (the
+// read-only port's: the same registry as the authenticated port's that
+// Prometheus scrapes).
+func (k *kubelet) metrics(ctx context.Context) ([]byte, error) {
+	var body []byte
+	err := k.get(ctx, k.url(readOnlyPort, "/metrics"), func(r io.Reader) (err error) {
+		body, err = io.ReadAll(r)
+		return err
+	})
+	return body, err
+}
+
 // failedEmptyDirUnmounts is the number of emptyDir unmount operations the
-// kubelet counts as failed in its own metric (the series an operator
-// alerts on): the _count of storage_operation_duration_seconds with
+// kubelet counts as failed in its own metric: the _count of
+// storage_operation_duration_seconds with
 // volume_plugin="kubernetes.io/empty-dir", operation_name="volume_unmount",
 // status="fail-unknown", summed over its other labels.
 func (k *kubelet) failedEmptyDirUnmounts(ctx context.Context) (float64, error) {
-	var n float64
-	err := k.get(ctx, k.url(readOnlyPort, "/metrics"), func(r io.Reader) (err error) {
-		n, err = countFailedEmptyDirUnmounts(r)
-		return err
-	})
-	if err != nil {
-		return 0, err
-	}
-	return n, nil
-}
-
-// countFailedEmptyDirUnmounts reads the Prometheus text format.
-func countFailedEmptyDirUnmounts(r io.Reader) (float64, error) {
-	n, err := countFailedUnmounts(r, "kubernetes.io/empty-dir")
+	n, err := k.failedUnmounts(ctx, "kubernetes.io/empty-dir")
 	if err != nil {
 		return 0, err
 	}
@@ -351,41 +349,18 @@ func (k *kubelet) failedUnmounts(ctx context.Context, plugins ...string) ([]floa
 	return n, err
 }
 
-// countFailedUnmounts reads the Prometheus text format: the
-// storage_operation_duration_seconds_count of operation_name
-// "volume_unmount", status "fail-unknown", for each plugin, summed over
-// the other labels.
+// countFailedUnmounts reads the Prometheus text format: the failed
+// unmounts of each plugin, summed over the other labels.
 func countFailedUnmounts(r io.Reader, plugins ...string) ([]float64, error) {
-	const name = "storage_operation_duration_seconds_count{"
-	totals := make([]float64, len(plugins))
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, name)
-		if !ok {
-			continue
-		}
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok {
-			continue
-		}
-		have := strings.Split(labels, ",")
-		if !slices.Contains(have, `operation_name="volume_unmount"`) || !slices.Contains(have, `status="fail-unknown"`) {
-			continue
-		}
-		for i, p := range plugins {
-			if !slices.Contains(have, `volume_plugin="`+p+`"`) {
-				continue
-			}
-			v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-			if err != nil {
-				return nil, fmt.Errorf("metric line %q: %w", line, err)
-			}
-			totals[i] += v
-		}
+	m, err := parseMetrics(r)
+	if err != nil {
+		return nil, err
 	}
-	return totals, sc.Err()
+	n := make([]float64, len(plugins))
+	for i, p := range plugins {
+		n[i], _ = failedUnmounts(p).sum(m)
+	}
+	return n, nil
 }
 
 // addPod writes the static pod's manifest (JSON is YAML) atomically: the

@@ -98,9 +98,23 @@ func nasScenario(kind nasKind, restart restartMode) func(context.Context, *scena
 			}
 		}()
 
+		// The kubelet's alert on failed emptyDir teardowns, on the real
+		// kubelet's /metrics: the node is healthy before the deletion.
+		var alert *alertScrapes
+		var base float64
+		if env.kubeletAlert != nil {
+			alert = &alertScrapes{k: k, sel: *env.kubeletAlert, dir: env.dir}
+			var err error
+			if base, _, err = alert.scrape(ctx, "healthy"); err != nil {
+				o.harness(err)
+				return
+			}
+		}
+
 		if restart == restartAcrossDeletion {
 			k.stop()
 			env.log.Printf("kubelet stopped; removing the manifest while it is down")
+			base = 0 // a new kubelet process counts from 0
 		}
 		offset, err := k.removePod(pod)
 		if err != nil {
@@ -128,14 +142,45 @@ func nasScenario(kind nasKind, restart restartMode) func(context.Context, *scena
 			return
 		}
 		o.time("manifest removed → first TearDown", time.Since(t0))
+		firstFailures := attempts.failures()
+		var refused1 float64
+		var found1 bool
+		if alert != nil {
+			if refused1, found1, err = alert.scrape(ctx, "refused-1"); err != nil {
+				o.harness(err)
+				return
+			}
+		}
+		// The refusal must be retried with backoff: wait for a second
+		// attempt, and for the alert's check two more after the scrape (one
+		// failure may have been counted before it was logged).
+		want := 0
 		if env.flavor == nodevolKubelet {
-			// The refusal must be retried with backoff: wait for a second attempt.
+			want = 2
+		}
+		if alert != nil {
+			want = max(want, firstFailures+2)
+		}
+		if want > 0 {
 			err = poll(ctx, 30*time.Second, func() (bool, error) {
-				return attempts.failures() >= 2 || attempts.succeeded(), attempts.read(k, offset)
+				return attempts.failures() >= want || attempts.succeeded(), attempts.read(k, offset)
 			})
 			if err != nil {
-				o.harness(fmt.Errorf("waiting for a second TearDown attempt: %w", err))
+				o.harness(fmt.Errorf("waiting for %d TearDown attempts: %w", want, err))
 			}
+		}
+		if alert != nil {
+			laterFailures := attempts.failures()
+			refused2, _, err := alert.scrape(ctx, "refused-2")
+			if err != nil {
+				o.harness(err)
+				return
+			}
+			// The counter is the kubelet's, which scenarios run beside
+			// this one share: only lower bounds hold.
+			o.fact("the kubelet's %s (alert %s): %g before the deletion, %g after %d failed TearDowns, %g after %d", alert.sel, kubeletTeardownAlert, base, refused1, firstFailures, refused2, laterFailures)
+			o.want(found1 && refused1-base >= float64(firstFailures), "the kubelet's /metrics has no series %s counting the %d failed TearDowns (%g before the deletion, %g after): the alert %s cannot fire", alert.sel, firstFailures, base, refused1, kubeletTeardownAlert)
+			o.want(refused2 > refused1 && refused2-base >= float64(laterFailures), "the kubelet's %s went from %g to %g while %d failed TearDowns became %d: the alert %s's increase() does not see the retries", alert.sel, refused1, refused2, firstFailures, laterFailures, kubeletTeardownAlert)
 		}
 
 		sentinelLeft, sentinelOK := readFileOr(sentinelPath)
@@ -165,17 +210,9 @@ func nasScenario(kind nasKind, restart restartMode) func(context.Context, *scena
 		// The kubelet's own metric counts every failed attempt (before it
 		// logs it), for either kubelet: what an operator can alert on. The
 		// counter is the kubelet's, shared by the scenarios that run side
-		// by side: runFlavor checks it against all of theirs; a scenario
-		// that runs alone after a restart has it to itself.
+		// by side: runFlavor checks it against all of theirs (the alert's
+		// check above bounds this scenario's share).
 		o.unmountFailures = attempts.failures()
-		if restart == restartAcrossDeletion {
-			if n, err := k.failedEmptyDirUnmounts(ctx); err != nil {
-				o.harness(err)
-			} else {
-				o.fact("kubelet metric: %g failed emptyDir volume_unmount operations (storage_operation_duration_seconds_count, status fail-unknown)", n)
-				o.want(n >= float64(attempts.failures()), "the kubelet's metric counts %g failed emptyDir unmounts; its log shows %d", n, attempts.failures())
-			}
-		}
 
 		if env.flavor == stockKubelet {
 			o.want(!sentinelOK, "the stock kubelet left the sentinel: the incident did not reproduce")
@@ -200,6 +237,11 @@ func nasScenario(kind nasKind, restart restartMode) func(context.Context, *scena
 		if waitPodGone(ctx, env, pod, 90*time.Second, o) {
 			o.observe("gone after umount")
 			o.time("NAS unmounted → pod directory gone", time.Since(t1))
+			if alert != nil {
+				if _, _, err := alert.scrape(ctx, "torn-down"); err != nil {
+					o.harness(err)
+				}
+			}
 			if err := attempts.read(k, offset); err != nil {
 				o.harness(err)
 			}

@@ -86,6 +86,9 @@ type scenarioEnv struct {
 	// csi is the CSI scenario's image and manifests (nil when that
 	// scenario is not selected).
 	csi *csiInputs
+	// kubeletAlert selects the series of the kubelet alert on failed
+	// emptyDir teardowns (nil: not checked).
+	kubeletAlert *seriesSelector
 	// kubeletBins are the kubelet binaries by flavor, for a scenario that
 	// switches the node's kubelet.
 	kubeletBins map[string]string

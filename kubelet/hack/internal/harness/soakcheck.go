@@ -628,7 +628,7 @@ func cgroupDirs() ([]string, error) {
 func dangerSeries(m metrics) string {
 	var parts []string
 	for _, smp := range m.matching("nodevol_scan_volumes", map[string]string{"verdict": "danger"}) {
-		if v := sampleValue(smp); v != 0 {
+		if v := sampleValue(smp, ""); v != 0 {
 			var ls []string
 			for _, l := range smp.GetLabel() {
 				if l.GetName() == "plugin" || l.GetName() == "reason" {

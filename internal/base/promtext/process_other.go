@@ -1,0 +1,7 @@
+//go:build !linux
+
+package promtext
+
+const processMetricsSupported = false
+
+func (p *processMetrics) update() {}
