@@ -39,9 +39,11 @@ const (
 // set up, under the adoption rule (see the package documentation): only a
 // mount that kubelet's SetUp makes, the sole mount on the volume
 // directory, the whole filesystem, nothing beneath it, bound nowhere but
-// in the pod's subPath directories of the volume, and made while no
-// nodevol process ran on this kubelet root since the node booted — which
-// the session log, <root>/nodevol-sessions.json, tells. New opens this
+// in the pod's subPath directories of the volume, made while no nodevol
+// process ran on this kubelet root since the node booted — which the
+// session log, <root>/nodevol-sessions.json, tells — and on the volume
+// directory already when this process started (not renamed or moved
+// there since: the mount table read at New tells). New opens this
 // process's session in the log. The adopted mount is recorded as the
 // volume's own in its nodevol.json ("adopted": true) and torn down as
 // nodevol's own mounts are. Without unique mount IDs (Linux before 6.8)

@@ -48,8 +48,12 @@ func (m *mounter) adoptPrevious(logger klog.Logger, v *podVolume, e entry, plan 
 	rec, why := previousKubeletsMount(tab, e, at, beneath, plan, m.ref, m.dir)
 	if why == "" {
 		// Last: the mount is what that kubelet mounts; was it made
-		// while no nodevol process ran?
+		// while no nodevol process ran, and was it on this volume's
+		// directory when this one started (not renamed or moved here
+		// since, nor only reached through this volume's name now)?
 		if ok, w := a.sessions.beforeNodevol(e.UniqueID); !ok {
+			why = w
+		} else if ok, w := a.sessions.placedBefore(int(e.ID), m.dir); !ok {
 			why = w
 		}
 	}
@@ -81,7 +85,7 @@ func (m *mounter) adoptPrevious(logger klog.Logger, v *podVolume, e entry, plan 
 // filesystem, and its filesystem mounted nowhere else but in the pod's
 // subPath directories of the volume (binds the kubelet made for
 // containers). It returns the record the mount would get, or why not.
-// When it was made is the session log's to say.
+// When it was made, and where it was then, is the session's to say.
 func previousKubeletsMount(tab *mountdetect.MountTable, e entry, at, beneath []mountdetect.Mount, plan setupPlan, r volRef, path string) (mountRecord, string) {
 	switch {
 	case len(beneath) > 0:

@@ -231,6 +231,31 @@ func TestAdoptionRefuses(t *testing.T) {
 			return []string{other}
 		},
 	}, {
+		// Whoever can write into pod directories renames, while nodevol
+		// runs, the stock kubelet's tmpfs of another pod's volume into
+		// this volume's place (RENAME_EXCHANGE of the two plugin
+		// directories): no mount is made, and its unique ID is still
+		// from before the watermark.
+		name:  "another pod's tmpfs renamed into place after the watermark",
+		check: "where the mount was when nodevol started",
+		before: func(t *testing.T, n *stockNode, dir string) []string {
+			return tmpfsOn(t, n.volumeDir(t, victimUID, PluginName, "cache", "cache"))
+		},
+		after: func(t *testing.T, n *stockNode, dir string) []string {
+			other, err := n.layout.VolumeDir(victimUID, PluginName, "cache")
+			if err != nil {
+				t.Fatal(err)
+			}
+			exchange := func() error {
+				return unix.Renameat2(unix.AT_FDCWD, filepath.Dir(other), unix.AT_FDCWD, filepath.Dir(dir), unix.RENAME_EXCHANGE)
+			}
+			if err := exchange(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = exchange() }) // back where its cleanup unmounts it
+			return []string{dir}
+		},
+	}, {
 		name:  "two tmpfs stacked",
 		check: "a single mount on the directory",
 		before: func(t *testing.T, n *stockNode, dir string) []string {

@@ -131,13 +131,17 @@
 // from "tmpfs" (a hugetlbfs from "nodev" of the volume's page size), the
 // sole mount on the volume directory, the whole filesystem, nothing
 // beneath it, its superblock mounted nowhere else but under the pod's
-// volume-subpaths/<volume>/, no record of nodevol's for the volume, and
-// made while no nodevol process ran on this kubelet root since the node
-// booted. That last condition is the session log's,
-// <root>/nodevol-sessions.json: unique mount IDs (Linux 6.8) only grow
-// within a boot, and the log holds the span of IDs during which each
-// nodevol process of the boot ran. A mount made while one ran is never
-// adopted, by any later process either. The adopted mount is recorded
+// volume-subpaths/<volume>/, no record of nodevol's for the volume, made
+// while no nodevol process ran on this kubelet root since the node
+// booted, and on the volume directory already when this process started.
+// The time is the session log's, <root>/nodevol-sessions.json: unique
+// mount IDs (Linux 6.8) only grow within a boot, and the log holds the
+// span of IDs during which each nodevol process of the boot ran. A mount
+// made while one ran is never adopted, by any later process either. The
+// place is the mount table's, read when the process starts: a rename of a
+// directory above a mount, or a move of the mount, keeps its unique ID,
+// so another volume's tmpfs renamed into a volume's place while nodevol
+// runs would otherwise pass for the volume's. The adopted mount is recorded
 // in nodevol.json ("adopted", with its unique ID and the boot's ID) and proven
 // by that unique ID from then on, as nodevol's own mounts are by theirs;
 // TearDown plans it with ReasonAdoptedMount, and refuses it, like any

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/internal/base/fsat"
+	"github.com/nodevol/nodevol/mountdetect"
 )
 
 // The session log: when, in unique mount IDs, a nodevol process has been
@@ -72,6 +74,12 @@ type sessions struct {
 	boot  string    // the boot's ID
 	prior []session // earlier processes' sessions, oldest first
 	mine  session   // this process's
+	// placed is where each mount the kubelet's SetUp could have made (a
+	// tmpfs from "tmpfs", a hugetlbfs from "nodev") was when this
+	// process started, by classic mount ID, as the mount table names it;
+	// tableRoot is the root as the table names it (placedBefore).
+	placed    map[int]string
+	tableRoot string
 
 	done chan struct{} // closed when run returns
 }
@@ -104,6 +112,22 @@ func (s *sessions) start() error {
 	boot, err := bootID()
 	if err != nil {
 		return err
+	}
+	// Read after the sample: a mount made before the session is in it.
+	tab, err := mountdetect.ReadMountTable()
+	if err != nil {
+		return err
+	}
+	// The table names directories by their resolved paths; the root is
+	// trusted (nothing below it is resolved here).
+	if s.tableRoot, err = filepath.EvalSymlinks(s.root); err != nil {
+		return err
+	}
+	s.placed = map[int]string{}
+	for _, src := range []string{kubeletSource("tmpfs"), kubeletSource("hugetlbfs")} {
+		for _, m := range tab.MountsFromSource(src) {
+			s.placed[m.ID] = m.MountPoint
+		}
 	}
 	d, err := fsat.OpenRoot(s.root)
 	if err != nil {
@@ -204,6 +228,38 @@ func (s *sessions) beforeNodevol(id uint64) (bool, string) {
 		if p.From <= id && id <= p.To {
 			return false, fmt.Sprintf("it was made while an earlier nodevol process was running (mount ID %#x, in %#x-%#x)", id, p.From, p.To)
 		}
+	}
+	return true, ""
+}
+
+// placedBefore reports whether the mount with classic ID id, made before
+// this process started (beforeNodevol), was then on the directory dir (a
+// path under the root) — wherever it is now — and if not, why not. A
+// rename of a directory above a mount point, a RENAME_EXCHANGE, or a move
+// of the mount takes it elsewhere without making a new one: its unique ID
+// stays from before the watermark, so that alone would let whoever can
+// write into pod directories put another volume's tmpfs in a volume's
+// place while nodevol runs (or only while SetUp opens it). A mount made
+// before the sample and still mounted was in the table read after it,
+// under the same classic ID (classic IDs are unique among the mounts at
+// any instant and never change for a mount).
+func (s *sessions) placedBefore(id int, dir string) (bool, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return false, s.err.Error()
+	}
+	rel, err := filepath.Rel(s.root, dir)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return false, fmt.Sprintf("%s is not under the kubelet root %s", dir, s.root)
+	}
+	want := filepath.Join(s.tableRoot, rel)
+	was, ok := s.placed[id]
+	switch {
+	case !ok:
+		return false, fmt.Sprintf("it was not in the mount table as a tmpfs or hugetlbfs of the kubelet's when this nodevol process started (mount ID %d)", id)
+	case was != want:
+		return false, fmt.Sprintf("it was at %s when this nodevol process started, not on the volume directory: renamed or moved since", was)
 	}
 	return true, ""
 }

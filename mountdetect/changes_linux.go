@@ -1,6 +1,14 @@
 package mountdetect
 
-import "strings"
+import (
+	"errors"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/internal/base/fsat"
+)
 
 // MountChange is a mount that differs between two reads of the mount
 // table: added, removed, or changed in any field the table gives (mount
@@ -25,6 +33,12 @@ type MountChange struct {
 
 // ChangesSince lists the mounts that differ between old and t, each
 // once, in no particular order. Both tables must be non-nil.
+//
+// A mount unmounted and another made in its place between the two reads
+// can leave the same line, byte for byte: the kernel hands out the lowest
+// free classic ID, anonymous device number and peer group again. Where
+// the kernel lists unique mount IDs (listmount(2), Linux 6.8), a mount of
+// t whose unique ID old did not list is a change too, whatever its line.
 func (t *MountTable) ChangesSince(old *MountTable) []MountChange {
 	var out []MountChange
 	seen := make(map[int]bool)
@@ -42,6 +56,15 @@ func (t *MountTable) ChangesSince(old *MountTable) []MountChange {
 		seen[e.id] = true
 		out = append(out, c)
 	}
+	for _, e := range t.replaced(old, seen) {
+		c := MountChange{Mount: e.Mount, ID: e.id}
+		t.places(e, &c)
+		if o, ok := old.byMountID(e.id); ok {
+			old.places(o, &c)
+		}
+		seen[e.id] = true
+		out = append(out, c)
+	}
 	for i := range old.entries {
 		o := &old.entries[i]
 		if seen[o.id] {
@@ -53,6 +76,45 @@ func (t *MountTable) ChangesSince(old *MountTable) []MountChange {
 		c := MountChange{Mount: o.Mount, ID: o.id}
 		old.places(o, &c)
 		out = append(out, c)
+	}
+	return out
+}
+
+// replaced lists the entries of t, not in seen, that are mounts old did
+// not list though their lines are the same: each unique ID of t that old
+// lacks is looked up (statmount(2)) for its classic ID. One that is gone
+// since is no entry of t that needs it: what replaced it is a new ID at
+// the next read. When a lookup fails otherwise, every entry of t is
+// listed: none is proven the same mount.
+func (t *MountTable) replaced(old *MountTable, seen map[int]bool) []*tableEntry {
+	if t.unique == nil || old.unique == nil {
+		return nil
+	}
+	var out []*tableEntry
+	j := 0
+	for _, u := range t.unique {
+		for j < len(old.unique) && old.unique[j] < u {
+			j++
+		}
+		if j < len(old.unique) && old.unique[j] == u {
+			continue
+		}
+		sm, err := fsat.StatmountOf(u)
+		switch {
+		case errors.Is(err, unix.ENOENT):
+			continue
+		case err != nil:
+			out = out[:0]
+			for i := range t.entries {
+				if !seen[t.entries[i].id] {
+					out = append(out, &t.entries[i])
+				}
+			}
+			return out
+		}
+		if e, ok := t.byMountID(int(sm.ID)); ok && !seen[e.id] && !slices.Contains(out, e) {
+			out = append(out, e)
+		}
 	}
 	return out
 }

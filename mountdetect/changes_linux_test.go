@@ -1,6 +1,7 @@
 package mountdetect
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -8,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodevol/nodevol/internal/base/fsat"
 	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
 
@@ -87,4 +89,45 @@ func TestChangesSince(t *testing.T) {
 	}
 	c = only(t1.ChangesSince(t2)) // from t2 to t1: the inner mount went
 	has("Paths of a mount removed", c.Paths, inner)
+}
+
+// TestChangesSinceSeesSameLineReplacement: a tmpfs unmounted and another
+// mounted in its place, with the same source and options, gets the same
+// classic ID, device number and line in the table (the kernel hands out
+// the lowest free ones); ChangesSince still names it, by its new unique
+// mount ID.
+func TestChangesSinceSeesSameLineReplacement(t *testing.T) {
+	requireMounts(t)
+	if _, err := fsat.ListMounts(); errors.Is(err, fsat.ErrUnsupported) {
+		mounttest.Skip(t, "the kernel cannot list unique mount IDs (listmount, Linux 6.8)")
+	}
+	base := t.TempDir()
+	mounttest.Tmpfs(t, base, "")
+	vol := filepath.Join(base, "vol")
+	mounttest.Build(t, base, "dir vol")
+	if err := unix.Mount("nv-0123abcd-4567ef89", vol, "tmpfs", 0, "size=64k"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(vol, unix.MNT_DETACH) })
+	for try := 0; ; try++ {
+		if try == 100 {
+			t.Fatalf("the kernel never gave the tmpfs replacing the one on %s the same line", vol)
+		}
+		t0, err := ReadMountTable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, kept := mounttest.ReplaceKeepingLine(t, vol, "nv-0123abcd-4567ef89", "tmpfs", 0, "size=64k"); !kept {
+			continue
+		}
+		t1, err := ReadMountTable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		changes := t1.ChangesSince(t0)
+		if len(changes) != 1 || changes[0].MountPoint != vol || !slices.Contains(changes[0].Paths, vol) {
+			t.Fatalf("changes after replacing the tmpfs on %s with one of the same line = %+v; want that mount", vol, changes)
+		}
+		return
+	}
 }

@@ -1,6 +1,7 @@
 package mountdetect
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -39,14 +40,25 @@ type mountTableData struct {
 	// directory's subtree, through whichever mount of the filesystem
 	// (a second bind mount of it, say) each was made.
 	byDev map[uint64][]placed
+	// unique lists the unique IDs of the namespace's mounts (increasing),
+	// listed just before the table was read; nil where the kernel cannot
+	// list them (ChangesSince then compares lines alone).
+	unique []uint64
 }
 
 func readMountTable() (*MountTable, error) {
+	// Listed first: a mount replaced after the listing and before the
+	// read is a new unique ID at the next read, never one missed.
+	unique, err := fsat.ListMounts()
+	if err != nil && !errors.Is(err, fsat.ErrUnsupported) {
+		return nil, fmt.Errorf("read mount table: %w", err)
+	}
 	infos, err := mountinfo.GetMounts(nil)
 	if err != nil {
 		return nil, fmt.Errorf("read mount table: %w", err)
 	}
 	t := &MountTable{}
+	t.unique = unique
 	t.entries = make([]tableEntry, len(infos))
 	for i, m := range infos {
 		t.entries[i] = tableEntry{

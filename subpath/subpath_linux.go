@@ -98,22 +98,22 @@ func (c *Cleaner) open(podUID, plugin, vol string) (_ *tree, err error) {
 		return nil, err
 	}
 	// Something mounted on volume-subpaths/<volume> is never opened (its
-	// filesystem would be asked); it is reported by the examination.
-	if s, err := fsat.StatMount(t.parent.Fd(), vol, fsat.MountKey); err == nil && s.Root {
+	// filesystem would be asked), whenever it was mounted: OpenDir with
+	// SameMount refuses to step onto it; it is reported by the
+	// examination.
+	t.sub, err = t.parent.OpenDir(vol, fsat.SameMount)
+	switch {
+	case err == nil:
+	case errors.Is(err, fsat.ErrOtherMount):
 		t.mountedOn = true
 		return t, nil
-	}
-	fd, err := fsat.Openat(t.parent.Fd(), vol, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
-	switch err {
-	case nil:
-		t.sub = fsat.FromFd(fd, dir)
-	case unix.ENOENT:
+	case errors.Is(err, fs.ErrNotExist):
 		return nil, nil
-	case unix.ELOOP, unix.ENOTDIR:
+	case errors.Is(err, fsat.ErrSymlink), errors.Is(err, unix.ENOTDIR):
 		t.isLink = true // Clean unlinks it; nothing below it to examine
 		return t, nil
 	default:
-		return nil, &os.PathError{Op: "openat", Path: dir, Err: err}
+		return nil, err
 	}
 	// The volume directory: its parent is reached like emptydir reaches
 	// it; the directory itself may be missing, a symlink or a file (the

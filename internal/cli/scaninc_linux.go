@@ -32,7 +32,9 @@ import (
 //
 //  1. Reads the mount table and compares it with the last read, mount by
 //     mount (mountdetect.MountTable.ChangesSince): added, removed, or
-//     changed in any field, the mount point the kernel reports included.
+//     changed in any field, the mount point the kernel reports included,
+//     or replaced by another mount with the same line (the kernel reuses
+//     classic IDs and device numbers; a new unique mount ID tells it).
 //     That last one is how renames are seen: renaming a directory (a pod
 //     directory, a volume directory, anything above a mount point) wakes
 //     no watch of the table, but changes the mount point the kernel

@@ -189,23 +189,30 @@ func (d *Dir) walk(rel string, create bool, mode uint32, opts []Option) (*Dir, e
 		}
 		mnt = s.Key()
 	}
+	// With SameMount, each component is checked through an O_PATH
+	// descriptor before it is opened for real (openChild): opening a
+	// mount point reaches the mounted filesystem (a FUSE daemon that
+	// stopped answering would block), O_PATH asks nothing of it, and the
+	// real open is a reopen of that descriptor, which a mount made on the
+	// name since does not redirect. Nothing is asked of the filesystem:
+	// statx with AT_STATX_DONT_SYNC, mount IDs only.
+	var check func(fd int, path string) error
+	if o&SameMount != 0 {
+		check = func(fd int, path string) error {
+			s, err := StatMount(fd, "", MountKey)
+			if err != nil {
+				return &os.PathError{Op: "statx", Path: path, Err: err}
+			}
+			if s.Key() != mnt || s.Root {
+				return &os.PathError{Op: "openat", Path: path, Err: ErrOtherMount}
+			}
+			return nil
+		}
+	}
 	cur := &Dir{fd: d.fd, path: d.path}
 	owned := false
 	for _, name := range parts {
-		if o&SameMount != 0 {
-			// Look before opening: opening a mount point reaches the
-			// mounted filesystem (a FUSE daemon that stopped answering
-			// would block). Nothing is asked of it: statx with
-			// AT_STATX_DONT_SYNC, mount IDs only.
-			s, err := StatMount(cur.fd, name, MountKey)
-			if err == nil && (s.Key() != mnt || s.Root) {
-				if owned {
-					cur.Close()
-				}
-				return nil, &os.PathError{Op: "openat", Path: cur.Join(name), Err: ErrOtherMount}
-			}
-		}
-		next, err := cur.openChild(name, create, mode)
+		next, err := cur.openChild(name, create, mode, check)
 		if owned {
 			cur.Close()
 		}
@@ -213,17 +220,6 @@ func (d *Dir) walk(rel string, create bool, mode uint32, opts []Option) (*Dir, e
 			return nil, err
 		}
 		cur, owned = next, true
-		if o&SameMount != 0 {
-			s, err := StatMount(cur.fd, "", MountKey)
-			if err != nil {
-				cur.Close()
-				return nil, &os.PathError{Op: "statx", Path: cur.path, Err: err}
-			}
-			if s.Key() != mnt || s.Root {
-				cur.Close()
-				return nil, &os.PathError{Op: "openat", Path: cur.path, Err: ErrOtherMount}
-			}
-		}
 	}
 	if !owned { // rel was empty: a new descriptor for d itself
 		fd, err := Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
@@ -271,23 +267,44 @@ func (d *Dir) openDirFast(rel string, o Option) (*Dir, bool) {
 	return &Dir{fd: fd, path: d.Join(rel), unlisted: 1}, true
 }
 
-func (d *Dir) openChild(name string, create bool, mode uint32) (*Dir, error) {
+// openChild opens the directory name in d (creating it with mode when
+// create and it is missing), never following a symlink. It is opened
+// O_PATH first; check, when not nil, is asked about that descriptor, and
+// only then is it reopened for reading (from its magic link, never by
+// name again).
+func (d *Dir) openChild(name string, create bool, mode uint32, check func(fd int, path string) error) (*Dir, error) {
 	p := d.Join(name)
+	created := false
 	for range 2 {
-		fd, err := Openat(d.fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+		pfd, err := Openat(d.fd, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
 		if err == nil {
+			if check != nil {
+				if err := check(pfd, p); err != nil {
+					unix.Close(pfd)
+					return nil, err
+				}
+			}
+			fd, err := Reopen(pfd, unix.O_RDONLY|unix.O_DIRECTORY)
+			unix.Close(pfd)
+			if err != nil {
+				return nil, &os.PathError{Op: "openat", Path: p, Err: err}
+			}
+			if created {
+				// mkdirat applies the umask; the mode is set exactly,
+				// on the directory checked, not by name.
+				if err := Retry(func() error { return unix.Fchmod(fd, mode) }); err != nil {
+					unix.Close(fd)
+					return nil, &os.PathError{Op: "fchmod", Path: p, Err: err}
+				}
+			}
 			return &Dir{fd: fd, path: p, unlisted: 1}, nil
 		}
 		if err == unix.ENOENT && create {
-			if err := Retry(func() error { return unix.Mkdirat(d.fd, name, mode) }); err != nil && err != unix.EEXIST {
+			err := Retry(func() error { return unix.Mkdirat(d.fd, name, mode) })
+			if err != nil && err != unix.EEXIST {
 				return nil, &os.PathError{Op: "mkdirat", Path: p, Err: err}
-			} else if err == nil {
-				// mkdirat applies the umask; set the mode exactly. A
-				// symlink swapped in meanwhile is not followed.
-				if err := Retry(func() error { return unix.Fchmodat(d.fd, name, mode, unix.AT_SYMLINK_NOFOLLOW) }); err != nil && err != unix.EOPNOTSUPP {
-					return nil, &os.PathError{Op: "fchmodat", Path: p, Err: err}
-				}
 			}
+			created = err == nil
 			continue
 		}
 		return nil, &os.PathError{Op: "openat", Path: p, Err: d.explain(name, err)}
@@ -346,16 +363,14 @@ func (d *Dir) statx(name string, flags int, path string) (unix.Stat_t, error) {
 }
 
 // ReadFile reads the regular file name in d, which must not be a symlink
-// and must hold at most max bytes. It is opened O_NONBLOCK, so a FIFO
-// planted in its place is refused, not waited on; a file that grows while
-// it is read is refused once it passes max.
+// and must hold at most max bytes. Anything else (a FIFO, a device, a
+// file something is mounted on, whenever it was mounted) is refused
+// without being opened; a file that grows while it is read is refused
+// once it passes max.
 func (d *Dir) ReadFile(name string, max int64) ([]byte, error) {
 	p := d.Join(name)
-	fd, err := d.openFile(name)
+	fd, err := d.openRegular(name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
 	if err != nil {
-		if err == unix.ELOOP {
-			err = sentinelErrno{ErrSymlink, unix.ELOOP}
-		}
 		return nil, &os.PathError{Op: "open", Path: p, Err: err}
 	}
 	defer unix.Close(fd)
@@ -395,35 +410,68 @@ func (d *Dir) ReadFile(name string, max int64) ([]byte, error) {
 	return b, nil
 }
 
-// openFile opens the file name in d to be read (O_RDONLY, O_NONBLOCK, no
-// controlling terminal), refusing a symlink (ELOOP) and a file that is a
-// mount point (ErrOtherMount: opening would reach the mounted filesystem,
-// which may never answer). A single name is opened with one openat2
-// (RESOLVE_NO_XDEV stops at a mount point before asking the mounted
-// filesystem anything); without openat2, or for a path of several
-// components, a statx looks first, then openat opens.
-func (d *Dir) openFile(name string) (int, error) {
-	const flags = unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
-	if !strings.Contains(name, "/") {
-		how := unix.OpenHow{Flags: flags, Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_XDEV | unix.RESOLVE_BENEATH}
-		var fd int
-		err := Retry(func() (err error) { fd, err = unix.Openat2(d.fd, name, &how); return err })
-		switch err {
-		case nil:
-			return fd, nil
-		case unix.EXDEV:
-			return -1, ErrOtherMount
-		case unix.ENOSYS, unix.EPERM, unix.EINVAL, unix.EAGAIN:
-			// No openat2 (Linux < 5.6, or a seccomp filter), or one that
-			// asks to be retried: the statx and openat below.
-		default:
+// openRegular opens the regular file name in d with flags. A file that
+// is a mount point is not opened: opening reaches the mounted filesystem,
+// which may never answer (a FUSE daemon that hung). Its type is looked at
+// first (statx, which asks the filesystem nothing), so that a device is
+// never opened (opening one can act on it); then it is opened with
+// openat2's RESOLVE_NO_XDEV, with which the kernel refuses (EXDEV) to
+// step onto a mount put on the name since, instead of opening it. Before
+// openat2 (Linux 5.6) the name is opened O_PATH, which asks the mounted
+// filesystem nothing, that descriptor is checked, and the file reopened
+// from it (its magic link), never by name again.
+func (d *Dir) openRegular(name string, flags int) (int, error) {
+	if s, err := StatMount(d.fd, name, 0); err == nil {
+		if err := regularHere(s); err != nil {
 			return -1, err
 		}
 	}
-	if s, err := StatMount(d.fd, name, MountKey); err == nil && s.Root {
+	var fd int
+	err := Retry(func() (err error) {
+		fd, err = unix.Openat2(d.fd, name, &unix.OpenHow{
+			Flags:   uint64(flags) | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_BENEATH,
+		})
+		return err
+	})
+	switch err {
+	case nil:
+		return fd, nil
+	case unix.EXDEV:
 		return -1, ErrOtherMount
+	case unix.ELOOP:
+		return -1, sentinelErrno{ErrSymlink, unix.ELOOP}
+	case unix.ENOSYS, unix.EPERM, unix.EINVAL, unix.EAGAIN:
+		// No openat2 (Linux < 5.6, or a seccomp filter), or one that
+		// asks to be retried: the O_PATH descriptor below.
+	default:
+		return -1, err
 	}
-	return Openat(d.fd, name, flags, 0)
+	pfd, err := Openat(d.fd, name, unix.O_PATH|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(pfd)
+	if s, err := StatMount(pfd, "", 0); err == nil {
+		if err := regularHere(s); err != nil {
+			return -1, err
+		}
+	}
+	return Reopen(pfd, flags)
+}
+
+// regularHere is openRegular's check of what statx said of a file: a
+// regular file that nothing is mounted on.
+func regularHere(s MountStat) error {
+	switch {
+	case s.Root:
+		return ErrOtherMount
+	case s.Mode == unix.S_IFLNK:
+		return sentinelErrno{ErrSymlink, unix.ELOOP}
+	case s.Mode != unix.S_IFREG:
+		return fmt.Errorf("%w (mode %#o)", ErrNotRegular, s.Mode)
+	}
+	return nil
 }
 
 func tempPrefix(name string) string { return "." + name + ".tmp-" }
@@ -488,7 +536,21 @@ func (d *Dir) WriteFileAtomic(name string, data []byte, perm uint32) error {
 // CreateEmpty creates name in d as an empty regular file with mode perm if
 // it does not exist (never following a symlink), and fsyncs it and d.
 func (d *Dir) CreateEmpty(name string, perm uint32) error {
-	fd, err := Openat(d.fd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK, perm)
+	// A new file is created O_EXCL, which never opens what is there; one
+	// that is there is opened as ReadFile opens it (openRegular), so that
+	// a file of a filesystem that never answers, mounted on the name, is
+	// refused instead of waited on. Removed in between: tried again.
+	var fd int
+	var err error
+	for try := 0; try < 3; try++ {
+		fd, err = Openat(d.fd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_NONBLOCK, perm)
+		if err != unix.EEXIST {
+			break
+		}
+		if fd, err = d.openRegular(name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY); err != unix.ENOENT {
+			break
+		}
+	}
 	if err != nil {
 		if err == unix.ELOOP {
 			err = sentinelErrno{ErrSymlink, unix.ELOOP}

@@ -61,3 +61,6 @@ func StatMount(dirfd int, name string, q MountQuery) (MountStat, error) {
 
 // StatmountOf returns ErrUnsupported.
 func StatmountOf(id uint64) (Statmount, error) { return Statmount{}, ErrUnsupported }
+
+// ListMounts returns ErrUnsupported.
+func ListMounts() ([]uint64, error) { return nil, ErrUnsupported }

@@ -156,3 +156,62 @@ func TestStatmountOf(t *testing.T) {
 		t.Errorf("StatmountOf(%#x) after the unmount = %v; want ENOENT", s.UniqueID, err)
 	}
 }
+
+// TestListMounts: every mount of the namespace, nested ones included, in
+// increasing order, past the first answer's 512 IDs (a node with more
+// mounts than one call returns).
+func TestListMounts(t *testing.T) {
+	mounttest.RequireMounts(t)
+	top := filepath.Join(t.TempDir(), "top")
+	mounttest.Build(t, filepath.Dir(top), "dir top")
+	mounttest.Tmpfs(t, top, "size=64k")
+	var want []uint64
+	for i := range 600 {
+		d := filepath.Join(top, strconv.Itoa(i))
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount("tmpfs", d, "tmpfs", 0, "size=4k"); err != nil {
+			t.Fatal(err)
+		}
+		s, err := fsat.StatMount(unix.AT_FDCWD, d, fsat.MountKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.UniqueID == 0 {
+			mounttest.Skip(t, "the kernel has no unique mount IDs (Linux < 6.8)")
+		}
+		want = append(want, s.UniqueID)
+	}
+	t.Cleanup(func() {
+		for i := range 600 {
+			_ = unix.Unmount(filepath.Join(top, strconv.Itoa(i)), unix.MNT_DETACH)
+		}
+	})
+	got, err := fsat.ListMounts()
+	if errors.Is(err, fsat.ErrUnsupported) {
+		mounttest.Skip(t, "the kernel has no listmount (Linux < 6.8)")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[uint64]bool{}
+	for i, id := range got {
+		if i > 0 && id <= got[i-1] {
+			t.Fatalf("ListMounts: %#x after %#x; want increasing IDs", id, got[i-1])
+		}
+		listed[id] = true
+	}
+	for _, id := range want {
+		if !listed[id] {
+			t.Fatalf("ListMounts (%d IDs) lacks the nested mount %#x", len(got), id)
+		}
+	}
+	b, err := os.ReadFile("/proc/thread-self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "\n"); n != len(got) {
+		t.Errorf("ListMounts: %d IDs; the mount table has %d lines", len(got), n)
+	}
+}
