@@ -17,6 +17,7 @@ import (
 // nodevol binary's every command would otherwise pay client_golang's
 // initialisation at start (docs/benchmarks.md).
 type serveMetrics struct {
+	reg         *promtext.Registry
 	volumes     *promtext.GaugeVec
 	danger      *promtext.Gauge
 	nested      *promtext.GaugeVec
@@ -39,7 +40,7 @@ func newServeMetrics(reg *promtext.Registry, hostRoot string, v *versionInfo) (*
 	// Every scan metric says which kubelet root it is about, as the host
 	// names it.
 	root := promtext.Labels{"root": hostRoot}
-	m := &serveMetrics{}
+	m := &serveMetrics{reg: reg}
 	var errs []error
 	gauge := func(g **promtext.Gauge, o promtext.Opts, l promtext.Labels) {
 		var err error
@@ -155,8 +156,14 @@ func (m *serveMetrics) setVisible(visible bool) {
 	m.visible.Set(v)
 }
 
-// observe records one scan that started at start and took took.
+// observe records one scan that started at start and took took, all at
+// once for a scrape: the danger gauge and the series it sums always come
+// from the same scan.
 func (m *serveMetrics) observe(rep *scanReport, err error, took time.Duration, start time.Time) {
+	m.reg.Together(func() { m.record(rep, err, took, start) })
+}
+
+func (m *serveMetrics) record(rep *scanReport, err error, took time.Duration, start time.Time) {
 	m.scans.Inc()
 	m.duration.Observe(took.Seconds())
 	m.lastScan.Set(float64(start.UnixNano()) / 1e9)

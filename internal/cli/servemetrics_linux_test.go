@@ -118,3 +118,63 @@ func TestAuthRequestsCounter(t *testing.T) {
 		t.Errorf("/metrics:\n%s\nwant:\n%s", body.String(), want)
 	}
 }
+
+// TestServeMetricsScrapeSeesOneScan: a scrape while serve records a scan
+// sees the whole scan or none of it. nodevol_scan_danger_volumes is the
+// sum of the danger series of nodevol_scan_volumes, and an alert or an
+// operator reading both must never find the gauge at 1 beside a volume
+// still "ok" (the e2e once scraped exactly that, when the NAS was
+// mounted). Scans alternate between a volume in danger and the same
+// volume ok while scrapes check every exposition.
+func TestServeMetricsScrapeSeesOneScan(t *testing.T) {
+	reg := promtext.NewRegistry()
+	m, err := newServeMetrics(reg, "/var/lib/kubelet", &versionInfo{Version: "v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol := scanVolume{PodUID: testUID, Plugin: "kubernetes.io~empty-dir", Volume: "scratch", Verdict: verdictOK, ReasonCode: reasonNotMounted}
+	ok := &scanReport{volumes: []scanVolume{vol}}
+	vol.Verdict, vol.ReasonCode = verdictDanger, reasonNestedMount
+	vol.NestedMounts = []mountdetect.Mount{{MountPoint: "/nas", FSType: "tmpfs"}}
+	danger := &scanReport{volumes: []scanVolume{vol}}
+	stop := make(chan struct{})
+	scans := make(chan int)
+	go func() {
+		i := 0
+		for ; ; i++ {
+			select {
+			case <-stop:
+				scans <- i
+				return
+			default:
+			}
+			m.observe([]*scanReport{ok, danger}[i%2], nil, time.Millisecond, time.Now())
+		}
+	}()
+	dangerLine := regexp.MustCompile(`(?m)^nodevol_scan_danger_volumes\{[^}]*\} (\S+)$`)
+	seriesLine := regexp.MustCompile(`(?m)^nodevol_scan_volumes\{[^}]*verdict="danger"[^}]*\} (\S+)$`)
+	const scrapes = 5000
+	torn := 0
+	for range scrapes {
+		var body strings.Builder
+		if _, err := reg.WriteTo(&body); err != nil {
+			t.Fatal(err)
+		}
+		gauge, series := "0", "0"
+		if g := dangerLine.FindStringSubmatch(body.String()); g != nil {
+			gauge = g[1]
+		}
+		if s := seriesLine.FindStringSubmatch(body.String()); s != nil {
+			series = s[1]
+		}
+		if gauge != series {
+			torn++
+		}
+	}
+	close(stop)
+	n := <-scans
+	if torn > 0 {
+		t.Errorf("%d of %d scrapes during %d scans saw nodevol_scan_danger_volumes differ from the danger series it sums", torn, scrapes, n)
+	}
+	t.Logf("%d scrapes during %d scans", scrapes, n)
+}

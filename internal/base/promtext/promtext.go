@@ -74,6 +74,18 @@ type Registry struct {
 	mu       sync.Mutex
 	families map[string]*family
 	updates  []func()
+	// together is held for writing by Together, for reading by WriteTo
+	// while it writes the families.
+	together sync.RWMutex
+}
+
+// Together calls set with no scrape in progress, and none starts until it
+// returns: a scrape sees all of set's changes or none of them (a gauge
+// and the series it sums, both from the same scan).
+func (r *Registry) Together(set func()) {
+	r.together.Lock()
+	defer r.together.Unlock()
+	set()
 }
 
 // BeforeWrite has update called at the start of every WriteTo (every
@@ -442,9 +454,11 @@ func (r *Registry) WriteTo(w io.Writer) (int64, error) {
 	r.mu.Unlock()
 	slices.SortFunc(fams, func(a, b *family) int { return strings.Compare(a.name, b.name) })
 	var buf bytes.Buffer
+	r.together.RLock()
 	for _, f := range fams {
 		f.write(&buf)
 	}
+	r.together.RUnlock()
 	n, err := w.Write(buf.Bytes())
 	return int64(n), err
 }
