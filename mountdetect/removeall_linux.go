@@ -161,12 +161,14 @@ func (c *config) walkSafe(path string) error {
 // entry in every error message and mount it reports, and path is the
 // path the caller gave, for CrossesMountError.Path.
 func removeAt(pfd int, base, shown, path string, c *config) error {
-	var st unix.Stat_t
-	if err := fsat.Retry(func() error { return unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW) }); err != nil {
+	// statx, not fstatat: a FUSE filesystem mounted on base whose daemon
+	// never answers is not asked (AT_STATX_DONT_SYNC).
+	st, err := fsat.StatAt(pfd, base, unix.AT_SYMLINK_NOFOLLOW)
+	if err != nil {
 		if err == unix.ENOENT {
 			return nil
 		}
-		return &os.PathError{Op: "fstatat", Path: shown, Err: err}
+		return &os.PathError{Op: "statx", Path: shown, Err: err}
 	}
 	w := &walk{act: remove{}, s: c.strategy, maxOpen: c.maxOpen, hook: c.hook}
 	if w.maxOpen <= 0 {
@@ -181,16 +183,41 @@ func removeAt(pfd int, base, shown, path string, c *config) error {
 		return w.removeFile(pfd, base, shown, path, &st)
 	}
 
-	fd, err := fsat.Openat(pfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	// The start directory is opened O_PATH, which asks its filesystem
+	// nothing: opened for reading by name, a mount made on the name since
+	// the fstatat (a FUSE daemon that never answers) would be reached and
+	// could block the open for good. refuseMounts checks that descriptor,
+	// and the directory is then reopened from it (its magic link), never
+	// by name again.
+	pathFD, err := fsat.Openat(pfd, base, unix.O_PATH|unix.O_NOFOLLOW, 0)
 	if err != nil {
-		switch err {
-		case unix.ENOENT:
+		if err == unix.ENOENT {
 			return nil
-		case unix.ENOTDIR, unix.ELOOP:
-			// Replaced by a file or symlink since the fstatat: remove that.
-			return removeEntry(pfd, base, shown)
-		case unix.EACCES:
-			return w.removeDenied(pfd, base, shown, path, &st)
+		}
+		return &os.PathError{Op: "openat", Path: shown, Err: err}
+	}
+	defer unix.Close(pathFD)
+	now, err := fsat.StatAt(pathFD, "", unix.AT_EMPTY_PATH)
+	if err != nil {
+		return &os.PathError{Op: "statx", Path: shown, Err: err}
+	}
+	if now.Mode&unix.S_IFMT != unix.S_IFDIR {
+		// Replaced by a file or symlink since the fstatat: remove that.
+		return removeEntry(pfd, base, shown)
+	}
+	if testHookAfterOpenStart != nil {
+		testHookAfterOpenStart(shown)
+	}
+	if err := w.refuseMounts(pfd, base, pathFD, shown, path, &now); err != nil {
+		if err == errStartGone {
+			return nil
+		}
+		return err
+	}
+	fd, err := fsat.Reopen(pathFD, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		if err == unix.EACCES {
+			return w.removeDenied(pfd, base, shown, path)
 		}
 		return &os.PathError{Op: "openat", Path: shown, Err: err}
 	}
@@ -201,16 +228,6 @@ func removeAt(pfd int, base, shown, path string, c *config) error {
 			unix.Close(fd)
 		}
 	}()
-	if testHookAfterOpenStart != nil {
-		testHookAfterOpenStart(shown)
-	}
-
-	if err := w.refuseMounts(pfd, base, fd, shown, path, &st); err != nil {
-		if err == errStartGone {
-			return nil
-		}
-		return err
-	}
 
 	var sfs unix.Statfs_t
 	// The start directory is on the walk's own mount (refuseMounts), so
@@ -232,35 +249,15 @@ func removeAt(pfd int, base, shown, path string, c *config) error {
 	return w.result(path)
 }
 
-// removeDenied removes the start directory (the entry base of pfd, its
-// fstatat st) that the caller may not list, as os.RemoveAll does, when it
-// is empty: opened O_PATH (no permission needed on it), it must pass the
-// same refusal as a listable start directory (not a mount root, nothing
-// mounted beneath), and rmdir removes it only if empty (and refuses a
-// mount point with EBUSY). Not empty: the *os.PathError of the open, EACCES.
-func (w *walk) removeDenied(pfd int, base, shown, path string, st *unix.Stat_t) error {
+// removeDenied removes the start directory (the entry base of pfd) that
+// the caller may not list, as os.RemoveAll does, when it is empty: it has
+// passed the same refusal as a listable start directory (not a mount
+// root, nothing mounted beneath, checked through its O_PATH descriptor,
+// which needs no permission on it), and rmdir removes it only if empty
+// (and refuses a mount point with EBUSY). Not empty: the *os.PathError of
+// the open, EACCES.
+func (w *walk) removeDenied(pfd int, base, shown, path string) error {
 	denied := &os.PathError{Op: "openat", Path: shown, Err: unix.EACCES}
-	fd, err := fsat.Openat(pfd, base, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
-	switch err {
-	case nil:
-	case unix.ENOENT:
-		return nil
-	case unix.ENOTDIR, unix.ELOOP:
-		return removeEntry(pfd, base, shown)
-	default:
-		return &os.PathError{Op: "openat", Path: shown, Err: err}
-	}
-	if testHookAfterOpenStart != nil {
-		testHookAfterOpenStart(shown)
-	}
-	err = w.refuseMounts(pfd, base, fd, shown, path, st)
-	unix.Close(fd)
-	if err == errStartGone {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
 	switch err := unlinkat(pfd, base, unix.AT_REMOVEDIR); err {
 	case nil:
 		if w.hook != nil {

@@ -5,8 +5,11 @@ package mountdetect
 
 import (
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
@@ -56,3 +59,67 @@ func TestRemoveAllFoundMountStalledFUSE(t *testing.T) {
 }
 
 var hangWait = 5 * time.Second // the wait before a call counts as hung
+
+// TestRemoveAllStartRacesStalledFUSE: a stalled FUSE directory bound on
+// RemoveAll's start directory and off again, over and over, while
+// RemoveAll runs (nodevol rm PATH, which an attacker who can write above
+// PATH can race). Between its fstatat and its open of the start directory
+// by name, the open reached the FUSE and blocked for good; the start is
+// now opened O_PATH, checked, and reopened from that descriptor. Each
+// RemoveAll must return: the tree removed, or refused as a mount.
+func TestRemoveAllStartRacesStalledFUSE(t *testing.T) {
+	mounttest.RequireMounts(t)
+	base := t.TempDir()
+	start := filepath.Join(base, "start")
+	stalled := filepath.Join(base, "stalled")
+	mounttest.Build(t, base, "dir stalled")
+	stalledFUSE(t, stalled, "040000")
+	baseFD, err := unix.Open(base, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(baseFD)
+	var stop atomic.Bool
+	var binds atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for !stop.Load() {
+			if err := unix.Mount(stalled, start, "", unix.MS_BIND, ""); err == nil {
+				binds.Add(1)
+				_ = unix.Unmount(start, unix.MNT_DETACH)
+			}
+		}
+	}()
+	defer func() {
+		stop.Store(true)
+		select { // never wait for good: the FUSE is closed by a clean-up after this
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("the attacker's thread is blocked")
+		}
+	}()
+	const tries = 5000
+	// Past tries, until the attacker has met the calls often enough (a
+	// loaded machine can starve its thread), for at most a minute.
+	deadline := time.Now().Add(time.Minute)
+	for i := 0; i < tries || (binds.Load() < 1000 && time.Now().Before(deadline)); i++ {
+		// mkdirat, not a stat or MkdirAll of the path, which would ask
+		// the FUSE when it is bound there.
+		if err := unix.Mkdirat(baseFD, "start", 0o755); err != nil && err != unix.EEXIST {
+			t.Fatal(err)
+		}
+		var returned atomic.Bool
+		_ = mounttest.Within(t, hangWait, "RemoveAll with a stalled FUSE bound on and off its start directory", func() error {
+			defer returned.Store(true)
+			return RemoveAll(start)
+		})
+		if !returned.Load() {
+			t.Fatalf("RemoveAll %d of %d blocked (after %d binds)", i+1, tries, binds.Load())
+		}
+	}
+	t.Logf("%d RemoveAlls, %d binds", tries, binds.Load())
+	if binds.Load() == 0 {
+		t.Error("no bind mount was made: the race was not tried")
+	}
+}

@@ -343,13 +343,25 @@ func (d *Dir) Stat() (unix.Stat_t, error) {
 }
 
 func (d *Dir) statx(name string, flags int, path string) (unix.Stat_t, error) {
+	st, err := StatAt(d.fd, name, flags)
+	if err != nil {
+		return st, &os.PathError{Op: "statx", Path: path, Err: err}
+	}
+	return st, nil
+}
+
+// StatAt is the stat of name in the directory open as fd (flags:
+// AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH for fd itself), filled in as Lstat
+// fills it, by statx with AT_STATX_DONT_SYNC: a FUSE filesystem whose
+// daemon stopped answering is not asked. Its error is the system call's.
+func StatAt(fd int, name string, flags int) (unix.Stat_t, error) {
 	var st unix.Stat_t
 	var sx unix.Statx_t
 	err := Retry(func() error {
-		return unix.Statx(d.fd, name, flags|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, unix.STATX_BASIC_STATS, &sx)
+		return unix.Statx(fd, name, flags|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, unix.STATX_BASIC_STATS, &sx)
 	})
 	if err != nil {
-		return st, &os.PathError{Op: "statx", Path: path, Err: err}
+		return st, err
 	}
 	st.Ctim = unix.NsecToTimespec(sx.Ctime.Sec*1e9 + int64(sx.Ctime.Nsec)) // Timespec's fields are 32 bits wide on 386 and arm
 	st.Dev = unix.Mkdev(sx.Dev_major, sx.Dev_minor)
