@@ -79,31 +79,13 @@ func TestRemoveAllStartRacesStalledFUSE(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(baseFD)
-	var stop atomic.Bool
-	var binds atomic.Int64
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for !stop.Load() {
-			if err := unix.Mount(stalled, start, "", unix.MS_BIND, ""); err == nil {
-				binds.Add(1)
-				_ = unix.Unmount(start, unix.MNT_DETACH)
-			}
-		}
-	}()
-	defer func() {
-		stop.Store(true)
-		select { // never wait for good: the FUSE is closed by a clean-up after this
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("the attacker's thread is blocked")
-		}
-	}()
+	binds := mounttest.BindFlicker(stalled, start, nil)
+	defer binds.Stop(t)
 	const tries = 5000
 	// Past tries, until the attacker has met the calls often enough (a
 	// loaded machine can starve its thread), for at most a minute.
 	deadline := time.Now().Add(time.Minute)
-	for i := 0; i < tries || (binds.Load() < 1000 && time.Now().Before(deadline)); i++ {
+	for i := 0; i < tries || (binds.Binds() < 1000 && time.Now().Before(deadline)); i++ {
 		// mkdirat, not a stat or MkdirAll of the path, which would ask
 		// the FUSE when it is bound there.
 		if err := unix.Mkdirat(baseFD, "start", 0o755); err != nil && err != unix.EEXIST {
@@ -115,11 +97,11 @@ func TestRemoveAllStartRacesStalledFUSE(t *testing.T) {
 			return RemoveAll(start)
 		})
 		if !returned.Load() {
-			t.Fatalf("RemoveAll %d of %d blocked (after %d binds)", i+1, tries, binds.Load())
+			t.Fatalf("RemoveAll %d of %d blocked (after %d binds)", i+1, tries, binds.Binds())
 		}
 	}
-	t.Logf("%d RemoveAlls, %d binds", tries, binds.Load())
-	if binds.Load() == 0 {
+	t.Logf("%d RemoveAlls, %d binds", tries, binds.Binds())
+	if binds.Binds() == 0 {
 		t.Error("no bind mount was made: the race was not tried")
 	}
 }

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/nodevol/nodevol/emptydir"
 	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
@@ -56,42 +54,24 @@ func TestCheckRacesStalledFUSE(t *testing.T) {
 	stalled := filepath.Join(e.base, "stalled")
 	mounttest.Build(t, e.base, "dir stalled")
 	mounttest.StalledFUSE(t, "stalled", stalled, "040000")
-	var stop atomic.Bool
-	var binds atomic.Int64
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for !stop.Load() {
-			if err := unix.Mount(stalled, e.subDir, "", unix.MS_BIND, ""); err == nil {
-				binds.Add(1)
-				_ = unix.Unmount(e.subDir, unix.MNT_DETACH)
-			}
-		}
-	}()
-	defer func() {
-		stop.Store(true)
-		select { // never wait for good: the FUSE is closed by a clean-up after this
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("the attacker's thread is blocked")
-		}
-	}()
+	binds := mounttest.BindFlicker(stalled, e.subDir, nil)
+	defer binds.Stop(t)
 	const tries = 20000
 	// Past tries, until the attacker has met the calls often enough (a
 	// loaded machine can starve its thread), for at most a minute.
 	deadline := time.Now().Add(time.Minute)
-	for i := 0; i < tries || (binds.Load() < 1000 && time.Now().Before(deadline)); i++ {
+	for i := 0; i < tries || (binds.Binds() < 1000 && time.Now().Before(deadline)); i++ {
 		var returned atomic.Bool
 		_ = mounttest.Within(t, 5*time.Second, "subpath Check with a stalled FUSE mounted on and off volume-subpaths/<vol>", func() error {
 			defer returned.Store(true)
 			return e.cleaner.Check(e.ctx, uid, emptydir.PluginName, "data")
 		})
 		if !returned.Load() {
-			t.Fatalf("Check %d of %d blocked (after %d binds)", i+1, tries, binds.Load())
+			t.Fatalf("Check %d of %d blocked (after %d binds)", i+1, tries, binds.Binds())
 		}
 	}
-	t.Logf("%d Checks, %d binds", tries, binds.Load())
-	if binds.Load() == 0 {
+	t.Logf("%d Checks, %d binds", tries, binds.Binds())
+	if binds.Binds() == 0 {
 		t.Error("no bind mount was made: the race was not tried")
 	}
 }

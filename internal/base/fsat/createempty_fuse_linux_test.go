@@ -56,36 +56,19 @@ func TestCreateEmptyRacesStalledFUSE(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Mounted and unmounted during the calls, the marker present or not.
-	var stop atomic.Bool
-	var binds atomic.Int64
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for !stop.Load() {
-			_ = unix.Unlinkat(unix.AT_FDCWD, target, 0)
-			if fd, err := unix.Open(target, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600); err == nil {
-				unix.Close(fd)
-			}
-			if err := unix.Mount(stalled, target, "", unix.MS_BIND, ""); err == nil {
-				binds.Add(1)
-				_ = unix.Unmount(target, unix.MNT_DETACH)
-			}
+	binds := mounttest.BindFlicker(stalled, target, func() {
+		_ = unix.Unlinkat(unix.AT_FDCWD, target, 0)
+		if fd, err := unix.Open(target, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600); err == nil {
+			unix.Close(fd)
 		}
-	}()
-	defer func() {
-		stop.Store(true)
-		select { // never wait for good: the FUSE is closed by a clean-up after this
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("the attacker's thread is blocked")
-		}
-	}()
+	})
+	defer binds.Stop(t)
 	const tries = 20000
 	var created, refused int
 	// Past tries, until the attacker has met the calls often enough (a
 	// loaded machine can starve its thread), for at most a minute.
 	deadline := time.Now().Add(time.Minute)
-	for i := 0; i < tries || (binds.Load() < 1000 && time.Now().Before(deadline)); i++ {
+	for i := 0; i < tries || (binds.Binds() < 1000 && time.Now().Before(deadline)); i++ {
 		switch err := create("CreateEmpty of a name a stalled FUSE file is mounted on and off"); {
 		case err == nil:
 			created++
@@ -97,8 +80,8 @@ func TestCreateEmptyRacesStalledFUSE(t *testing.T) {
 			t.Fatalf("CreateEmpty: %v", err)
 		}
 	}
-	t.Logf("%d created or kept, %d refused, %d binds", created, refused, binds.Load())
-	if binds.Load() == 0 {
+	t.Logf("%d created or kept, %d refused, %d binds", created, refused, binds.Binds())
+	if binds.Binds() == 0 {
 		t.Error("no bind mount was made: the race was not tried")
 	}
 }

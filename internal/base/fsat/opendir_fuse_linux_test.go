@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/nodevol/nodevol/internal/base/fsat"
 	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
@@ -32,26 +30,8 @@ func TestMkdirAllRacesStalledFUSE(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	var stop atomic.Bool
-	var binds atomic.Int64
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for !stop.Load() {
-			if err := unix.Mount(stalled, target, "", unix.MS_BIND, ""); err == nil {
-				binds.Add(1)
-				_ = unix.Unmount(target, unix.MNT_DETACH)
-			}
-		}
-	}()
-	defer func() {
-		stop.Store(true)
-		select { // never wait for good: the FUSE is closed by a clean-up after this
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("the attacker's thread is blocked")
-		}
-	}()
+	binds := mounttest.BindFlicker(stalled, target, nil)
+	defer binds.Stop(t)
 	const tries = 50000
 	var opened, refused int
 	// Past tries, until the attacker has met the calls often enough (a
@@ -68,7 +48,7 @@ func TestMkdirAllRacesStalledFUSE(t *testing.T) {
 			return err
 		})
 		if !returned.Load() {
-			t.Fatalf("MkdirAll %d of %d blocked (after %d binds)", i+1, tries, binds.Load())
+			t.Fatalf("MkdirAll %d of %d blocked (after %d binds)", i+1, tries, binds.Binds())
 		}
 		switch {
 		case err == nil:
@@ -79,7 +59,7 @@ func TestMkdirAllRacesStalledFUSE(t *testing.T) {
 			t.Fatalf("MkdirAll %d of %d: %v", i+1, tries, err)
 		}
 	}
-	t.Logf("%d opened, %d refused, %d binds", opened, refused, binds.Load())
+	t.Logf("%d opened, %d refused, %d binds", opened, refused, binds.Binds())
 	if refused == 0 {
 		t.Error("no MkdirAll met the mount: the race was not tried")
 	}

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/nodevol/nodevol/internal/base/fsat"
 	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
@@ -33,26 +31,8 @@ func TestReadFileRacesStalledFUSE(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	var stop atomic.Bool
-	var binds atomic.Int64
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for !stop.Load() {
-			if err := unix.Mount(stalled, target, "", unix.MS_BIND, ""); err == nil {
-				binds.Add(1)
-				_ = unix.Unmount(target, unix.MNT_DETACH)
-			}
-		}
-	}()
-	defer func() {
-		stop.Store(true)
-		select { // never wait for good: the FUSE is closed by a clean-up after this
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("the attacker's thread is blocked")
-		}
-	}()
+	binds := mounttest.BindFlicker(stalled, target, nil)
+	defer binds.Stop(t)
 	const tries = 20000
 	var read, refused int
 	// Past tries, until the attacker has met the calls often enough (a
@@ -69,7 +49,7 @@ func TestReadFileRacesStalledFUSE(t *testing.T) {
 			return err
 		})
 		if !returned.Load() {
-			t.Fatalf("ReadFile %d of %d blocked (after %d binds)", i+1, tries, binds.Load())
+			t.Fatalf("ReadFile %d of %d blocked (after %d binds)", i+1, tries, binds.Binds())
 		}
 		switch {
 		case err == nil:
@@ -80,7 +60,7 @@ func TestReadFileRacesStalledFUSE(t *testing.T) {
 			t.Fatalf("ReadFile %d of %d: %v", i+1, tries, err)
 		}
 	}
-	t.Logf("%d reads, %d refusals, %d binds", read, refused, binds.Load())
+	t.Logf("%d reads, %d refusals, %d binds", read, refused, binds.Binds())
 	if refused == 0 {
 		t.Error("no ReadFile met the mount: the race was not tried")
 	}

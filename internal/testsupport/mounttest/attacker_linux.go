@@ -365,3 +365,45 @@ func (n *NamespaceThread) Do(fn func()) {
 	n.do <- func() { defer close(ran); fn() }
 	<-ran
 }
+
+// Flicker is an attacker's thread binding a mount on a name and
+// unmounting it again, over and over (BindFlicker).
+type Flicker struct {
+	stop  atomic.Bool
+	binds atomic.Int64
+	done  chan struct{}
+}
+
+// BindFlicker binds source on target and detaches it again, over and over
+// on a goroutine of its own, calling before (if not nil) before each bind,
+// until Stop. Binds counts the binds made.
+func BindFlicker(source, target string, before func()) *Flicker {
+	f := &Flicker{done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		for !f.stop.Load() {
+			if before != nil {
+				before()
+			}
+			if err := unix.Mount(source, target, "", unix.MS_BIND, ""); err == nil {
+				f.binds.Add(1)
+				_ = unix.Unmount(target, unix.MNT_DETACH)
+			}
+		}
+	}()
+	return f
+}
+
+// Binds is the number of binds made so far.
+func (f *Flicker) Binds() int64 { return f.binds.Load() }
+
+// Stop ends the thread, waiting for it 10 s at most: never for good, as
+// a stalled FUSE it bound is only closed by a clean-up after the test.
+func (f *Flicker) Stop(t testing.TB) {
+	f.stop.Store(true)
+	select {
+	case <-f.done:
+	case <-time.After(10 * time.Second):
+		t.Error("the attacker's thread is blocked")
+	}
+}
