@@ -104,6 +104,12 @@ type sessions struct {
 	// tableRoot is the root as the table names it (placedBefore).
 	placed    map[int]string
 	tableRoot string
+	// alive holds, for as long as this process's session lasts, an open
+	// file description lock on the log's byte at offset mine.From (see
+	// running): another process that starts meanwhile takes the session
+	// as lasting until its own start, not as ending at its last
+	// heartbeat.
+	alive *os.File
 
 	done chan struct{} // closed when run returns
 }
@@ -132,7 +138,7 @@ func (s *sessions) start() error {
 	// Everything under the lock: the sample, so that no session another
 	// process writes meanwhile ends past it; the mount table read after
 	// it, so that a mount made before the session is in it.
-	f, err := lockSessionLog(s.root)
+	f, err := lockSessionLog(s.root, true)
 	if err != nil {
 		return err
 	}
@@ -167,13 +173,70 @@ func (s *sessions) start() error {
 	if l.BootID != boot {
 		l = sessionLog{BootID: boot} // the mounts of another boot are gone
 	}
-	for _, p := range l.Sessions {
+	for i, p := range l.Sessions {
 		if p.From > p.To || p.To > id {
 			return fmt.Errorf("%s: session %d-%d is not before the mount ID counter's %d: not written by nodevol on this boot", f.Name(), p.From, p.To, id)
 		}
+		// A process still running (a restart where the old one still
+		// beats, another plugin of this process) has run since its last
+		// heartbeat: until now, as far as this process can know.
+		alive, err := running(f, p.From)
+		if err != nil {
+			return err
+		}
+		if alive {
+			l.Sessions[i].To = id
+		}
+	}
+	if s.alive, err = lockSessionLog(s.root, false); err != nil {
+		return err
+	}
+	if err := holdSession(s.alive, id); err != nil {
+		s.end()
+		return err
 	}
 	s.boot, s.prior, s.mine = boot, capSessions(l.Sessions), session{From: id, To: id}
-	return writeSessionLog(f, seq+1, boot, mergeSessions(nil, s.prior, s.mine))
+	if err := writeSessionLog(f, seq+1, boot, mergeSessions(nil, s.prior, s.mine)); err != nil {
+		s.end()
+		return err
+	}
+	return nil
+}
+
+// end releases this process's hold on its session (see running): from
+// then on, a process that starts takes it as ending at its last
+// heartbeat.
+func (s *sessions) end() {
+	if s.alive != nil {
+		s.alive.Close()
+		s.alive = nil
+	}
+}
+
+// sessionLockOffset is the offset of the byte a running process's
+// session starting at from holds (an open file description lock; the
+// byte is past the end of the file, and nothing is written there).
+func sessionLockOffset(from uint64) int64 { return int64(min(from, 1<<62)) + 2*slotSize }
+
+// holdSession takes the lock that tells other processes the session
+// starting at from is running (running): it lasts until f is closed, or
+// this process dies.
+func holdSession(f *os.File, from uint64) error {
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: sessionLockOffset(from), Len: 1}
+	if err := fsat.Retry(func() error { return unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk) }); err != nil {
+		return &os.PathError{Op: "fcntl F_OFD_SETLK", Path: f.Name(), Err: err}
+	}
+	return nil
+}
+
+// running reports whether the process whose session starts at from
+// still holds it (holdSession).
+func running(f *os.File, from uint64) (bool, error) {
+	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: sessionLockOffset(from), Len: 1}
+	if err := fsat.Retry(func() error { return unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, &lk) }); err != nil {
+		return false, &os.PathError{Op: "fcntl F_OFD_GETLK", Path: f.Name(), Err: err}
+	}
+	return lk.Type != unix.F_UNLCK, nil
 }
 
 // heartbeat extends this process's session to now.
@@ -183,7 +246,7 @@ func (s *sessions) heartbeat() error {
 	if s.err != nil {
 		return nil
 	}
-	f, err := lockSessionLog(s.root)
+	f, err := lockSessionLog(s.root, true)
 	if err != nil {
 		return err
 	}
@@ -209,6 +272,11 @@ func (s *sessions) heartbeat() error {
 // beat.
 func (s *sessions) run(stop <-chan struct{}) {
 	defer close(s.done)
+	defer func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.end()
+	}()
 	t := time.NewTicker(heartbeatPeriod)
 	defer t.Stop()
 	for {
@@ -332,9 +400,9 @@ var sessionSlotMagic = [8]byte{'n', 'v', 's', 'e', 's', 's', '2', '\n'}
 // of all three and the JSON.
 const sessionSlotHeader = 8 + 8 + 4 + sha256.Size
 
-// lockSessionLog opens the session log of root, creating it, and locks it
-// (flock, exclusive): closing the file unlocks it.
-func lockSessionLog(root string) (*os.File, error) {
+// lockSessionLog opens the session log of root, creating it, and with
+// lock locks it (flock, exclusive): closing the file unlocks it.
+func lockSessionLog(root string, lock bool) (*os.File, error) {
 	d, err := fsat.OpenRoot(root)
 	if err != nil {
 		return nil, err
@@ -343,6 +411,9 @@ func lockSessionLog(root string) (*os.File, error) {
 	d.Close()
 	if err != nil {
 		return nil, err
+	}
+	if !lock {
+		return f, nil
 	}
 	if err := fsat.Retry(func() error { return unix.Flock(int(f.Fd()), unix.LOCK_EX) }); err != nil {
 		f.Close()

@@ -28,6 +28,16 @@ func uniqueMountID(t *testing.T, path string) uint64 {
 	return sx.Mnt_id
 }
 
+// kill ends s as a process killed without notice: no last heartbeat,
+// and its hold on its session released (the kernel drops a dead
+// process's locks).
+func kill(s *sessions) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.end()
+	s.err = errors.New("killed")
+}
+
 // readSessions reads root's session log, under its lock.
 func readSessions(t *testing.T, root string) sessionLog {
 	t.Helper()
@@ -39,7 +49,7 @@ func readSessions(t *testing.T, root string) sessionLog {
 }
 
 func readLockedSessions(root string) (sessionLog, error) {
-	f, err := lockSessionLog(root)
+	f, err := lockSessionLog(root, true)
 	if err != nil {
 		return sessionLog{}, err
 	}
@@ -74,6 +84,7 @@ func TestSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The first process dies; the kubelet it replaced runs a while.
+	kill(first)
 	between := mnt("between")
 	second := startSessions(root, logger)
 	if second.err != nil {
@@ -238,6 +249,7 @@ func TestSessionsOnAFullFilesystem(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The first process dies before another heartbeat.
+			kill(first)
 			second := startSessions(root, logger)
 			if second.err != nil {
 				t.Fatal(second.err)
