@@ -129,22 +129,16 @@ func (s *sessions) start() error {
 	if err := os.MkdirAll(s.root, 0o750); err != nil {
 		return err
 	}
-	// Everything under the lock: the sample, so that no session another
-	// process writes meanwhile ends past it; the mount table read after
-	// it, so that a mount made before the session is in it.
-	f, err := lockSessionLog(s.root)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	id, err := sampleMountID(s.root)
-	if err != nil {
-		return err
-	}
 	boot, err := bootID()
 	if err != nil {
 		return err
 	}
+	lg, err := lockSessionLog(s.root, boot)
+	if err != nil {
+		return err
+	}
+	defer lg.Close()
+	// Read after the sample: a mount made before the session is in it.
 	tab, err := mountdetect.ReadMountTable()
 	if err != nil {
 		return err
@@ -160,20 +154,14 @@ func (s *sessions) start() error {
 			s.placed[m.ID] = m.MountPoint
 		}
 	}
-	l, seq, err := readSessionLog(f)
-	if err != nil {
-		return err
-	}
-	if l.BootID != boot {
-		l = sessionLog{BootID: boot} // the mounts of another boot are gone
-	}
-	for _, p := range l.Sessions {
-		if p.From > p.To || p.To > id {
-			return fmt.Errorf("%s: session %d-%d is not before the mount ID counter's %d: not written by nodevol on this boot", f.Name(), p.From, p.To, id)
+	for _, p := range lg.log.Sessions {
+		if p.From > p.To || p.To > lg.now {
+			return fmt.Errorf("%s: session %d-%d is not before the mount ID counter's %d: not written by nodevol on this boot", lg.Name(), p.From, p.To, lg.now)
 		}
 	}
-	s.boot, s.prior, s.mine = boot, capSessions(l.Sessions), session{From: id, To: id}
-	return writeSessionLog(f, seq+1, boot, mergeSessions(nil, s.prior, s.mine))
+	prior := slices.SortedFunc(slices.Values(lg.log.Sessions), compareSessions)
+	s.boot, s.prior, s.mine = boot, capSessions(prior), session{From: lg.now, To: lg.now}
+	return lg.write(mergeSessions(nil, s.prior, s.mine))
 }
 
 // heartbeat extends this process's session to now.
@@ -183,26 +171,13 @@ func (s *sessions) heartbeat() error {
 	if s.err != nil {
 		return nil
 	}
-	f, err := lockSessionLog(s.root)
+	lg, err := lockSessionLog(s.root, s.boot)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	// Sampled under the lock: no session on disk then ends past the
-	// counter (see start).
-	id, err := sampleMountID(s.root)
-	if err != nil {
-		return err
-	}
-	l, seq, err := readSessionLog(f)
-	if err != nil {
-		return err
-	}
-	if l.BootID != s.boot {
-		l = sessionLog{BootID: s.boot}
-	}
-	s.mine.To = id
-	return writeSessionLog(f, seq+1, s.boot, mergeSessions(l.Sessions, s.prior, s.mine))
+	defer lg.Close()
+	s.mine.To = lg.now
+	return lg.write(mergeSessions(lg.log.Sessions, s.prior, s.mine))
 }
 
 // run beats until stop is closed, then ends the session with a last
@@ -332,9 +307,20 @@ var sessionSlotMagic = [8]byte{'n', 'v', 's', 'e', 's', 's', '2', '\n'}
 // of all three and the JSON.
 const sessionSlotHeader = 8 + 8 + 4 + sha256.Size
 
-// lockSessionLog opens the session log of root, creating it, and locks it
-// (flock, exclusive): closing the file unlocks it.
-func lockSessionLog(root string) (*os.File, error) {
+// lockedLog is the session log, open and locked, as read under the lock.
+type lockedLog struct {
+	*os.File
+	now uint64     // the mount ID counter, sampled under the lock
+	log sessionLog // what the file holds (empty if of another boot)
+	seq uint64     // the sequence number of the slot it was read from
+}
+
+// lockSessionLog opens the session log of root, creating it, locks it
+// (flock, exclusive: Close unlocks it), samples the mount ID counter and
+// reads the log. Everything a process writes to the log it writes under
+// the lock, and its samples are taken under it: so no session on disk
+// ends past a sample taken under the lock (start relies on it).
+func lockSessionLog(root, boot string) (*lockedLog, error) {
 	d, err := fsat.OpenRoot(root)
 	if err != nil {
 		return nil, err
@@ -344,11 +330,27 @@ func lockSessionLog(root string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
+	lg := &lockedLog{File: f}
 	if err := fsat.Retry(func() error { return unix.Flock(int(f.Fd()), unix.LOCK_EX) }); err != nil {
 		f.Close()
 		return nil, &os.PathError{Op: "flock", Path: f.Name(), Err: err}
 	}
-	return f, nil
+	if lg.now, err = sampleMountID(root); err == nil {
+		lg.log, lg.seq, err = readSessionLog(f)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if lg.log.BootID != boot {
+		lg.log = sessionLog{BootID: boot} // the mounts of another boot are gone
+	}
+	return lg, nil
+}
+
+// write writes sessions as the log's next slot.
+func (lg *lockedLog) write(sessions []session) error {
+	return writeSessionLog(lg.File, lg.seq+1, lg.log.BootID, sessions)
 }
 
 // readSessionLog reads the locked log f: the newest slot whose checksum
@@ -472,9 +474,12 @@ func mergeSessions(disk, prior []session, mine session) []session {
 	for from, to := range byFrom {
 		l = append(l, session{From: from, To: to})
 	}
-	slices.SortFunc(l, func(a, b session) int { return cmp.Compare(a.From, b.From) })
+	slices.SortFunc(l, compareSessions)
 	return capSessions(l)
 }
+
+// compareSessions orders sessions by where they started.
+func compareSessions(a, b session) int { return cmp.Compare(a.From, b.From) }
 
 // capSessions merges the oldest of a log of maxSessions or more sessions
 // into one, which then covers everything between them.
