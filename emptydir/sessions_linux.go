@@ -105,7 +105,7 @@ type sessions struct {
 	placed    map[int]string
 	tableRoot string
 	// alive holds, for as long as this process's session lasts, an open
-	// file description lock on the log's byte at offset mine.From (see
+	// file description lock on a byte of the log named by mine.From (see
 	// running): another process that starts meanwhile takes the session
 	// as lasting until its own start, not as ending at its last
 	// heartbeat.
@@ -135,22 +135,16 @@ func (s *sessions) start() error {
 	if err := os.MkdirAll(s.root, 0o750); err != nil {
 		return err
 	}
-	// Everything under the lock: the sample, so that no session another
-	// process writes meanwhile ends past it; the mount table read after
-	// it, so that a mount made before the session is in it.
-	f, err := lockSessionLog(s.root, true)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	id, err := sampleMountID(s.root)
-	if err != nil {
-		return err
-	}
 	boot, err := bootID()
 	if err != nil {
 		return err
 	}
+	lg, err := lockSessionLog(s.root, boot)
+	if err != nil {
+		return err
+	}
+	defer lg.Close()
+	// Read after the sample: a mount made before the session is in it.
 	tab, err := mountdetect.ReadMountTable()
 	if err != nil {
 		return err
@@ -166,46 +160,60 @@ func (s *sessions) start() error {
 			s.placed[m.ID] = m.MountPoint
 		}
 	}
-	l, seq, err := readSessionLog(f)
-	if err != nil {
-		return err
-	}
-	if l.BootID != boot {
-		l = sessionLog{BootID: boot} // the mounts of another boot are gone
-	}
-	for i, p := range l.Sessions {
-		if p.From > p.To || p.To > id {
-			return fmt.Errorf("%s: session %d-%d is not before the mount ID counter's %d: not written by nodevol on this boot", f.Name(), p.From, p.To, id)
+	for i, p := range lg.log.Sessions {
+		if p.From > p.To || p.To > lg.now {
+			return fmt.Errorf("%s: session %d-%d is not before the mount ID counter's %d: not written by nodevol on this boot", lg.Name(), p.From, p.To, lg.now)
 		}
 		// A process still running (a restart where the old one still
 		// beats, another plugin of this process) has run since its last
 		// heartbeat: until now, as far as this process can know.
-		alive, err := running(f, p.From)
+		alive, err := running(lg.File, p.From)
 		if err != nil {
 			return err
 		}
 		if alive {
-			l.Sessions[i].To = id
+			lg.log.Sessions[i].To = lg.now
 		}
 	}
-	if s.alive, err = lockSessionLog(s.root, false); err != nil {
+	if err := s.hold(lg.now); err != nil {
 		return err
 	}
-	if err := holdSession(s.alive, id); err != nil {
-		s.end()
-		return err
-	}
-	s.boot, s.prior, s.mine = boot, capSessions(l.Sessions), session{From: id, To: id}
-	if err := writeSessionLog(f, seq+1, boot, mergeSessions(nil, s.prior, s.mine)); err != nil {
+	prior := slices.SortedFunc(slices.Values(lg.log.Sessions), compareSessions)
+	s.boot, s.prior, s.mine = boot, capSessions(prior), session{From: lg.now, To: lg.now}
+	if err := lg.write(mergeSessions(nil, s.prior, s.mine)); err != nil {
 		s.end()
 		return err
 	}
 	return nil
 }
 
-// end releases this process's hold on its session (see running): from
-// then on, a process that starts takes it as ending at its last
-// heartbeat.
+// hold takes the lock that tells other processes that this process's
+// session, starting at from, is running (running). It lasts until end,
+// or until this process dies. It is an open file description lock on a
+// byte of the log past its end (nothing is written there), of a
+// descriptor of its own: independent of the flock, and held by no other
+// descriptor of this process (another plugin's session is told apart).
+func (s *sessions) hold(from uint64) error {
+	d, err := fsat.OpenRoot(s.root)
+	if err != nil {
+		return err
+	}
+	f, err := d.OpenOwnFile(sessionsFileName)
+	d.Close()
+	if err != nil {
+		return err
+	}
+	lk := sessionHold(from)
+	if err := fsat.Retry(func() error { return unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk) }); err != nil {
+		f.Close()
+		return &os.PathError{Op: "fcntl F_OFD_SETLK", Path: f.Name(), Err: err}
+	}
+	s.alive = f
+	return nil
+}
+
+// end releases this process's hold on its session (hold): from then on,
+// a process that starts takes it as ending at its last heartbeat.
 func (s *sessions) end() {
 	if s.alive != nil {
 		s.alive.Close()
@@ -213,26 +221,16 @@ func (s *sessions) end() {
 	}
 }
 
-// sessionLockOffset is the offset of the byte a running process's
-// session starting at from holds (an open file description lock; the
-// byte is past the end of the file, and nothing is written there).
-func sessionLockOffset(from uint64) int64 { return int64(min(from, 1<<62)) + 2*slotSize }
-
-// holdSession takes the lock that tells other processes the session
-// starting at from is running (running): it lasts until f is closed, or
-// this process dies.
-func holdSession(f *os.File, from uint64) error {
-	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: sessionLockOffset(from), Len: 1}
-	if err := fsat.Retry(func() error { return unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk) }); err != nil {
-		return &os.PathError{Op: "fcntl F_OFD_SETLK", Path: f.Name(), Err: err}
-	}
-	return nil
+// sessionHold is the lock held for the session that starts at from
+// (hold): one byte past the log's two slots.
+func sessionHold(from uint64) unix.Flock_t {
+	return unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: 2*slotSize + int64(min(from, 1<<62)), Len: 1}
 }
 
 // running reports whether the process whose session starts at from
-// still holds it (holdSession).
+// still holds it (hold).
 func running(f *os.File, from uint64) (bool, error) {
-	lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: sessionLockOffset(from), Len: 1}
+	lk := sessionHold(from)
 	if err := fsat.Retry(func() error { return unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, &lk) }); err != nil {
 		return false, &os.PathError{Op: "fcntl F_OFD_GETLK", Path: f.Name(), Err: err}
 	}
@@ -246,26 +244,13 @@ func (s *sessions) heartbeat() error {
 	if s.err != nil {
 		return nil
 	}
-	f, err := lockSessionLog(s.root, true)
+	lg, err := lockSessionLog(s.root, s.boot)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	// Sampled under the lock: no session on disk then ends past the
-	// counter (see start).
-	id, err := sampleMountID(s.root)
-	if err != nil {
-		return err
-	}
-	l, seq, err := readSessionLog(f)
-	if err != nil {
-		return err
-	}
-	if l.BootID != s.boot {
-		l = sessionLog{BootID: s.boot}
-	}
-	s.mine.To = id
-	return writeSessionLog(f, seq+1, s.boot, mergeSessions(l.Sessions, s.prior, s.mine))
+	defer lg.Close()
+	s.mine.To = lg.now
+	return lg.write(mergeSessions(lg.log.Sessions, s.prior, s.mine))
 }
 
 // run beats until stop is closed, then ends the session with a last
@@ -400,9 +385,20 @@ var sessionSlotMagic = [8]byte{'n', 'v', 's', 'e', 's', 's', '2', '\n'}
 // of all three and the JSON.
 const sessionSlotHeader = 8 + 8 + 4 + sha256.Size
 
-// lockSessionLog opens the session log of root, creating it, and with
-// lock locks it (flock, exclusive): closing the file unlocks it.
-func lockSessionLog(root string, lock bool) (*os.File, error) {
+// lockedLog is the session log, open and locked, as read under the lock.
+type lockedLog struct {
+	*os.File
+	now uint64     // the mount ID counter, sampled under the lock
+	log sessionLog // what the file holds (empty if of another boot)
+	seq uint64     // the sequence number of the slot it was read from
+}
+
+// lockSessionLog opens the session log of root, creating it, locks it
+// (flock, exclusive: Close unlocks it), samples the mount ID counter and
+// reads the log. Everything a process writes to the log it writes under
+// the lock, and its samples are taken under it: so no session on disk
+// ends past a sample taken under the lock (start relies on it).
+func lockSessionLog(root, boot string) (*lockedLog, error) {
 	d, err := fsat.OpenRoot(root)
 	if err != nil {
 		return nil, err
@@ -412,14 +408,27 @@ func lockSessionLog(root string, lock bool) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !lock {
-		return f, nil
-	}
+	lg := &lockedLog{File: f}
 	if err := fsat.Retry(func() error { return unix.Flock(int(f.Fd()), unix.LOCK_EX) }); err != nil {
 		f.Close()
 		return nil, &os.PathError{Op: "flock", Path: f.Name(), Err: err}
 	}
-	return f, nil
+	if lg.now, err = sampleMountID(root); err == nil {
+		lg.log, lg.seq, err = readSessionLog(f)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if lg.log.BootID != boot {
+		lg.log = sessionLog{BootID: boot} // the mounts of another boot are gone
+	}
+	return lg, nil
+}
+
+// write writes sessions as the log's next slot.
+func (lg *lockedLog) write(sessions []session) error {
+	return writeSessionLog(lg.File, lg.seq+1, lg.log.BootID, sessions)
 }
 
 // readSessionLog reads the locked log f: the newest slot whose checksum
@@ -543,9 +552,12 @@ func mergeSessions(disk, prior []session, mine session) []session {
 	for from, to := range byFrom {
 		l = append(l, session{From: from, To: to})
 	}
-	slices.SortFunc(l, func(a, b session) int { return cmp.Compare(a.From, b.From) })
+	slices.SortFunc(l, compareSessions)
 	return capSessions(l)
 }
+
+// compareSessions orders sessions by where they started.
+func compareSessions(a, b session) int { return cmp.Compare(a.From, b.From) }
 
 // capSessions merges the oldest of a log of maxSessions or more sessions
 // into one, which then covers everything between them.

@@ -49,13 +49,16 @@ func readSessions(t *testing.T, root string) sessionLog {
 }
 
 func readLockedSessions(root string) (sessionLog, error) {
-	f, err := lockSessionLog(root, true)
+	boot, err := bootID()
 	if err != nil {
 		return sessionLog{}, err
 	}
-	defer f.Close()
-	l, _, err := readSessionLog(f)
-	return l, err
+	lg, err := lockSessionLog(root, boot)
+	if err != nil {
+		return sessionLog{}, err
+	}
+	defer lg.Close()
+	return lg.log, nil
 }
 
 // TestSessions: a mount made before the first nodevol process started,
