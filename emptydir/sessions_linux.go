@@ -58,6 +58,14 @@ const (
 	maxSessions = 1000
 	// slotSize is the size of each of the log's two slots.
 	slotSize = 64 << 10
+	// unrecordedSize is the size of a log that a process could not write
+	// in full (the filesystem was full when it made or converted the
+	// log): it then truncates the log to this size, which needs no block
+	// (the file is sparse). Who reads it cannot know when nodevol ran
+	// before it, and takes everything before its own sample as nodevol's
+	// time: a tmpfs planted while the unrecorded process ran is never
+	// adopted.
+	unrecordedSize = 3 * slotSize
 	// heartbeatPeriod is how often a running process extends its
 	// session: a process killed without notice leaves its session
 	// ending at most this long before its death, so a mount made in that
@@ -93,11 +101,14 @@ type sessions struct {
 	root string
 	log  klog.Logger
 
-	mu    sync.Mutex
-	err   error     // why nothing is adopted (no unique IDs, an unreadable log); nil once started
-	boot  string    // the boot's ID
-	prior []session // earlier processes' sessions, oldest first
-	mine  session   // this process's
+	mu  sync.Mutex
+	err error // why nothing is adopted (no unique IDs, an unreadable log); nil once started
+	// unrecorded says that start could not write mine (the filesystem
+	// was full): heartbeats try again, and this process adopts nothing.
+	unrecorded bool
+	boot       string    // the boot's ID
+	prior      []session // earlier processes' sessions, oldest first
+	mine       session   // this process's
 	// placed is where each mount the kubelet's SetUp could have made (a
 	// tmpfs from "tmpfs", a hugetlbfs from "nodev") was when this
 	// process started, by classic mount ID, as the mount table names it;
@@ -140,6 +151,14 @@ func (s *sessions) start() error {
 		return err
 	}
 	lg, err := lockSessionLog(s.root, boot)
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+		// The log could not be made: the session starts now all the
+		// same, and heartbeats make the log once they can (sampled
+		// without the lock: an earlier sample is as good a start).
+		if id, serr := sampleMountID(s.root); serr == nil {
+			s.boot, s.mine, s.unrecorded = boot, session{From: id, To: id}, true
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -181,7 +200,9 @@ func (s *sessions) start() error {
 	prior := slices.SortedFunc(slices.Values(lg.log.Sessions), compareSessions)
 	s.boot, s.prior, s.mine = boot, capSessions(prior), session{From: lg.now, To: lg.now}
 	if err := lg.write(mergeSessions(nil, s.prior, s.mine)); err != nil {
-		s.end()
+		// Kept: heartbeats try again; the log says meanwhile that a
+		// session went unrecorded (writeSessionLog).
+		s.unrecorded = true
 		return err
 	}
 	return nil
@@ -241,7 +262,7 @@ func running(f *os.File, from uint64) (bool, error) {
 func (s *sessions) heartbeat() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.err != nil {
+	if s.err != nil && !s.unrecorded {
 		return nil
 	}
 	lg, err := lockSessionLog(s.root, s.boot)
@@ -250,7 +271,16 @@ func (s *sessions) heartbeat() error {
 	}
 	defer lg.Close()
 	s.mine.To = lg.now
-	return lg.write(mergeSessions(lg.log.Sessions, s.prior, s.mine))
+	if err := lg.write(mergeSessions(lg.log.Sessions, s.prior, s.mine)); err != nil {
+		return err
+	}
+	if s.unrecorded {
+		s.unrecorded = false
+		if s.alive == nil {
+			return s.hold(s.mine.From)
+		}
+	}
+	return nil
 }
 
 // run beats until stop is closed, then ends the session with a last
@@ -416,6 +446,11 @@ func lockSessionLog(root, boot string) (*lockedLog, error) {
 	if lg.now, err = sampleMountID(root); err == nil {
 		lg.log, lg.seq, err = readSessionLog(f)
 	}
+	if errors.Is(err, errUnrecordedSession) {
+		// Some process ran without its session: until now, as far as
+		// this one can know.
+		lg.log, err = sessionLog{BootID: boot, Sessions: []session{{From: 0, To: lg.now}}}, nil
+	}
 	if err != nil {
 		f.Close()
 		return nil, err
@@ -443,6 +478,8 @@ func readSessionLog(f *os.File) (sessionLog, uint64, error) {
 	switch size := st.Size(); {
 	case size == 0:
 		return l, 0, nil
+	case size == unrecordedSize:
+		return l, 0, errUnrecordedSession
 	case size > maxSessionsSize:
 		return l, 0, fmt.Errorf("%s: %d bytes, more than nodevol writes", f.Name(), size)
 	case size != 2*slotSize:
@@ -474,6 +511,10 @@ func readSessionLog(f *os.File) (sessionLog, uint64, error) {
 	}
 	return l, seq, nil
 }
+
+// errUnrecordedSession says that the log is one a process could not
+// write its session into (unrecordedSize).
+var errUnrecordedSession = errors.New("a nodevol process could not write its session")
 
 // decodeSessionSlot returns the JSON a slot holds and its sequence number,
 // if its magic and checksum hold.
@@ -521,20 +562,31 @@ func writeSessionLog(f *os.File, seq uint64, boot string, sessions []session) er
 		return err
 	}
 	off := int64(seq%2) * slotSize
-	if st.Size() != 2*slotSize {
-		whole := make([]byte, 2*slotSize)
-		copy(whole[off:], slot)
-		slot, off = whole, 0
-	}
-	if _, err := f.WriteAt(slot, off); err != nil {
-		return err
-	}
-	if st.Size() > 2*slotSize {
-		if err := f.Truncate(2 * slotSize); err != nil {
+	if st.Size() == 2*slotSize {
+		if _, err := f.WriteAt(slot, off); err != nil {
 			return err
 		}
+		return f.Sync()
 	}
-	return f.Sync()
+	whole := make([]byte, 2*slotSize)
+	copy(whole[off:], slot)
+	_, err = f.WriteAt(whole, 0)
+	if err == nil && st.Size() > 2*slotSize {
+		err = f.Truncate(2 * slotSize)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if err != nil {
+		// Perhaps written in part, over what the log held (a full
+		// filesystem): it is marked as unrecorded, which needs no block,
+		// rather than left to say that no nodevol process ran.
+		if terr := f.Truncate(unrecordedSize); terr != nil {
+			return errors.Join(err, terr)
+		}
+		return errors.Join(err, f.Sync())
+	}
+	return nil
 }
 
 // mergeSessions is the log to write: the sessions on disk (other
