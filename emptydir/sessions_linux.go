@@ -539,7 +539,8 @@ func decodeSessionSlot(b []byte) ([]byte, uint64, bool) {
 // writeSessionLog writes sessions into the locked log f as slot seq%2
 // (the one not holding sequence seq-1), durably. A file not yet in slots
 // (new, or in the format before them) is written whole, both slots' space
-// included, which later heartbeats overwrite without needing a block.
+// included, which later heartbeats overwrite without needing a block; it
+// is marked unrecorded (unrecordedSize) until it is.
 func writeSessionLog(f *os.File, seq uint64, boot string, sessions []session) error {
 	data, err := json.Marshal(sessionLog{BootID: boot, Sessions: sessions})
 	if err != nil {
@@ -568,25 +569,29 @@ func writeSessionLog(f *os.File, seq uint64, boot string, sessions []session) er
 		}
 		return f.Sync()
 	}
+	// Marked unrecorded first (no block needed): should the write fail
+	// (a full filesystem) or the process die in the middle of it, the
+	// log, in part overwritten, says that a session went unrecorded
+	// rather than what it held or that no nodevol process ran. Its size
+	// says slots only once they are written and durable.
+	if err := f.Truncate(unrecordedSize); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
 	whole := make([]byte, 2*slotSize)
 	copy(whole[off:], slot)
-	_, err = f.WriteAt(whole, 0)
-	if err == nil && st.Size() > 2*slotSize {
-		err = f.Truncate(2 * slotSize)
+	if _, err := f.WriteAt(whole, 0); err != nil {
+		return err
 	}
-	if err == nil {
-		err = f.Sync()
+	if err := f.Sync(); err != nil {
+		return err
 	}
-	if err != nil {
-		// Perhaps written in part, over what the log held (a full
-		// filesystem): it is marked as unrecorded, which needs no block,
-		// rather than left to say that no nodevol process ran.
-		if terr := f.Truncate(unrecordedSize); terr != nil {
-			return errors.Join(err, terr)
-		}
-		return errors.Join(err, f.Sync())
+	if err := f.Truncate(2 * slotSize); err != nil {
+		return err
 	}
-	return nil
+	return f.Sync()
 }
 
 // mergeSessions is the log to write: the sessions on disk (other

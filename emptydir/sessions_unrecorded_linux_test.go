@@ -106,3 +106,36 @@ func TestSessionsStartedOnAFullFilesystem(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionLogMarkedUnrecorded: a log being made whole is marked
+// unrecorded (its size) until its slots are written and durable, so a
+// process that dies in the middle of that write, over a log in the format
+// before slots, leaves a log that the next process reads as unrecorded:
+// everything before its start is nodevol's time, and it writes the log
+// whole again.
+func TestSessionLogMarkedUnrecorded(t *testing.T) {
+	mounttest.RequireMounts(t)
+	logger := ktesting.NewLogger(t, ktesting.NewConfig())
+	root := t.TempDir()
+	mounttest.Build(t, root, "dir during")
+	// The dying process's run, with a tmpfs planted in it.
+	mounttest.Tmpfs(t, filepath.Join(root, "during"), "size=64k")
+	during := uniqueMountID(t, filepath.Join(root, "during"))
+	path := filepath.Join(root, sessionsFileName)
+	if err := os.WriteFile(path, append([]byte(`{"bootID":"`), make([]byte, 5000)...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, unrecordedSize); err != nil {
+		t.Fatal(err)
+	}
+	s := startSessions(root, logger)
+	if s.err != nil {
+		t.Fatalf("start over a log marked unrecorded: %v", s.err)
+	}
+	if ok, _ := s.beforeNodevol(during); ok {
+		t.Error("a tmpfs made before a log marked unrecorded counts as made while no nodevol process ran")
+	}
+	if st, err := os.Stat(path); err != nil || st.Size() != 2*slotSize {
+		t.Errorf("the log after start: %v, %v; want it whole, %d bytes", st, err, 2*slotSize)
+	}
+}
