@@ -274,13 +274,17 @@ func (s *sessions) heartbeat() error {
 	if err := lg.write(mergeSessions(lg.log.Sessions, s.prior, s.mine)); err != nil {
 		return err
 	}
-	if s.unrecorded {
-		s.unrecorded = false
-		if s.alive == nil {
-			return s.hold(s.mine.From)
+	s.unrecorded = false
+	// Held in the log now in place, should it have been replaced since.
+	if s.alive != nil {
+		a, aerr := s.alive.Stat()
+		l, lerr := lg.Stat()
+		if aerr == nil && lerr == nil && os.SameFile(a, l) {
+			return nil
 		}
+		s.end()
 	}
-	return nil
+	return s.hold(s.mine.From)
 }
 
 // run beats until stop is closed, then ends the session with a last
@@ -433,16 +437,39 @@ func lockSessionLog(root, boot string) (*lockedLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := d.OpenOwnFile(sessionsFileName)
-	d.Close()
-	if err != nil {
-		return nil, err
+	defer d.Close()
+	// The file locked must be the one in the log's place: one deleted or
+	// replaced (by an operator) while this waited for its lock is
+	// another process's no more, and what is written there is lost.
+	var f *os.File
+	for try := 0; ; try++ {
+		if f, err = d.OpenOwnFile(sessionsFileName); err != nil {
+			return nil, err
+		}
+		if err := fsat.Retry(func() error { return unix.Flock(int(f.Fd()), unix.LOCK_EX) }); err != nil {
+			f.Close()
+			return nil, &os.PathError{Op: "flock", Path: f.Name(), Err: err}
+		}
+		var locked unix.Stat_t
+		err := unix.Fstat(int(f.Fd()), &locked)
+		if err == nil {
+			var there unix.Stat_t
+			if there, err = d.Lstat(sessionsFileName); err == nil && there.Dev == locked.Dev && there.Ino == locked.Ino {
+				break
+			}
+		}
+		f.Close()
+		if err == nil {
+			err = errors.New("replaced while this process waited for its lock")
+		}
+		if errors.Is(err, unix.ENOENT) {
+			err = errors.New("deleted while this process waited for its lock")
+		}
+		if try == 9 {
+			return nil, &os.PathError{Op: "lock", Path: d.Join(sessionsFileName), Err: err}
+		}
 	}
 	lg := &lockedLog{File: f}
-	if err := fsat.Retry(func() error { return unix.Flock(int(f.Fd()), unix.LOCK_EX) }); err != nil {
-		f.Close()
-		return nil, &os.PathError{Op: "flock", Path: f.Name(), Err: err}
-	}
 	if lg.now, err = sampleMountID(root); err == nil {
 		lg.log, lg.seq, err = readSessionLog(f)
 	}
