@@ -101,8 +101,11 @@ type sessions struct {
 	root string
 	log  klog.Logger
 
-	mu  sync.Mutex
-	err error // why nothing is adopted (no unique IDs, an unreadable log); nil once started
+	// beat serialises heartbeats and end (alive, and the log's I/O); mu
+	// guards what SetUp reads (err, prior, mine, placed) and unrecorded.
+	beat sync.Mutex
+	mu   sync.Mutex
+	err  error // why nothing is adopted (no unique IDs, an unreadable log); nil once started
 	// unrecorded says that start could not write mine (the filesystem
 	// was full): heartbeats try again, and this process adopts nothing.
 	unrecorded bool
@@ -258,11 +261,17 @@ func running(f *os.File, from uint64) (bool, error) {
 	return lk.Type != unix.F_UNLCK, nil
 }
 
-// heartbeat extends this process's session to now.
+// heartbeat extends this process's session to now. It holds beat, not
+// mu, while it waits for the log's lock and writes: SetUp's questions
+// (beforeNodevol, placedBefore) never wait for another process's hold of
+// the lock or for a slow disk.
 func (s *sessions) heartbeat() error {
+	s.beat.Lock()
+	defer s.beat.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err != nil && !s.unrecorded {
+	skip, mine := s.err != nil && !s.unrecorded, s.mine
+	s.mu.Unlock()
+	if skip {
 		return nil
 	}
 	lg, err := lockSessionLog(s.root, s.boot)
@@ -270,11 +279,16 @@ func (s *sessions) heartbeat() error {
 		return err
 	}
 	defer lg.Close()
-	s.mine.To = lg.now
-	if err := lg.write(mergeSessions(lg.log.Sessions, s.prior, s.mine)); err != nil {
+	mine.To = lg.now
+	s.mu.Lock()
+	s.mine = mine
+	s.mu.Unlock()
+	if err := lg.write(mergeSessions(lg.log.Sessions, s.prior, mine)); err != nil {
 		return err
 	}
+	s.mu.Lock()
 	s.unrecorded = false
+	s.mu.Unlock()
 	// Held in the log now in place, should it have been replaced since.
 	if s.alive != nil {
 		a, aerr := s.alive.Stat()
@@ -284,7 +298,7 @@ func (s *sessions) heartbeat() error {
 		}
 		s.end()
 	}
-	return s.hold(s.mine.From)
+	return s.hold(mine.From)
 }
 
 // run beats until stop is closed, then ends the session with a last
@@ -292,8 +306,8 @@ func (s *sessions) heartbeat() error {
 func (s *sessions) run(stop <-chan struct{}) {
 	defer close(s.done)
 	defer func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
+		s.beat.Lock()
+		defer s.beat.Unlock()
 		s.end()
 	}()
 	t := time.NewTicker(heartbeatPeriod)

@@ -107,3 +107,43 @@ func waitForFlockWaiter(t *testing.T, ino uint64) {
 	}
 	t.Fatal("the heartbeat never waited for the lock")
 }
+
+// TestSessionsAnswerWhileTheLogIsLocked: SetUp asks the sessions whether
+// a mount was made before nodevol while a heartbeat waits for the log's
+// lock, which another process holds (stopped, or writing to a slow disk):
+// the answer does not wait for the lock.
+func TestSessionsAnswerWhileTheLogIsLocked(t *testing.T) {
+	mounttest.RequireMounts(t)
+	root := t.TempDir()
+	s := startSessions(root, ktesting.NewLogger(t, ktesting.NewConfig()))
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	boot, err := bootID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := lockSessionLog(root, boot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(other.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.heartbeat() }()
+	waitForFlockWaiter(t, st.Ino)
+	err = mounttest.Within(t, 10*time.Second, "beforeNodevol while a heartbeat waits for the log's lock", func() error {
+		s.beforeNodevol(1)
+		s.placedBefore(1, filepath.Join(root, "x"))
+		return nil
+	})
+	other.Close()
+	if herr := <-done; herr != nil {
+		t.Fatal(herr)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
