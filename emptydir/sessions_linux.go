@@ -102,16 +102,13 @@ type sessions struct {
 	log  klog.Logger
 
 	// beat serialises heartbeats and end (alive, and the log's I/O); mu
-	// guards what SetUp reads (err, prior, mine, placed) and unrecorded.
-	beat sync.Mutex
-	mu   sync.Mutex
-	err  error // why nothing is adopted (no unique IDs, an unreadable log); nil once started
-	// unrecorded says that start could not write mine (the filesystem
-	// was full): heartbeats try again, and this process adopts nothing.
-	unrecorded bool
-	boot       string    // the boot's ID
-	prior      []session // earlier processes' sessions, oldest first
-	mine       session   // this process's
+	// guards what SetUp reads (err, prior, mine, placed).
+	beat  sync.Mutex
+	mu    sync.Mutex
+	err   error     // why nothing is adopted (no unique IDs, an unreadable log); nil once started
+	boot  string    // the boot's ID
+	prior []session // earlier processes' sessions, oldest first
+	mine  session   // this process's
 	// placed is where each mount the kubelet's SetUp could have made (a
 	// tmpfs from "tmpfs", a hugetlbfs from "nodev") was when this
 	// process started, by classic mount ID, as the mount table names it;
@@ -159,13 +156,33 @@ func (s *sessions) start() error {
 		// same, and heartbeats make the log once they can (sampled
 		// without the lock: an earlier sample is as good a start).
 		if id, serr := sampleMountID(s.root); serr == nil {
-			s.boot, s.mine, s.unrecorded = boot, session{From: id, To: id}, true
+			s.boot, s.mine = boot, session{From: id, To: id}
 		}
 	}
 	if err != nil {
 		return err
 	}
 	defer lg.Close()
+	for i, p := range lg.log.Sessions {
+		if p.From > p.To || p.To > lg.now {
+			return fmt.Errorf("%s: session %d-%d is not before the mount ID counter's %d: not written by nodevol on this boot", lg.Name(), p.From, p.To, lg.now)
+		}
+		// A process still running (a restart where the old one still
+		// beats, another plugin of this process) has run since its last
+		// heartbeat: until now, as far as this process can know (and
+		// when the kernel cannot say).
+		if alive, err := running(lg.File, p.From); alive || err != nil {
+			lg.log.Sessions[i].To = lg.now
+		}
+	}
+	// The session is this process's from here on, whatever fails below:
+	// heartbeats extend it (and write it, if this write fails) as long
+	// as the process runs, adoption or not.
+	prior := slices.SortedFunc(slices.Values(lg.log.Sessions), compareSessions)
+	s.boot, s.prior, s.mine = boot, capSessions(prior), session{From: lg.now, To: lg.now}
+	if err := errors.Join(s.hold(lg.now), lg.write(mergeSessions(nil, s.prior, s.mine))); err != nil {
+		return err
+	}
 	// Read after the sample: a mount made before the session is in it.
 	tab, err := mountdetect.ReadMountTable()
 	if err != nil {
@@ -181,32 +198,6 @@ func (s *sessions) start() error {
 		for _, m := range tab.MountsFromSource(src) {
 			s.placed[m.ID] = m.MountPoint
 		}
-	}
-	for i, p := range lg.log.Sessions {
-		if p.From > p.To || p.To > lg.now {
-			return fmt.Errorf("%s: session %d-%d is not before the mount ID counter's %d: not written by nodevol on this boot", lg.Name(), p.From, p.To, lg.now)
-		}
-		// A process still running (a restart where the old one still
-		// beats, another plugin of this process) has run since its last
-		// heartbeat: until now, as far as this process can know.
-		alive, err := running(lg.File, p.From)
-		if err != nil {
-			return err
-		}
-		if alive {
-			lg.log.Sessions[i].To = lg.now
-		}
-	}
-	if err := s.hold(lg.now); err != nil {
-		return err
-	}
-	prior := slices.SortedFunc(slices.Values(lg.log.Sessions), compareSessions)
-	s.boot, s.prior, s.mine = boot, capSessions(prior), session{From: lg.now, To: lg.now}
-	if err := lg.write(mergeSessions(nil, s.prior, s.mine)); err != nil {
-		// Kept: heartbeats try again; the log says meanwhile that a
-		// session went unrecorded (writeSessionLog).
-		s.unrecorded = true
-		return err
 	}
 	return nil
 }
@@ -269,9 +260,9 @@ func (s *sessions) heartbeat() error {
 	s.beat.Lock()
 	defer s.beat.Unlock()
 	s.mu.Lock()
-	skip, mine := s.err != nil && !s.unrecorded, s.mine
+	mine := s.mine
 	s.mu.Unlock()
-	if skip {
+	if mine.From == 0 { // no session: start failed before its sample, or killed (tests)
 		return nil
 	}
 	lg, err := lockSessionLog(s.root, s.boot)
@@ -286,9 +277,6 @@ func (s *sessions) heartbeat() error {
 	if err := lg.write(mergeSessions(lg.log.Sessions, s.prior, mine)); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	s.unrecorded = false
-	s.mu.Unlock()
 	// Held in the log now in place, should it have been replaced since.
 	if s.alive != nil {
 		a, aerr := s.alive.Stat()

@@ -32,10 +32,12 @@ func uniqueMountID(t *testing.T, path string) uint64 {
 // and its hold on its session released (the kernel drops a dead
 // process's locks).
 func kill(s *sessions) {
+	s.beat.Lock()
+	defer s.beat.Unlock()
+	s.end()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.end()
-	s.err = errors.New("killed")
+	s.err, s.mine = errors.New("killed"), session{}
 }
 
 // readSessions reads root's session log, under its lock.

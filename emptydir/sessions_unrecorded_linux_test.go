@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -137,5 +138,49 @@ func TestSessionLogMarkedUnrecorded(t *testing.T) {
 	}
 	if st, err := os.Stat(path); err != nil || st.Size() != 2*slotSize {
 		t.Errorf("the log after start: %v, %v; want it whole, %d bytes", st, err, 2*slotSize)
+	}
+}
+
+// TestSessionWrittenOnceTheFilesystemFrees: a process that could not
+// write its session at start (a full filesystem) writes it, from its
+// start, at its first heartbeat once the filesystem has room again, and
+// holds it (a process started then takes it as running).
+func TestSessionWrittenOnceTheFilesystemFrees(t *testing.T) {
+	mounttest.RequireMounts(t)
+	for _, fs := range fullFilesystems {
+		t.Run(fs.name, func(t *testing.T) {
+			logger := ktesting.NewLogger(t, ktesting.NewConfig())
+			root := filepath.Join(t.TempDir(), "kubelet")
+			mounttest.Build(t, filepath.Dir(root), "dir kubelet")
+			fs.mount(t, root)
+			mounttest.Build(t, root, "dir planted")
+			fill := filepath.Join(root, "pod-data")
+			if _, err := mounttest.Fill(t, fill, 1<<40); !errors.Is(err, unix.ENOSPC) {
+				t.Fatalf("filling the root's filesystem: %v; want ENOSPC", err)
+			}
+			first := startSessions(root, logger)
+			if first.err == nil {
+				t.Fatal("start on a full filesystem succeeded; want its error")
+			}
+			mounttest.Tmpfs(t, filepath.Join(root, "planted"), "size=64k")
+			planted := uniqueMountID(t, filepath.Join(root, "planted"))
+			if err := os.Remove(fill); err != nil {
+				t.Fatal(err)
+			}
+			if err := first.heartbeat(); err != nil {
+				t.Fatalf("heartbeat once the filesystem has room: %v", err)
+			}
+			l := readSessions(t, root)
+			if i := slices.IndexFunc(l.Sessions, func(p session) bool { return p.From <= first.mine.From && first.mine.To <= p.To }); i < 0 || first.mine.To <= planted {
+				t.Errorf("log %+v after the heartbeat; want this process's session %+v, past %#x", l.Sessions, first.mine, planted)
+			}
+			mounttest.Build(t, root, "dir later")
+			mounttest.Tmpfs(t, filepath.Join(root, "later"), "size=64k")
+			later := uniqueMountID(t, filepath.Join(root, "later"))
+			second := startSessions(root, logger)
+			if ok, _ := second.beforeNodevol(later); ok {
+				t.Error("a tmpfs planted after the heartbeat, while the first process still runs, counts as made while none ran")
+			}
+		})
 	}
 }
