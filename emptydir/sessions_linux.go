@@ -58,13 +58,13 @@ const (
 	maxSessions = 1000
 	// slotSize is the size of each of the log's two slots.
 	slotSize = 64 << 10
-	// unrecordedSize is the size of a log that a process could not write
-	// in full (the filesystem was full when it made or converted the
-	// log): it then truncates the log to this size, which needs no block
-	// (the file is sparse). Who reads it cannot know when nodevol ran
-	// before it, and takes everything before its own sample as nodevol's
-	// time: a tmpfs planted while the unrecorded process ran is never
-	// adopted.
+	// unrecordedSize is the size of a log being written whole (made, or
+	// converted from the format before slots) until it is: a truncate to
+	// it needs no block (the file is sparse), so a process that cannot
+	// finish (a full filesystem) or dies in the middle leaves the log
+	// so. Who reads it cannot know when nodevol ran before it, and takes
+	// everything before its own sample as nodevol's time: a tmpfs
+	// planted while the unrecorded process ran is never adopted.
 	unrecordedSize = 3 * slotSize
 	// heartbeatPeriod is how often a running process extends its
 	// session: a process killed without notice leaves its session
