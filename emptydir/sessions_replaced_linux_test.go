@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -44,6 +45,9 @@ func TestSessionsOfALogReplaced(t *testing.T) {
 	if ok, _ := second.beforeNodevol(planted); ok {
 		t.Errorf("a tmpfs planted while a process ran, after its log was replaced, counts as made while none ran (log %+v)", readSessions(t, root))
 	}
+	// The first process runs until here: its hold on its session lives as
+	// long as its sessions (the garbage collector would close it).
+	runtime.KeepAlive(first)
 }
 
 // TestSessionLogReplacedWhileLocked: a heartbeat waiting for the log's

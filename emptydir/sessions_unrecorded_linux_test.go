@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -181,6 +182,9 @@ func TestSessionWrittenOnceTheFilesystemFrees(t *testing.T) {
 			if ok, _ := second.beforeNodevol(later); ok {
 				t.Error("a tmpfs planted after the heartbeat, while the first process still runs, counts as made while none ran")
 			}
+			// The first process runs until here: its hold on its session lives as
+			// long as its sessions (the garbage collector would close it).
+			runtime.KeepAlive(first)
 		})
 	}
 }
