@@ -542,7 +542,15 @@ func (v *podVolume) lookEntry(tab *mountdetect.MountTable) (entry, error) {
 	if v.vols == nil || v.looker == nil || tab == nil {
 		return v.openEntry()
 	}
-	le, err := mountdetect.LookAt(v.vols.Fd(), v.name, v.dir, mountdetect.LookOnly)
+	// A directory that is not a mount root (a Default volume's) is
+	// compared with its volumes directory by the mount ID the table lists
+	// (Child: that mount is held open, its ID cannot be reused), which one
+	// statx gives. A mount root is looked at again, with the unique ID its
+	// proof compares: nothing of the first look is kept for it.
+	le, err := mountdetect.LookAt(v.vols.Fd(), v.name, v.dir, mountdetect.LookTableID)
+	if err == nil && le.Mode == unix.S_IFDIR && le.Root {
+		le, err = mountdetect.LookAt(v.vols.Fd(), v.name, v.dir, mountdetect.LookOnly)
+	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return noEntry, nil

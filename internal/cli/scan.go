@@ -261,6 +261,9 @@ func (sc *rootScanner) examine(s *scanReport, vols []volume.VolumeDir, budgets m
 	defer dirs.close()
 	emptyDirs := sc.emptyDirs.NewPlanner()
 	defer emptyDirs.Close()
+	// A verdict is a few hundred bytes: growing the slice by appending
+	// copied them all again at each doubling.
+	s.volumes = slices.Grow(s.volumes, len(vols))
 	for _, vd := range vols {
 		realPath := func() string { return filepath.Join(sc.realRoot, strings.TrimPrefix(vd.Path, root)) }
 		v := examineVolume(emptyDirs, dirs, sc.tab, vd, realPath)
