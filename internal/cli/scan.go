@@ -206,7 +206,9 @@ func scanRootWithin(root string, limits volume.ScanLimits, opts ...emptydir.Opti
 		s.leftovers = append(s.leftovers, scanLeftover{Leftover: l})
 	}
 	if ex != nil {
-		s.volumes = ex.verdicts(len(found.Volumes))
+		if s.volumes = ex.verdicts(len(found.Volumes)); len(s.volumes) != len(found.Volumes) {
+			return nil, fmt.Errorf("list volumes: %d listed, %d handed on to be examined", len(found.Volumes), len(s.volumes))
+		}
 		ex.sc.addSubpaths(s, 0, found.Volumes, found.Budgets)
 	}
 	return s, nil
