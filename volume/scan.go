@@ -71,8 +71,9 @@ type scanConfig struct {
 type PluginDir struct {
 	// Fd is the directory that was listed (reached as ScanVolumes reaches
 	// every directory: relative to its parent, no symlink followed, on the
-	// pods directory's mount). It is ScanVolumes's: valid during the call
-	// only, never to be closed or kept.
+	// pods directory's mount), listed already: its offset is past its
+	// entries. It is ScanVolumes's: valid during the call only, never to
+	// be closed or kept.
 	Fd int
 	// Path names it for messages (as listed), and Rel is its path from
 	// the pods directory: "<uid>/volumes/<escaped plugin>".
@@ -90,8 +91,8 @@ type PluginDir struct {
 // path resolved, a second time, so the volumes examined are those of the
 // directory listed even if it was renamed or replaced meanwhile (their
 // paths name it as it was listed). fn runs while ScanVolumes holds the
-// pods directory, one pod's volumes directory and the plugin directory
-// open; it must not call ScanVolumes.
+// root, the pods directory, one pod's volumes directory and the plugin
+// directory open.
 func WithPluginDir(fn func(PluginDir)) ScanOption { return withPluginDir(fn) }
 
 type withPluginDir func(PluginDir)
