@@ -95,9 +95,13 @@ func (pl *Planner) openPod(r volRef) (*podVolume, error) {
 // closes it (before unmounting: an open file keeps a mount busy).
 func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 	p := Plan{Path: v.dir, metaDir: v.metaDir}
-	p.meta, p.metaErr = v.readMeta() // unreadable metadata does not stop a plan
+	// The metadata directory is listed first: the record's type in the
+	// listing stands for a statx of it before it is read. Unreadable
+	// metadata does not stop a plan; its error comes before the listing's.
+	record, dirErr := v.checkMetadataDir()
+	p.meta, p.metaErr = v.readMetaListed(record)
 	if p.metaErr == nil {
-		p.metaErr = v.checkMetadataDir()
+		p.metaErr = dirErr
 	}
 	e, err := v.lookEntry(tab)
 	if err != nil {

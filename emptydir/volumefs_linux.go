@@ -203,10 +203,22 @@ func (v *podVolume) Close() {
 // non-blocking: a FIFO, a device or a link to one is an error, never a
 // hang or an unbounded allocation.
 func (v *podVolume) readMeta() (*metadata, error) {
+	return v.readMetaListed(false)
+}
+
+// readMetaListed is readMeta; listed says that a listing of the metadata
+// directory has just given the record as a regular file (checkMetadataDir),
+// which stands for the look at its type before it is opened
+// (fsat.Dir.ReadListedFile).
+func (v *podVolume) readMetaListed(listed bool) (*metadata, error) {
 	if v.meta == nil {
 		return nil, nil
 	}
-	b, err := v.meta.ReadFile(metaFileName, maxMetadataSize)
+	read := v.meta.ReadFile
+	if listed {
+		read = v.meta.ReadListedFile
+	}
+	b, err := read(metaFileName, maxMetadataSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -250,15 +262,19 @@ func (v *podVolume) setReady() error { return v.meta.CreateEmpty(readyFileName, 
 // metadata file and temporary files of an interrupted write, all regular
 // files — so that removing it at the end of a teardown cannot fail after
 // the volume is gone. Anything else is left to the operator, named.
-func (v *podVolume) checkMetadataDir() error {
+// record says whether the listing gave the metadata file, a regular file.
+func (v *podVolume) checkMetadataDir() (record bool, _ error) {
 	if v.meta == nil {
-		return nil
+		return false, nil
 	}
 	var bad []string
 	n := 0
 	err := v.meta.EachEntry(func(e fsat.Entry) error {
 		if n++; n > maxMetadataEntries {
 			return fsat.ErrStop
+		}
+		if e.Name == metaFileName && e.Type == 0 {
+			record = true
 		}
 		own := e.Name == readyFileName || e.Name == metaFileName || fsat.IsTempOf(e.Name, metaFileName)
 		if !own || e.Type != 0 {
@@ -270,20 +286,20 @@ func (v *podVolume) checkMetadataDir() error {
 		return nil
 	})
 	if err != nil {
-		return err
+		return record, err
 	}
 	if n > maxMetadataEntries {
 		// Only a flood of temporary names gets here: nodevol leaves one
 		// per interrupted write. Reading on would take as long as whoever
 		// made them wished.
-		return fmt.Errorf("%w: the metadata directory %s holds more than %d entries; it is never removed: move it away, then tear down again",
+		return record, fmt.Errorf("%w: the metadata directory %s holds more than %d entries; it is never removed: move it away, then tear down again",
 			ErrUnexpectedMetadata, v.metaDir, maxMetadataEntries)
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("%w: the metadata directory %s holds what neither nodevol nor the kubelet writes there (%s); it is never removed: move it away, then tear down again",
+		return record, fmt.Errorf("%w: the metadata directory %s holds what neither nodevol nor the kubelet writes there (%s); it is never removed: move it away, then tear down again",
 			ErrUnexpectedMetadata, v.metaDir, strings.Join(bad, ", "))
 	}
-	return nil
+	return record, nil
 }
 
 // removeMetadata removes the ready marker, the metadata file, temporary
@@ -542,7 +558,15 @@ func (v *podVolume) lookEntry(tab *mountdetect.MountTable) (entry, error) {
 	if v.vols == nil || v.looker == nil || tab == nil {
 		return v.openEntry()
 	}
-	le, err := mountdetect.LookAt(v.vols.Fd(), v.name, v.dir, mountdetect.LookOnly)
+	// A directory that is not a mount root (a Default volume's) is
+	// compared with its volumes directory by the mount ID the table lists
+	// (Child: that mount is held open, its ID cannot be reused), which one
+	// statx gives. A mount root is looked at again, with the unique ID its
+	// proof compares: nothing of the first look is kept for it.
+	le, err := mountdetect.LookAt(v.vols.Fd(), v.name, v.dir, mountdetect.LookTableID)
+	if err == nil && le.Mode == unix.S_IFDIR && le.Root {
+		le, err = mountdetect.LookAt(v.vols.Fd(), v.name, v.dir, mountdetect.LookOnly)
+	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return noEntry, nil

@@ -15,7 +15,10 @@
 //     reads a bounded number of directory entries, the same share for
 //     every pod ([EntryBudget], handed on for the pod's subPath trees), so
 //     that a pod that fills its own directory is reported over its budget
-//     and hides no other pod; reconstruction sets no limits.
+//     and hides no other pod; reconstruction sets no limits. With
+//     [WithPluginDir] a caller examines each plugin directory's volumes
+//     through the descriptor that was listed ([PluginDir]), while
+//     ScanVolumes holds it open, instead of opening it again by name.
 //   - Types: [Spec] (with [EmptyDirSource]), [Pod], unique names, and
 //     the emptyDir [Medium] with its Kubernetes quantities.
 //   - Plugins: small interfaces — [Plugin], [Mounter], [Unmounter], the

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -46,4 +48,34 @@ func ExampleLayout_ScanVolumes() {
 	// over budget: 1-hostile
 	// problem: true
 	// incomplete: true share: 40
+}
+
+// Each volume examined through the plugin directory that was listed,
+// while ScanVolumes holds it open: a statx relative to its descriptor,
+// without following a symlink (a symlink where a volume belongs is one,
+// never its target).
+func ExampleWithPluginDir() {
+	root, _ := os.MkdirTemp("", "kubelet")
+	defer os.RemoveAll(root)
+	secrets := filepath.Join(root, "pods", "u1", "volumes", "kubernetes.io~secret")
+	_ = os.MkdirAll(filepath.Join(secrets, "tls"), 0o755)
+	_ = os.Symlink("/etc", filepath.Join(secrets, "planted"))
+
+	l, _ := volume.NewLayout(root)
+	_, err := l.ScanVolumes(volume.WithPluginDir(func(pd volume.PluginDir) {
+		for _, v := range pd.Volumes {
+			var st unix.Stat_t
+			if err := unix.Fstatat(pd.Fd, v.Volume, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				fmt.Println(v.Volume, err)
+				continue
+			}
+			fmt.Println(pd.Rel, v.Volume, st.Mode&unix.S_IFMT == unix.S_IFDIR)
+		}
+	}))
+	if err != nil {
+		panic(err)
+	}
+	// Output:
+	// u1/volumes/kubernetes.io~secret planted false
+	// u1/volumes/kubernetes.io~secret tls true
 }

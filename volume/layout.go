@@ -71,7 +71,10 @@ func (l Layout) PodDir(uid string) (string, error) {
 	if err := ValidatePodUID(uid); err != nil {
 		return "", err
 	}
-	return filepath.Join(l.root, podsDirName, uid), nil
+	// The root is clean and not "/", uid one valid element: this is
+	// filepath.Join's answer, without its Clean (paths are built for
+	// every volume a scan examines).
+	return l.root + "/" + podsDirName + "/" + uid, nil
 }
 
 // PodVolumesDir is <root>/pods/<uid>/volumes.
@@ -89,7 +92,7 @@ func (l Layout) podSubdir(uid, sub string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(pod, sub), nil
+	return pod + "/" + sub, nil // sub is one of the names above
 }
 
 // VolumeDir is <root>/pods/<uid>/volumes/<escaped-plugin>/<volume>.
@@ -115,7 +118,7 @@ func (l Layout) pluginVolume(uid, kind, plugin, volume string) (string, error) {
 	if err := ValidateVolumeDirName(volume); err != nil {
 		return "", err
 	}
-	return filepath.Join(base, escaped, volume), nil
+	return base + "/" + escaped + "/" + volume, nil // validated elements, as PodDir
 }
 
 // VolumeSubpathsDir is <root>/pods/<uid>/volume-subpaths/<volume>.

@@ -62,7 +62,42 @@ type scanConfig struct {
 	limits  ScanLimits
 	bounded bool
 	only    func(uid string) bool
+	visit   func(PluginDir)
 }
+
+// PluginDir is a plugin directory <root>/pods/<uid>/volumes/<plugin> that
+// ScanVolumes listed, as WithPluginDir hands it on while the directory is
+// still open.
+type PluginDir struct {
+	// Fd is the directory that was listed (reached as ScanVolumes reaches
+	// every directory: relative to its parent, no symlink followed, on the
+	// pods directory's mount), listed already: its offset is past its
+	// entries. It is ScanVolumes's: valid during the call only, never to
+	// be closed or kept.
+	Fd int
+	// Path names it for messages (as listed), and Rel is its path from
+	// the pods directory: "<uid>/volumes/<escaped plugin>".
+	Path, Rel string
+	// Volumes are the volume directories listed in it, as they are in
+	// ScanResult.Volumes (the same values, in the same order).
+	Volumes []VolumeDir
+}
+
+// WithPluginDir makes ScanVolumes call fn with every plugin directory in
+// which it lists volume directories, before it closes it, in the order of
+// ScanResult.Volumes (every volume is in exactly one call). A caller that
+// examines each volume relative to its plugin directory does it through
+// the descriptor that was listed: the directory is not opened, nor its
+// path resolved, a second time, so the volumes examined are those of the
+// directory listed even if it was renamed or replaced meanwhile (their
+// paths name it as it was listed). fn runs while ScanVolumes holds the
+// root, the pods directory, one pod's volumes directory and the plugin
+// directory open.
+func WithPluginDir(fn func(PluginDir)) ScanOption { return withPluginDir(fn) }
+
+type withPluginDir func(PluginDir)
+
+func (o withPluginDir) applyScan(c *scanConfig) { c.visit = o }
 
 // OnlyPods makes ScanVolumes list the pods directory whole (its problems,
 // Pods and Share are as without it) but read only the pod directories
@@ -263,7 +298,7 @@ func (l Layout) ScanVolumes(opts ...ScanOption) (ScanResult, error) {
 			b = NewEntryBudget(share, cfg.limits.Dir)
 			res.Budgets[pod.Name] = b
 		}
-		found, problemsBefore, stopped := scanPod(podsDir, pod.Name, &res, b)
+		found, problemsBefore, stopped := scanPod(podsDir, pod.Name, &res, b, cfg.visit)
 		if stopped {
 			res.OverBudget = append(res.OverBudget, podPath)
 			res.Incomplete = true
@@ -276,10 +311,11 @@ func (l Layout) ScanVolumes(opts ...ScanOption) (ScanResult, error) {
 }
 
 // scanPod adds the volume directories of the pod directory uid in pods to
-// res, and its problems, reading at most what b allows; it returns how
-// many volumes it found, how many problems res held before, and whether
-// a bound stopped a listing.
-func scanPod(pods *fsat.Dir, uid string, res *ScanResult, b *EntryBudget) (found, problemsBefore int, stopped bool) {
+// res, and its problems, reading at most what b allows, and hands each
+// plugin directory with volumes to visit (nil: none) before closing it; it
+// returns how many volumes it found, how many problems res held before,
+// and whether a bound stopped a listing.
+func scanPod(pods *fsat.Dir, uid string, res *ScanResult, b *EntryBudget, visit func(PluginDir)) (found, problemsBefore int, stopped bool) {
 	problemsBefore = len(res.Problems)
 	problem := func(p string, err error) {
 		res.Problems = append(res.Problems, ScanProblem{Path: p, Err: err})
@@ -318,10 +354,10 @@ func scanPod(pods *fsat.Dir, uid string, res *ScanResult, b *EntryBudget) (found
 			continue
 		}
 		entries, err := readDir(plDir, b)
-		plDir.Close()
 		if err != nil {
 			problem(plPath, err)
 		}
+		first := len(res.Volumes)
 		for _, v := range entries {
 			vPath := plDir.Join(v.Name)
 			if err := ValidateVolumeDirName(v.Name); err != nil {
@@ -333,6 +369,10 @@ func scanPod(pods *fsat.Dir, uid string, res *ScanResult, b *EntryBudget) (found
 			res.Volumes = append(res.Volumes, VolumeDir{Path: vPath, VolumePath: VolumePath{PodUID: uid, Plugin: plugin, Volume: v.Name}})
 			found++
 		}
+		if visit != nil && len(res.Volumes) > first {
+			visit(PluginDir{Fd: plDir.Fd(), Path: plPath, Rel: uid + "/" + volumesDirName + "/" + pl.Name, Volumes: res.Volumes[first:len(res.Volumes):len(res.Volumes)]})
+		}
+		plDir.Close()
 	}
 	return found, problemsBefore, stopped
 }

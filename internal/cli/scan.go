@@ -170,23 +170,79 @@ func scanRootWithin(root string, limits volume.ScanLimits, opts ...emptydir.Opti
 	if err != nil {
 		return nil, err
 	}
-	found, err := layout.ScanVolumes(limits)
+	// Each plugin directory's volumes are examined while ScanVolumes holds
+	// it open (examineListed), through the descriptor that was listed: the
+	// mount table is read, and the root opened for the emptyDir plans, at
+	// the first one (not at all when there are no volumes).
+	s := &scanReport{root: root}
+	var ex *listedScan
+	var exErr error
+	visit := func(pd volume.PluginDir) {
+		if ex == nil && exErr == nil {
+			ex, exErr = newListedScan(layout, opts...)
+		}
+		if exErr == nil {
+			ex.examineListed(pd)
+		}
+	}
+	found, err := layout.ScanVolumes(limits, volume.WithPluginDir(visit))
+	if ex != nil {
+		defer ex.close()
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%s has no pods directory (%s does not exist): is it a kubelet root?", root, layout.PodsDir())
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list volumes: %w", err)
 	}
-	s := &scanReport{root: root, overBudget: found.OverBudget, incomplete: found.Incomplete}
+	if exErr != nil {
+		return nil, exErr
+	}
+	s.overBudget, s.incomplete = found.OverBudget, found.Incomplete
 	for _, p := range found.Problems {
 		s.problems = append(s.problems, newScanProblem(p.Path, p.Err))
 	}
 	for _, l := range found.Leftovers {
 		s.leftovers = append(s.leftovers, scanLeftover{Leftover: l})
 	}
-	if len(found.Volumes) == 0 {
-		return s, nil
+	if ex != nil {
+		if s.volumes = ex.verdicts(len(found.Volumes)); len(s.volumes) != len(found.Volumes) {
+			return nil, fmt.Errorf("list volumes: %d listed, %d handed on to be examined", len(found.Volumes), len(s.volumes))
+		}
+		ex.sc.addSubpaths(s, 0, found.Volumes, found.Budgets)
 	}
+	return s, nil
+}
+
+// listedScan is a whole scan's examination of the volumes ScanVolumes
+// lists, one plugin directory at a time (examineListed), with one read
+// of the mount table.
+type listedScan struct {
+	sc        *rootScanner
+	dirs      *pluginDirs
+	emptyDirs *emptydir.Planner
+	// chunks hold the verdicts, in order, in slices of verdictChunk that
+	// are never grown: a verdict is a few hundred bytes, and a slice grown
+	// by appending copies them all again at each doubling (verdicts).
+	chunks [][]scanVolume
+}
+
+// verdictChunk is how many verdicts a chunk of listedScan holds.
+const verdictChunk = 1024
+
+// verdicts is every verdict, n of them, in one slice.
+func (ex *listedScan) verdicts(n int) []scanVolume {
+	out := make([]scanVolume, 0, n)
+	for _, c := range ex.chunks {
+		out = append(out, c...)
+	}
+	ex.chunks = nil
+	return out
+}
+
+// newListedScan reads the mount table and opens the root of layout for a
+// scan; the emptyDir volumes are examined by a plugin with opts.
+func newListedScan(layout volume.Layout, opts ...emptydir.Option) (*listedScan, error) {
 	tab, err := mountdetect.ReadMountTable()
 	if err != nil {
 		return nil, err
@@ -195,9 +251,29 @@ func scanRootWithin(root string, limits volume.ScanLimits, opts ...emptydir.Opti
 	if err != nil {
 		return nil, err
 	}
-	defer sc.close()
-	sc.examine(s, found.Volumes, found.Budgets)
-	return s, nil
+	return &listedScan{sc: sc, dirs: &pluginDirs{pods: sc.pods, tab: tab}, emptyDirs: sc.emptyDirs.NewPlanner()}, nil
+}
+
+func (ex *listedScan) close() {
+	ex.dirs.close()
+	ex.emptyDirs.Close()
+	ex.sc.close()
+}
+
+// examineListed adds the verdicts of pd's volumes, the plugin
+// directory that ScanVolumes lists them in still open: a volume of any
+// plugin but emptyDir is examined relative to that descriptor (its
+// subPath trees are read after the listing: addSubpaths).
+func (ex *listedScan) examineListed(pd volume.PluginDir) {
+	ex.dirs.listed(pd.Rel, pd.Fd, pd.Path)
+	defer ex.dirs.close()
+	for _, vd := range pd.Volumes {
+		if n := len(ex.chunks); n == 0 || len(ex.chunks[n-1]) == verdictChunk {
+			ex.chunks = append(ex.chunks, make([]scanVolume, 0, verdictChunk))
+		}
+		c := &ex.chunks[len(ex.chunks)-1]
+		*c = append(*c, ex.sc.verdict(ex.emptyDirs, ex.dirs, vd))
+	}
 }
 
 // rootScanner examines the volume directories of one kubelet root, with
@@ -252,18 +328,37 @@ func (sc *rootScanner) close() {
 // reading each pod's subPath tree within its budget in budgets (a pod
 // that fills it spends its own share, no one else's).
 func (sc *rootScanner) examine(s *scanReport, vols []volume.VolumeDir, budgets map[string]*volume.EntryBudget) {
-	root := sc.layout.Root()
-	// Most pods have no volume-subpaths directory: one lstat per pod says
-	// so, instead of a walk from the root per volume. It only skips work:
-	// whatever is there is examined by descriptors.
-	hasSubpaths := map[string]bool{}
 	dirs := &pluginDirs{pods: sc.pods, tab: sc.tab}
 	defer dirs.close()
 	emptyDirs := sc.emptyDirs.NewPlanner()
 	defer emptyDirs.Close()
+	// A verdict is a few hundred bytes: growing the slice by appending
+	// copied them all again at each doubling.
+	s.volumes = slices.Grow(s.volumes, len(vols))
+	first := len(s.volumes)
 	for _, vd := range vols {
-		realPath := func() string { return filepath.Join(sc.realRoot, strings.TrimPrefix(vd.Path, root)) }
-		v := examineVolume(emptyDirs, dirs, sc.tab, vd, realPath)
+		s.volumes = append(s.volumes, sc.verdict(emptyDirs, dirs, vd))
+	}
+	sc.addSubpaths(s, first, vols, budgets)
+}
+
+// verdict is examineVolume of vd, a volume of the root.
+func (sc *rootScanner) verdict(emptyDirs *emptydir.Planner, dirs *pluginDirs, vd volume.VolumeDir) scanVolume {
+	realPath := func() string { return filepath.Join(sc.realRoot, strings.TrimPrefix(vd.Path, sc.layout.Root())) }
+	return examineVolume(emptyDirs, dirs, sc.tab, vd, realPath)
+}
+
+// addSubpaths adds to the verdicts s.volumes[first:], those of vols,
+// their subPath entries, reading each pod's subPath tree within its
+// budget in budgets (a pod that fills it spends its own share, no one
+// else's).
+func (sc *rootScanner) addSubpaths(s *scanReport, first int, vols []volume.VolumeDir, budgets map[string]*volume.EntryBudget) {
+	// Most pods have no volume-subpaths directory: one lstat per pod says
+	// so, instead of a walk from the root per volume. It only skips work:
+	// whatever is there is examined by descriptors.
+	hasSubpaths := map[string]bool{}
+	for i, vd := range vols {
+		v := &s.volumes[first+i]
 		has, ok := hasSubpaths[vd.PodUID]
 		if !ok {
 			dir, err := sc.layout.PodVolumeSubpathsDir(vd.PodUID)
@@ -275,7 +370,6 @@ func (sc *rootScanner) examine(s *scanReport, vols []volume.VolumeDir, budgets m
 				s.overBudgetAt(sc.layout, vd.PodUID, stop)
 			}
 		}
-		s.volumes = append(s.volumes, v)
 	}
 }
 

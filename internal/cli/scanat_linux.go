@@ -61,6 +61,8 @@ type pluginDirs struct {
 	podsParent *mountdetect.Parent
 	podsErr    error
 	parent     *mountdetect.Parent
+	// borrowed says dir is ScanVolumes's (listed), not to be closed.
+	borrowed bool
 }
 
 // open is the plugin directory escaped of the pod uid (owned by p).
@@ -90,12 +92,20 @@ func (p *pluginDirs) parentOf() *mountdetect.Parent {
 	return p.parent
 }
 
-// close closes the directory kept open.
+// listed makes the plugin directory rel (from the pods directory; path
+// names it) that ScanVolumes holds open as fd the one examined: it is
+// not opened again, nor closed here (volume.WithPluginDir).
+func (p *pluginDirs) listed(rel string, fd int, path string) {
+	p.close()
+	p.key, p.dir, p.borrowed = rel, fsat.FromFd(fd, path), true
+}
+
+// close closes the directory kept open (forgets one listed).
 func (p *pluginDirs) close() {
-	if p.dir != nil {
+	if p.dir != nil && !p.borrowed {
 		p.dir.Close()
 	}
-	p.key, p.dir, p.err = "", nil, nil
+	p.key, p.dir, p.err, p.borrowed = "", nil, nil, false
 	p.parent = nil
 }
 

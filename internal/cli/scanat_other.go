@@ -24,6 +24,8 @@ type pluginDirs struct {
 
 func (p *pluginDirs) close() {}
 
+func (p *pluginDirs) listed(string, int, string) {}
+
 func examinePluginVolume(_ *pluginDirs, _ *mountdetect.MountTable, vd volume.VolumeDir) examinedDir {
 	e := examinedDir{}
 	e.Path, e.NestedMounts = vd.Path, []mountdetect.Mount{}

@@ -1,0 +1,142 @@
+package volume
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestWithPluginDirHandsEveryVolumeOnce: the plugin directories come in
+// the order of ScanResult.Volumes, each volume in exactly one of them,
+// with a descriptor of the directory it was listed in; a plugin directory
+// with no volume is not handed on.
+func TestWithPluginDirHandsEveryVolumeOnce(t *testing.T) {
+	root := t.TempDir()
+	l, _ := NewLayout(root)
+	for _, p := range []string{
+		"pods/u1/volumes/kubernetes.io~empty-dir/cache",
+		"pods/u1/volumes/kubernetes.io~empty-dir/mem",
+		"pods/u1/volumes/kubernetes.io~csi/pvc-1",
+		"pods/u1/volumes/kubernetes.io~secret", // no volumes
+		"pods/u2/volumes/kubernetes.io~configmap/cfg",
+	} {
+		if err := os.MkdirAll(filepath.Join(root, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var handed []VolumeDir
+	var rels []string
+	res, err := l.ScanVolumes(WithPluginDir(func(pd PluginDir) {
+		rels = append(rels, pd.Rel)
+		if want := filepath.Join(root, "pods", pd.Rel); pd.Path != want {
+			t.Errorf("Path %q, want %q", pd.Path, want)
+		}
+		for _, v := range pd.Volumes {
+			if filepath.Dir(v.Path) != pd.Path {
+				t.Errorf("volume %s handed with the plugin directory %s", v.Path, pd.Path)
+			}
+			var st unix.Stat_t
+			if err := unix.Fstatat(pd.Fd, v.Volume, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				t.Errorf("the volume %s is not in the descriptor handed on: %v", v.Volume, err)
+			}
+		}
+		handed = append(handed, pd.Volumes...)
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(handed, res.Volumes) {
+		t.Errorf("handed on %v, listed %v", handed, res.Volumes)
+	}
+	want := []string{"u1/volumes/kubernetes.io~csi", "u1/volumes/kubernetes.io~empty-dir", "u2/volumes/kubernetes.io~configmap"}
+	if !slices.Equal(rels, want) {
+		t.Errorf("plugin directories %q, want %q", rels, want)
+	}
+}
+
+// TestWithPluginDirIsTheDirectoryListed: a plugin directory exchanged
+// with another one (RENAME_EXCHANGE, by anyone who can write in the pod
+// directory) while ScanVolumes lists the pod, thousands of times. Each
+// descriptor handed on is the directory whose entries were listed — the
+// names listed are all there, and nothing of the other directory is
+// mixed in — whichever of the two the name reached when it was opened.
+// After the callback, the volumes are examined through that descriptor,
+// never by the plugin directory's name again.
+func TestWithPluginDirIsTheDirectoryListed(t *testing.T) {
+	root := t.TempDir()
+	l, _ := NewLayout(root)
+	vols := filepath.Join(root, "pods", "u1", "volumes")
+	real := filepath.Join(vols, "kubernetes.io~secret")
+	decoy := filepath.Join(root, "pods", "u1", "decoy") // not listed where it is
+	for _, d := range []string{filepath.Join(real, "tls"), filepath.Join(real, "ca"), filepath.Join(decoy, "sentinel")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sentinel := []byte("the decoy's, never a volume's\n")
+	if err := os.WriteFile(filepath.Join(decoy, "sentinel", "data"), sentinel, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var swaps atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !stop.Load() {
+			if unix.Renameat2(unix.AT_FDCWD, real, unix.AT_FDCWD, decoy, unix.RENAME_EXCHANGE) == nil {
+				swaps.Add(1)
+			}
+		}
+	}()
+	seen := map[string]int{}
+	const iterations = 5000
+	for range iterations {
+		_, err := l.ScanVolumes(WithPluginDir(func(pd PluginDir) {
+			names := make([]string, 0, len(pd.Volumes))
+			for _, v := range pd.Volumes {
+				names = append(names, v.Volume)
+				var st unix.Stat_t
+				if err := unix.Fstatat(pd.Fd, v.Volume, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+					t.Errorf("listed %s, not in the descriptor handed on: %v", v.Volume, err)
+				}
+			}
+			key := filepath.Join(names...)
+			seen[key]++
+			if key != "ca/tls" && key != "sentinel" {
+				t.Errorf("one directory's listing mixed with the other's: %q", key)
+			}
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if t.Failed() {
+			break
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	found := 0
+	for _, d := range []string{real, decoy} {
+		got, err := os.ReadFile(filepath.Join(d, "sentinel", "data"))
+		if err != nil {
+			continue
+		}
+		found++
+		if string(got) != string(sentinel) {
+			t.Errorf("sentinel changed: %q", got)
+		}
+	}
+	if found != 1 {
+		t.Errorf("the sentinel is in %d of the two directories", found)
+	}
+	t.Logf("%d scans, %d exchanges, plugin directories listed: %v", iterations, swaps.Load(), seen)
+	if swaps.Load() == 0 {
+		t.Fatal("the plugin directory was never exchanged: the race was not run")
+	}
+}
