@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -332,6 +333,23 @@ func TestNodevolDoesNotLinkClientGolang(t *testing.T) {
 			if strings.HasPrefix(dep, banned) {
 				t.Errorf("nodevol links %s", dep)
 			}
+		}
+	}
+}
+
+// TestNodevolDoesNotLinkHTTP: nodevol, the CLI, links no HTTP server,
+// TLS or runtime/metrics: their package initialisation (TLS's curves and
+// tables, the CPU feature probes) runs at every start of every command,
+// whether the command uses them or not, and kept "nodevol rm" at twice the
+// CPU of a Go program that does nothing (docs/benchmarks.md). They are
+// the agent's, nodevol-agent, which "nodevol serve" runs.
+func TestNodevolDoesNotLinkHTTP(t *testing.T) {
+	banned := []string{"net/http", "crypto/tls", "crypto/x509", "runtime/metrics",
+		"github.com/nodevol/nodevol/internal/base/promtext", "github.com/nodevol/nodevol/httpserver",
+		"github.com/nodevol/nodevol/internal/agent"}
+	for _, dep := range nodevolDeps(t) {
+		if slices.Contains(banned, dep) {
+			t.Errorf("nodevol links %s", dep)
 		}
 	}
 }
