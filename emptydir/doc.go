@@ -136,7 +136,9 @@
 // booted, and on the volume directory already when this process started.
 // The time is the session log's, <root>/nodevol-sessions.json: unique
 // mount IDs (Linux 6.8) only grow within a boot, and the log holds the
-// span of IDs during which each nodevol process of the boot ran. A mount
+// span of IDs during which each nodevol process of the boot ran (rewritten
+// in place under an flock, so a full filesystem or a second process on the
+// root does not cut a session short). A mount
 // made while one ran is never adopted, by any later process either. The
 // place is the mount table's, read when the process starts: a rename of a
 // directory above a mount, or a move of the mount, keeps its unique ID,

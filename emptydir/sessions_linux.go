@@ -1,12 +1,16 @@
 package emptydir
 
 import (
+	"bytes"
+	"cmp"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -25,15 +29,35 @@ import (
 // nodevol process was running (inside a session) or while none was
 // (before the first, between two, after the last): only a mount made
 // while none was can have been made by the kubelet nodevol took over.
+//
+// The log is rewritten in place, never replaced: the kubelet root usually
+// shares its filesystem with the pods' Default emptyDirs, which a pod can
+// fill, and a heartbeat that needed a new block then would fail, ending the
+// running process's session on disk early (a tmpfs planted meanwhile would
+// count, for the next process, as made while none ran). So the file is
+// written in full, zeros included, when it is made, and each heartbeat
+// overwrites one of its two slots, alternately, with a sequence number and
+// a checksum: a crash in the middle of a write leaves the other slot,
+// which the reader then takes (the newest slot whose checksum holds). An
+// overwrite needs no new block on ext4, XFS or tmpfs (it does on a
+// copy-on-write filesystem such as Btrfs). Every read-modify-write holds
+// an flock on the file, and each heartbeat merges what is on disk, so two
+// processes on one root (a restart where the old one still beats, two
+// plugins in one process) keep each other's sessions.
 const (
 	sessionsFileName = "nodevol-sessions.json" // in the kubelet root, beside the kubelet's own files
-	// maxSessionsSize bounds what is read of the log: more means it was
-	// not written by nodevol, and then no mount is adopted.
+	// maxSessionsSize bounds what is read of a log in the format before
+	// slots (plain JSON, replaced at each heartbeat), which a process
+	// converts: more means it was not written by nodevol, and then no
+	// mount is adopted.
 	maxSessionsSize = 1 << 20
 	// maxSessions bounds how many sessions one boot keeps apart: past it
 	// the oldest are merged into one (what lay between them becomes
-	// nodevol's time, never adoptable).
+	// nodevol's time, never adoptable). A slot holds this many of the
+	// longest sessions (two 20-digit IDs each) and the boot ID.
 	maxSessions = 1000
+	// slotSize is the size of each of the log's two slots.
+	slotSize = 64 << 10
 	// heartbeatPeriod is how often a running process extends its
 	// session: a process killed without notice leaves its session
 	// ending at most this long before its death, so a mount made in that
@@ -105,14 +129,15 @@ func (s *sessions) start() error {
 	if err := os.MkdirAll(s.root, 0o750); err != nil {
 		return err
 	}
-	id, err := sampleMountID(s.root)
-	if err != nil {
-		return err
-	}
 	boot, err := bootID()
 	if err != nil {
 		return err
 	}
+	lg, err := lockSessionLog(s.root, boot)
+	if err != nil {
+		return err
+	}
+	defer lg.Close()
 	// Read after the sample: a mount made before the session is in it.
 	tab, err := mountdetect.ReadMountTable()
 	if err != nil {
@@ -129,44 +154,14 @@ func (s *sessions) start() error {
 			s.placed[m.ID] = m.MountPoint
 		}
 	}
-	d, err := fsat.OpenRoot(s.root)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	var l sessionLog
-	switch b, err := d.ReadFile(sessionsFileName, maxSessionsSize); {
-	case errors.Is(err, fs.ErrNotExist):
-	case err != nil:
-		return fmt.Errorf("read %s: %w", d.Join(sessionsFileName), err)
-	default:
-		if err := json.Unmarshal(b, &l); err != nil {
-			return fmt.Errorf("parse %s: %w", d.Join(sessionsFileName), err)
+	for _, p := range lg.log.Sessions {
+		if p.From > p.To || p.To > lg.now {
+			return fmt.Errorf("%s: session %d-%d is not before the mount ID counter's %d: not written by nodevol on this boot", lg.Name(), p.From, p.To, lg.now)
 		}
 	}
-	if l.BootID != boot {
-		l = sessionLog{BootID: boot} // the mounts of another boot are gone
-	}
-	for _, p := range l.Sessions {
-		if p.From > p.To || p.To > id {
-			return fmt.Errorf("%s: session %d-%d is not before the mount ID counter's %d: not written by nodevol on this boot", d.Join(sessionsFileName), p.From, p.To, id)
-		}
-	}
-	if len(l.Sessions) >= maxSessions {
-		merged := session{From: l.Sessions[0].From, To: l.Sessions[len(l.Sessions)-maxSessions/2].To}
-		l.Sessions = append([]session{merged}, l.Sessions[len(l.Sessions)-maxSessions/2+1:]...)
-	}
-	s.boot, s.prior, s.mine = boot, l.Sessions, session{From: id, To: id}
-	return s.write(d)
-}
-
-// write writes the log: the earlier sessions and this process's.
-func (s *sessions) write(d *fsat.Dir) error {
-	b, err := json.Marshal(sessionLog{BootID: s.boot, Sessions: append(append([]session(nil), s.prior...), s.mine)})
-	if err != nil {
-		return err
-	}
-	return d.WriteFileAtomic(sessionsFileName, b, 0o600)
+	prior := slices.SortedFunc(slices.Values(lg.log.Sessions), compareSessions)
+	s.boot, s.prior, s.mine = boot, capSessions(prior), session{From: lg.now, To: lg.now}
+	return lg.write(mergeSessions(nil, s.prior, s.mine))
 }
 
 // heartbeat extends this process's session to now.
@@ -176,17 +171,13 @@ func (s *sessions) heartbeat() error {
 	if s.err != nil {
 		return nil
 	}
-	id, err := sampleMountID(s.root)
+	lg, err := lockSessionLog(s.root, s.boot)
 	if err != nil {
 		return err
 	}
-	d, err := fsat.OpenRoot(s.root)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	s.mine.To = id
-	return s.write(d)
+	defer lg.Close()
+	s.mine.To = lg.now
+	return lg.write(mergeSessions(lg.log.Sessions, s.prior, s.mine))
 }
 
 // run beats until stop is closed, then ends the session with a last
@@ -306,4 +297,200 @@ func bootID() (string, error) {
 		return "", errors.New("empty boot ID")
 	}
 	return id, nil
+}
+
+// sessionSlotMagic opens each slot of the log.
+var sessionSlotMagic = [8]byte{'n', 'v', 's', 'e', 's', 's', '2', '\n'}
+
+// sessionSlotHeader is a slot's header: the magic, the sequence number
+// (uint64), the length of the JSON that follows (uint32) and the SHA-256
+// of all three and the JSON.
+const sessionSlotHeader = 8 + 8 + 4 + sha256.Size
+
+// lockedLog is the session log, open and locked, as read under the lock.
+type lockedLog struct {
+	*os.File
+	now uint64     // the mount ID counter, sampled under the lock
+	log sessionLog // what the file holds (empty if of another boot)
+	seq uint64     // the sequence number of the slot it was read from
+}
+
+// lockSessionLog opens the session log of root, creating it, locks it
+// (flock, exclusive: Close unlocks it), samples the mount ID counter and
+// reads the log. Everything a process writes to the log it writes under
+// the lock, and its samples are taken under it: so no session on disk
+// ends past a sample taken under the lock (start relies on it).
+func lockSessionLog(root, boot string) (*lockedLog, error) {
+	d, err := fsat.OpenRoot(root)
+	if err != nil {
+		return nil, err
+	}
+	f, err := d.OpenOwnFile(sessionsFileName)
+	d.Close()
+	if err != nil {
+		return nil, err
+	}
+	lg := &lockedLog{File: f}
+	if err := fsat.Retry(func() error { return unix.Flock(int(f.Fd()), unix.LOCK_EX) }); err != nil {
+		f.Close()
+		return nil, &os.PathError{Op: "flock", Path: f.Name(), Err: err}
+	}
+	if lg.now, err = sampleMountID(root); err == nil {
+		lg.log, lg.seq, err = readSessionLog(f)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if lg.log.BootID != boot {
+		lg.log = sessionLog{BootID: boot} // the mounts of another boot are gone
+	}
+	return lg, nil
+}
+
+// write writes sessions as the log's next slot.
+func (lg *lockedLog) write(sessions []session) error {
+	return writeSessionLog(lg.File, lg.seq+1, lg.log.BootID, sessions)
+}
+
+// readSessionLog reads the locked log f: the newest slot whose checksum
+// holds, and its sequence number. An empty file is an empty log; a log in
+// the format before slots (plain JSON) is read as it is, sequence 0.
+func readSessionLog(f *os.File) (sessionLog, uint64, error) {
+	var l sessionLog
+	st, err := f.Stat()
+	if err != nil {
+		return l, 0, err
+	}
+	switch size := st.Size(); {
+	case size == 0:
+		return l, 0, nil
+	case size > maxSessionsSize:
+		return l, 0, fmt.Errorf("%s: %d bytes, more than nodevol writes", f.Name(), size)
+	case size != 2*slotSize:
+		b := make([]byte, size)
+		if _, err := f.ReadAt(b, 0); err != nil {
+			return l, 0, err
+		}
+		if err := json.Unmarshal(b, &l); err != nil {
+			return l, 0, fmt.Errorf("parse %s: %w", f.Name(), err)
+		}
+		return l, 0, nil
+	}
+	b := make([]byte, 2*slotSize)
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return l, 0, err
+	}
+	var best []byte
+	var seq uint64
+	for i := range 2 {
+		if data, n, ok := decodeSessionSlot(b[i*slotSize : (i+1)*slotSize]); ok && (best == nil || n > seq) {
+			best, seq = data, n
+		}
+	}
+	if best == nil {
+		return l, 0, fmt.Errorf("parse %s: neither slot is intact", f.Name())
+	}
+	if err := json.Unmarshal(best, &l); err != nil {
+		return l, 0, fmt.Errorf("parse %s: %w", f.Name(), err)
+	}
+	return l, seq, nil
+}
+
+// decodeSessionSlot returns the JSON a slot holds and its sequence number,
+// if its magic and checksum hold.
+func decodeSessionSlot(b []byte) ([]byte, uint64, bool) {
+	if [8]byte(b[:8]) != sessionSlotMagic {
+		return nil, 0, false
+	}
+	n := binary.LittleEndian.Uint32(b[16:20])
+	if int64(n) > slotSize-sessionSlotHeader {
+		return nil, 0, false
+	}
+	data := b[sessionSlotHeader : sessionSlotHeader+int(n)]
+	h := sha256.New()
+	h.Write(b[:20])
+	h.Write(data)
+	if !bytes.Equal(h.Sum(nil), b[20:sessionSlotHeader]) {
+		return nil, 0, false
+	}
+	return data, binary.LittleEndian.Uint64(b[8:16]), true
+}
+
+// writeSessionLog writes sessions into the locked log f as slot seq%2
+// (the one not holding sequence seq-1), durably. A file not yet in slots
+// (new, or in the format before them) is written whole, both slots' space
+// included, which later heartbeats overwrite without needing a block.
+func writeSessionLog(f *os.File, seq uint64, boot string, sessions []session) error {
+	data, err := json.Marshal(sessionLog{BootID: boot, Sessions: sessions})
+	if err != nil {
+		return err
+	}
+	if len(data) > slotSize-sessionSlotHeader {
+		return fmt.Errorf("%s: %d sessions do not fit in a slot", f.Name(), len(sessions))
+	}
+	slot := make([]byte, sessionSlotHeader+len(data))
+	copy(slot, sessionSlotMagic[:])
+	binary.LittleEndian.PutUint64(slot[8:16], seq)
+	binary.LittleEndian.PutUint32(slot[16:20], uint32(len(data)))
+	copy(slot[sessionSlotHeader:], data)
+	h := sha256.New()
+	h.Write(slot[:20])
+	h.Write(data)
+	copy(slot[20:sessionSlotHeader], h.Sum(nil))
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	off := int64(seq%2) * slotSize
+	if st.Size() != 2*slotSize {
+		whole := make([]byte, 2*slotSize)
+		copy(whole[off:], slot)
+		slot, off = whole, 0
+	}
+	if _, err := f.WriteAt(slot, off); err != nil {
+		return err
+	}
+	if st.Size() > 2*slotSize {
+		if err := f.Truncate(2 * slotSize); err != nil {
+			return err
+		}
+	}
+	return f.Sync()
+}
+
+// mergeSessions is the log to write: the sessions on disk (other
+// processes' included), this process's copy of the earlier ones (should
+// the file have lost them) and its own, one entry per process (a process's
+// session is known by where it started; the longest copy wins), oldest
+// first, bounded.
+func mergeSessions(disk, prior []session, mine session) []session {
+	byFrom := map[uint64]uint64{}
+	for _, p := range append(disk[:len(disk):len(disk)], prior...) {
+		byFrom[p.From] = max(byFrom[p.From], p.To)
+	}
+	byFrom[mine.From] = max(byFrom[mine.From], mine.To)
+	l := make([]session, 0, len(byFrom))
+	for from, to := range byFrom {
+		l = append(l, session{From: from, To: to})
+	}
+	slices.SortFunc(l, compareSessions)
+	return capSessions(l)
+}
+
+// compareSessions orders sessions by where they started.
+func compareSessions(a, b session) int { return cmp.Compare(a.From, b.From) }
+
+// capSessions merges the oldest of a log of maxSessions or more sessions
+// into one, which then covers everything between them.
+func capSessions(l []session) []session {
+	if len(l) < maxSessions {
+		return l
+	}
+	keep := l[len(l)-maxSessions/2+1:]
+	merged := session{From: l[0].From}
+	for _, p := range l[:len(l)-maxSessions/2+1] {
+		merged.To = max(merged.To, p.To)
+	}
+	return append([]session{merged}, keep...)
 }

@@ -57,13 +57,7 @@ func (m *Manager) openPath(path string) (*fsRef, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := describe(fd, path)
-	if err != nil {
-		unix.Close(fd)
-		return nil, err
-	}
-	r.owned = true
-	return r, nil
+	return describeOwned(fd, path)
 }
 
 // ref describes the directory open as dirFd, which the caller keeps: its
@@ -82,6 +76,12 @@ func ref(dirFd int, path string) (*fsRef, error) {
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
+	return describeOwned(fd, path)
+}
+
+// describeOwned is describe of a descriptor the fsRef then owns (closes),
+// closed here if describe fails.
+func describeOwned(fd int, path string) (*fsRef, error) {
 	r, err := describe(fd, path)
 	if err != nil {
 		unix.Close(fd)

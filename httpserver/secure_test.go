@@ -3,15 +3,10 @@ package httpserver
 import (
 	"bytes"
 	"crypto/tls"
-	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,68 +14,22 @@ import (
 	"time"
 
 	"github.com/nodevol/nodevol/httpserver/kubeauth"
+	"github.com/nodevol/nodevol/internal/testsupport/reviewapi"
 	"github.com/nodevol/nodevol/internal/testsupport/slowclient"
 )
 
-// reviewStandIn answers the API server's two review endpoints: the token
-// "good" is user prom, who may get /metrics; "other" is user other, who
-// may not; any other token is not authenticated. It counts the reviews.
-type reviewStandIn struct {
-	srv     *httptest.Server
-	reviews atomic.Int32
-}
-
-func newReviewStandIn(t *testing.T) *reviewStandIn {
-	s := &reviewStandIn{}
-	s.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.reviews.Add(1)
-		var obj map[string]any
-		if err := json.NewDecoder(r.Body).Decode(&obj); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		spec, _ := obj["spec"].(map[string]any)
-		switch r.URL.Path {
-		case "/apis/authentication.k8s.io/v1/tokenreviews":
-			users := map[string]string{"good": "prom", "other": "other"}
-			if u, ok := users[fmt.Sprint(spec["token"])]; ok {
-				obj["status"] = map[string]any{"authenticated": true, "user": map[string]any{"username": u}}
-			} else {
-				obj["status"] = map[string]any{"authenticated": false, "error": "invalid bearer token"}
-			}
-		case "/apis/authorization.k8s.io/v1/subjectaccessreviews":
-			nr, _ := spec["nonResourceAttributes"].(map[string]any)
-			obj["status"] = map[string]any{"allowed": spec["user"] == "prom" && nr["path"] == "/metrics" && nr["verb"] == "get"}
-		default:
-			http.NotFound(w, r)
-			return
-		}
-		w.WriteHeader(http.StatusCreated)
-		json.NewEncoder(w).Encode(obj)
-	}))
-	t.Cleanup(s.srv.Close)
-	return s
-}
-
-// config is how a Client reaches the stand-in.
-func (s *reviewStandIn) config(t *testing.T) kubeauth.Config {
-	dir := t.TempDir()
-	ca, token := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "token")
-	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.srv.Certificate().Raw}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(token, []byte("agent-token"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return kubeauth.Config{Server: s.srv.URL, CAFile: ca, TokenFile: token}
+// apiConfig is how a Client reaches the stand-in API server.
+func apiConfig(t *testing.T, api *reviewapi.Server) kubeauth.Config {
+	ca, token := api.Files(t)
+	return kubeauth.Config{Server: api.URL(), CAFile: ca, TokenFile: token}
 }
 
 // serveSecure serves a NewSecure server of "metrics" with the limits l,
 // reviewing with the stand-in, on a loopback port until the test ends.
-func serveSecure(t *testing.T, api *reviewStandIn, l Limits) string {
+func serveSecure(t *testing.T, api *reviewapi.Server, l Limits) string {
 	t.Helper()
 	srv, err := NewSecure(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "metrics") }), l,
-		SecureOptions{API: api.config(t)}, SecureMetrics{})
+		SecureOptions{API: apiConfig(t, api)}, SecureMetrics{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +52,7 @@ var insecureTLS = &tls.Config{InsecureSkipVerify: true}
 // MaxHeaderBytes, a large body without a token, another user's token, a
 // made-up one, plain HTTP.
 func TestSecureRefusesAttackers(t *testing.T) {
-	api := newReviewStandIn(t)
+	api := reviewapi.New(t)
 	addr := serveSecure(t, api, short)
 	url := "https://" + addr + "/metrics"
 	clientCert, err := SelfSignedCertificate([]string{"prometheus"}, time.Now())
@@ -153,7 +102,7 @@ func TestSecureRefusesAttackers(t *testing.T) {
 		{"the scraper's token, POST", client, http.MethodPost, "Bearer good", strings.NewReader("x"), nil, http.StatusForbidden, 2},
 		{"the scraper's token", client, http.MethodGet, "Bearer good", nil, nil, http.StatusOK, 2},
 	} {
-		before := api.reviews.Load()
+		before := api.Reviews()
 		code, err := do(c.client, c.method, c.auth, c.body, c.header)
 		// A refused header may close the connection before the client
 		// has written it all: no status, refused all the same.
@@ -163,7 +112,7 @@ func TestSecureRefusesAttackers(t *testing.T) {
 		if code != c.want {
 			t.Errorf("%s: %d, %v; want %d", c.name, code, err, c.want)
 		}
-		if got := api.reviews.Load() - before; got != c.reviews {
+		if got := api.Reviews() - before; got != c.reviews {
 			t.Errorf("%s: %d reviews asked; want %d", c.name, got, c.reviews)
 		}
 	}
@@ -184,7 +133,7 @@ func TestSecureRefusesAttackers(t *testing.T) {
 // after it, have their connection closed by the server within its
 // limits, and the scraper is answered while they hold theirs.
 func TestSecureSlowClientsHoldNobody(t *testing.T) {
-	api := newReviewStandIn(t)
+	api := reviewapi.New(t)
 	addr := serveSecure(t, api, short)
 	const wait = 5 * time.Second // far above the limits: a loaded machine is slow
 	var wg sync.WaitGroup

@@ -24,7 +24,7 @@ func lockRoot(root, owner string, opts LockOptions) (*RootLock, error) {
 	// and the flock (only a privileged process can do that here): a lock
 	// on a file no longer at the name would exclude nobody.
 	for range 3 {
-		f, err := openLockFile(dir, name)
+		f, err := dir.OpenOwnFile(name)
 		if err != nil {
 			return nil, err
 		}
@@ -54,46 +54,6 @@ func lockRoot(root, owner string, opts LockOptions) (*RootLock, error) {
 		return &RootLock{f: f, path: path, holder: h}, nil
 	}
 	return nil, &os.PathError{Op: "flock", Path: path, Err: errors.New("the lock file was replaced while it was being locked, three times")}
-}
-
-// openLockFile opens (creating it owner-only) the lock file name in dir,
-// never following a symlink, and checks that it is a regular file of this
-// user's with one link, made owner-only: a FIFO or device planted there is
-// refused without blocking, a hard link to another file is never written.
-func openLockFile(dir *fsat.Dir, name string) (*os.File, error) {
-	path := dir.Join(name)
-	fd, err := fsat.Openat(dir.Fd(), name, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY, 0o600)
-	if err != nil {
-		if err == unix.ELOOP {
-			return nil, &os.PathError{Op: "open", Path: path, Err: fmt.Errorf("%w: %w", fsat.ErrSymlink, err)}
-		}
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	f := os.NewFile(uintptr(fd), path)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		f.Close()
-		return nil, &os.PathError{Op: "fstat", Path: path, Err: err}
-	}
-	var bad error
-	switch {
-	case st.Mode&unix.S_IFMT != unix.S_IFREG:
-		bad = fmt.Errorf("%w (mode %#o)", fsat.ErrNotRegular, st.Mode&unix.S_IFMT)
-	case st.Nlink != 1:
-		bad = fmt.Errorf("has %d hard links; a lock file has one", st.Nlink)
-	case int(st.Uid) != os.Geteuid():
-		bad = fmt.Errorf("is owned by uid %d, not by this process's %d", st.Uid, os.Geteuid())
-	}
-	if bad == nil && st.Mode&0o7777 != 0o600 {
-		if err := fsat.Retry(func() error { return unix.Fchmod(fd, 0o600) }); err != nil {
-			bad = fmt.Errorf("fchmod 0600: %w", err)
-		}
-	}
-	if bad != nil {
-		f.Close()
-		return nil, &os.PathError{Op: "open", Path: path, Err: bad}
-	}
-	return f, nil
 }
 
 // stillAt reports whether name in dir is still the file open as fd.

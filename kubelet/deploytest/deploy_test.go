@@ -189,29 +189,15 @@ func (s *apiServer) loadOne(d doc, objs *objects) error {
 	if err := yaml.Unmarshal(d.data, &tm); err != nil {
 		return err
 	}
-	if tm.APIVersion == serviceMonitorAPIVersion && tm.Kind == "ServiceMonitor" {
-		sm, err := decodeServiceMonitor(d.data)
-		if err != nil {
-			return err
+	if tm.APIVersion == serviceMonitorAPIVersion {
+		switch tm.Kind {
+		case "ServiceMonitor":
+			return keepDecoded(d, decodeServiceMonitor, objs.serviceMonitors)
+		case "PodMonitor":
+			return keepDecoded(d, decodePodMonitor, objs.podMonitors)
+		case "PrometheusRule":
+			return keepDecoded(d, decodePrometheusRule, objs.prometheusRules)
 		}
-		objs.serviceMonitors[sm] = d
-		return nil
-	}
-	if tm.APIVersion == serviceMonitorAPIVersion && tm.Kind == "PodMonitor" {
-		pm, err := decodePodMonitor(d.data)
-		if err != nil {
-			return err
-		}
-		objs.podMonitors[pm] = d
-		return nil
-	}
-	if tm.APIVersion == serviceMonitorAPIVersion && tm.Kind == "PrometheusRule" {
-		pr, err := decodePrometheusRule(d.data)
-		if err != nil {
-			return err
-		}
-		objs.prometheusRules[pr] = d
-		return nil
 	}
 	obj, gvk, err := s.decode.Decode(d.data, nil, nil)
 	if err != nil {
@@ -255,6 +241,18 @@ func (s *apiServer) loadOne(d doc, objs *objects) error {
 		return fmt.Errorf("%s: no validation here for this kind; add it to loadOne", gvk)
 	}
 	return errs.ToAggregate()
+}
+
+// keepDecoded decodes d, a Prometheus Operator object the API server has
+// no schema for here, with decode (which checks what the operator's CRD
+// would), and keeps it in into.
+func keepDecoded[T any](d doc, decode func([]byte) (*T, error), into map[*T]doc) error {
+	v, err := decode(d.data)
+	if err != nil {
+		return err
+	}
+	into[v] = d
+	return nil
 }
 
 // serviceMonitorAPIVersion is the Prometheus Operator's API.

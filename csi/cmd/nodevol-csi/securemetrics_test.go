@@ -4,62 +4,24 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
-	"encoding/pem"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-)
 
-// fakeReviews answers TokenReviews (the token "good" is user prom, "other"
-// is user other, the rest unknown) and SubjectAccessReviews (prom may get
-// /metrics), as the API server's two endpoints do.
-func fakeReviews(w http.ResponseWriter, r *http.Request) {
-	var obj map[string]any
-	if err := json.NewDecoder(r.Body).Decode(&obj); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	spec, _ := obj["spec"].(map[string]any)
-	switch r.URL.Path {
-	case "/apis/authentication.k8s.io/v1/tokenreviews":
-		users := map[string]string{"good": "prom", "other": "other"}
-		if u, ok := users[spec["token"].(string)]; ok {
-			obj["status"] = map[string]any{"authenticated": true, "user": map[string]any{"username": u}}
-		} else {
-			obj["status"] = map[string]any{"authenticated": false, "error": "invalid token"}
-		}
-	case "/apis/authorization.k8s.io/v1/subjectaccessreviews":
-		nr, _ := spec["nonResourceAttributes"].(map[string]any)
-		obj["status"] = map[string]any{"allowed": spec["user"] == "prom" && nr["path"] == "/metrics" && nr["verb"] == "get"}
-	default:
-		http.NotFound(w, r)
-		return
-	}
-	w.WriteHeader(http.StatusCreated)
-	json.NewEncoder(w).Encode(obj)
-}
+	"github.com/nodevol/nodevol/internal/testsupport/reviewapi"
+)
 
 // TestSecureMetrics: with --secure-metrics-address, /metrics is served
 // there over TLS to the clients the API server authorises only, and no
 // longer on --http-address, which keeps /healthz and /readyz.
 func TestSecureMetrics(t *testing.T) {
-	api := httptest.NewTLSServer(http.HandlerFunc(fakeReviews))
-	defer api.Close()
+	api := reviewapi.New(t)
 	dir := t.TempDir()
-	ca, token := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "token")
-	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: api.Certificate().Raw}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(token, []byte("driver-token"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	ca, token := api.Files(t)
 	free := func() string {
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -75,7 +37,7 @@ func TestSecureMetrics(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"--endpoint", filepath.Join(dir, "csi.sock"), "--registration-dir", "", "--kubelet-root", dir,
 			"--node-id", "node-1", "--http-address", httpAddr, "--state-dir", dir, "--memory-bytes", "0", "--quotas=false",
-			"--secure-metrics-address", secureAddr, "--kube-api-server", api.URL, "--kube-token-file", token, "--kube-ca-file", ca}, io.Discard, &stderr)
+			"--secure-metrics-address", secureAddr, "--kube-api-server", api.URL(), "--kube-token-file", token, "--kube-ca-file", ca}, io.Discard, &stderr)
 	}()
 	defer func() {
 		cancel()

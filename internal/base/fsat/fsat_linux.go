@@ -564,6 +564,48 @@ func (d *Dir) WriteFileAtomic(name string, data []byte, perm uint32) error {
 	return d.Sync()
 }
 
+// OpenOwnFile opens name in d for reading and writing, creating it
+// owner-only, never following a symlink, and checks that it is a regular
+// file of this user's with one link, made owner-only: a FIFO or device
+// planted there is refused without blocking, a hard link to another file
+// is never written. For the files a process keeps of its own beside
+// others' (a lock file, a log rewritten in place).
+func (d *Dir) OpenOwnFile(name string) (*os.File, error) {
+	path := d.Join(name)
+	fd, err := Openat(d.fd, name, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY, 0o600)
+	if err != nil {
+		if err == unix.ELOOP {
+			return nil, &os.PathError{Op: "open", Path: path, Err: fmt.Errorf("%w: %w", ErrSymlink, err)}
+		}
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		f.Close()
+		return nil, &os.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	var bad error
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		bad = fmt.Errorf("%w (mode %#o)", ErrNotRegular, st.Mode&unix.S_IFMT)
+	case st.Nlink != 1:
+		bad = fmt.Errorf("has %d hard links; a lock file has one", st.Nlink)
+	case int(st.Uid) != os.Geteuid():
+		bad = fmt.Errorf("is owned by uid %d, not by this process's %d", st.Uid, os.Geteuid())
+	}
+	if bad == nil && st.Mode&0o7777 != 0o600 {
+		if err := Retry(func() error { return unix.Fchmod(fd, 0o600) }); err != nil {
+			bad = fmt.Errorf("fchmod 0600: %w", err)
+		}
+	}
+	if bad != nil {
+		f.Close()
+		return nil, &os.PathError{Op: "open", Path: path, Err: bad}
+	}
+	return f, nil
+}
+
 // CreateEmpty creates name in d as an empty regular file with mode perm if
 // it does not exist (never following a symlink), and fsyncs it and d.
 func (d *Dir) CreateEmpty(name string, perm uint32) error {
