@@ -394,6 +394,7 @@ func TestAdoptAgainAfterStockKubelet(t *testing.T) {
 	if err := e1.plugin.adoption.sessions.heartbeat(); err != nil {
 		t.Fatal(err)
 	}
+	kill(e1.plugin.adoption.sessions)
 	dir, want := n.memoryVolume(t) // the stock kubelet's, between the two
 	e2, reg := n.nodevol(t)
 	e2.setUp(t, memoryPod(e2), "cache")

@@ -138,7 +138,12 @@
 // mount IDs (Linux 6.8) only grow within a boot, and the log holds the
 // span of IDs during which each nodevol process of the boot ran (rewritten
 // in place under an flock, so a full filesystem or a second process on the
-// root does not cut a session short). A mount
+// root does not cut a session short; a process still running is taken as
+// running until the next one starts; a process that cannot write its
+// session at all marks the log unrecorded, and the next one takes
+// everything before it as nodevol's time). Limit: a process that cannot
+// even create the log (a full XFS, no free inode) leaves no trace if it
+// is killed before it can. A mount
 // made while one ran is never adopted, by any later process either. The
 // place is the mount table's, read when the process starts: a rename of a
 // directory above a mount, or a move of the mount, keeps its unique ID,

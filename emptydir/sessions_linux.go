@@ -58,6 +58,14 @@ const (
 	maxSessions = 1000
 	// slotSize is the size of each of the log's two slots.
 	slotSize = 64 << 10
+	// unrecordedSize is the size of a log being written whole (made, or
+	// converted from the format before slots) until it is: a truncate to
+	// it needs no block (the file is sparse), so a process that cannot
+	// finish (a full filesystem) or dies in the middle leaves the log
+	// so. Who reads it cannot know when nodevol ran before it, and takes
+	// everything before its own sample as nodevol's time: a tmpfs
+	// planted while the unrecorded process ran is never adopted.
+	unrecordedSize = 3 * slotSize
 	// heartbeatPeriod is how often a running process extends its
 	// session: a process killed without notice leaves its session
 	// ending at most this long before its death, so a mount made in that
@@ -93,6 +101,9 @@ type sessions struct {
 	root string
 	log  klog.Logger
 
+	// beat serialises heartbeats and end (alive, and the log's I/O); mu
+	// guards what SetUp reads (err, prior, mine, placed).
+	beat  sync.Mutex
 	mu    sync.Mutex
 	err   error     // why nothing is adopted (no unique IDs, an unreadable log); nil once started
 	boot  string    // the boot's ID
@@ -104,6 +115,12 @@ type sessions struct {
 	// tableRoot is the root as the table names it (placedBefore).
 	placed    map[int]string
 	tableRoot string
+	// alive holds, for as long as this process's session lasts, an open
+	// file description lock on a byte of the log named by mine.From (see
+	// running): another process that starts meanwhile takes the session
+	// as lasting until its own start, not as ending at its last
+	// heartbeat.
+	alive *os.File
 
 	done chan struct{} // closed when run returns
 }
@@ -134,10 +151,38 @@ func (s *sessions) start() error {
 		return err
 	}
 	lg, err := lockSessionLog(s.root, boot)
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+		// The log could not be made: the session starts now all the
+		// same, and heartbeats make the log once they can (sampled
+		// without the lock: an earlier sample is as good a start).
+		if id, serr := sampleMountID(s.root); serr == nil {
+			s.boot, s.mine = boot, session{From: id, To: id}
+		}
+	}
 	if err != nil {
 		return err
 	}
 	defer lg.Close()
+	for i, p := range lg.log.Sessions {
+		if p.From > p.To || p.To > lg.now {
+			return fmt.Errorf("%s: session %d-%d is not before the mount ID counter's %d: not written by nodevol on this boot", lg.Name(), p.From, p.To, lg.now)
+		}
+		// A process still running (a restart where the old one still
+		// beats, another plugin of this process) has run since its last
+		// heartbeat: until now, as far as this process can know (and
+		// when the kernel cannot say).
+		if alive, err := running(lg.File, p.From); alive || err != nil {
+			lg.log.Sessions[i].To = lg.now
+		}
+	}
+	// The session is this process's from here on, whatever fails below:
+	// heartbeats extend it (and write it, if this write fails) as long
+	// as the process runs, adoption or not.
+	prior := slices.SortedFunc(slices.Values(lg.log.Sessions), compareSessions)
+	s.boot, s.prior, s.mine = boot, capSessions(prior), session{From: lg.now, To: lg.now}
+	if err := errors.Join(s.hold(lg.now), lg.write(mergeSessions(nil, s.prior, s.mine))); err != nil {
+		return err
+	}
 	// Read after the sample: a mount made before the session is in it.
 	tab, err := mountdetect.ReadMountTable()
 	if err != nil {
@@ -154,21 +199,70 @@ func (s *sessions) start() error {
 			s.placed[m.ID] = m.MountPoint
 		}
 	}
-	for _, p := range lg.log.Sessions {
-		if p.From > p.To || p.To > lg.now {
-			return fmt.Errorf("%s: session %d-%d is not before the mount ID counter's %d: not written by nodevol on this boot", lg.Name(), p.From, p.To, lg.now)
-		}
-	}
-	prior := slices.SortedFunc(slices.Values(lg.log.Sessions), compareSessions)
-	s.boot, s.prior, s.mine = boot, capSessions(prior), session{From: lg.now, To: lg.now}
-	return lg.write(mergeSessions(nil, s.prior, s.mine))
+	return nil
 }
 
-// heartbeat extends this process's session to now.
+// hold takes the lock that tells other processes that this process's
+// session, starting at from, is running (running). It lasts until end,
+// or until this process dies. It is an open file description lock on a
+// byte of the log past its end (nothing is written there), of a
+// descriptor of its own: independent of the flock, and held by no other
+// descriptor of this process (another plugin's session is told apart).
+func (s *sessions) hold(from uint64) error {
+	d, err := fsat.OpenRoot(s.root)
+	if err != nil {
+		return err
+	}
+	f, err := d.OpenOwnFile(sessionsFileName)
+	d.Close()
+	if err != nil {
+		return err
+	}
+	lk := sessionHold(from)
+	if err := fsat.Retry(func() error { return unix.FcntlFlock(f.Fd(), unix.F_OFD_SETLK, &lk) }); err != nil {
+		f.Close()
+		return &os.PathError{Op: "fcntl F_OFD_SETLK", Path: f.Name(), Err: err}
+	}
+	s.alive = f
+	return nil
+}
+
+// end releases this process's hold on its session (hold): from then on,
+// a process that starts takes it as ending at its last heartbeat.
+func (s *sessions) end() {
+	if s.alive != nil {
+		s.alive.Close()
+		s.alive = nil
+	}
+}
+
+// sessionHold is the lock held for the session that starts at from
+// (hold): one byte past the log's two slots.
+func sessionHold(from uint64) unix.Flock_t {
+	return unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: 2*slotSize + int64(min(from, 1<<62)), Len: 1}
+}
+
+// running reports whether the process whose session starts at from
+// still holds it (hold).
+func running(f *os.File, from uint64) (bool, error) {
+	lk := sessionHold(from)
+	if err := fsat.Retry(func() error { return unix.FcntlFlock(f.Fd(), unix.F_OFD_GETLK, &lk) }); err != nil {
+		return false, &os.PathError{Op: "fcntl F_OFD_GETLK", Path: f.Name(), Err: err}
+	}
+	return lk.Type != unix.F_UNLCK, nil
+}
+
+// heartbeat extends this process's session to now. It holds beat, not
+// mu, while it waits for the log's lock and writes: SetUp's questions
+// (beforeNodevol, placedBefore) never wait for another process's hold of
+// the lock or for a slow disk.
 func (s *sessions) heartbeat() error {
+	s.beat.Lock()
+	defer s.beat.Unlock()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err != nil {
+	mine := s.mine
+	s.mu.Unlock()
+	if mine.From == 0 { // no session: start failed before its sample, or killed (tests)
 		return nil
 	}
 	lg, err := lockSessionLog(s.root, s.boot)
@@ -176,14 +270,34 @@ func (s *sessions) heartbeat() error {
 		return err
 	}
 	defer lg.Close()
-	s.mine.To = lg.now
-	return lg.write(mergeSessions(lg.log.Sessions, s.prior, s.mine))
+	mine.To = lg.now
+	s.mu.Lock()
+	s.mine = mine
+	s.mu.Unlock()
+	if err := lg.write(mergeSessions(lg.log.Sessions, s.prior, mine)); err != nil {
+		return err
+	}
+	// Held in the log now in place, should it have been replaced since.
+	if s.alive != nil {
+		a, aerr := s.alive.Stat()
+		l, lerr := lg.Stat()
+		if aerr == nil && lerr == nil && os.SameFile(a, l) {
+			return nil
+		}
+		s.end()
+	}
+	return s.hold(mine.From)
 }
 
 // run beats until stop is closed, then ends the session with a last
 // beat.
 func (s *sessions) run(stop <-chan struct{}) {
 	defer close(s.done)
+	defer func() {
+		s.beat.Lock()
+		defer s.beat.Unlock()
+		s.end()
+	}()
 	t := time.NewTicker(heartbeatPeriod)
 	defer t.Stop()
 	for {
@@ -325,18 +439,46 @@ func lockSessionLog(root, boot string) (*lockedLog, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := d.OpenOwnFile(sessionsFileName)
-	d.Close()
-	if err != nil {
-		return nil, err
+	defer d.Close()
+	// The file locked must be the one in the log's place: one deleted or
+	// replaced (by an operator) while this waited for its lock is
+	// another process's no more, and what is written there is lost.
+	var f *os.File
+	for try := 0; ; try++ {
+		if f, err = d.OpenOwnFile(sessionsFileName); err != nil {
+			return nil, err
+		}
+		if err := fsat.Retry(func() error { return unix.Flock(int(f.Fd()), unix.LOCK_EX) }); err != nil {
+			f.Close()
+			return nil, &os.PathError{Op: "flock", Path: f.Name(), Err: err}
+		}
+		var locked unix.Stat_t
+		err := unix.Fstat(int(f.Fd()), &locked)
+		if err == nil {
+			var there unix.Stat_t
+			if there, err = d.Lstat(sessionsFileName); err == nil && there.Dev == locked.Dev && there.Ino == locked.Ino {
+				break
+			}
+		}
+		f.Close()
+		if err == nil {
+			err = errors.New("replaced while this process waited for its lock")
+		}
+		if errors.Is(err, unix.ENOENT) {
+			err = errors.New("deleted while this process waited for its lock")
+		}
+		if try == 9 {
+			return nil, &os.PathError{Op: "lock", Path: d.Join(sessionsFileName), Err: err}
+		}
 	}
 	lg := &lockedLog{File: f}
-	if err := fsat.Retry(func() error { return unix.Flock(int(f.Fd()), unix.LOCK_EX) }); err != nil {
-		f.Close()
-		return nil, &os.PathError{Op: "flock", Path: f.Name(), Err: err}
-	}
 	if lg.now, err = sampleMountID(root); err == nil {
 		lg.log, lg.seq, err = readSessionLog(f)
+	}
+	if errors.Is(err, errUnrecordedSession) {
+		// Some process ran without its session: until now, as far as
+		// this one can know.
+		lg.log, err = sessionLog{BootID: boot, Sessions: []session{{From: 0, To: lg.now}}}, nil
 	}
 	if err != nil {
 		f.Close()
@@ -365,6 +507,8 @@ func readSessionLog(f *os.File) (sessionLog, uint64, error) {
 	switch size := st.Size(); {
 	case size == 0:
 		return l, 0, nil
+	case size == unrecordedSize:
+		return l, 0, errUnrecordedSession
 	case size > maxSessionsSize:
 		return l, 0, fmt.Errorf("%s: %d bytes, more than nodevol writes", f.Name(), size)
 	case size != 2*slotSize:
@@ -397,6 +541,10 @@ func readSessionLog(f *os.File) (sessionLog, uint64, error) {
 	return l, seq, nil
 }
 
+// errUnrecordedSession says that the log is one a process could not
+// write its session into (unrecordedSize).
+var errUnrecordedSession = errors.New("a nodevol process could not write its session")
+
 // decodeSessionSlot returns the JSON a slot holds and its sequence number,
 // if its magic and checksum hold.
 func decodeSessionSlot(b []byte) ([]byte, uint64, bool) {
@@ -417,7 +565,8 @@ func decodeSessionSlot(b []byte) ([]byte, uint64, bool) {
 // writeSessionLog writes sessions into the locked log f as slot seq%2
 // (the one not holding sequence seq-1), durably. A file not yet in slots
 // (new, or in the format before them) is written whole, both slots' space
-// included, which later heartbeats overwrite without needing a block.
+// included, which later heartbeats overwrite without needing a block; it
+// is marked unrecorded (unrecordedSize) until it is.
 func writeSessionLog(f *os.File, seq uint64, boot string, sessions []session) error {
 	data, err := json.Marshal(sessionLog{BootID: boot, Sessions: sessions})
 	if err != nil {
@@ -438,18 +587,33 @@ func writeSessionLog(f *os.File, seq uint64, boot string, sessions []session) er
 		return err
 	}
 	off := int64(seq%2) * slotSize
-	if st.Size() != 2*slotSize {
-		whole := make([]byte, 2*slotSize)
-		copy(whole[off:], slot)
-		slot, off = whole, 0
-	}
-	if _, err := f.WriteAt(slot, off); err != nil {
-		return err
-	}
-	if st.Size() > 2*slotSize {
-		if err := f.Truncate(2 * slotSize); err != nil {
+	if st.Size() == 2*slotSize {
+		if _, err := f.WriteAt(slot, off); err != nil {
 			return err
 		}
+		return f.Sync()
+	}
+	// Marked unrecorded first (no block needed): should the write fail
+	// (a full filesystem) or the process die in the middle of it, the
+	// log, in part overwritten, says that a session went unrecorded
+	// rather than what it held or that no nodevol process ran. Its size
+	// says slots only once they are written and durable.
+	if err := f.Truncate(unrecordedSize); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	whole := make([]byte, 2*slotSize)
+	copy(whole[off:], slot)
+	if _, err := f.WriteAt(whole, 0); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Truncate(2 * slotSize); err != nil {
+		return err
 	}
 	return f.Sync()
 }

@@ -28,6 +28,18 @@ func uniqueMountID(t *testing.T, path string) uint64 {
 	return sx.Mnt_id
 }
 
+// kill ends s as a process killed without notice: no last heartbeat,
+// and its hold on its session released (the kernel drops a dead
+// process's locks).
+func kill(s *sessions) {
+	s.beat.Lock()
+	defer s.beat.Unlock()
+	s.end()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.err, s.mine = errors.New("killed"), session{}
+}
+
 // readSessions reads root's session log, under its lock.
 func readSessions(t *testing.T, root string) sessionLog {
 	t.Helper()
@@ -77,6 +89,7 @@ func TestSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The first process dies; the kubelet it replaced runs a while.
+	kill(first)
 	between := mnt("between")
 	second := startSessions(root, logger)
 	if second.err != nil {
@@ -241,6 +254,7 @@ func TestSessionsOnAFullFilesystem(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The first process dies before another heartbeat.
+			kill(first)
 			second := startSessions(root, logger)
 			if second.err != nil {
 				t.Fatal(second.err)
