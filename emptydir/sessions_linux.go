@@ -3,7 +3,6 @@ package emptydir
 import (
 	"bytes"
 	"cmp"
-	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -18,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 
+	"github.com/nodevol/nodevol/internal/base/digest"
 	"github.com/nodevol/nodevol/internal/base/fsat"
 	"github.com/nodevol/nodevol/mountdetect"
 )
@@ -419,7 +419,7 @@ var sessionSlotMagic = [8]byte{'n', 'v', 's', 'e', 's', 's', '2', '\n'}
 // sessionSlotHeader is a slot's header: the magic, the sequence number
 // (uint64), the length of the JSON that follows (uint32) and the SHA-256
 // of all three and the JSON.
-const sessionSlotHeader = 8 + 8 + 4 + sha256.Size
+const sessionSlotHeader = 8 + 8 + 4 + digest.Size
 
 // lockedLog is the session log, open and locked, as read under the lock.
 type lockedLog struct {
@@ -556,10 +556,7 @@ func decodeSessionSlot(b []byte) ([]byte, uint64, bool) {
 		return nil, 0, false
 	}
 	data := b[sessionSlotHeader : sessionSlotHeader+int(n)]
-	h := sha256.New()
-	h.Write(b[:20])
-	h.Write(data)
-	if !bytes.Equal(h.Sum(nil), b[20:sessionSlotHeader]) {
+	if sum := digest.SHA256(append(b[:20:20], data...)); !bytes.Equal(sum[:], b[20:sessionSlotHeader]) {
 		return nil, 0, false
 	}
 	return data, binary.LittleEndian.Uint64(b[8:16]), true
@@ -583,10 +580,8 @@ func writeSessionLog(f *os.File, seq uint64, boot string, sessions []session) er
 	binary.LittleEndian.PutUint64(slot[8:16], seq)
 	binary.LittleEndian.PutUint32(slot[16:20], uint32(len(data)))
 	copy(slot[sessionSlotHeader:], data)
-	h := sha256.New()
-	h.Write(slot[:20])
-	h.Write(data)
-	copy(slot[20:sessionSlotHeader], h.Sum(nil))
+	sum := digest.SHA256(append(slot[:20:20], data...))
+	copy(slot[20:sessionSlotHeader], sum[:])
 	st, err := f.Stat()
 	if err != nil {
 		return err

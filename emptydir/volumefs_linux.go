@@ -1,8 +1,6 @@
 package emptydir
 
 import (
-	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -14,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodevol/nodevol/internal/base/digest"
 	"github.com/nodevol/nodevol/internal/base/fsat"
 	"github.com/nodevol/nodevol/internal/base/testhook"
 	"github.com/nodevol/nodevol/mountdetect"
@@ -403,7 +402,7 @@ func (rec *mountRecord) pin(mi fsat.MountStat) mountRecord {
 // same digest: they still prove their mounts (isSourceFor takes both).
 func newSource(r volRef) string {
 	var b [4]byte
-	_, _ = rand.Read(b[:])
+	fsat.Random(b[:])
 	return refSourceFor(hex.EncodeToString(b[:]), r)
 }
 
@@ -426,7 +425,7 @@ func refSourceFor(nonce string, r volRef) string {
 // part contains a NUL (all are validated names, the nonce is hex), so no
 // input of one is an input of the other.
 func locatedSourceFor(nonce, podUID, plugin, dir, meta string) string {
-	h := sha256.Sum256([]byte("nodevol-emptydir-located\x00" + nonce + "\x00" + podUID + "\x00" + plugin + "\x00" + dir + "\x00" + meta))
+	h := digest.SHA256([]byte("nodevol-emptydir-located\x00" + nonce + "\x00" + podUID + "\x00" + plugin + "\x00" + dir + "\x00" + meta))
 	return sourceOf(nonce, h)
 }
 
@@ -441,7 +440,7 @@ const (
 
 // sourceOf is the source with the random part nonce and the digest h: the
 // short form for a short nonce, the long form for a long one.
-func sourceOf(nonce string, h [sha256.Size]byte) string {
+func sourceOf(nonce string, h [digest.Size]byte) string {
 	if len(nonce) == longSourceNonceLen {
 		return longSourcePrefix + nonce + "-" + hex.EncodeToString(h[:longSourceNonceLen/2])
 	}
@@ -451,7 +450,7 @@ func sourceOf(nonce string, h [sha256.Size]byte) string {
 // sourceFor is the source with the random part nonce (8 hex digits, or 16
 // for the long form) for the volume vol of pod podUID.
 func sourceFor(nonce, podUID, vol string) string {
-	h := sha256.Sum256([]byte("nodevol-emptydir\x00" + nonce + "\x00" + podUID + "\x00" + vol))
+	h := digest.SHA256([]byte("nodevol-emptydir\x00" + nonce + "\x00" + podUID + "\x00" + vol))
 	return sourceOf(nonce, h)
 }
 

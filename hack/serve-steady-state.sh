@@ -6,6 +6,7 @@
 #
 #   sudo hack/serve-steady-state.sh [SECONDS [PODS]]     # default 180 s, 1000 pods
 #   sudo NODEVOL_BIN=/path/to/nodevol hack/serve-steady-state.sh ...   # another build (a baseline)
+#   sudo NODEVOL_BIN=... NODEVOL_AGENT_BIN=/path/to/nodevol-agent hack/serve-steady-state.sh ...   # its agent (default: built here)
 #   sudo NODEVOL_LATENCY=0 hack/serve-steady-state.sh ...   # without the latency runs
 #
 # After a warm-up of two intervals it samples /proc/PID/stat (utime+stime)
@@ -44,6 +45,8 @@ trap cleanup EXIT
 mount -t tmpfs nodevol-steady "$work"
 
 if [ -n "${NODEVOL_BIN:-}" ]; then cp "$NODEVOL_BIN" "$work/nodevol"; else go build -o "$work/nodevol" ./cmd/nodevol; fi
+# "nodevol serve" runs the agent beside nodevol.
+if [ -n "${NODEVOL_AGENT_BIN:-}" ]; then cp "$NODEVOL_AGENT_BIN" "$work/nodevol-agent"; else go build -o "$work/nodevol-agent" ./cmd/nodevol-agent; fi
 go build -o "$work/nodefixture" ./hack/nodefixture
 "$work/nodefixture" -root "$work/kubelet" -pods "$pods"
 echo "mount table: $(wc -l </proc/self/mountinfo) entries"

@@ -80,12 +80,16 @@ var rules = []rule{
 	{pkgs: []string{"reconciler"}, may: list(base, []string{"mountdetect", "volume", "subpath", "reconciler/pendingops", "internal/executor"}),
 		tests: list(testsupport, public), reason: "the volume manager, on top of the plugins' API"},
 
-	// The product: the CLI and its commands (scan, serve, ...), its
-	// main, the demo.
+	// The product: the CLI and its commands (scan, rm, ...), the agent,
+	// their mains, the demo.
 	{pkgs: []string{"internal/cli"}, may: list(base, public, []string{"internal/executor"}),
 		tests: list(testsupport), reason: "the nodevol command"},
+	{pkgs: []string{"internal/agent"}, may: list(base, public, []string{"internal/cli"}),
+		tests: list(testsupport), reason: "the node agent (nodevol-agent), which shares the CLI's scan"},
 	{pkgs: []string{"cmd/nodevol"}, may: []string{"internal/cli"},
 		reason: "main only calls the command table"},
+	{pkgs: []string{"cmd/nodevol-agent"}, may: []string{"internal/agent"},
+		reason: "main only calls the agent"},
 	{pkgs: []string{"cmd/nodevol-demo"}, may: list(base, public, []string{"internal/cli"}),
 		tests: list(testsupport), reason: "the demo runs the library and the CLI's scan"},
 
@@ -109,17 +113,17 @@ var rules = []rule{
 	// their tests also test support and the base helpers (the crash
 	// points, the options that install hooks there, mount IDs); the e2e
 	// harness also the image writer; the deploy test's and the e2e
-	// harness's tests also the CLI (they check the shipped DaemonSet's
-	// arguments with the CLI's own parser, and run the agent).
+	// harness's tests also the agent (they check the shipped DaemonSet's
+	// arguments with the agent's own parser, and run it).
 	{pkgs: []string{"csi/..."}, may: list(public, []string{"csi/..."}),
 		tests:  list(testsupport, base),
 		reason: "another module: public API only, test support in tests"},
 	{pkgs: []string{"kubelet/hack/..."}, may: list(public, tools, []string{"kubelet/..."}),
-		tests:  list(testsupport, []string{"internal/cli"}),
-		reason: "the e2e harness writes images with the tools; its tests run the real agent and check the manifests' arguments with the CLI's parser"},
+		tests:  list(testsupport, []string{"internal/agent"}),
+		reason: "the e2e harness writes images with the tools; its tests run the real agent and check the manifests' arguments with the agent's parser"},
 	{pkgs: []string{"kubelet/deploytest"}, may: list(public, []string{"kubelet/..."}),
-		tests:  list(testsupport, []string{"internal/cli"}),
-		reason: "checks the DaemonSet's serve arguments with the CLI's parser"},
+		tests:  list(testsupport, []string{"internal/agent"}),
+		reason: "checks the DaemonSet's serve arguments with the agent's parser"},
 	{pkgs: []string{"kubelet/..."}, may: list(public, []string{"kubelet/..."}),
 		tests:  list(testsupport, base),
 		reason: "another module: public API only, test support in tests"},
@@ -250,12 +254,13 @@ func TestImportsFollowTheLayout(t *testing.T) {
 
 // testMayImport is the rule every test file of the root module follows
 // besides its group's: within the root module a test may import any
-// package but the product's (the CLI is tested in its own package).
+// package but the product's (the CLI and the agent are tested in their
+// own packages).
 func testMayImport(pkg, imp string) bool {
 	inRoot := func(p string) bool {
 		return !match("csi/...", p) && !match("kubelet/...", p) && !match("monitoring/...", p)
 	}
-	return inRoot(pkg) && inRoot(imp) && !match("internal/cli", imp) && !match("cmd/...", imp)
+	return inRoot(pkg) && inRoot(imp) && !match("internal/cli", imp) && !match("internal/agent", imp) && !match("cmd/...", imp)
 }
 
 // TestRulesRejectWrongImports checks the table itself: imports the
@@ -279,6 +284,9 @@ func TestRulesRejectWrongImports(t *testing.T) {
 		{"kubelet/volumeplugin", "internal/testsupport/mounttest", false},
 		{"mountdetect", "internal/cli", true},
 		{"cmd/nodevol", "mountdetect", false},
+		{"cmd/nodevol", "internal/agent", false},
+		{"internal/cli", "internal/agent", false},
+		{"emptydir", "internal/agent", true},
 	} {
 		r, ok := ruleFor(c.pkg)
 		if !ok {

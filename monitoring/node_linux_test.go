@@ -34,8 +34,9 @@ var (
 	}
 )
 
-// binaries builds nodevol (in the root module) and nodevol-csi (in csi/,
-// with its own go.mod, as its image is built) once per test binary.
+// binaries builds nodevol and beside it nodevol-agent, which "nodevol
+// serve" runs (in the root module), and nodevol-csi (in csi/, with its own
+// go.mod, as its image is built) once per test binary.
 func binaries(t *testing.T) (nodevol, nodevolCSI string) {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -47,6 +48,7 @@ func binaries(t *testing.T) (nodevol, nodevolCSI string) {
 		bins.nodevol, bins.csi = filepath.Join(dir, "nodevol"), filepath.Join(dir, "nodevol-csi")
 		for _, b := range []struct{ moduleDir, pkg, out string }{
 			{"..", "./cmd/nodevol", bins.nodevol},
+			{"..", "./cmd/nodevol-agent", filepath.Join(dir, "nodevol-agent")},
 			{"../csi", "./cmd/nodevol-csi", bins.csi},
 		} {
 			cmd := exec.Command("go", "build", "-o", b.out, b.pkg)

@@ -16,41 +16,67 @@ const (
 	MagicHugetlbfs uint32 = 0x958458f6
 )
 
-var magicNames = map[uint32]string{
-	MagicTmpfs:     "tmpfs",
-	MagicHugetlbfs: "hugetlbfs",
-	0xef53:         "ext4", // ext2/ext3/ext4 share the magic
-	0x58465342:     "xfs",
-	0x9123683e:     "btrfs",
-	0x6969:         "nfs",
-	0x794c7630:     "overlay",
-	0x9fa0:         "proc",
-	0x62656572:     "sysfs",
-	0xff534d42:     "cifs",
-	0xfe534d42:     "smb2",
-	0x65735546:     "fuse",
-	0x2fc12fc1:     "zfs",
-	0x858458f6:     "ramfs",
-	0x73717368:     "squashfs",
-	0x63677270:     "cgroup2",
-	0x27e0eb:       "cgroup",
-	0x1cd1:         "devpts",
-	0x00c36400:     "ceph",
-	0x4d44:         "vfat",
-	0xf2f52010:     "f2fs",
-	0x01021997:     "9p",
-	0x6e736673:     "nsfs",
-	0x42494e4d:     "binfmt_misc",
-	0x64626720:     "debugfs",
-	0x74726163:     "tracefs",
-	0xcafe4a11:     "bpf",
-	0x73636673:     "securityfs",
-}
-
-// FSTypeName names a statfs magic number.
+// FSTypeName names a statfs magic number. A switch, not a map: a map
+// literal is built at every start of every program that links this
+// package (docs/benchmarks.md, "Start time").
 func FSTypeName(magic uint32) string {
-	if n, ok := magicNames[magic]; ok {
-		return n
+	switch magic {
+	case MagicTmpfs:
+		return "tmpfs"
+	case MagicHugetlbfs:
+		return "hugetlbfs"
+	case 0xef53:
+		return "ext4" // ext2/ext3/ext4 share the magic
+	case 0x58465342:
+		return "xfs"
+	case 0x9123683e:
+		return "btrfs"
+	case 0x6969:
+		return "nfs"
+	case 0x794c7630:
+		return "overlay"
+	case 0x9fa0:
+		return "proc"
+	case 0x62656572:
+		return "sysfs"
+	case 0xff534d42:
+		return "cifs"
+	case 0xfe534d42:
+		return "smb2"
+	case 0x65735546:
+		return "fuse"
+	case 0x2fc12fc1:
+		return "zfs"
+	case 0x858458f6:
+		return "ramfs"
+	case 0x73717368:
+		return "squashfs"
+	case 0x63677270:
+		return "cgroup2"
+	case 0x27e0eb:
+		return "cgroup"
+	case 0x1cd1:
+		return "devpts"
+	case 0x00c36400:
+		return "ceph"
+	case 0x4d44:
+		return "vfat"
+	case 0xf2f52010:
+		return "f2fs"
+	case 0x01021997:
+		return "9p"
+	case 0x6e736673:
+		return "nsfs"
+	case 0x42494e4d:
+		return "binfmt_misc"
+	case 0x64626720:
+		return "debugfs"
+	case 0x74726163:
+		return "tracefs"
+	case 0xcafe4a11:
+		return "bpf"
+	case 0x73636673:
+		return "securityfs"
 	}
 	return fmt.Sprintf("unknown(0x%x)", magic)
 }

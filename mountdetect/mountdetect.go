@@ -35,7 +35,7 @@ var ErrOtherMount = fsat.ErrOtherMount
 // ErrUnsupported is returned on platforms (and Linux kernels) where
 // mountdetect cannot keep its guarantees. It also matches
 // errors.ErrUnsupported.
-var ErrUnsupported = fmt.Errorf("mountdetect: %w", errors.ErrUnsupported)
+var ErrUnsupported error = &fsat.PrefixError{Prefix: "mountdetect: ", Err: errors.ErrUnsupported}
 
 // Mount describes one mount found beneath (or at) a path.
 type Mount struct {

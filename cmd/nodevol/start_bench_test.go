@@ -1,7 +1,7 @@
 package main
 
 import (
-	"encoding/json"
+	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,19 +9,22 @@ import (
 	"time"
 )
 
+// startCompare is another nodevol binary whose `nodevol rm` runs in the
+// same rotation (the one-binary design, which linked the agent: a build
+// of an older commit), so that the trade can be measured again.
+var startCompare = flag.String("start-compare", "", "also start `NODEVOL rm` of this other nodevol build in BenchmarkStart")
+
 // BenchmarkStart execs whole processes and waits for them: what a user
 // running `nodevol rm` pays before any work is done (exec, the runtime's
 // start, package initialisation, exit), against the baselines a user
 // would compare it with: a Go program whose main does nothing (the floor
 // for any Go binary) and rm -f (which, like nodevol rm, succeeds on a path
-// that does not exist). Each iteration runs every program once, in an
+// that does not exist). `nodevol version` (which also probes the kernel's
+// features) and the agent's start (`nodevol-agent --version`: the HTTP,
+// TLS and metrics packages' initialisation the CLI no longer pays) are
+// there for information. Each iteration runs every program once, in an
 // order that rotates, so that a machine whose load changes during the run
 // weighs on all of them alike.
-//
-// "cli-only" is the design not chosen, measured in the same run: nodevol
-// without serve (built with serve's files replaced, by go build -overlay,
-// as if the agent were a binary of its own), so without net/http, TLS,
-// runtime/metrics and the metrics writer.
 //
 // Every binary is built the way a release builds it (-trimpath,
 // CGO_ENABLED=0). Per program it reports the wall time and the process's
@@ -30,12 +33,13 @@ import (
 // program's (-x).
 //
 //	go test -run '^$' -bench Start -benchtime 2000x ./cmd/nodevol
+//	go test -run '^$' -bench Start -benchtime 2000x ./cmd/nodevol -args -start-compare /tmp/nodevol-one-binary
 func BenchmarkStart(b *testing.B) {
 	dir := b.TempDir()
 	nodevol := filepath.Join(dir, "nodevol")
 	build(b, ".", nodevol)
-	cliOnly := filepath.Join(dir, "nodevol-cli-only")
-	build(b, ".", cliOnly, "-overlay", withoutServe(b, dir))
+	agent := filepath.Join(dir, "nodevol-agent")
+	build(b, "../nodevol-agent", agent)
 	empty := filepath.Join(dir, "empty")
 	src := filepath.Join(dir, "emptymain")
 	if err := os.MkdirAll(src, 0o755); err != nil {
@@ -58,10 +62,16 @@ func BenchmarkStart(b *testing.B) {
 		argv []string
 	}{
 		{"empty-go-main", []string{empty}},
-		{"nodevol-version", []string{nodevol, "version"}},
 		{"nodevol-rm", []string{nodevol, "rm", missing}},
-		{"cli-only-rm", []string{cliOnly, "rm", missing}},
+		{"nodevol-version", []string{nodevol, "version"}},
+		{"nodevol-agent-version", []string{agent, "--version"}},
 		{"rm-f", []string{rm, "-f", missing}},
+	}
+	if *startCompare != "" {
+		progs = append(progs, struct {
+			name string
+			argv []string
+		}{"compare-rm", []string{*startCompare, "rm", missing}})
 	}
 	wall := make([]time.Duration, len(progs))
 	cpu := make([]time.Duration, len(progs))
@@ -87,64 +97,13 @@ func BenchmarkStart(b *testing.B) {
 	}
 }
 
-// serveFiles are the files of internal/cli that only serve needs: the
-// cli-only build replaces them with empty ones, and serve.go with a stub.
-var serveFiles = []string{"servehttp.go", "servemetrics.go", "serveargs.go", "mountwatch_linux.go", "scaninc_linux.go"}
-
-// serveStub stands for serve.go in the cli-only build.
-const serveStub = `package cli
-
-import (
-	"fmt"
-	"io"
-)
-
-const serveHelp = "serve is a program of its own in this build"
-
-func runServe(fs *flagSet, args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, serveHelp)
-	return ExitError
-}
-`
-
-// withoutServe writes, under dir, an overlay for go build that builds
-// nodevol without serve, and returns its path.
-func withoutServe(b *testing.B, dir string) string {
-	b.Helper()
-	cli, err := filepath.Abs("../../internal/cli")
-	if err != nil {
-		b.Fatal(err)
-	}
-	stub, blank := filepath.Join(dir, "serve.go"), filepath.Join(dir, "blank.go")
-	if err := os.WriteFile(stub, []byte(serveStub), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(blank, []byte("package cli\n"), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	replace := map[string]string{filepath.Join(cli, "serve.go"): stub}
-	for _, f := range serveFiles {
-		replace[filepath.Join(cli, f)] = blank
-	}
-	js, err := json.Marshal(map[string]any{"Replace": replace})
-	if err != nil {
-		b.Fatal(err)
-	}
-	overlay := filepath.Join(dir, "overlay.json")
-	if err := os.WriteFile(overlay, js, 0o644); err != nil {
-		b.Fatal(err)
-	}
-	return overlay
-}
-
 // build builds the main package in dir into out, as a release does.
-func build(b *testing.B, dir, out string, flags ...string) {
+func build(b *testing.B, dir, out string) {
 	b.Helper()
-	args := append([]string{"build", "-trimpath", "-o", out}, flags...)
-	cmd := exec.Command("go", append(args, ".")...)
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, ".")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("go build %v in %s: %v\n%s (the cli-only build: has serve's code moved? see serveFiles)", flags, dir, err, msg)
+		b.Fatalf("go build in %s: %v\n%s", dir, err, msg)
 	}
 }

@@ -1,6 +1,7 @@
 // Command image builds nodevol's container images without a registry, a
-// Docker daemon or a base image: a static nodevol at /nodevol (or, with
-// -binary nodevol-csi, the CSI node plugin at /nodevol-csi) on a base of
+// Docker daemon or a base image: a static nodevol at /nodevol and the agent
+// it runs for "nodevol serve" at /nodevol-agent (or, with -binary
+// nodevol-csi, the CSI node plugin at /nodevol-csi) on a base of
 // three entries written here (/etc/passwd and /etc/group with root and
 // nobody, /tmp with mode 1777), as an OCI image layout tarball, the form
 // `ctr -n k8s.io images import` and `docker load` read.
@@ -23,7 +24,9 @@
 // image loaded on a node is the one the DaemonSet runs; the version the
 // binary reports is in the image's labels.
 //
-// nodevol is built from ./cmd/nodevol in the root module; nodevol-csi from
+// nodevol is built from ./cmd/nodevol in the root module, and beside it
+// nodevol-agent from ./cmd/nodevol-agent ("nodevol serve", the image's
+// Cmd, execs it from nodevol's directory); nodevol-csi from
 // ./cmd/nodevol-csi in the csi/ module (its own go.mod, with gRPC and the
 // CSI spec), so that build needs that module's dependencies. Everything
 // else below holds for both.
@@ -71,10 +74,20 @@ type binary struct {
 	modulePath string   // that module's path
 	pkg        string   // the main package, relative to moduleDir
 	cmd        []string // the image's Cmd: the entrypoint's default arguments
-	image      string   // the default name: the image deploy/'s DaemonSet for it names
-	versionVar string   // the variable -version sets (-ldflags -X)
-	title      string   // org.opencontainers.image.title
-	desc       string   // org.opencontainers.image.description
+	// also are programs of the same module the image holds beside it, as
+	// /<name>, built from their main packages (relative to moduleDir) the
+	// same way, with the same -version.
+	also       []program
+	image      string // the default name: the image deploy/'s DaemonSet for it names
+	versionVar string // the variable -version sets (-ldflags -X)
+	title      string // org.opencontainers.image.title
+	desc       string // org.opencontainers.image.description
+}
+
+// program is one more program an image holds.
+type program struct {
+	name string // the file /<name> in the image
+	pkg  string // its main package, relative to the module's directory
 }
 
 // binaries are the images hack/image builds, by -binary.
@@ -82,6 +95,8 @@ var binaries = map[string]binary{
 	"nodevol": {
 		name: "nodevol", moduleDir: ".", modulePath: checkout.ModulePath, pkg: "./cmd/nodevol",
 		cmd: []string{"serve"}, image: "ghcr.io/nodevol/nodevol:v0.0.0-dev", title: "nodevol",
+		// "nodevol serve" execs the agent from nodevol's own directory.
+		also:       []program{{name: "nodevol-agent", pkg: "./cmd/nodevol-agent"}},
 		versionVar: checkout.ModulePath + "/internal/cli.releaseVersion",
 		desc:       "nodevol serve: a read-only node agent that exports which pod volumes a teardown would destroy data on another mount through",
 	},
@@ -174,7 +189,8 @@ type built struct {
 	arches             []string
 	size               int64
 	stampedByGoCommand bool
-	binaries           map[string]string // by architecture, in binDir
+	binaries           map[string]string            // by architecture, in binDir
+	also               map[string]map[string]string // by program and architecture, in binDir
 }
 
 // goarchLevel is the environment that pins the instruction set level of
@@ -280,35 +296,25 @@ func build(o buildOptions) (*built, error) {
 	var imgs []*ociimage.Image
 	var src sourceInfo
 	kept := map[string]string{}
+	alsoKept := map[string]map[string]string{}
 	for _, arch := range o.arches {
 		bin := filepath.Join(tmp, o.bin.name+"-linux-"+arch)
-		args := []string{"build", "-trimpath", "-buildvcs=auto", "-o", bin}
-		if o.version != "" {
-			args = append(args, "-ldflags=-X "+o.bin.versionVar+"="+o.version)
-		}
-		cmd := exec.Command(goCmd, append(args, o.bin.pkg)...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), pinnedEnv(arch, dir)...)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("go build %s for linux/%s (in %s): %w\n%s", o.bin.pkg, arch, dir, err, out)
-		}
-		info, err := buildinfo.ReadFile(bin)
-		if err != nil {
-			return nil, fmt.Errorf("reading the build info of %s: %w", o.bin.name, err)
-		}
-		if info.Main.Path != o.bin.modulePath {
-			return nil, fmt.Errorf("%s was built in module %q; want %s", o.bin.name, info.Main.Path, o.bin.modulePath)
-		}
-		if err := checkSettings(info, arch); err != nil {
+		if src, err = buildBinary(goCmd, dir, o.bin.pkg, o.bin.name, bin, arch, o); err != nil {
 			return nil, err
 		}
-		if src, err = sourceOf(info, dir); err != nil {
-			return nil, err
+		var also []string
+		for _, p := range o.bin.also {
+			path := filepath.Join(tmp, p.name+"-linux-"+arch)
+			psrc, err := buildBinary(goCmd, dir, p.pkg, p.name, path, arch, o)
+			if err != nil {
+				return nil, err
+			}
+			if psrc.version != src.version || psrc.revision != src.revision || !psrc.created.Equal(src.created) || psrc.stamped != src.stamped {
+				return nil, fmt.Errorf("%s and %s say different sources: %+v, %+v", o.bin.name, p.name, src, psrc)
+			}
+			also = append(also, path)
 		}
-		if o.version != "" {
-			src.version = o.version
-		}
-		img, err := imageOf(o.bin, bin, arch, src)
+		img, err := imageOf(o.bin, bin, also, arch, src)
 		if err != nil {
 			return nil, err
 		}
@@ -317,6 +323,15 @@ func build(o buildOptions) (*built, error) {
 			kept[arch] = filepath.Join(o.binDir, filepath.Base(bin))
 			if err := copyFile(bin, kept[arch]); err != nil {
 				return nil, err
+			}
+			for i, p := range o.bin.also {
+				if alsoKept[p.name] == nil {
+					alsoKept[p.name] = map[string]string{}
+				}
+				alsoKept[p.name][arch] = filepath.Join(o.binDir, filepath.Base(also[i]))
+				if err := copyFile(also[i], alsoKept[p.name][arch]); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}
@@ -343,15 +358,59 @@ func build(o buildOptions) (*built, error) {
 	}
 	return &built{
 		out: o.out, name: name, digest: desc.Digest, version: src.version, revision: src.revision,
-		arches: o.arches, size: st.Size(), stampedByGoCommand: src.stamped, binaries: kept,
+		arches: o.arches, size: st.Size(), stampedByGoCommand: src.stamped, binaries: kept, also: alsoKept,
 	}, nil
 }
 
-// imageOf is the image of the binary at path, built for arch from src.
-func imageOf(b binary, path, arch string, src sourceInfo) (*ociimage.Image, error) {
+// buildBinary builds the main package pkg of the module in dir, the
+// program name, into bin for linux/arch, as the image's binaries are
+// built, checks what it was built with, and returns what it says it was
+// built from.
+func buildBinary(goCmd, dir, pkg, name, bin, arch string, o buildOptions) (sourceInfo, error) {
+	args := []string{"build", "-trimpath", "-buildvcs=auto", "-o", bin}
+	if o.version != "" {
+		args = append(args, "-ldflags=-X "+o.bin.versionVar+"="+o.version)
+	}
+	cmd := exec.Command(goCmd, append(args, pkg)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), pinnedEnv(arch, dir)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return sourceInfo{}, fmt.Errorf("go build %s for linux/%s (in %s): %w\n%s", pkg, arch, dir, err, out)
+	}
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		return sourceInfo{}, fmt.Errorf("reading the build info of %s: %w", name, err)
+	}
+	if info.Main.Path != o.bin.modulePath {
+		return sourceInfo{}, fmt.Errorf("%s was built in module %q; want %s", name, info.Main.Path, o.bin.modulePath)
+	}
+	if err := checkSettings(info, arch); err != nil {
+		return sourceInfo{}, err
+	}
+	src, err := sourceOf(info, dir)
+	if err != nil {
+		return sourceInfo{}, err
+	}
+	if o.version != "" {
+		src.version = o.version
+	}
+	return src, nil
+}
+
+// imageOf is the image of the binary at path, with the programs b.also
+// at also (in their order), built for arch from src.
+func imageOf(b binary, path string, also []string, arch string, src sourceInfo) (*ociimage.Image, error) {
 	bin, err := ociimage.FileFrom(path, "/"+b.name, 0o755)
 	if err != nil {
 		return nil, err
+	}
+	entries := []ociimage.Entry{bin}
+	for i, p := range b.also {
+		e, err := ociimage.FileFrom(also[i], "/"+p.name, 0o755)
+		if err != nil {
+			return nil, err
+		}
+		entries = append(entries, e)
 	}
 	meta := map[string]string{
 		"org.opencontainers.image.title":       b.title,
@@ -372,12 +431,11 @@ func imageOf(b binary, path, arch string, src sourceInfo) (*ociimage.Image, erro
 			Labels:     meta,
 		},
 		Annotations: meta,
-		Entries: []ociimage.Entry{
-			bin,
-			{Path: "/etc/passwd", Type: ociimage.File, Mode: 0o644, Data: []byte(passwd)},
-			{Path: "/etc/group", Type: ociimage.File, Mode: 0o644, Data: []byte(group)},
-			{Path: "/tmp", Type: ociimage.Dir, Mode: 0o777 | os.ModeSticky},
-		},
+		Entries: append(entries,
+			ociimage.Entry{Path: "/etc/passwd", Type: ociimage.File, Mode: 0o644, Data: []byte(passwd)},
+			ociimage.Entry{Path: "/etc/group", Type: ociimage.File, Mode: 0o644, Data: []byte(group)},
+			ociimage.Entry{Path: "/tmp", Type: ociimage.Dir, Mode: 0o777 | os.ModeSticky},
+		),
 	}, nil
 }
 

@@ -104,22 +104,10 @@ func TestBuildReproducible(t *testing.T) {
 	if f := files["etc/group"]; f.Header == nil || !strings.Contains(string(f.Data), "root:x:0:") {
 		t.Errorf("etc/group = %q; want root", f.Data)
 	}
+	for _, name := range []string{"nodevol", "nodevol-agent"} {
+		staticFor(t, files, name, runtime.GOARCH)
+	}
 	bin := files["nodevol"]
-	if bin.Header == nil || bin.Header.Mode != 0o755 {
-		t.Fatalf("nodevol = %+v; want an executable", bin.Header)
-	}
-	exe, err := elf.NewFile(bytes.NewReader(bin.Data))
-	if err != nil {
-		t.Fatalf("nodevol is not an ELF file: %v", err)
-	}
-	if want, ok := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[runtime.GOARCH]; !ok || exe.Machine != want {
-		t.Errorf("nodevol is for %v; want %v (GOARCH %s)", exe.Machine, want, runtime.GOARCH)
-	}
-	for _, p := range exe.Progs {
-		if p.Type == elf.PT_INTERP {
-			t.Errorf("nodevol has a program interpreter: want a static binary")
-		}
-	}
 	binPath := filepath.Join(dir, "nodevol")
 	if err := os.WriteFile(binPath, bin.Data, 0o644); err != nil {
 		t.Fatal(err)
@@ -266,7 +254,8 @@ func TestBinaryFlag(t *testing.T) {
 	if err != nil {
 		t.Fatalf("binaryNamed(nodevol) = %v", err)
 	}
-	if nodevol.moduleDir != "." || nodevol.pkg != "./cmd/nodevol" || !slices.Equal(nodevol.cmd, []string{"serve"}) || nodevol.image != "ghcr.io/nodevol/nodevol:v0.0.0-dev" {
+	if nodevol.moduleDir != "." || nodevol.pkg != "./cmd/nodevol" || !slices.Equal(nodevol.cmd, []string{"serve"}) || nodevol.image != "ghcr.io/nodevol/nodevol:v0.0.0-dev" ||
+		!slices.Equal(nodevol.also, []program{{name: "nodevol-agent", pkg: "./cmd/nodevol-agent"}}) {
 		t.Errorf("binaryNamed(nodevol) = %+v; want ./cmd/nodevol in the root module, Cmd [serve], ghcr.io/nodevol/nodevol:v0.0.0-dev", nodevol)
 	}
 
@@ -285,6 +274,11 @@ func TestBinaryFlag(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(dir, filepath.FromSlash(b.pkg), "main.go")); err != nil {
 			t.Errorf("%s: %v", name, err)
+		}
+		for _, p := range b.also {
+			if _, err := os.Stat(filepath.Join(dir, filepath.FromSlash(p.pkg), "main.go")); err != nil {
+				t.Errorf("%s, beside %s: %v", p.name, name, err)
+			}
 		}
 		if b.name != name || b.title == "" || b.desc == "" {
 			t.Errorf("binaries[%q] = %+v; want its name, a title and a description", name, b)
@@ -338,5 +332,27 @@ func TestVersionAndArchFlags(t *testing.T) {
 	}
 	if _, err := os.Stat(out); !os.IsNotExist(err) {
 		t.Errorf("a refused build left %s: %v", out, err)
+	}
+}
+
+// staticFor checks that the image's layer holds /name, a static
+// executable for arch.
+func staticFor(t *testing.T, files map[string]ociimage.LayerFile, name, arch string) {
+	t.Helper()
+	bin := files[name]
+	if bin.Header == nil || bin.Header.Mode != 0o755 {
+		t.Fatalf("%s = %+v; want an executable", name, bin.Header)
+	}
+	exe, err := elf.NewFile(bytes.NewReader(bin.Data))
+	if err != nil {
+		t.Fatalf("%s is not an ELF file: %v", name, err)
+	}
+	if want, ok := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[arch]; !ok || exe.Machine != want {
+		t.Errorf("%s is for %v; want %v (GOARCH %s)", name, exe.Machine, want, arch)
+	}
+	for _, p := range exe.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Errorf("%s has a program interpreter: want a static binary", name)
+		}
 	}
 }

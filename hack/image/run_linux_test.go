@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -16,7 +17,9 @@ import (
 // runsInImage unpacks the image's layer into a directory and runs
 // `/nodevol version --json` chrooted into it: the static binary runs on
 // the base this tool writes, with nothing of the host, and reports the
-// revision the image is labelled with.
+// revision the image is labelled with; and `/nodevol serve --help`, the
+// image's Cmd asking for help: nodevol runs the agent beside it,
+// /nodevol-agent.
 func runsInImage(t *testing.T, l *ociimage.Layout) {
 	t.Helper()
 	mounttest.RequireRoot(t, "chroot into the unpacked image")
@@ -58,5 +61,13 @@ func runsInImage(t *testing.T, l *ociimage.Layout) {
 	}
 	if label := l.Manifest.Annotations["org.opencontainers.image.revision"]; v.Revision != nil && *v.Revision != label {
 		t.Errorf("nodevol in the image reports revision %s; the image is labelled %s", *v.Revision, label)
+	}
+	cmd = exec.Command("/nodevol", "serve", "--help")
+	cmd.Dir = "/"
+	cmd.Env = []string{}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
+	out, err = cmd.Output()
+	if err != nil || !strings.HasPrefix(string(out), "Usage: nodevol-agent ") {
+		t.Errorf("chroot %s /nodevol serve --help: %v; want the agent's help\n%s", root, err, out)
 	}
 }

@@ -1,6 +1,7 @@
 // Command release builds a nodevol release: for linux/amd64 and
-// linux/arm64, the binaries nodevol (./cmd/nodevol), nodevol-csi (the
-// csi/ module) and nodevol-kubelet (the kubelet/ module, built by
+// linux/arm64, the binaries nodevol (./cmd/nodevol), nodevol-agent
+// (./cmd/nodevol-agent, in nodevol's image: "nodevol serve" runs it),
+// nodevol-csi (the csi/ module) and nodevol-kubelet (the kubelet/ module, built by
 // kubelet/hack/build.sh), both images as multi-platform OCI image layouts
 // (hack/image), an SPDX 2.3 SBOM of the Go modules in each image and in
 // nodevol-kubelet (from the binaries' build info), and SHA256SUMS of it
@@ -10,7 +11,7 @@
 //
 // Run it in a checkout of the root module, at the commit tagged VERSION.
 // DIR must not exist or be empty. Every binary reports VERSION (nodevol
-// version, nodevol-csi --version; nodevol-kubelet --version says
+// version, nodevol-agent --version, nodevol-csi --version; nodevol-kubelet --version says
 // v<Kubernetes version>+nodevol.VERSION), the images are named
 // ghcr.io/nodevol/nodevol:VERSION and ghcr.io/nodevol/nodevol-csi:VERSION,
 // and their digests (the image indexes') are printed on stdout and written
@@ -62,6 +63,11 @@ var arches = []string{"amd64", "arm64"}
 
 // images are the images a release builds, by hack/image's -binary.
 var images = []string{"nodevol", "nodevol-csi"}
+
+// alsoIn are the programs an image holds beside the one it is named
+// after (hack/image keeps them in -bin-dir too): "nodevol serve" execs
+// nodevol-agent.
+var alsoIn = map[string][]string{"nodevol": {"nodevol-agent"}}
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
@@ -119,7 +125,7 @@ func build(version, dir string, kubeletArches []string, log io.Writer) ([]byte, 
 	}
 	defer os.RemoveAll(tmp)
 
-	// The images, and with them nodevol and nodevol-csi for each
+	// The images, and with them nodevol, nodevol-agent and nodevol-csi for each
 	// architecture: hack/image builds them, checks their build settings
 	// and -version, and keeps the binaries it put in the images.
 	imageCmd := filepath.Join(tmp, "image")
@@ -182,11 +188,15 @@ func build(version, dir string, kubeletArches []string, log io.Writer) ([]byte, 
 		if name == "nodevol-kubelet" {
 			archs, subject = kubeletArches, ""
 		}
-		var bins []string
-		for _, a := range archs {
-			bins = append(bins, filepath.Join(dir, name+"-linux-"+a))
+		var programs []sbomProgram
+		for _, prog := range append([]string{name}, alsoIn[name]...) {
+			p := sbomProgram{name: prog}
+			for _, a := range archs {
+				p.bins = append(p.bins, filepath.Join(dir, prog+"-linux-"+a))
+			}
+			programs = append(programs, p)
 		}
-		doc, err := sbom(name, version, created, bins, subject, imageDigest[name], dir)
+		doc, err := sbom(name, version, created, programs, subject, imageDigest[name], dir)
 		if err != nil {
 			return nil, err
 		}
@@ -282,6 +292,13 @@ func checkVersions(dir, version string, kubeletArches []string) error {
 	var v struct{ Version string }
 	if err := json.Unmarshal(out, &v); err != nil || v.Version != version {
 		return fmt.Errorf("nodevol version --json says %q (%v); want version %s", out, err, version)
+	}
+	out, err = exec.Command(bin("nodevol-agent"), "--version").Output()
+	if err != nil {
+		return fmt.Errorf("nodevol-agent --version: %w", err)
+	}
+	if f := strings.Fields(string(out)); len(f) != 2 || f[0] != "nodevol-agent" || f[1] != version {
+		return fmt.Errorf("nodevol-agent --version says %q; want nodevol-agent %s", out, version)
 	}
 	out, err = exec.Command(bin("nodevol-csi"), "--version").Output()
 	if err != nil {

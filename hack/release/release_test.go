@@ -33,12 +33,18 @@ func TestSBOM(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "prog-image.oci.tar"), []byte("image"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A second program in the image, as nodevol-agent is in nodevol's.
+	agent := filepath.Join(dir, "prog-agent-linux-amd64")
+	if err := os.WriteFile(agent, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	programs := []sbomProgram{{name: "prog", bins: []string{bin}}, {name: "prog-agent", bins: []string{agent}}}
 	created := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
-	a, err := sbom("prog", "v1.2.3", created, []string{bin}, "prog-image.oci.tar", "sha256:abc", dir)
+	a, err := sbom("prog", "v1.2.3", created, programs, "prog-image.oci.tar", "sha256:abc", dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := sbom("prog", "v1.2.3", created, []string{bin}, "prog-image.oci.tar", "sha256:abc", dir)
+	again, err := sbom("prog", "v1.2.3", created, programs, "prog-image.oci.tar", "sha256:abc", dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +60,7 @@ func TestSBOM(t *testing.T) {
 		t.Errorf("document header %+v", doc)
 	}
 	ids := map[string]spdxPackage{"SPDXRef-DOCUMENT": {}}
-	names := map[string]bool{}
+	names := map[string]int{}
 	for _, p := range doc.Packages {
 		if _, dup := ids[p.SPDXID]; dup || !strings.HasPrefix(p.SPDXID, "SPDXRef-") || strings.Trim(p.SPDXID[8:], "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") != "" {
 			t.Errorf("package %s: SPDXID %q is not unique or not valid", p.Name, p.SPDXID)
@@ -63,7 +69,7 @@ func TestSBOM(t *testing.T) {
 			t.Errorf("package %s lacks a required field: %+v", p.Name, p)
 		}
 		ids[p.SPDXID] = p
-		names[p.Name] = true
+		names[p.Name]++
 	}
 	for _, r := range doc.Relationships {
 		if _, ok := ids[r.Element]; !ok {
@@ -87,9 +93,26 @@ func TestSBOM(t *testing.T) {
 	for _, d := range info.Deps {
 		want = append(want, moduleID(d)[:strings.LastIndex(moduleID(d), "@")])
 	}
-	for _, n := range want {
-		if !names[n] {
-			t.Errorf("the SBOM has no package %s", n)
+	for i, n := range want {
+		// The main module once per program (each its binary), every other
+		// module once, whichever programs link it.
+		count := 1
+		if i == 0 {
+			count = 2
+		}
+		if names[n] != count {
+			t.Errorf("the SBOM has %d packages %s; want %d", names[n], n, count)
+		}
+	}
+	contained := map[string]bool{}
+	for _, r := range doc.Relationships {
+		if r.Element == doc.DocumentDescribes[0] && r.Type == "CONTAINS" {
+			contained[ids[r.Related].Comment] = true
+		}
+	}
+	for _, prog := range []string{"prog", "prog-agent"} {
+		if !contained["the binary "+prog+" ("+info.Path+", for linux/amd64)"] {
+			t.Errorf("the image does not contain the program %s: %v", prog, contained)
 		}
 	}
 }

@@ -73,19 +73,24 @@ func moduleID(m *debug.Module) string {
 	return m.Path + "@" + m.Version
 }
 
-// sbom is the SPDX 2.3 JSON document of the Go modules in bins (one
-// program built for several architectures), read from their build info:
-// the main module, every module it links (after replacements, as the
-// build used them) and the Go standard library of the toolchain. subject,
-// when not empty, is the image tarball in dir holding the binaries: the
-// document describes it, with its SHA-256 and a package URL naming the
-// image by digest (its image index's), and it contains the program.
-// Created is the commit's time, so that the document is reproducible.
-func sbom(name, version string, created time.Time, bins []string, subject, digest, dir string) ([]byte, error) {
-	info, err := readBuildInfo(bins)
-	if err != nil {
-		return nil, err
-	}
+// sbomProgram is one program of an SBOM: its name and its binaries, one
+// per architecture, named NAME-linux-ARCH.
+type sbomProgram struct {
+	name string
+	bins []string
+}
+
+// sbom is the SPDX 2.3 JSON document of the Go modules in programs (each
+// built for several architectures), read from their build info: per
+// program the main module, every module it links (after replacements, as
+// the build used them) and the Go standard library of the toolchain, each
+// module listed once however many programs link it. subject, when not
+// empty, is the image tarball in dir holding the binaries (the nodevol
+// image holds nodevol and nodevol-agent): the document describes it, with
+// its SHA-256 and a package URL naming the image by digest (its image
+// index's), and it contains the programs. Created is the commit's time, so
+// that the document is reproducible.
+func sbom(name, version string, created time.Time, programs []sbomProgram, subject, digest, dir string) ([]byte, error) {
 	doc := spdxDocument{
 		SPDXVersion:       "SPDX-2.3",
 		DataLicense:       "CC0-1.0",
@@ -114,19 +119,38 @@ func sbom(name, version string, created time.Time, bins []string, subject, diges
 	relate := func(a, typ, b string) {
 		doc.Relationships = append(doc.Relationships, spdxRelationship{Element: a, Type: typ, Related: b})
 	}
-
-	// The program: the main module at the release's version.
-	var arches []string
-	for _, b := range bins {
-		arches = append(arches, strings.TrimPrefix(filepath.Base(b), name+"-linux-"))
+	// A library two programs link is one package, which both depend on.
+	libs := map[string]string{} // by name@version: its SPDX ID
+	addLib := func(p spdxPackage) string {
+		key := p.Name + "@" + p.VersionInfo
+		if id, ok := libs[key]; ok {
+			return id
+		}
+		libs[key] = add(p)
+		return libs[key]
 	}
-	program := add(spdxPackage{
-		Name: info.Main.Path, VersionInfo: version, Supplier: "Organization: nodevol",
-		DownloadLocation: "git+" + checkout.Source + "@" + version, PrimaryPurpose: "APPLICATION",
-		Comment:      fmt.Sprintf("the binary %s (%s, for linux/%s)", name, info.Path, strings.Join(arches, ", linux/")),
-		ExternalRefs: []spdxExternalRef{purl("pkg:golang/" + info.Main.Path + "@" + version)},
-	})
-	top := program
+
+	// The programs: each the main module at the release's version.
+	var progIDs []string
+	var infos []*debug.BuildInfo
+	for _, prog := range programs {
+		info, err := readBuildInfo(prog.bins)
+		if err != nil {
+			return nil, err
+		}
+		var arches []string
+		for _, b := range prog.bins {
+			arches = append(arches, strings.TrimPrefix(filepath.Base(b), prog.name+"-linux-"))
+		}
+		progIDs = append(progIDs, add(spdxPackage{
+			Name: info.Main.Path, VersionInfo: version, Supplier: "Organization: nodevol",
+			DownloadLocation: "git+" + checkout.Source + "@" + version, PrimaryPurpose: "APPLICATION",
+			Comment:      fmt.Sprintf("the binary %s (%s, for linux/%s)", prog.name, info.Path, strings.Join(arches, ", linux/")),
+			ExternalRefs: []spdxExternalRef{purl("pkg:golang/" + info.Main.Path + "@" + version)},
+		}))
+		infos = append(infos, info)
+	}
+	top := progIDs[0]
 	if subject != "" {
 		sum, err := fileSHA256(filepath.Join(dir, subject))
 		if err != nil {
@@ -140,11 +164,26 @@ func sbom(name, version string, created time.Time, bins []string, subject, diges
 			ExternalRefs: []spdxExternalRef{purl("pkg:oci/" + name + "@" + strings.Replace(digest, ":", "%3A", 1) +
 				"?repository_url=" + strings.TrimSuffix(registry, "/") + "/" + name + "&tag=" + version)},
 		})
-		relate(top, "CONTAINS", program)
+		for _, program := range progIDs {
+			relate(top, "CONTAINS", program)
+		}
 	}
 	doc.DocumentDescribes = []string{top}
 	relate("SPDXRef-DOCUMENT", "DESCRIBES", top)
-	std := add(spdxPackage{
+	for i, info := range infos {
+		dependsOn(progIDs[i], info, version, addLib, relate)
+	}
+	b, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// dependsOn adds (addLib) the Go standard library and the modules info
+// says program links, and relates program to each.
+func dependsOn(program string, info *debug.BuildInfo, version string, addLib func(spdxPackage) string, relate func(a, typ, b string)) {
+	std := addLib(spdxPackage{
 		Name: "stdlib", VersionInfo: info.GoVersion, Supplier: "Organization: Go",
 		DownloadLocation: "https://go.dev/dl/", PrimaryPurpose: "LIBRARY",
 		Comment:      "the Go standard library and runtime of the toolchain that built the binary",
@@ -168,13 +207,8 @@ func sbom(name, version string, created time.Time, bins []string, subject, diges
 			p.VersionInfo, p.DownloadLocation = version, "git+"+checkout.Source+"@"+version
 			p.Comment = strings.TrimPrefix(comment+"; from this release's source", "; ")
 		}
-		relate(program, "DEPENDS_ON", add(p))
+		relate(program, "DEPENDS_ON", addLib(p))
 	}
-	b, err := json.MarshalIndent(doc, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
 }
 
 func purl(locator string) spdxExternalRef {

@@ -126,10 +126,11 @@ one, and refuse (changing nothing) when a mount is beneath it.`},
 /var/lib/kubelet) with its medium, mounts and verdict (ok, in-use,
 danger, unknown, error), plus entries that do not parse and leftover
 pod directories. Exits 1 only for danger (and unknown, unparsable).`},
-		{name: "serve", synopsis: "[--listen ADDR] [--interval DURATION] [--root DIR] [--host-root DIR]", help: serveHelp, run: runServe,
-			short: `Scan the kubelet root every interval and when the mount table changes,
-and serve the verdicts as Prometheus metrics on /metrics, with /healthz
-and /readyz. Read-only: it never unmounts or removes anything.`},
+		{name: "serve", synopsis: ServeSynopsis, help: serveHelp, run: runServe,
+			short: `Run the node agent, nodevol-agent (installed beside nodevol): scan the
+kubelet root every interval and when the mount table changes, and serve
+the verdicts as Prometheus metrics on /metrics, with /healthz and
+/readyz. Read-only: it never unmounts or removes anything.`},
 		{name: "usage", synopsis: "[--json] PATH...", help: usageHelp, run: runUsage,
 			short: `Bytes and inodes each directory uses, from its project quota when it
 has one, else from a walk that stays on its mount.`},

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -332,6 +333,26 @@ func TestNodevolDoesNotLinkClientGolang(t *testing.T) {
 			if strings.HasPrefix(dep, banned) {
 				t.Errorf("nodevol links %s", dep)
 			}
+		}
+	}
+}
+
+// TestNodevolDoesNotLinkHTTP: nodevol, the CLI, links no HTTP server,
+// TLS or runtime/metrics: their package initialisation (TLS's curves and
+// tables, the CPU feature probes) runs at every start of every command,
+// whether the command uses them or not, and kept "nodevol rm" at twice the
+// CPU of a Go program that does nothing (docs/benchmarks.md). They are
+// the agent's, nodevol-agent, which "nodevol serve" runs. Nor any crypto/
+// package: crypto/sha256 or crypto/rand alone brings Go's FIPS 140 module
+// and its initialisation, about a tenth of that program's start;
+// internal/base/digest is SHA-256, fsat.Random random bytes.
+func TestNodevolDoesNotLinkHTTP(t *testing.T) {
+	banned := []string{"net/http", "runtime/metrics",
+		"github.com/nodevol/nodevol/internal/base/promtext", "github.com/nodevol/nodevol/httpserver",
+		"github.com/nodevol/nodevol/internal/agent"}
+	for _, dep := range nodevolDeps(t) {
+		if slices.Contains(banned, dep) || dep == "crypto" || strings.HasPrefix(dep, "crypto/") {
+			t.Errorf("nodevol links %s", dep)
 		}
 	}
 }

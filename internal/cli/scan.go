@@ -522,13 +522,16 @@ func (v *scanVolume) csiTarget(tab *mountdetect.MountTable, c *examinedDir) bool
 // emptyDirWrapped are the plugins whose volumes the kubelet tears down
 // through the emptyDir plugin (volumeutil.UnmountViaEmptyDir), with
 // whether their medium is Memory (a tmpfs of their own on the directory)
-// or Default (nothing mounted: gitRepo).
-var emptyDirWrapped = map[string]bool{
-	"kubernetes.io/secret":       true,
-	"kubernetes.io/configmap":    true,
-	"kubernetes.io/projected":    true,
-	"kubernetes.io/downward-api": true,
-	"kubernetes.io/git-repo":     false,
+// or Default (nothing mounted: gitRepo). A switch, not a map: a map
+// literal is built at every start of every command.
+func emptyDirWrapped(plugin string) (memory, ok bool) {
+	switch plugin {
+	case "kubernetes.io/secret", "kubernetes.io/configmap", "kubernetes.io/projected", "kubernetes.io/downward-api":
+		return true, true
+	case "kubernetes.io/git-repo":
+		return false, true
+	}
+	return false, false
 }
 
 // wrappedForeign recognises a foreign mount on the directory of a volume
@@ -540,7 +543,7 @@ var emptyDirWrapped = map[string]bool{
 // danger. A mount missing from the table (made since it was read: its
 // type is "") is left in use. It says true when it set the verdict.
 func (v *scanVolume) wrappedForeign(c *checkResult) bool {
-	memory, ok := emptyDirWrapped[v.Plugin]
+	memory, ok := emptyDirWrapped(v.Plugin)
 	if !ok || !c.Exists || !c.MountPoint || len(c.NestedMounts) > 0 {
 		return false
 	}

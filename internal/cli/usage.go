@@ -62,17 +62,19 @@ func measure(q *fsquota.Manager, path string) usageResult {
 	return r
 }
 
-// usageHelp is the help of "nodevol usage", after its usage line.
-var usageHelp = fmt.Sprintf(`Report, for each directory, the bytes and inodes it uses and where the
+// usageHelp is the help of "nodevol usage", after its usage line. A
+// constant, not a fmt.Sprintf made at every start of every command:
+// TestUsageHelpSaysTheBound keeps its number mountdetect.MaxHardLinkedInodes.
+const usageHelp = `Report, for each directory, the bytes and inodes it uses and where the
 numbers came from: "quota" when the directory carries an XFS/ext4 project ID
 and the kernel accounts for it, otherwise "walk" — a walk that stays on the
 directory's mount (mounts beneath it are not counted) and counts hard-linked
-files once, as long as it can remember them: past %d hard-linked files the
+files once, as long as it can remember them: past 98304 hard-linked files the
 numbers are an upper bound, and say so. Also the directory's project ID (0
 when none). Nothing is changed.
 
 Exit status: 0 every path measured, 2 some path could not be measured or bad
-usage.`, mountdetect.MaxHardLinkedInodes)
+usage.`
 
 func runUsage(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print one JSON object per path per line")

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/nodevol/nodevol/fsquota"
 	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
+	"github.com/nodevol/nodevol/mountdetect"
 )
 
 var usageKeys = []string{"path", "bytes", "inodes", "source", "projectID", "notCounted"}
@@ -110,5 +112,13 @@ func TestUsageJSONListsMountsNotCounted(t *testing.T) {
 	}
 	if nc, ok := objs[1]["notCounted"].([]any); !ok || len(nc) != 0 {
 		t.Errorf("notCounted of a directory with no mount beneath = %#v; want []", objs[1]["notCounted"])
+	}
+}
+
+// TestUsageHelpSaysTheBound: the help of usage, a constant, names the
+// bound of hard-linked files the walk remembers.
+func TestUsageHelpSaysTheBound(t *testing.T) {
+	if want := "past " + strconv.Itoa(mountdetect.MaxHardLinkedInodes) + " hard-linked files"; !strings.Contains(usageHelp, want) {
+		t.Errorf("usage's help does not say %q:\n%s", want, usageHelp)
 	}
 }

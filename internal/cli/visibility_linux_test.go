@@ -1,20 +1,13 @@
 package cli
 
 import (
-	"context"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/go-logr/logr"
 	"golang.org/x/sys/unix"
-	"k8s.io/klog/v2/ktesting"
-	"k8s.io/klog/v2/textlogger"
 
 	"github.com/nodevol/nodevol/emptydir"
 	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
@@ -60,55 +53,14 @@ func TestCheckRootVisibility(t *testing.T) {
 // returned by its host path.
 func hostAndContainerView(t *testing.T, propagation uintptr) (hostRoot, containerRoot, hostNAS string) {
 	t.Helper()
-	dir := realTempDir(t)
-	host := filepath.Join(dir, "host")
-	mounttest.Tmpfs(t, host, "size=4m")
-	if err := unix.Mount("", host, "", unix.MS_SHARED, ""); err != nil {
-		t.Fatal(err)
-	}
+	host, view := mounttest.HostAndView(t, realTempDir(t), propagation)
 	k := newKubelet(t, host)
 	cache := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
 	hostNAS = filepath.Join(cache, "nas")
 	if err := os.Mkdir(hostNAS, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	view := filepath.Join(dir, "container")
-	mounttest.Bind(t, host, view)
-	if err := unix.Mount("", view, "", propagation, ""); err != nil {
-		t.Fatal(err)
-	}
 	return k.root, filepath.Join(view, "kubelet"), hostNAS
-}
-
-// A DaemonSet-like agent, not in the host's mount namespace, whose root is
-// a slave of the host's: it says it sees the host's mounts, and a NAS the
-// host mounts into a running pod's emptyDir after it started shows as
-// danger, under the host's path, and goes when unmounted.
-func TestServeThroughHostToContainer(t *testing.T) {
-	mounttest.RequireMounts(t)
-	hostRoot, containerRoot, nas := hostAndContainerView(t, unix.MS_SLAVE)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	ts := startServerWith(t, serveOptions{root: containerRoot, hostRoot: hostRoot, ns: foreignNS},
-		watchMountTable(ctx, ktesting.NewLogger(t, ktesting.NewConfig())))
-	ts.waitScan(t)
-	_, body := ts.get(t, "/metrics")
-	if got := metric(body, "nodevol_host_mounts_visible{root=\""+hostRoot+"\"}"); got != "1" {
-		t.Errorf("nodevol_host_mounts_visible = %q; want 1\n%s", got, body)
-	}
-	danger := `nodevol_scan_danger_volumes{root="` + hostRoot + `"}`
-	mounttest.Tmpfs(t, nas, "size=1m") // on the host's side
-	// Through the propagation, not only through the scan's matching of
-	// mounts by where they lie: the NAS is a mount point in the view.
-	inView := filepath.Join(containerRoot, strings.TrimPrefix(nas, hostRoot))
-	if ok, _, err := mountdetect.IsMountPoint(inView); err != nil || !ok {
-		t.Fatalf("the NAS did not propagate to the container's view %s: IsMountPoint = %v, %v", inView, ok, err)
-	}
-	ts.waitMetric(t, danger, "1")
-	mounttest.Unmount(t, nas)
-	ts.waitMetric(t, danger, "0")
 }
 
 // A Memory emptyDir the kubelet sets up after the agent's container
@@ -161,52 +113,4 @@ func TestScanFromContainerKnowsMemoryVolumes(t *testing.T) {
 	if v, c := verdict(fromHost); v != verdictDanger || c != reasonForeignMount {
 		t.Errorf("the same scan proving mounts by mount ID: %s (%s); want danger (foreign-mount), or this test shows nothing", v, c)
 	}
-}
-
-// The same agent with a private root (mountPropagation None): it says it
-// cannot see what the host mounts later, in the metric and in a warning
-// that tells what to change. (That it does not is the kernel's: here the
-// host's mount would still be in the agent's table, which one namespace
-// shares; the end-to-end test runs the agent in a real container.)
-func TestServeWithPrivateRootWarns(t *testing.T) {
-	mounttest.RequireMounts(t)
-	hostRoot, containerRoot, _ := hostAndContainerView(t, unix.MS_PRIVATE)
-	var log lockedBuilder
-	ts := startServerWith(t, serveOptions{root: containerRoot, hostRoot: hostRoot, ns: foreignNS, logger: textLogger(&log)}, nil)
-	ts.waitScan(t)
-	_, body := ts.get(t, "/metrics")
-	if got := metric(body, "nodevol_host_mounts_visible{root=\""+hostRoot+"\"}"); got != "0" {
-		t.Errorf("nodevol_host_mounts_visible = %q; want 0", got)
-	}
-	ts.cancel()
-	<-ts.stopped
-	ts.stopped <- nil
-	if !strings.Contains(log.String(), "WARNING: mounts made on the host under the kubelet root may not be seen here") ||
-		!strings.Contains(log.String(), "mountPropagation: HostToContainer") {
-		t.Errorf("the log does not warn that the host's mounts are not seen, nor say what to change:\n%s", log.String())
-	}
-}
-
-// lockedBuilder is a strings.Builder the server's goroutines may log to
-// while the test reads it.
-type lockedBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuilder) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuilder) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// textLogger logs as serve does (klog's text format) to w.
-func textLogger(w io.Writer) logr.Logger {
-	return textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(w)))
 }

@@ -39,7 +39,7 @@ import (
 	psapolicy "k8s.io/pod-security-admission/policy"
 	"sigs.k8s.io/yaml"
 
-	"github.com/nodevol/nodevol/internal/cli"
+	"github.com/nodevol/nodevol/internal/agent"
 )
 
 // deployDir is deploy/ at the repository's root; the exporter's manifests
@@ -718,7 +718,7 @@ func daemonSetPolicy(ds *appsv1.DaemonSet, d doc, ns string, objs *objects) []er
 		bad("args %q; want serve and its flags", c.Args)
 		return errs
 	}
-	if err := cli.CheckServeArgs(c.Args[1:]); err != nil {
+	if err := agent.CheckServeArgs(c.Args[1:]); err != nil {
 		bad("%v", err)
 	}
 	flags := argValues(c.Args[1:])

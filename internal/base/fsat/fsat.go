@@ -34,7 +34,6 @@ package fsat
 
 import (
 	"errors"
-	"fmt"
 )
 
 // ErrSymlink is matched by errors for a symlink met where a directory or a
@@ -54,7 +53,22 @@ var ErrTooLarge = errors.New("file too large")
 var ErrOtherMount = errors.New("is on another mount")
 
 // ErrUnsupported is returned on platforms other than Linux.
-var ErrUnsupported = fmt.Errorf("fsat: %w", errors.ErrUnsupported)
+var ErrUnsupported error = &PrefixError{"fsat: ", errors.ErrUnsupported}
+
+// PrefixError is Err with Prefix before its message, and matches Err
+// (errors.Is, errors.As), as fmt.Errorf(Prefix+"%w", Err) would make it:
+// for package-level errors, which fmt.Errorf would make at every start of
+// every program that links the package, faulting fmt's code in before
+// main (docs/benchmarks.md, "Start time"). A composite literal costs
+// nothing at start.
+type PrefixError struct {
+	Prefix string
+	Err    error
+}
+
+func (e *PrefixError) Error() string { return e.Prefix + e.Err.Error() }
+
+func (e *PrefixError) Unwrap() error { return e.Err }
 
 // ErrInvalidComponent is matched by errors for a relative path with an
 // empty, "." or ".." component, or an absolute one.

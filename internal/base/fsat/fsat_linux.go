@@ -4,7 +4,6 @@ package fsat
 
 import (
 	"bytes"
-	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -527,6 +526,26 @@ func IsTempOf(entry, name string) bool {
 	return err == nil
 }
 
+// Random fills b with random bytes from the kernel, getrandom(2) (Linux
+// 3.17), as crypto/rand does on Linux, without linking crypto/rand:
+// crypto/rand brings the FIPS 140 module's DRBG, AES and math/big, whose
+// package initialisation every start of nodevol would pay, for the few
+// bytes that make a name unique. Like crypto/rand.Read it cannot fail: it
+// blocks until the kernel's pool is initialised (early boot only), and
+// crashes the program on an error no supported kernel returns.
+func Random(b []byte) {
+	for len(b) > 0 {
+		n, err := unix.Getrandom(b, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			panic("fsat: getrandom: " + err.Error())
+		}
+		b = b[n:]
+	}
+}
+
 // WriteFileAtomic replaces name in d with data, durably: a temporary file
 // in d is written, fsynced and renamed over name, then d is fsynced, so a
 // crash leaves the old content or the new, never a mix or nothing. The
@@ -535,7 +554,7 @@ func IsTempOf(entry, name string) bool {
 // is replaced itself, never followed.
 func (d *Dir) WriteFileAtomic(name string, data []byte, perm uint32) error {
 	var rnd [8]byte
-	_, _ = rand.Read(rnd[:])
+	Random(rnd[:])
 	tmp := tempPrefix(name) + hex.EncodeToString(rnd[:])
 	fd, err := Openat(d.fd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, perm)
 	if err != nil {

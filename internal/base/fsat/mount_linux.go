@@ -13,7 +13,7 @@ import (
 
 // errNoMountID is StatMount's error on a kernel whose statx gives no mount
 // ID or no mount-root attribute.
-var errNoMountID = fmt.Errorf("statx gives no mount ID or mount-root attribute (Linux < 5.8): %w", ErrUnsupported)
+var errNoMountID error = &PrefixError{"statx gives no mount ID or mount-root attribute (Linux < 5.8): ", ErrUnsupported}
 
 // StatMount asks statx about the file name in dirfd (name "": dirfd
 // itself; dirfd AT_FDCWD and a path: that path) and the mount it is on:

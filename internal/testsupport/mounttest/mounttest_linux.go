@@ -63,3 +63,23 @@ func Unmount(t testing.TB, target string) {
 		t.Fatalf("unmount %s: %v", target, err)
 	}
 }
+
+// HostAndView is a directory as the host and a DaemonSet's container see
+// it: host (dir/host) is a tmpfs made a shared mount, and view
+// (dir/container) a bind of it made propagation: unix.MS_SLAVE is a
+// hostPath with mountPropagation HostToContainer, unix.MS_PRIVATE one with
+// None.
+func HostAndView(t testing.TB, dir string, propagation uintptr) (host, view string) {
+	t.Helper()
+	host = filepath.Join(dir, "host")
+	Tmpfs(t, host, "size=4m")
+	if err := unix.Mount("", host, "", unix.MS_SHARED, ""); err != nil {
+		t.Fatal(err)
+	}
+	view = filepath.Join(dir, "container")
+	Bind(t, host, view)
+	if err := unix.Mount("", view, "", propagation, ""); err != nil {
+		t.Fatal(err)
+	}
+	return host, view
+}

@@ -578,7 +578,9 @@ func exporterLogLine(k *kubelet, pod *corev1.Pod, words ...string) string {
 	return ""
 }
 
-// exporterPID finds the exporter's process: /nodevol serve.
+// exporterPID finds the exporter's process: the container runs /nodevol
+// serve, which execs the agent beside it, so the process (same PID) is
+// /nodevol-agent with serve's arguments.
 func exporterPID() (int, error) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
@@ -594,11 +596,11 @@ func exporterPID() (int, error) {
 			continue
 		}
 		argv := strings.Split(string(b), "\x00")
-		if len(argv) > 1 && argv[0] == "/nodevol" && argv[1] == "serve" {
+		if len(argv) > 0 && argv[0] == "/nodevol-agent" {
 			return pid, nil
 		}
 	}
-	return 0, fmt.Errorf("no /nodevol serve process in the namespace")
+	return 0, fmt.Errorf("no /nodevol-agent process (what /nodevol serve execs) in the namespace")
 }
 
 // processMounts is the mount table of the process's mount namespace.

@@ -15,7 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/nodevol/nodevol/internal/cli"
+	"github.com/nodevol/nodevol/internal/agent"
 )
 
 const testDeploy = "testdata/deploy"
@@ -209,7 +209,7 @@ func TestShippedDaemonSetConverts(t *testing.T) {
 	if f, ok, err := lookupFlag(args, "secure-metrics-listen"); err != nil || (ok && f.value != "") {
 		t.Errorf("%s: the static pod's args %q keep --secure-metrics-listen", src, args)
 	}
-	if err := cli.CheckServeArgs(args[1:]); err != nil {
+	if err := agent.CheckServeArgs(args[1:]); err != nil {
 		t.Errorf("%s: the static pod's args: %v", src, err)
 	}
 }

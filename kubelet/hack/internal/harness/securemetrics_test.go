@@ -29,7 +29,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodevol/nodevol/internal/cli"
+	"github.com/nodevol/nodevol/internal/agent"
 )
 
 // apiserverEnv names the kube-apiserver binary the test runs
@@ -130,7 +130,7 @@ func TestSecureMetricsAgainstAPIServer(t *testing.T) {
 	stderr := &lockedBuffer{}
 	exited := make(chan int, 1)
 	go func() {
-		exited <- cli.Run([]string{"serve", "--root", root, "--listen", "127.0.0.1:9477",
+		exited <- agent.Main([]string{"--root", root, "--listen", "127.0.0.1:9477",
 			"--secure-metrics-listen", "127.0.0.1:9478",
 			"--kube-api-server", fmt.Sprintf("https://127.0.0.1:%d", apiserverPort),
 			"--kube-token-file", tokenFile, "--kube-ca-file", cp.pki.path(caCertFile)}, io.Discard, stderr)

@@ -1,4 +1,4 @@
-package cli
+package agent
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	"github.com/nodevol/nodevol/internal/base/promtext"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/nodevol/nodevol/internal/cli"
 	"github.com/nodevol/nodevol/internal/testsupport/slowclient"
 	"github.com/nodevol/nodevol/mountdetect"
 )
@@ -77,13 +78,13 @@ func TestServeShutdownWithHungScan(t *testing.T) {
 		root: "/nonexistent", hostRoot: "/var/lib/kubelet", interval: 10 * time.Second,
 		ns:    mountdetect.MountNamespace{State: mountdetect.MountNamespaceHost},
 		clock: clk, registry: promtext.NewRegistry(), logger: logr.Discard(), // the hung scan logs after the test
-		scan: func(string) (*scanReport, error) {
+		scan: func(string) (*cli.ScanReport, error) {
 			scans++
 			started <- struct{}{}
 			if scans > 1 {
 				<-release // hangs until the test ends
 			}
-			return &scanReport{}, nil
+			return &cli.ScanReport{}, nil
 		},
 		scanned: func() { scanned <- struct{}{} },
 	})
@@ -143,20 +144,21 @@ func TestServeShutdownWithHungScan(t *testing.T) {
 // all), so the node's logs are not flooded.
 func TestServeLogBounded(t *testing.T) {
 	const n = 5000
-	rep := &scanReport{root: "/r"}
+	var vols []cli.ScanVolume
+	var problems []cli.ScanProblem
 	for i := range n {
-		rep.problems = append(rep.problems, scanProblem{Problem: fmt.Sprintf("/r/pods/x%d", i), Error: "bad"})
-		v := scanVolume{PodUID: testUID, Plugin: "kubernetes.io/secret", Volume: fmt.Sprintf("v%d", i), Path: fmt.Sprintf("/r/pods/%s/volumes/kubernetes.io~secret/v%d", testUID, i)}
-		v.setCode(reasonNestedMount)
-		rep.volumes = append(rep.volumes, v)
+		problems = append(problems, cli.ScanProblem{Problem: fmt.Sprintf("/r/pods/x%d", i), Error: "bad"})
+		vols = append(vols, cli.ScanVolume{PodUID: testUID, Plugin: "kubernetes.io/secret", Volume: fmt.Sprintf("v%d", i), Path: fmt.Sprintf("/r/pods/%s/volumes/kubernetes.io~secret/v%d", testUID, i),
+			Verdict: cli.VerdictDanger, ReasonCode: cli.ReasonNestedMount})
 	}
+	rep := cli.NewScanReport("/r", vols, problems)
 	lines := 0
 	logger := funcr.New(func(prefix, args string) { lines++ }, funcr.Options{})
 	s, err := newServer(serveOptions{
 		root: "/r", hostRoot: "/var/lib/kubelet", interval: 10 * time.Second,
 		ns:    mountdetect.MountNamespace{State: mountdetect.MountNamespaceHost},
 		clock: clocktesting.NewFakeClock(time.Now()), registry: promtext.NewRegistry(), logger: logger,
-		scan: func(string) (*scanReport, error) { return rep, nil },
+		scan: func(string) (*cli.ScanReport, error) { return rep, nil },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -185,9 +187,9 @@ func TestServeRescanStormRateLimited(t *testing.T) {
 		root: "/r", hostRoot: "/var/lib/kubelet", interval: time.Hour, rescan: rescan,
 		ns:    mountdetect.MountNamespace{State: mountdetect.MountNamespaceHost},
 		clock: clk, registry: promtext.NewRegistry(), logger: logr.Discard(),
-		scan: func(string) (*scanReport, error) {
+		scan: func(string) (*cli.ScanReport, error) {
 			clk.Step(2 * time.Second) // every scan takes 2s
-			return &scanReport{}, nil
+			return &cli.ScanReport{}, nil
 		},
 		scanned: func() { scans <- struct{}{} },
 	})

@@ -1,4 +1,4 @@
-package cli
+package agent
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/nodevol/nodevol/httpserver/kubeauth"
 	"github.com/nodevol/nodevol/internal/base/promtext"
+	"github.com/nodevol/nodevol/internal/cli"
 	"github.com/nodevol/nodevol/mountdetect"
 )
 
@@ -35,7 +36,7 @@ type serveMetrics struct {
 	buildInfo   *promtext.GaugeVec
 }
 
-func newServeMetrics(reg *promtext.Registry, hostRoot string, v *versionInfo) (*serveMetrics, error) {
+func newServeMetrics(reg *promtext.Registry, hostRoot string, v *cli.VersionInfo) (*serveMetrics, error) {
 	const ns = "nodevol"
 	// Every scan metric says which kubelet root it is about, as the host
 	// names it.
@@ -159,11 +160,11 @@ func (m *serveMetrics) setVisible(visible bool) {
 // observe records one scan that started at start and took took, all at
 // once for a scrape: the danger gauge and the series it sums always come
 // from the same scan.
-func (m *serveMetrics) observe(rep *scanReport, err error, took time.Duration, start time.Time) {
+func (m *serveMetrics) observe(rep *cli.ScanReport, err error, took time.Duration, start time.Time) {
 	m.reg.Together(func() { m.record(rep, err, took, start) })
 }
 
-func (m *serveMetrics) record(rep *scanReport, err error, took time.Duration, start time.Time) {
+func (m *serveMetrics) record(rep *cli.ScanReport, err error, took time.Duration, start time.Time) {
 	m.scans.Inc()
 	m.duration.Observe(took.Seconds())
 	m.lastScan.Set(float64(start.UnixNano()) / 1e9)
@@ -175,11 +176,11 @@ func (m *serveMetrics) record(rep *scanReport, err error, took time.Duration, st
 	m.volumes.Reset()
 	m.nested.Reset()
 	danger := 0
-	for i := range rep.volumes {
-		v := &rep.volumes[i]
+	for i := range rep.Volumes() {
+		v := &rep.Volumes()[i]
 		plugin := pluginLabel(v.Plugin)
 		m.volumes.Add(1, plugin, v.Verdict.String(), v.ReasonCode.String())
-		if v.Verdict == verdictDanger {
+		if v.Verdict == cli.VerdictDanger {
 			danger++
 		}
 		if n := len(v.NestedMounts); n > 0 {
@@ -187,14 +188,14 @@ func (m *serveMetrics) record(rep *scanReport, err error, took time.Duration, st
 		}
 	}
 	m.danger.Set(float64(danger))
-	m.leftovers.Set(float64(len(rep.leftovers)))
-	m.problems.Set(float64(len(rep.problems)))
+	m.leftovers.Set(float64(rep.Leftovers()))
+	m.problems.Set(float64(len(rep.Problems())))
 	incomplete := 0.0
-	if rep.incomplete {
+	if rep.Incomplete() {
 		incomplete = 1
 	}
 	m.incomplete.Set(incomplete)
-	m.overBudget.Set(float64(len(rep.overBudget)))
+	m.overBudget.Set(float64(rep.OverBudget()))
 }
 
 // knownPlugin says whether plugin's name is a plugin label value: the

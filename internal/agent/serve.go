@@ -1,4 +1,4 @@
-package cli
+package agent
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 
 	"github.com/nodevol/nodevol/httpserver"
 	"github.com/nodevol/nodevol/internal/base/promtext"
+	"github.com/nodevol/nodevol/internal/cli"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -29,9 +30,10 @@ import (
 // exporter on Prometheus's default port allocation list.
 const defaultListen = ":9477"
 
-const serveHelp = `Run as a node agent: scan the kubelet root (as "nodevol scan" does) every
---interval, and sooner when the mount table changes, and serve the
-results as Prometheus metrics. It only reads: it never unmounts or
+const serveHelp = `nodevol's node agent ("nodevol serve" runs it, with the same arguments):
+scan the kubelet root (as "nodevol scan" does) every --interval, and
+sooner when the mount table changes, and serve the results as
+Prometheus metrics. It only reads: it never unmounts or
 removes anything. Each scan re-examines the pods a change of the mount
 table or of their volume directories can have affected, and every 30
 intervals the whole root (docs/cli.md says why that misses no mount).
@@ -68,7 +70,7 @@ type serveOptions struct {
 	ns       mountdetect.MountNamespace
 	// propagationOf is mountdetect.PropagationOf (nil) but for tests.
 	propagationOf func(string) (mountdetect.Propagation, error)
-	version       versionInfo
+	version       cli.VersionInfo
 	clock         clock.WithTicker
 	registry      *promtext.Registry
 	logger        logr.Logger
@@ -77,8 +79,8 @@ type serveOptions struct {
 	// scan scans a root; nil: an incremental scan (incrementalScan on
 	// Linux) that scans the whole root at least every fullEvery, from the
 	// mount namespace ns (scanOptionsFrom) (tests stand in for it).
-	scan func(root string) (*scanReport, error)
-	// fullEvery: 0 is defaultFullEvery intervals.
+	scan func(root string) (*cli.ScanReport, error)
+	// fullEvery: 0 is cli.DefaultFullEvery intervals.
 	fullEvery time.Duration
 	// secure, when set, serves /metrics on secureLn only, over TLS, to
 	// the clients the API server authenticates and authorises; the main
@@ -86,14 +88,6 @@ type serveOptions struct {
 	secure   *httpserver.SecureOptions
 	secureLn net.Listener
 }
-
-// defaultFullEvery is how many intervals pass at most between two scans
-// of the whole root; the scans between them re-examine only the pods a
-// mount change or a change of their directories can have affected
-// (incrementalScan). At 10 s, a whole scan every 5 minutes: on a node of
-// 10,000 volumes it costs about as much CPU as the checks of the 29
-// scans between (docs/benchmarks.md).
-const defaultFullEvery = 30
 
 // server is serve's agent: a scan loop and its HTTP endpoints. It reads
 // only.
@@ -103,7 +97,7 @@ type server struct {
 
 	// vis is whether the host's mounts under the root are seen; only
 	// the scan loop uses it.
-	vis rootVisibility
+	vis cli.RootVisibility
 	// lastTook is how long the last scan took that a mount change asked
 	// for (the scan loop's own): the first scan, and those at the
 	// interval (a whole one every fullEvery), do not delay the next mount
@@ -131,10 +125,10 @@ func newServer(opts serveOptions) (*server, error) {
 		return nil, fmt.Errorf("interval %v: must be positive", opts.interval)
 	}
 	if opts.fullEvery <= 0 {
-		opts.fullEvery = defaultFullEvery * opts.interval
+		opts.fullEvery = cli.DefaultFullEvery * opts.interval
 	}
 	if opts.scan == nil {
-		opts.scan = newServeScan(opts.clock, opts.fullEvery, opts.interval/2, scanOptionsFrom(opts.ns)...)
+		opts.scan = cli.NewServeScan(opts.clock, opts.fullEvery, opts.interval/2, cli.ScanOptionsFrom(opts.ns)...)
 	}
 	m, err := newServeMetrics(opts.registry, opts.hostRoot, &opts.version)
 	if err != nil {
@@ -176,14 +170,14 @@ func newServer(opts serveOptions) (*server, error) {
 // from here, logs it and exports it: a warning when they are not, a note
 // when this is not the host's namespace but they are.
 func (s *server) checkVisibility() {
-	s.vis = checkRootVisibility(s.opts.ns, s.opts.root, s.opts.propagationOf)
-	s.metrics.setVisible(s.vis.visible)
+	s.vis = cli.CheckRootVisibility(s.opts.ns, s.opts.root, s.opts.propagationOf)
+	s.metrics.setVisible(s.vis.Visible())
 	switch {
-	case !s.vis.visible:
+	case !s.vis.Visible():
 		s.warnNotVisible()
 	case s.opts.ns.State != mountdetect.MountNamespaceHost:
 		s.opts.logger.Info("not in the host's mount namespace, but mounts made on the host under the kubelet root are seen here",
-			"root", s.opts.hostRoot, "why", s.hostPaths(s.vis.why))
+			"root", s.opts.hostRoot, "why", s.hostPaths(s.vis.Why()))
 	}
 }
 
@@ -191,7 +185,7 @@ func (s *server) checkVisibility() {
 // missed: at start and at every scan while it is so.
 func (s *server) warnNotVisible() {
 	s.opts.logger.Info("WARNING: mounts made on the host under the kubelet root may not be seen here, and volumes may look healthy that are not",
-		"root", s.opts.hostRoot, "why", s.hostPaths(s.vis.why))
+		"root", s.opts.hostRoot, "why", s.hostPaths(s.vis.Why()))
 }
 
 // metricsHandler serves the registry's metrics.
@@ -287,9 +281,9 @@ const maxLoggedPerScan = 100
 func (s *server) scanOnce() time.Duration {
 	log := s.opts.logger
 	switch {
-	case s.vis.err != nil:
+	case s.vis.Err() != nil:
 		s.checkVisibility() // the root may exist now
-	case !s.vis.visible:
+	case !s.vis.Visible():
 		s.warnNotVisible()
 	}
 	start := s.opts.clock.Now()
@@ -300,11 +294,11 @@ func (s *server) scanOnce() time.Duration {
 		log.Error(err, "scan failed", "root", s.opts.hostRoot)
 	} else {
 		danger, unhealthy := 0, 0
-		for i := range rep.volumes {
-			v := &rep.volumes[i]
+		for i := range rep.Volumes() {
+			v := &rep.Volumes()[i]
 			switch v.Verdict {
-			case verdictDanger, verdictUnknown, verdictError:
-				if v.Verdict == verdictDanger {
+			case cli.VerdictDanger, cli.VerdictUnknown, cli.VerdictError:
+				if v.Verdict == cli.VerdictDanger {
 					danger++
 				}
 				if unhealthy++; unhealthy <= maxLoggedPerScan {
@@ -316,19 +310,19 @@ func (s *server) scanOnce() time.Duration {
 		if unhealthy > maxLoggedPerScan {
 			log.Info("more volumes are not healthy; not logged", "more", unhealthy-maxLoggedPerScan)
 		}
-		for i, p := range rep.problems {
+		for i, p := range rep.Problems() {
 			if i == maxLoggedPerScan {
-				log.Info("more entries do not parse or cannot be read; not logged", "more", len(rep.problems)-i)
+				log.Info("more entries do not parse or cannot be read; not logged", "more", len(rep.Problems())-i)
 				break
 			}
 			log.Info("entry does not parse or cannot be read", "path", s.hostPath(p.Problem), "error", s.hostPaths(p.Error))
 		}
-		if rep.incomplete {
+		if rep.Incomplete() {
 			log.Info("WARNING: the scan is incomplete: a bound stopped it, and what is past it was not examined (the problems say where)",
-				"root", s.opts.hostRoot, "podsOverBudget", len(rep.overBudget))
+				"root", s.opts.hostRoot, "podsOverBudget", rep.OverBudget())
 		}
-		log.V(1).Info("scan done", "root", s.opts.hostRoot, "volumes", len(rep.volumes), "danger", danger,
-			"problems", len(rep.problems), "leftovers", len(rep.leftovers), "incomplete", rep.incomplete, "duration", took)
+		log.V(1).Info("scan done", "root", s.opts.hostRoot, "volumes", len(rep.Volumes()), "danger", danger,
+			"problems", len(rep.Problems()), "leftovers", rep.Leftovers(), "incomplete", rep.Incomplete(), "duration", took)
 	}
 	s.mu.Lock()
 	s.lastErr = err
@@ -408,7 +402,7 @@ func (s *server) run(ctx context.Context, ln net.Listener, grace time.Duration) 
 
 // minInterval is the shortest --interval serve takes. A scan reads the
 // mount table and checks every pod's directories, and every
-// defaultFullEvery intervals reads the whole kubelet root (about 0.5 s of
+// cli.DefaultFullEvery intervals reads the whole kubelet root (about 0.5 s of
 // CPU on a node with 10,000 volumes: docs/benchmarks.md); a change of the
 // mount table starts one at once whatever the interval, so a shorter one
 // would only keep the agent busy.
@@ -421,67 +415,77 @@ type serveArgs struct {
 	secure                 httpserver.SecureOptions
 	interval               time.Duration
 	verbosity              int
-	ns                     *namespaceFlags
+	version                bool // --version: say it and exit
+	ns                     *cli.NamespaceFlags
 }
 
 // parseServeArgs declares serve's flags on fs and parses args, with the
 // checks that need nothing but the arguments. A code >= 0 is serve's exit
 // code: the help was printed, or the mistake said on stderr.
-func parseServeArgs(fs *flagSet, args []string, stderr io.Writer) (a serveArgs, code int) {
+func parseServeArgs(fs *cli.FlagSet, args []string, stderr io.Writer) (a serveArgs, code int) {
 	fs.StringVar(&a.listen, "listen", defaultListen, "serve the endpoints on `ADDR`")
 	fs.DurationVar(&a.interval, "interval", 10*time.Second, "scan every `DURATION`, at least 1s (and sooner when the mount table changes)")
 	fs.StringVar(&a.root, "root", volume.DefaultRoot, "the kubelet root directory as this process sees it")
 	fs.StringVar(&a.hostRoot, "host-root", "", "the kubelet root as the host names it, in labels and logs (default --root)")
 	fs.IntVar(&a.verbosity, "v", 0, "log verbosity: 1 logs each scan, 2 each mount table change")
+	fs.BoolVar(&a.version, "version", false, "print the agent's version (as \"nodevol version\" reports nodevol's) and exit")
 	fs.StringVar(&a.secureListen, "secure-metrics-listen", "", "serve /metrics on `ADDR` only, over TLS, to clients the API server authenticates and authorises for get on /metrics (--listen keeps /healthz and /readyz); empty: /metrics on --listen, to anyone")
 	a.secure.AddFlags(fs.FlagSet)
-	a.ns = addNamespaceFlags(fs.FlagSet, false)
-	extra, code := parseArgs(fs, args)
+	a.ns = cli.AddNamespaceFlags(fs.FlagSet, false)
+	extra, code := cli.ParseArgs(fs, args)
 	if code >= 0 {
 		return a, code
 	}
 	if len(extra) > 0 {
-		return a, usageError(fs, stderr, "serve takes no arguments (got %q)", extra[0])
+		return a, cli.UsageError(fs, stderr, "serve takes no arguments (got %q)", extra[0])
 	}
 	if a.root == "" {
-		return a, usageError(fs, stderr, "--root must not be empty")
+		return a, cli.UsageError(fs, stderr, "--root must not be empty")
 	}
 	if err := a.secure.Check(); err != nil {
-		return a, usageError(fs, stderr, "%v", err)
+		return a, cli.UsageError(fs, stderr, "%v", err)
 	}
 	if a.secureListen == "" && a.secure != (httpserver.SecureOptions{}) {
-		return a, usageError(fs, stderr, "the TLS and API server flags need --secure-metrics-listen")
+		return a, cli.UsageError(fs, stderr, "the TLS and API server flags need --secure-metrics-listen")
 	}
 	switch {
 	case a.interval <= 0:
-		return a, usageError(fs, stderr, "--interval must be positive (got %v)", a.interval)
+		return a, cli.UsageError(fs, stderr, "--interval must be positive (got %v)", a.interval)
 	case a.interval < minInterval:
-		return a, usageError(fs, stderr, "--interval %v is too short: at least %v (each scan reads the whole kubelet root, and a mount change starts one sooner anyway)", a.interval, minInterval)
+		return a, cli.UsageError(fs, stderr, "--interval %v is too short: at least %v (each scan reads the whole kubelet root, and a mount change starts one sooner anyway)", a.interval, minInterval)
 	}
-	if err := refuseDotDot(a.root); err != nil {
-		fmt.Fprintf(stderr, "nodevol serve: --root: %s\n", display(err.Error()))
-		return a, ExitError
+	if err := cli.RefuseDotDot(a.root); err != nil {
+		fmt.Fprintf(stderr, "nodevol-agent: --root: %s\n", cli.Display(err.Error()))
+		return a, cli.ExitError
 	}
 	return a, -1
 }
 
-func runServe(fs *flagSet, args []string, stdout, stderr io.Writer) int {
-	a, code := parseServeArgs(fs, args, stderr)
+// Main is the agent, nodevol-agent, run with args (os.Args[1:], or what
+// follows "nodevol serve", which runs it): it writes its log to stderr,
+// its help to stdout, and returns the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	a, code := parseServeArgs(newFlagSet(stdout, stderr), args, stderr)
 	if code >= 0 {
 		return code
 	}
+	if a.version {
+		bi, ok := debug.ReadBuildInfo()
+		fmt.Fprintln(stdout, cli.AgentName, cli.NewVersionInfo(bi, ok).Version)
+		return cli.ExitOK
+	}
 	dir, err := filepath.Abs(a.root)
 	if err != nil {
-		fmt.Fprintf(stderr, "nodevol serve: %s\n", display(err.Error()))
-		return ExitError
+		fmt.Fprintf(stderr, "nodevol-agent: %s\n", cli.Display(err.Error()))
+		return cli.ExitError
 	}
 	if a.hostRoot == "" {
 		a.hostRoot = dir
 	}
-	ns, err := a.ns.gate("serve")
+	ns, err := a.ns.Namespace("serve")
 	if err != nil {
-		fmt.Fprintf(stderr, "nodevol serve: %s\n", display(err.Error()))
-		return ExitError
+		fmt.Fprintf(stderr, "nodevol-agent: %s\n", cli.Display(err.Error()))
+		return cli.ExitError
 	}
 	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(stderr), textlogger.Verbosity(a.verbosity))).WithName("serve")
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -489,18 +493,18 @@ func runServe(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 	bi, ok := debug.ReadBuildInfo()
 	opts := serveOptions{
 		root: dir, hostRoot: filepath.Clean(a.hostRoot), interval: a.interval,
-		debounce: 100 * time.Millisecond, ns: ns.ns, version: newVersionInfo(bi, ok), logger: logger,
+		debounce: 100 * time.Millisecond, ns: ns, version: cli.NewVersionInfo(bi, ok), logger: logger,
 	}
 	ln, err := net.Listen("tcp", a.listen)
 	if err != nil {
-		fmt.Fprintf(stderr, "nodevol serve: %s\n", display(err.Error()))
-		return ExitError
+		fmt.Fprintf(stderr, "nodevol-agent: %s\n", cli.Display(err.Error()))
+		return cli.ExitError
 	}
 	if a.secureListen != "" {
 		if opts.secureLn, err = net.Listen("tcp", a.secureListen); err != nil {
 			ln.Close()
-			fmt.Fprintf(stderr, "nodevol serve: %s\n", display(err.Error()))
-			return ExitError
+			fmt.Fprintf(stderr, "nodevol-agent: %s\n", cli.Display(err.Error()))
+			return cli.ExitError
 		}
 		opts.secure = &a.secure
 	}
@@ -511,12 +515,12 @@ func runServe(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 		if opts.secureLn != nil {
 			opts.secureLn.Close()
 		}
-		fmt.Fprintf(stderr, "nodevol serve: %s\n", display(err.Error()))
-		return ExitError
+		fmt.Fprintf(stderr, "nodevol-agent: %s\n", cli.Display(err.Error()))
+		return cli.ExitError
 	}
 	if err := s.run(ctx, ln, 5*time.Second); err != nil {
 		logger.Error(err, "server failed")
-		return ExitError
+		return cli.ExitError
 	}
-	return ExitOK
+	return cli.ExitOK
 }

@@ -1,4 +1,4 @@
-package cli
+package agent
 
 import (
 	"context"
@@ -19,9 +19,9 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/nodevol/nodevol/internal/cli"
 	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/mountdetect"
-	"github.com/nodevol/nodevol/volume"
 )
 
 // testServer is a server started on 127.0.0.1:0 over a kubelet root, with
@@ -61,7 +61,7 @@ func startServerWith(t *testing.T, opts serveOptions, watch <-chan struct{}) *te
 		opts.logger = ktesting.NewLogger(t, ktesting.NewConfig())
 	}
 	opts.interval = 10 * time.Second
-	opts.version = versionInfo{Version: "v1.2.3", GoVersion: "go1.99"}
+	opts.version = cli.VersionInfo{Version: "v1.2.3", GoVersion: "go1.99"}
 	opts.clock, opts.registry = ts.clock, promtext.NewRegistry()
 	opts.scanned = func() { ts.scans <- struct{}{} }
 	s, err := newServer(opts)
@@ -138,25 +138,24 @@ func metric(body, series string) string {
 
 // kubeletWithNASDir sets up a Default emptyDir "cache" in a fresh kubelet
 // root and makes the directory a "NAS" can be mounted on inside it.
-func kubeletWithNASDir(t *testing.T) (*kubelet, string) {
+func kubeletWithNASDir(t *testing.T) (root, nas string) {
 	t.Helper()
-	k := newKubelet(t, realTempDir(t))
-	cache := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
-	nas := filepath.Join(cache, "nas")
+	root = filepath.Join(realTempDir(t), "kubelet")
+	nas = filepath.Join(setUpEmptyDir(t, root, "cache"), "nas")
 	if err := os.Mkdir(nas, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return k, nas
+	return root, nas
 }
 
 const dangerSeries = `nodevol_scan_volumes{plugin="kubernetes.io/empty-dir",reason="nested-mount",root="/var/lib/kubelet",verdict="danger"}`
 
 func TestServe(t *testing.T) {
 	mounttest.RequireMounts(t)
-	k, nas := kubeletWithNASDir(t)
-	before := mounttest.Snapshot(t, k.root)
+	root, nas := kubeletWithNASDir(t)
+	before := mounttest.Snapshot(t, root)
 
-	ts := startServer(t, k.root, nil)
+	ts := startServer(t, root, nil)
 	if code, _ := ts.get(t, "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz = %d; want 200", code)
 	}
@@ -223,7 +222,7 @@ func TestServe(t *testing.T) {
 	if got := metric(body, `nodevol_scans_total{root="/var/lib/kubelet"}`); got != "4" {
 		t.Errorf("nodevol_scans_total after 3 rescans = %q; want 4", got)
 	}
-	mounttest.Intact(t, k.root, before) // serve changes nothing
+	mounttest.Intact(t, root, before) // serve changes nothing
 
 	// Graceful shutdown: run returns nil and the port is closed.
 	ts.cancel()
@@ -277,7 +276,7 @@ func TestServeReadiness(t *testing.T) {
 // rescans without being asked and without the interval elapsing.
 func TestServeRescansOnMountChange(t *testing.T) {
 	mounttest.RequireMounts(t)
-	k, nas := kubeletWithNASDir(t)
+	root, nas := kubeletWithNASDir(t)
 	// The watch opens the mount table of the thread it runs on; mount on
 	// that same thread, so that a thread another test left in a namespace
 	// of its own cannot split the two.
@@ -285,7 +284,7 @@ func TestServeRescansOnMountChange(t *testing.T) {
 	defer runtime.UnlockOSThread()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ts := startServer(t, k.root, watchMountTable(ctx, ktesting.NewLogger(t, ktesting.NewConfig())))
+	ts := startServer(t, root, watchMountTable(ctx, ktesting.NewLogger(t, ktesting.NewConfig())))
 	ts.waitScan(t)
 	mounttest.Tmpfs(t, nas, "size=1m")
 	ts.waitMetric(t, dangerSeries, "1")

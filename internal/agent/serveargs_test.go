@@ -1,10 +1,14 @@
-package cli
+package agent
 
 import (
 	"errors"
 	"io"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/nodevol/nodevol/internal/cli"
 )
 
 func TestCheckServeArgs(t *testing.T) {
@@ -21,6 +25,7 @@ func TestCheckServeArgs(t *testing.T) {
 		{[]string{"--root=/a/../b"}, "--root"},
 		{[]string{"/var/lib/kubelet"}, "takes no arguments"},
 		{[]string{"-h"}, "help"},
+		{[]string{"--version"}, "version"},
 		{[]string{"--secure-metrics-listen=:9478"}, ""},
 		{[]string{"--secure-metrics-listen=:9478", "--tls-cert-file=/tls/tls.crt", "--tls-private-key-file=/tls/tls.key", "--kube-api-server=https://10.0.0.1:443"}, ""},
 		{[]string{"--secure-metrics-listen=:9478", "--tls-cert-file=/tls/tls.crt"}, "go together"},
@@ -61,8 +66,40 @@ func TestServeIntervalLowerBound(t *testing.T) {
 func TestServeSecureMetricsNeedsAnAPIServer(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
 	var stderr strings.Builder
-	code := Run([]string{"serve", "--root", t.TempDir(), "--listen", "127.0.0.1:0", "--secure-metrics-listen", "127.0.0.1:0"}, io.Discard, &stderr)
-	if code != ExitError || !strings.Contains(stderr.String(), "KUBERNETES_SERVICE_HOST") {
-		t.Errorf("exit %d, stderr %q; want %d and a message naming KUBERNETES_SERVICE_HOST", code, stderr.String(), ExitError)
+	code := Main([]string{"--root", t.TempDir(), "--listen", "127.0.0.1:0", "--secure-metrics-listen", "127.0.0.1:0"}, io.Discard, &stderr)
+	if code != cli.ExitError || !strings.Contains(stderr.String(), "KUBERNETES_SERVICE_HOST") {
+		t.Errorf("exit %d, stderr %q; want %d and a message naming KUBERNETES_SERVICE_HOST", code, stderr.String(), cli.ExitError)
+	}
+}
+
+// TestAgentHelp: the agent's help (which "nodevol serve -h" and "nodevol
+// help serve" print, running it) begins with the synopsis nodevol's usage
+// lists for serve and cmd/nodevol-agent's documentation gives, and lists
+// every flag the synopsis names with two dashes, as the synopsis writes
+// them.
+func TestAgentHelp(t *testing.T) {
+	var stdout, stderr strings.Builder
+	if code := Main([]string{"-h"}, &stdout, &stderr); code != cli.ExitOK || stderr.Len() > 0 {
+		t.Fatalf("nodevol-agent -h: exit %d, stderr %q; want 0 and nothing", code, stderr.String())
+	}
+	synopsis := cli.AgentName + " " + cli.ServeSynopsis
+	if first, _, _ := strings.Cut(stdout.String(), "\n"); first != "Usage: "+synopsis {
+		t.Errorf("nodevol-agent -h begins %q; want %q", first, "Usage: "+synopsis)
+	}
+	src, err := os.ReadFile("../../cmd/nodevol-agent/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(src), "\n//\t"+synopsis+"\n") {
+		t.Errorf("the package documentation in cmd/nodevol-agent/main.go does not list %q", synopsis)
+	}
+	_, flags, ok := strings.Cut(stdout.String(), "\nFlags:\n")
+	if !ok {
+		t.Fatalf("nodevol-agent -h lists no flags:\n%s", stdout.String())
+	}
+	for _, f := range regexp.MustCompile(`--[a-z][a-z-]*`).FindAllString(cli.ServeSynopsis, -1) {
+		if !strings.Contains(flags, "\n  "+f+" ") && !strings.HasPrefix(flags, "  "+f+" ") {
+			t.Errorf("nodevol-agent -h: the synopsis names %s, the flags do not list it:\n%s", f, flags)
+		}
 	}
 }

@@ -1,10 +1,12 @@
-package cli
+package agent
 
 import (
 	"bytes"
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/nodevol/nodevol/internal/cli"
 )
 
 // ArgsError is a command line a nodevol command refuses, with what the
@@ -24,22 +26,22 @@ func (e *ArgsError) Error() string {
 // running it: nil when serve would start with them, else an *ArgsError.
 // Deployment manifests are tested with it (kubelet/deploytest).
 func CheckServeArgs(args []string) error {
-	var serve *command
-	cmds := commands()
-	for i := range cmds {
-		if cmds[i].name == "serve" {
-			serve = &cmds[i]
-		}
-	}
 	var stderr bytes.Buffer
-	fs := newFlagSet(serve, io.Discard, &stderr)
-	_, code := parseServeArgs(fs, args, &stderr)
+	a, code := parseServeArgs(newFlagSet(io.Discard, &stderr), args, &stderr)
 	switch {
+	case code < 0 && a.version:
+		return &ArgsError{Command: "serve", Args: args, Message: "asks for the version, not to serve"}
 	case code < 0:
 		return nil
-	case code == ExitOK:
+	case code == cli.ExitOK:
 		return &ArgsError{Command: "serve", Args: args, Message: "asks for the help, not to serve"}
 	}
 	msg, _, _ := strings.Cut(stderr.String(), "\n")
 	return &ArgsError{Command: "serve", Args: args, Message: msg}
+}
+
+// newFlagSet is the agent's flag set, still without flags
+// (parseServeArgs declares them).
+func newFlagSet(stdout, stderr io.Writer) *cli.FlagSet {
+	return cli.NewProgramFlagSet(cli.AgentName, cli.ServeSynopsis, serveHelp, stdout, stderr)
 }

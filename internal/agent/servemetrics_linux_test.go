@@ -1,4 +1,4 @@
-package cli
+package agent
 
 import (
 	"fmt"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodevol/nodevol/httpserver/kubeauth"
 	"github.com/nodevol/nodevol/internal/base/promtext"
+	"github.com/nodevol/nodevol/internal/cli"
 	"github.com/nodevol/nodevol/mountdetect"
 )
 
@@ -38,18 +39,18 @@ func TestServeMetricsPluginLabelBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rep, err := scanRoot(root)
+	rep, err := cli.ScanRoot(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.volumes) != n+2 {
-		t.Fatalf("scanRoot found %d volumes; want %d", len(rep.volumes), n+2)
+	if len(rep.Volumes()) != n+2 {
+		t.Fatalf("scanRoot found %d volumes; want %d", len(rep.Volumes()), n+2)
 	}
-	for i := range rep.volumes { // as if each had a mount inside
-		rep.volumes[i].NestedMounts = []mountdetect.Mount{{MountPoint: rep.volumes[i].Path + "/nas", FSType: "tmpfs"}}
+	for i := range rep.Volumes() { // as if each had a mount inside
+		rep.Volumes()[i].NestedMounts = []mountdetect.Mount{{MountPoint: rep.Volumes()[i].Path + "/nas", FSType: "tmpfs"}}
 	}
 	reg := promtext.NewRegistry()
-	m, err := newServeMetrics(reg, "/var/lib/kubelet", &versionInfo{Version: "v1"})
+	m, err := newServeMetrics(reg, "/var/lib/kubelet", &cli.VersionInfo{Version: "v1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,15 +129,15 @@ func TestAuthRequestsCounter(t *testing.T) {
 // volume ok while scrapes check every exposition.
 func TestServeMetricsScrapeSeesOneScan(t *testing.T) {
 	reg := promtext.NewRegistry()
-	m, err := newServeMetrics(reg, "/var/lib/kubelet", &versionInfo{Version: "v1"})
+	m, err := newServeMetrics(reg, "/var/lib/kubelet", &cli.VersionInfo{Version: "v1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	vol := scanVolume{PodUID: testUID, Plugin: "kubernetes.io~empty-dir", Volume: "scratch", Verdict: verdictOK, ReasonCode: reasonNotMounted}
-	ok := &scanReport{volumes: []scanVolume{vol}}
-	vol.Verdict, vol.ReasonCode = verdictDanger, reasonNestedMount
+	vol := cli.ScanVolume{PodUID: testUID, Plugin: "kubernetes.io~empty-dir", Volume: "scratch", Verdict: cli.VerdictOK, ReasonCode: cli.ReasonNotMounted}
+	ok := cli.NewScanReport("", []cli.ScanVolume{vol}, nil)
+	vol.Verdict, vol.ReasonCode = cli.VerdictDanger, cli.ReasonNestedMount
 	vol.NestedMounts = []mountdetect.Mount{{MountPoint: "/nas", FSType: "tmpfs"}}
-	danger := &scanReport{volumes: []scanVolume{vol}}
+	danger := cli.NewScanReport("", []cli.ScanVolume{vol}, nil)
 	stop := make(chan struct{})
 	scans := make(chan int)
 	go func() {
@@ -148,7 +149,7 @@ func TestServeMetricsScrapeSeesOneScan(t *testing.T) {
 				return
 			default:
 			}
-			m.observe([]*scanReport{ok, danger}[i%2], nil, time.Millisecond, time.Now())
+			m.observe([]*cli.ScanReport{ok, danger}[i%2], nil, time.Millisecond, time.Now())
 		}
 	}()
 	dangerLine := regexp.MustCompile(`(?m)^nodevol_scan_danger_volumes\{[^}]*\} (\S+)$`)

@@ -1,0 +1,9 @@
+//go:build !unix
+
+package cli
+
+import "errors"
+
+// execAgent cannot replace the process here: the agent is run as a child
+// (runAgent).
+func execAgent(string, []string) error { return errors.ErrUnsupported }
