@@ -1,7 +1,7 @@
 package emptydir
 
 import (
-	"k8s.io/klog/v2"
+	"github.com/go-logr/logr"
 
 	"github.com/nodevol/nodevol/volume"
 )
@@ -15,7 +15,7 @@ type Adoption struct {
 	// Logger receives what the session log says (why no mount will be
 	// adopted, a heartbeat that failed). SetUp logs each adoption to the
 	// logger of its context.
-	Logger klog.Logger
+	Logger logr.Logger
 	// Adopted, when set, is called after each adoption with the medium
 	// of the volume (Memory or HugePages): to count them, as
 	// nodevol-kubelet does in AdoptedVolumesMetric (the kubelet

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"k8s.io/klog/v2"
+	"github.com/go-logr/logr"
 
 	"github.com/nodevol/nodevol/internal/base/fsat"
 	"github.com/nodevol/nodevol/mountdetect"
@@ -27,7 +27,7 @@ func kubeletSource(fsType string) string {
 // volume's own (mountRecord.Adopted), logged and counted; it is left as
 // it is (its mode and owner are what that kubelet set). whyNot says why a
 // mount is not adopted ("" when adoption is off).
-func (m *mounter) adoptPrevious(logger klog.Logger, v *podVolume, e entry, plan setupPlan, old *metadata) (adopted bool, whyNot string, err error) {
+func (m *mounter) adoptPrevious(logger logr.Logger, v *podVolume, e entry, plan setupPlan, old *metadata) (adopted bool, whyNot string, err error) {
 	a := m.plugin.adoption
 	switch {
 	case a == nil:

@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/go-logr/logr"
 	"golang.org/x/sys/unix"
-	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/internal/base/fsat"
 	"github.com/nodevol/nodevol/internal/base/testhook"
@@ -34,7 +34,7 @@ func (p *Plugin) resizeVolume(ctx context.Context, podUID, vol string, sizeBytes
 	if err := ctx.Err(); err != nil {
 		return fail(volume.Transient, err)
 	}
-	logger := klog.FromContext(ctx).WithValues("volume", dir)
+	logger := logr.FromContextOrDiscard(ctx).WithValues("volume", dir)
 	v, err := p.openVolume(ordinaryRef(podUID, vol), false)
 	if err != nil {
 		return fail(volume.Transient, err)

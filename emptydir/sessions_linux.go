@@ -14,8 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"golang.org/x/sys/unix"
-	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/internal/base/digest"
 	"github.com/nodevol/nodevol/internal/base/fsat"
@@ -99,7 +99,7 @@ var forceNoUniqueMountIDs bool
 // processes of this boot and its own, which it extends until it stops.
 type sessions struct {
 	root string
-	log  klog.Logger
+	log  logr.Logger
 
 	// beat serialises heartbeats and end (alive, and the log's I/O); mu
 	// guards what SetUp reads (err, prior, mine, placed).
@@ -129,7 +129,7 @@ type sessions struct {
 // samples the mount ID counter, reads the log (a log of another boot is
 // dropped), appends the new session and writes the log. A failure is
 // kept: the returned sessions then adopts nothing and says why.
-func startSessions(root string, log klog.Logger) *sessions {
+func startSessions(root string, log logr.Logger) *sessions {
 	s := &sessions{root: root, log: log, done: make(chan struct{})}
 	s.err = s.start()
 	if s.err != nil {

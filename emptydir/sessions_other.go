@@ -2,11 +2,11 @@
 
 package emptydir
 
-import "k8s.io/klog/v2"
+import "github.com/go-logr/logr"
 
 // sessions: no mount IDs here, so nothing is ever adopted.
 type sessions struct{}
 
-func startSessions(string, klog.Logger) *sessions { return &sessions{} }
+func startSessions(string, logr.Logger) *sessions { return &sessions{} }
 
 func (*sessions) run(<-chan struct{}) {}

@@ -9,8 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/go-logr/logr"
 	"golang.org/x/sys/unix"
-	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/fsquota"
 	"github.com/nodevol/nodevol/internal/base/fsat"
@@ -32,7 +32,7 @@ import (
 // (move_mount): no path is resolved to decide where it lands, and
 // TearDown can prove the mount it finds is this one.
 func (m *mounter) SetUp(ctx context.Context, args volume.MounterArgs) error {
-	logger := klog.FromContext(ctx).WithValues("volume", m.dir)
+	logger := logr.FromContextOrDiscard(ctx).WithValues("volume", m.dir)
 	allocatable, err := m.plugin.host.NodeAllocatableMemory()
 	if err != nil {
 		return m.setUpErr(volume.Transient, fmt.Errorf("node allocatable memory: %w", err))
@@ -209,7 +209,7 @@ func (m *mounter) openDir(v *podVolume, mode uint32, what string) (entry, error)
 	return e, fmt.Errorf("%s is not a directory; not setting up %s there", m.dir, what)
 }
 
-func (m *mounter) setUpDir(logger klog.Logger, v *podVolume, plan setupPlan, args volume.MounterArgs) error {
+func (m *mounter) setUpDir(logger logr.Logger, v *podVolume, plan setupPlan, args volume.MounterArgs) error {
 	// Created owner-only: the plan's mode is set by setMode below, so no
 	// instant shows the directory more open than the spec asks.
 	e, err := m.openDir(v, 0o700, "a Default-medium volume")
@@ -328,7 +328,7 @@ func (m *mounter) newFSFor(plan setupPlan) newFS {
 // uses the descriptor and never closes it: the embedder's mounter
 // (mountWithSystemMounter) when the host has one, else a detached mount
 // (mountDetached).
-func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, args volume.MounterArgs, old *metadata) error {
+func (m *mounter) setUpMount(logger logr.Logger, v *podVolume, plan setupPlan, args volume.MounterArgs, old *metadata) error {
 	f := m.newFSFor(plan)
 	e, err := m.openDir(v, 0o750, f.fstype)
 	if err != nil {
@@ -373,7 +373,7 @@ func (m *mounter) setUpMount(logger klog.Logger, v *podVolume, plan setupPlan, a
 // the mount the kubelet before nodevol made (adoptPrevious). A mount no
 // proof accepts is not the volume's; whyNot says why the adoption rule
 // refused it ("" when adoption is off).
-func (m *mounter) adopt(logger klog.Logger, v *podVolume, e entry, plan setupPlan, args volume.MounterArgs, old *metadata) (adopted bool, whyNot string, err error) {
+func (m *mounter) adopt(logger logr.Logger, v *podVolume, e entry, plan setupPlan, args volume.MounterArgs, old *metadata) (adopted bool, whyNot string, err error) {
 	if adopted, err := m.adoptRecorded(logger, v, e, plan, args, old); err != nil || adopted {
 		return adopted, "", err
 	}
@@ -385,7 +385,7 @@ func (m *mounter) adopt(logger klog.Logger, v *podVolume, e entry, plan setupPla
 // TearDown would prove it; a pending record (a SetUp through the
 // embedder's mounter that stopped between the mount and recording its
 // IDs) is completed with the mount's IDs.
-func (m *mounter) adoptRecorded(logger klog.Logger, v *podVolume, e entry, plan setupPlan, args volume.MounterArgs, old *metadata) (bool, error) {
+func (m *mounter) adoptRecorded(logger logr.Logger, v *podVolume, e entry, plan setupPlan, args volume.MounterArgs, old *metadata) (bool, error) {
 	if old == nil || old.Medium != plan.medium {
 		return false, nil
 	}

@@ -7,8 +7,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/go-logr/logr"
 	"golang.org/x/sys/unix"
-	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/fsquota"
 	"github.com/nodevol/nodevol/internal/base/friend"
@@ -358,7 +358,7 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 	if err != nil {
 		return Plan{}, &volume.OperationError{Kind: volume.Final, Op: "TearDown", Err: err}
 	}
-	logger := klog.FromContext(ctx).WithValues("volume", dir)
+	logger := logr.FromContextOrDiscard(ctx).WithValues("volume", dir)
 	fail := func(kind volume.FailureKind, err error) error {
 		return &volume.OperationError{Kind: kind, Op: "TearDown", Path: dir, Err: err}
 	}
@@ -498,7 +498,7 @@ func (p *Plugin) releaseQuota(v *podVolume, e entry, meta *metadata) error {
 // On success the pin is returned, still held (nil where the directory
 // cannot be pinned): the caller releases it before removing the
 // directory. On failure nothing stays pinned.
-func (v *podVolume) unmount(logger klog.Logger, plan Plan) (*pin, error) {
+func (v *podVolume) unmount(logger logr.Logger, plan Plan) (*pin, error) {
 	rec := plan.meta.Mount
 	refuse := func(reason string) (*pin, error) {
 		plan.Action, plan.Code, plan.Reason, plan.Remedy = ActionRefuse, ReasonMountChanged, reason, ""

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sync"
 
-	"k8s.io/klog/v2"
+	"github.com/go-logr/logr"
 
 	"github.com/nodevol/nodevol/internal/base/friend"
 	"github.com/nodevol/nodevol/internal/base/testhook"
@@ -34,7 +34,7 @@ type Manager struct {
 	projectsFile string
 	projidFile   string
 	enforce      bool
-	log          klog.Logger
+	log          logr.Logger
 	firstID      uint32
 	maxProbes    int
 	nameFor      func(id uint32) string
@@ -75,7 +75,7 @@ func Enforce() Option { return optionFunc(func(m *Manager) { m.enforce = true })
 
 // WithLogger sets the logger (for example klog.FromContext(ctx)); by
 // default nothing is logged.
-func WithLogger(l klog.Logger) Option { return optionFunc(func(m *Manager) { m.log = l }) }
+func WithLogger(l logr.Logger) Option { return optionFunc(func(m *Manager) { m.log = l }) }
 
 // WithFirstID sets the first ID allocation tries, FirstProjectID by
 // default.

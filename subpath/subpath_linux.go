@@ -12,8 +12,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/go-logr/logr"
 	"golang.org/x/sys/unix"
-	"k8s.io/klog/v2"
 
 	"github.com/nodevol/nodevol/internal/base/errlist"
 	"github.com/nodevol/nodevol/internal/base/friend"
@@ -475,7 +475,7 @@ func (t *tree) clean(ctx context.Context) error {
 			own[e.Container+"/"+e.Index] = e.mnt
 		}
 	}
-	logger := klog.FromContext(ctx)
+	logger := logr.FromContextOrDiscard(ctx)
 	left := &report{} // failures, capped like the examination's
 	err = t.sub.EachEntry(func(ctr fsat.Entry) error {
 		t.cleanEntry(logger, ctr, own, left)
@@ -498,7 +498,7 @@ func (t *tree) clean(ctx context.Context) error {
 // same mount (a mount on it is reported, never entered), its own binds
 // unmounted and its entries removed (cleanContainer), then it is removed
 // with rmdir. Failures go to left.
-func (t *tree) cleanEntry(logger klog.Logger, ctr fsat.Entry, own map[string]fsat.MountStat, left *report) {
+func (t *tree) cleanEntry(logger logr.Logger, ctr fsat.Entry, own map[string]fsat.MountStat, left *report) {
 	cpath := t.sub.Join(ctr.Name)
 	if ctr.Type != fs.ModeDir {
 		if err := unlinkat(t.sub.Fd(), ctr.Name, 0); err != nil {
@@ -553,7 +553,7 @@ func unlinkat(dirfd int, name string, flags int) error {
 // cleanContainer unmounts the own binds among cdir's entries (own maps
 // "<container>/<index>" to the mount examined) and removes the entries;
 // failures go to left.
-func cleanContainer(logger klog.Logger, cdir *fsat.Dir, ctr string, own map[string]fsat.MountStat, dir string, left *report) {
+func cleanContainer(logger logr.Logger, cdir *fsat.Dir, ctr string, own map[string]fsat.MountStat, dir string, left *report) {
 	err := cdir.EachEntry(func(idx fsat.Entry) error {
 		p := cdir.Join(idx.Name)
 		s, err := fsat.StatMount(cdir.Fd(), idx.Name, fsat.MountKey)

@@ -345,9 +345,10 @@ func TestNodevolDoesNotLinkClientGolang(t *testing.T) {
 // the agent's, nodevol-agent, which "nodevol serve" runs. Nor any crypto/
 // package: crypto/sha256 or crypto/rand alone brings Go's FIPS 140 module
 // and its initialisation, about a tenth of that program's start;
-// internal/base/digest is SHA-256, fsat.Random random bytes.
+// internal/base/digest is SHA-256, fsat.Random random bytes. Nor klog
+// (with log/slog and os/user): the library logs through logr.
 func TestNodevolDoesNotLinkHTTP(t *testing.T) {
-	banned := []string{"net/http", "runtime/metrics",
+	banned := []string{"net/http", "runtime/metrics", "k8s.io/klog/v2",
 		"github.com/nodevol/nodevol/internal/base/promtext", "github.com/nodevol/nodevol/httpserver",
 		"github.com/nodevol/nodevol/internal/agent"}
 	for _, dep := range nodevolDeps(t) {

@@ -9,7 +9,7 @@ import (
 	"os"
 	"strings"
 
-	"k8s.io/klog/v2"
+	"github.com/go-logr/logr"
 
 	"github.com/nodevol/nodevol/emptydir"
 	"github.com/nodevol/nodevol/internal/base/plural"
@@ -261,7 +261,7 @@ func exists(path string) bool {
 // reports every outcome itself, so emptydir's log lines would only repeat
 // them in another format on stderr.
 func quietContext() context.Context {
-	return klog.NewContext(context.Background(), klog.Logger{})
+	return logr.NewContext(context.Background(), logr.Logger{})
 }
 
 // teardownHelp is the help of "nodevol teardown", after its usage line.

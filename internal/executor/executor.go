@@ -14,7 +14,7 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/klog/v2"
+	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
 	"github.com/nodevol/nodevol/reconciler/pendingops"
@@ -208,7 +208,7 @@ func tearDown(ctx context.Context, subpaths SubpathCleaner, plugin volume.Plugin
 func (x *Executor) run(ctx context.Context, op pendingops.OpName, v MountedVolume, fn func(context.Context) error, done func(error)) error {
 	key := Key(v.Plugin, v.VolumeName, v.PodUID)
 	plugin := v.Plugin.Name()
-	logger := klog.FromContext(ctx).WithValues("operation", op, "volume", v.VolumeName, "pod", v.PodUID, "plugin", plugin)
+	logger := logr.FromContextOrDiscard(ctx).WithValues("operation", op, "volume", v.VolumeName, "pod", v.PodUID, "plugin", plugin)
 	var start time.Time
 	return x.ops.Run(ctx, key, op, func(ctx context.Context) error {
 		start = x.clock.Now()
@@ -216,7 +216,7 @@ func (x *Executor) run(ctx context.Context, op pendingops.OpName, v MountedVolum
 			x.hooks.Start(op, plugin)
 		}
 		logger.V(4).Info("Operation started")
-		return fn(klog.NewContext(ctx, logger))
+		return fn(logr.NewContext(ctx, logger))
 	}, func(err error) {
 		d := x.clock.Since(start)
 		if x.hooks.Finish != nil {
