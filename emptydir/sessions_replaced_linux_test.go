@@ -61,21 +61,7 @@ func TestSessionLogReplacedWhileLocked(t *testing.T) {
 	if s.err != nil {
 		t.Fatal(s.err)
 	}
-	boot, err := bootID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := lockSessionLog(root, boot) // another process's heartbeat
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(int(other.Fd()), &st); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.heartbeat() }()
-	waitForFlockWaiter(t, st.Ino)
+	other, done := heartbeatWaitingForLock(t, root, s) // the lock held by another process's heartbeat
 	if err := os.Remove(filepath.Join(root, sessionsFileName)); err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +73,29 @@ func TestSessionLogReplacedWhileLocked(t *testing.T) {
 	if len(l.Sessions) != 1 || l.Sessions[0] != s.mine {
 		t.Errorf("log after the heartbeat: %+v; want this process's session, %+v", l.Sessions, s.mine)
 	}
+}
+
+// heartbeatWaitingForLock locks root's session log as another process
+// would, starts a heartbeat of s and returns once the heartbeat waits for
+// the lock: the lock (Close releases it) and the heartbeat's outcome.
+func heartbeatWaitingForLock(t *testing.T, root string, s *sessions) (*lockedLog, <-chan error) {
+	t.Helper()
+	boot, err := bootID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := lockSessionLog(root, boot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(other.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.heartbeat() }()
+	waitForFlockWaiter(t, st.Ino)
+	return other, done
 }
 
 // waitForFlockWaiter waits until /proc/locks shows a process blocked on
@@ -123,22 +132,8 @@ func TestSessionsAnswerWhileTheLogIsLocked(t *testing.T) {
 	if s.err != nil {
 		t.Fatal(s.err)
 	}
-	boot, err := bootID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := lockSessionLog(root, boot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(int(other.Fd()), &st); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.heartbeat() }()
-	waitForFlockWaiter(t, st.Ino)
-	err = mounttest.Within(t, 10*time.Second, "beforeNodevol while a heartbeat waits for the log's lock", func() error {
+	other, done := heartbeatWaitingForLock(t, root, s)
+	err := mounttest.Within(t, 10*time.Second, "beforeNodevol while a heartbeat waits for the log's lock", func() error {
 		s.beforeNodevol(1)
 		s.placedBefore(1, filepath.Join(root, "x"))
 		return nil
