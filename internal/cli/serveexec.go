@@ -64,9 +64,13 @@ func runServe(_ *flagSet, args []string, stdout, stderr io.Writer) int {
 // *agentMissingError.
 func agentPath() (string, error) {
 	exe, err := os.Executable()
-	if err != nil && filepath.IsAbs(os.Args[0]) {
+	if err != nil && filepath.IsAbs(os.Args[0]) && !secureExec() {
 		// Without /proc (a chroot), Linux cannot say; the absolute path
-		// this process was run by names the same file (no $PATH search).
+		// this process was run by is the best guess (no $PATH search).
+		// argv[0] is whatever its caller chose, who could have run any
+		// program: never trusted by a process that exec made more
+		// privileged than its caller (set-user-ID, file capabilities),
+		// where it would pick what runs with those privileges.
 		exe, err = os.Args[0], nil
 	}
 	if err != nil {

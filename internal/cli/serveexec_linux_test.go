@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nodevol/nodevol/internal/testsupport/clitest"
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
 
 // agentPkg is the agent's command, relative to this package.
@@ -123,5 +124,82 @@ func TestServeWithoutTheAgent(t *testing.T) {
 	}
 	if code := Run([]string{"serve"}, io.Discard, io.Discard); code != ExitError {
 		t.Errorf("Run(serve) without the agent = %d; want %d", code, ExitError)
+	}
+}
+
+// TestServeTrustsArgv0OnlyWhenUnprivileged: without /proc, the running
+// executable is unknown and "nodevol serve" takes argv[0], which its
+// caller chose, for the path of nodevol. A caller that could run any
+// program anyway may (the control: a program beside that argv[0] runs);
+// a set-user-ID nodevol run by another user must not, or that user picks
+// the program run with nodevol's privileges. The planted agent prints a
+// sentinel, which must never be printed: the run fails, saying why.
+func TestServeTrustsArgv0OnlyWhenUnprivileged(t *testing.T) {
+	mounttest.RequireRoot(t, "to mount over /proc in a mount namespace, and to make nodevol set-user-ID root")
+	for _, tool := range []string{"unshare", "setpriv", "bash"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			mounttest.Skip(t, "no %s: %v", tool, err)
+		}
+	}
+	// Directories another user can reach: t.TempDir's are 0700.
+	top, err := os.MkdirTemp("", "nodevol-argv0-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(top) })
+	realDir, plantDir := filepath.Join(top, "real"), filepath.Join(top, "plant")
+	for _, d := range []string{top, realDir, plantDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nodevol := filepath.Join(realDir, "nodevol")
+	copyFile(t, buildBinary(t).path, nodevol)
+	const sentinel = "SENTINEL: the planted agent ran\n"
+	if err := os.WriteFile(filepath.Join(plantDir, AgentName), []byte("#!/bin/sh\nprintf '"+strings.TrimSuffix(sentinel, "\n")+"\\n'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	planted := filepath.Join(plantDir, "nodevol")
+
+	// run runs nodevol serve with argv[0] planted, /proc hidden by a
+	// tmpfs in a mount namespace of its own, as user (setpriv args).
+	run := func(user ...string) (string, string, int) {
+		inner := `exec -a "$ARGV0" "$NODEVOL" serve`
+		script := `mount -t tmpfs none /proc && exec ` + strings.Join(append([]string{"setpriv"}, user...), " ") + ` bash -c '` + inner + `'`
+		if len(user) == 0 {
+			script = `mount -t tmpfs none /proc && ` + inner
+		}
+		cmd := exec.Command("unshare", "--mount", "--propagation", "private", "--", "bash", "-c", script)
+		cmd.Env = append(os.Environ(), "ARGV0="+planted, "NODEVOL="+nodevol)
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		code := 0
+		if exit, ok := errors.AsType[*exec.ExitError](err); ok {
+			code = exit.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return stdout.String(), stderr.String(), code
+	}
+
+	// The control: root runs nodevol, not set-user-ID; argv[0] is taken.
+	stdout, stderr, code := run()
+	if stdout != sentinel || code != 0 {
+		t.Fatalf("control (no /proc, unprivileged exec): exit %d, stdout %q, stderr %q; want the program beside argv[0] run (%q)", code, stdout, stderr, sentinel)
+	}
+
+	// nodevol set-user-ID root, run by nobody.
+	if err := os.Chmod(nodevol, os.ModeSetuid|0o755); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code = run("--reuid=65534", "--regid=65534", "--clear-groups")
+	if strings.Contains(stdout, strings.TrimSuffix(sentinel, "\n")) || code != ExitError ||
+		!strings.Contains(stderr, "nodevol serve: cannot find the running executable") {
+		t.Errorf("set-user-ID nodevol, no /proc, argv[0] %s: exit %d, stdout %q, stderr %q; want exit %d, the running executable not found, nothing run",
+			planted, code, stdout, stderr, ExitError)
 	}
 }
