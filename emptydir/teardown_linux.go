@@ -95,11 +95,10 @@ func (pl *Planner) openPod(r volRef) (*podVolume, error) {
 // closes it (before unmounting: an open file keeps a mount busy).
 func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 	p := Plan{Path: v.dir, metaDir: v.metaDir}
-	// The metadata directory is listed first: the record's type in the
-	// listing stands for a statx of it before it is read. Unreadable
-	// metadata does not stop a plan; its error comes before the listing's.
-	record, dirErr := v.checkMetadataDir()
-	p.meta, p.metaErr = v.readMetaListed(record)
+	// Unreadable metadata does not stop a plan; its error comes before
+	// the listing's.
+	dirErr := v.checkMetadataDir()
+	p.meta, p.metaErr = v.readMeta()
 	if p.metaErr == nil {
 		p.metaErr = dirErr
 	}

@@ -198,26 +198,14 @@ func (v *podVolume) Close() {
 }
 
 // readMeta returns the recorded metadata, nil when there is none. It is
-// read as a regular file of bounded size that is not a symlink, opened
-// non-blocking: a FIFO, a device or a link to one is an error, never a
-// hang or an unbounded allocation.
+// read as a regular file of bounded size that is not a symlink, never
+// opened unless it is one: a FIFO, a device or a link to one is an error,
+// never a hang, an open or an unbounded allocation.
 func (v *podVolume) readMeta() (*metadata, error) {
-	return v.readMetaListed(false)
-}
-
-// readMetaListed is readMeta; listed says that a listing of the metadata
-// directory has just given the record as a regular file (checkMetadataDir),
-// which stands for the look at its type before it is opened
-// (fsat.Dir.ReadListedFile).
-func (v *podVolume) readMetaListed(listed bool) (*metadata, error) {
 	if v.meta == nil {
 		return nil, nil
 	}
-	read := v.meta.ReadFile
-	if listed {
-		read = v.meta.ReadListedFile
-	}
-	b, err := read(metaFileName, maxMetadataSize)
+	b, err := v.meta.ReadFile(metaFileName, maxMetadataSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -261,19 +249,15 @@ func (v *podVolume) setReady() error { return v.meta.CreateEmpty(readyFileName, 
 // metadata file and temporary files of an interrupted write, all regular
 // files — so that removing it at the end of a teardown cannot fail after
 // the volume is gone. Anything else is left to the operator, named.
-// record says whether the listing gave the metadata file, a regular file.
-func (v *podVolume) checkMetadataDir() (record bool, _ error) {
+func (v *podVolume) checkMetadataDir() error {
 	if v.meta == nil {
-		return false, nil
+		return nil
 	}
 	var bad []string
 	n := 0
 	err := v.meta.EachEntry(func(e fsat.Entry) error {
 		if n++; n > maxMetadataEntries {
 			return fsat.ErrStop
-		}
-		if e.Name == metaFileName && e.Type == 0 {
-			record = true
 		}
 		own := e.Name == readyFileName || e.Name == metaFileName || fsat.IsTempOf(e.Name, metaFileName)
 		if !own || e.Type != 0 {
@@ -285,20 +269,20 @@ func (v *podVolume) checkMetadataDir() (record bool, _ error) {
 		return nil
 	})
 	if err != nil {
-		return record, err
+		return err
 	}
 	if n > maxMetadataEntries {
 		// Only a flood of temporary names gets here: nodevol leaves one
 		// per interrupted write. Reading on would take as long as whoever
 		// made them wished.
-		return record, fmt.Errorf("%w: the metadata directory %s holds more than %d entries; it is never removed: move it away, then tear down again",
+		return fmt.Errorf("%w: the metadata directory %s holds more than %d entries; it is never removed: move it away, then tear down again",
 			ErrUnexpectedMetadata, v.metaDir, maxMetadataEntries)
 	}
 	if len(bad) > 0 {
-		return record, fmt.Errorf("%w: the metadata directory %s holds what neither nodevol nor the kubelet writes there (%s); it is never removed: move it away, then tear down again",
+		return fmt.Errorf("%w: the metadata directory %s holds what neither nodevol nor the kubelet writes there (%s); it is never removed: move it away, then tear down again",
 			ErrUnexpectedMetadata, v.metaDir, strings.Join(bad, ", "))
 	}
-	return record, nil
+	return nil
 }
 
 // removeMetadata removes the ready marker, the metadata file, temporary

@@ -380,28 +380,13 @@ func StatAt(fd int, name string, flags int) (unix.Stat_t, error) {
 // without being opened; a file that grows while it is read is refused
 // once it passes max.
 func (d *Dir) ReadFile(name string, max int64) ([]byte, error) {
-	return d.readFile(name, max, true)
+	return d.readFile(name, max)
 }
 
-// ReadListedFile is ReadFile of the entry name that a listing of d
-// (EachEntry) has just given as a regular file: that listing stands for
-// the look at its type that ReadFile makes (a statx) before it opens the
-// file, so that a device is not opened — one system call fewer for a
-// caller that lists the directory anyway. The rest is ReadFile's: openat2
-// refuses a symlink and a mount crossing, the fstat of the open file
-// refuses anything but a regular file, max bounds the size. A file
-// swapped for a device or a FIFO since the listing is opened
-// (non-blocking, without a controlling terminal) and refused, as one
-// swapped between ReadFile's statx and its open is.
-func (d *Dir) ReadListedFile(name string, max int64) ([]byte, error) {
-	return d.readFile(name, max, false)
-}
-
-// readFile is ReadFile; look says whether to look at the file's type
-// before opening it (openRegular).
-func (d *Dir) readFile(name string, max int64, look bool) ([]byte, error) {
+// readFile is ReadFile.
+func (d *Dir) readFile(name string, max int64) ([]byte, error) {
 	p := d.Join(name)
-	fd, err := d.openRegular(name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, look)
+	fd, err := d.openRegular(name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: p, Err: err}
 	}
@@ -442,58 +427,49 @@ func (d *Dir) readFile(name string, max int64, look bool) ([]byte, error) {
 	return b, nil
 }
 
-// openRegular opens the regular file name in d with flags. A file that
-// is a mount point is not opened: opening reaches the mounted filesystem,
-// which may never answer (a FUSE daemon that hung). Its type is looked at
-// first (statx, which asks the filesystem nothing), so that a device is
-// never opened (opening one can act on it); then it is opened with
-// openat2's RESOLVE_NO_XDEV, with which the kernel refuses (EXDEV) to
-// step onto a mount put on the name since, instead of opening it. Before
-// openat2 (Linux 5.6) the name is opened O_PATH, which asks the mounted
-// filesystem nothing, that descriptor is checked, and the file reopened
-// from it (its magic link), never by name again.
-//
-// Without look, the statx before openat2 is left out: the caller's
-// listing of d said the file was regular (ReadListedFile). The O_PATH
-// path checks its descriptor all the same.
-func (d *Dir) openRegular(name string, flags int, look bool) (int, error) {
-	if look {
-		if s, err := StatMount(d.fd, name, 0); err == nil {
-			if err := regularHere(s); err != nil {
-				return -1, err
-			}
-		}
-	}
-	var fd int
+// openRegular opens the regular file name in d with flags, never opening
+// anything else. Opening a device can act on it (a watchdog arms), a FIFO
+// can block, and a file something is mounted on reaches the mounted
+// filesystem, which may never answer (a FUSE daemon that hung); whoever
+// can write into d can swap any of them in between any two calls. So the
+// name is opened O_PATH (which opens nothing: it asks neither a driver
+// nor the mounted filesystem anything) with openat2's RESOLVE_NO_XDEV,
+// with which the kernel refuses (EXDEV) to step onto a mount on the name,
+// that descriptor is checked (a regular file, not a mount root), and the
+// file reopened from it (its magic link), never by name again. Before
+// openat2 (Linux 5.6) the O_PATH open is openat's, and the check's mount
+// root test stands for RESOLVE_NO_XDEV.
+func (d *Dir) openRegular(name string, flags int) (int, error) {
+	var pfd int
 	err := Retry(func() (err error) {
-		fd, err = unix.Openat2(d.fd, name, &unix.OpenHow{
-			Flags:   uint64(flags) | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		pfd, err = unix.Openat2(d.fd, name, &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
 			Resolve: unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_BENEATH,
 		})
 		return err
 	})
 	switch err {
 	case nil:
-		return fd, nil
 	case unix.EXDEV:
 		return -1, ErrOtherMount
 	case unix.ELOOP:
 		return -1, sentinelErrno{ErrSymlink, unix.ELOOP}
 	case unix.ENOSYS, unix.EPERM, unix.EINVAL, unix.EAGAIN:
 		// No openat2 (Linux < 5.6, or a seccomp filter), or one that
-		// asks to be retried: the O_PATH descriptor below.
+		// asks to be retried.
+		if pfd, err = Openat(d.fd, name, unix.O_PATH|unix.O_NOFOLLOW, 0); err != nil {
+			return -1, err
+		}
 	default:
 		return -1, err
 	}
-	pfd, err := Openat(d.fd, name, unix.O_PATH|unix.O_NOFOLLOW, 0)
+	defer unix.Close(pfd)
+	s, err := StatMount(pfd, "", 0)
 	if err != nil {
 		return -1, err
 	}
-	defer unix.Close(pfd)
-	if s, err := StatMount(pfd, "", 0); err == nil {
-		if err := regularHere(s); err != nil {
-			return -1, err
-		}
+	if err := regularHere(s); err != nil {
+		return -1, err
 	}
 	return Reopen(pfd, flags)
 }
@@ -647,7 +623,7 @@ func (d *Dir) CreateEmpty(name string, perm uint32) error {
 		if err != unix.EEXIST {
 			break
 		}
-		if fd, err = d.openRegular(name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, true); err != unix.ENOENT {
+		if fd, err = d.openRegular(name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY); err != unix.ENOENT {
 			break
 		}
 	}

@@ -33,9 +33,6 @@ func (d *Dir) MkdirAll(rel string, mode uint32, opts ...Option) (*Dir, error) {
 // ReadFile returns ErrUnsupported.
 func (d *Dir) ReadFile(name string, max int64) ([]byte, error) { return nil, ErrUnsupported }
 
-// ReadListedFile returns ErrUnsupported.
-func (d *Dir) ReadListedFile(name string, max int64) ([]byte, error) { return nil, ErrUnsupported }
-
 // Entry is a directory entry: its name and its type.
 type Entry struct {
 	Name string
