@@ -64,6 +64,9 @@ func TestReadFileRacesStalledFUSE(t *testing.T) {
 	if refused == 0 {
 		t.Error("no ReadFile met the mount: the race was not tried")
 	}
+	// The attacker stops first: a stat of the name while it binds the
+	// stalled file there would wait for the FUSE daemon for good.
+	binds.Stop(t)
 	if _, err := os.Stat(target); err != nil {
 		t.Fatal(err)
 	}
