@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -245,6 +246,11 @@ func TestAlerts(t *testing.T) {
 		names = append(names, r.Name())
 	}
 	t.Logf("alerts: %v", names)
+	// The scenarios run in parallel: each evaluates rules of its own (a
+	// rule keeps its alerts' state between evaluations, so one shared by
+	// two scenarios would mix their timelines), and marks what it tested
+	// under a lock.
+	var mu sync.Mutex
 	tested := map[string]bool{}
 	defer func() {
 		for _, n := range names {
@@ -255,10 +261,12 @@ func TestAlerts(t *testing.T) {
 	}()
 	fire := func(t *testing.T, tl *timeline, want ...string) {
 		t.Helper()
-		wantFiring(t, tl.firing(t, rs), want...)
+		wantFiring(t, tl.firing(t, loadRules(t)), want...)
+		mu.Lock()
 		for _, w := range want {
 			tested[w] = true
 		}
+		mu.Unlock()
 	}
 
 	// Sequential, before the others: with a 1 h interval the agent scans
@@ -283,7 +291,7 @@ func TestAlerts(t *testing.T) {
 			}
 			tl := newTimeline(t)
 			tl.run(t, scrapes, nil, processTarget("nodevol", n.name, agent), processTarget("nodevol-csi", n.name, driver.process))
-			wantFiring(t, tl.firing(t, rs))
+			wantFiring(t, tl.firing(t, loadRules(t)))
 		})
 		t.Run("nas", func(t *testing.T) {
 			t.Parallel()
@@ -357,12 +365,12 @@ func TestAlerts(t *testing.T) {
 						return tl
 					}
 					// Before the pod's deletion, for 12 minutes.
-					wantFiring(t, replay(span{"healthy", scrapes}).firing(t, rs))
+					wantFiring(t, replay(span{"healthy", scrapes}).firing(t, loadRules(t)))
 					// Then a refused teardown, retried: two scrapes.
 					fire(t, replay(span{"healthy", scrapes}, span{"refused-1", 1}, span{"refused-2", 1}), "KubeletEmptyDirTeardownFailing")
 					// The NAS unmounted and the volume torn down: silent
 					// again once the 10 minutes of the range have passed.
-					wantFiring(t, replay(span{"healthy", 2}, span{"refused-1", 1}, span{"refused-2", 1}, span{"torn-down", scrapes}).firing(t, rs))
+					wantFiring(t, replay(span{"healthy", 2}, span{"refused-1", 1}, span{"refused-2", 1}, span{"torn-down", scrapes}).firing(t, loadRules(t)))
 				})
 			}
 		})
