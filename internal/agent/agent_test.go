@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 
 	"github.com/nodevol/nodevol/emptydir"
@@ -13,16 +12,6 @@ import (
 func TestMain(m *testing.M) { mounttest.Main(m) }
 
 const testUID = "8a3f0c52-1d4e-4b7a-9c21-6e5d2f1a7b90"
-
-// realTempDir is a temporary directory named without symlinks.
-func realTempDir(t *testing.T) string {
-	t.Helper()
-	dir, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
 
 // setUpEmptyDir sets up a Default emptyDir volume called name of pod
 // testUID in the kubelet root root, with the emptyDir plugin as the kubelet

@@ -140,7 +140,7 @@ func metric(body, series string) string {
 // root and makes the directory a "NAS" can be mounted on inside it.
 func kubeletWithNASDir(t *testing.T) (root, nas string) {
 	t.Helper()
-	root = filepath.Join(realTempDir(t), "kubelet")
+	root = filepath.Join(mounttest.RealTempDir(t), "kubelet")
 	nas = filepath.Join(setUpEmptyDir(t, root, "cache"), "nas")
 	if err := os.Mkdir(nas, 0o755); err != nil {
 		t.Fatal(err)

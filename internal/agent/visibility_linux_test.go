@@ -31,7 +31,7 @@ var foreignNS = mountdetect.MountNamespace{State: mountdetect.MountNamespaceFore
 // is returned by its host path.
 func hostAndContainerView(t *testing.T, propagation uintptr) (hostRoot, containerRoot, hostNAS string) {
 	t.Helper()
-	host, view := mounttest.HostAndView(t, realTempDir(t), propagation)
+	host, view := mounttest.HostAndView(t, mounttest.RealTempDir(t), propagation)
 	hostRoot = filepath.Join(host, "kubelet")
 	hostNAS = filepath.Join(setUpEmptyDir(t, hostRoot, "cache"), "nas")
 	if err := os.Mkdir(hostNAS, 0o755); err != nil {

@@ -29,7 +29,7 @@ func TestTeardownCLISwapRace(t *testing.T) {
 	bin := buildBinary(t)
 	for _, medium := range []volume.StorageMedium{"", volume.StorageMediumMemory} {
 		t.Run("medium="+string(medium), func(t *testing.T) {
-			base := realTempDir(t)
+			base := mounttest.RealTempDir(t)
 			victim := filepath.Join(base, "victim")
 			mounttest.Tmpfs(t, victim, "size=1m")
 			want := mounttest.Sentinels(t, victim)
@@ -134,7 +134,7 @@ func TestCLIHostilePodDirectory(t *testing.T) {
 	for _, medium := range []volume.StorageMedium{"", volume.StorageMediumMemory} {
 		for _, c := range cases {
 			t.Run(string(medium)+"/"+c.name, func(t *testing.T) {
-				base := realTempDir(t)
+				base := mounttest.RealTempDir(t)
 				mounttest.Build(t, filepath.Join(base, "outside"), "file nodevol.json {\"medium\":\"Default\"}", "file ready", "file keep precious")
 				k := newKubelet(t, base)
 				vol := k.setUp(t, testUID, "cache", volume.EmptyDirSource{Medium: medium})

@@ -15,7 +15,7 @@ import (
 var checkKeys = []string{"path", "exists", "mountPoint", "mountPointSure", "fsType", "medium", "hugePageSize", "nestedMounts", "safeToRemove", "mountNamespace"}
 
 func TestCheckPlainDirectory(t *testing.T) {
-	base := realTempDir(t)
+	base := mounttest.RealTempDir(t)
 	vol := filepath.Join(base, "vol")
 	mounttest.Build(t, vol, "file a.txt hello", "dir sub/deeper", "symlink out /etc")
 	before := mounttest.Snapshot(t, base)
@@ -52,7 +52,7 @@ func TestCheckPlainDirectory(t *testing.T) {
 }
 
 func TestCheckMissingFileSymlink(t *testing.T) {
-	base := realTempDir(t)
+	base := mounttest.RealTempDir(t)
 	mounttest.Build(t, base, "file f.txt data", "symlink link /etc", "symlink dangling /nonexistent/target")
 	missing := filepath.Join(base, "missing")
 
@@ -86,7 +86,7 @@ func TestCheckMissingFileSymlink(t *testing.T) {
 
 // The exit code is the worst over all paths: an error (2) beats unsafe (1).
 func TestCheckExitCodeIsWorstOverPaths(t *testing.T) {
-	base := realTempDir(t)
+	base := mounttest.RealTempDir(t)
 	mounttest.Build(t, base, "file f data")
 	notDir := filepath.Join(base, "f", "x") // ENOTDIR: cannot be examined
 
@@ -103,7 +103,7 @@ func TestCheckExitCodeIsWorstOverPaths(t *testing.T) {
 }
 
 func TestCheckErrorJSON(t *testing.T) {
-	base := realTempDir(t)
+	base := mounttest.RealTempDir(t)
 	mounttest.Build(t, base, "file f data")
 	r := nodevol(t, "check", "--json", filepath.Join(base, "f", "x"))
 	r.wantCode(t, ExitError)
@@ -115,7 +115,7 @@ func TestCheckErrorJSON(t *testing.T) {
 
 func TestCheckTmpfsMountRoot(t *testing.T) {
 	mounttest.RequireMounts(t)
-	vol := filepath.Join(realTempDir(t), "memvol")
+	vol := filepath.Join(mounttest.RealTempDir(t), "memvol")
 	mounttest.Tmpfs(t, vol, "size=1m")
 
 	r := nodevol(t, "check", "--json", vol)
@@ -137,7 +137,7 @@ func TestCheckTmpfsMountRoot(t *testing.T) {
 
 func TestCheckNestedMounts(t *testing.T) {
 	mounttest.RequireMounts(t)
-	base := realTempDir(t)
+	base := mounttest.RealTempDir(t)
 	vol := filepath.Join(base, "vol")
 	mounttest.Build(t, vol, "file scratch.bin scratch", "dir cache")
 	mounttest.Build(t, base, "file outside/secret.txt not the pod's")
@@ -186,7 +186,7 @@ func TestCheckHugetlbfs(t *testing.T) {
 	if b, err := os.ReadFile("/proc/filesystems"); err != nil || !strings.Contains(string(b), "\thugetlbfs\n") {
 		mounttest.Skip(t, "this kernel has no hugetlbfs (not in /proc/filesystems)")
 	}
-	vol := filepath.Join(realTempDir(t), "hugevol")
+	vol := filepath.Join(mounttest.RealTempDir(t), "hugevol")
 	mounttest.Mount(t, "nodev", vol, "hugetlbfs", 0, "pagesize=2M")
 
 	r := nodevol(t, "check", "--json", vol)
@@ -211,7 +211,7 @@ func TestCheckHugetlbfs(t *testing.T) {
 // reason, never called safe to remove. Nothing is touched. ("/" is
 // examined: a mount point, unsafe; TestCheckExitCodeIsWorstOverPaths.)
 func TestCheckRefusesWhatRmRefuses(t *testing.T) {
-	base := realTempDir(t)
+	base := mounttest.RealTempDir(t)
 	vol := filepath.Join(base, "vol")
 	mounttest.Build(t, vol, "file a.txt data", "file sub/b.txt data")
 	t.Chdir(vol) // so that "." and "a.txt" name real entries

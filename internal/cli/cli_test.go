@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"io"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -127,17 +126,6 @@ func jsonLines(t *testing.T, out string, keys ...string) []map[string]any {
 // it did not list).
 func withError(keys []string) []string {
 	return append(slices.Clip(keys), "error", "errors")
-}
-
-// realTempDir is t.TempDir with symlinks resolved, because the kernel
-// names mount points that way.
-func realTempDir(t *testing.T) string {
-	t.Helper()
-	dir, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir
 }
 
 // Help that was asked for is output: stdout, exit 0. A usage mistake is a

@@ -54,7 +54,7 @@ func wantNoControl(t *testing.T, what, out string) {
 // table, shown escaped (and so is a pod directory with such a name), and no command prints a raw control character.
 // --json keeps the names as they are.
 func TestHumanOutputEscapesNames(t *testing.T) {
-	base := realTempDir(t)
+	base := mounttest.RealTempDir(t)
 	k := newKubelet(t, base)
 	const evil = "evil\nfake-row\t...\x1b[2J"
 	vol := k.dir(t, testUID2, "kubernetes.io/csi", evil)
@@ -109,7 +109,7 @@ func TestHumanOutputEscapesNames(t *testing.T) {
 // escape as mountdetect.Mount.String does, Go-quoted, never raw.
 func TestHumanOutputEscapesMountNames(t *testing.T) {
 	mounttest.RequireMounts(t)
-	base := realTempDir(t)
+	base := mounttest.RealTempDir(t)
 	k := newKubelet(t, base)
 	vol := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
 	const evil = "evil\nrefusing to remove /x: nothing\x1b[2J"

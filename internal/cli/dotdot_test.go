@@ -18,7 +18,7 @@ import (
 // under base, and returns the path with ".." and the kubelet.
 func dotDotFixture(t *testing.T) (base, path string, k *kubelet) {
 	t.Helper()
-	base = realTempDir(t)
+	base = mounttest.RealTempDir(t)
 	mounttest.Build(t, base, "dir b/c", "symlink a/link "+filepath.Join(base, "b", "c"))
 	mounttest.Sentinels(t, filepath.Join(base, "a", "x"))
 	mounttest.Sentinels(t, filepath.Join(base, "b", "x"))
@@ -109,7 +109,7 @@ func TestDotDotRefused(t *testing.T) {
 // check examines a path cleaned, as rm acts on it: "/vol/link/" is the
 // link (rm unlinks it), not the directory the kernel reaches through it.
 func TestCheckTrailingSlashIsWhatRmRemoves(t *testing.T) {
-	base := realTempDir(t)
+	base := mounttest.RealTempDir(t)
 	outside := filepath.Join(base, "outside")
 	mounttest.Sentinels(t, outside)
 	mounttest.Build(t, base, "symlink link "+outside)
@@ -127,7 +127,7 @@ func TestCheckTrailingSlashIsWhatRmRemoves(t *testing.T) {
 // nothing, so their refusal of a path with a ".." element must not speak
 // of removing; it says why ".." is refused and what to do instead.
 func TestDotDotRefusalSaysNothingOfRemoval(t *testing.T) {
-	base := realTempDir(t)
+	base := mounttest.RealTempDir(t)
 	for _, args := range [][]string{
 		{"scan", "--root", base + "/a/../kubelet"},
 		{"usage", base + "/a/../x"},

@@ -49,7 +49,7 @@ func TestDryRunAgreesWithTeardown(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			base := realTempDir(t)
+			base := mounttest.RealTempDir(t)
 			k := newKubelet(t, base)
 			vol := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
 			metaDir := filepath.Dir(k.ready(t, testUID, "cache"))

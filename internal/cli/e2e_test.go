@@ -104,7 +104,7 @@ func TestCLI(t *testing.T) {
 	})
 
 	t.Run("check", func(t *testing.T) {
-		base := realTempDir(t)
+		base := mounttest.RealTempDir(t)
 		vol := filepath.Join(base, "vol")
 		mounttest.Build(t, vol, "file a b")
 		missing := filepath.Join(base, "missing")
@@ -122,7 +122,7 @@ func TestCLI(t *testing.T) {
 
 	t.Run("check nested mounts", func(t *testing.T) {
 		mounttest.RequireMounts(t)
-		vol := filepath.Join(realTempDir(t), "vol")
+		vol := filepath.Join(mounttest.RealTempDir(t), "vol")
 		nas := filepath.Join(vol, "nas")
 		mounttest.Tmpfs(t, nas, "size=1m")
 		r := bin.run(t, nil, "check", vol)
@@ -132,7 +132,7 @@ func TestCLI(t *testing.T) {
 
 	t.Run("rm refused, then removed", func(t *testing.T) {
 		mounttest.RequireMounts(t)
-		base := realTempDir(t)
+		base := mounttest.RealTempDir(t)
 		vol := filepath.Join(base, "vol")
 		mounttest.Build(t, vol, "file scratch x")
 		nas := filepath.Join(vol, "nas")
@@ -153,7 +153,7 @@ func TestCLI(t *testing.T) {
 	})
 
 	t.Run("rm flag after path is still a flag", func(t *testing.T) {
-		base := realTempDir(t)
+		base := mounttest.RealTempDir(t)
 		vol := filepath.Join(base, "vol")
 		mounttest.Build(t, vol, "file a b")
 		before := mounttest.Snapshot(t, base)

@@ -55,7 +55,7 @@ func wantNamespaceRefusal(t *testing.T, r result, cmd string, ns mountdetect.Mou
 // deletes nothing; --allow-foreign-mount-namespace lets it go on.
 func TestRmRefusedInForeignNamespace(t *testing.T) {
 	ns := requireForeignNamespace(t)
-	base := realTempDir(t)
+	base := mounttest.RealTempDir(t)
 	vol := filepath.Join(base, "vol")
 	mounttest.Sentinels(t, vol)
 	before := mounttest.Snapshot(t, base)
@@ -96,7 +96,7 @@ func TestRmRefusedInForeignNamespace(t *testing.T) {
 // refusal keeps the ready marker and metadata too.
 func TestTeardownRefusedInForeignNamespace(t *testing.T) {
 	ns := requireForeignNamespace(t)
-	k := newKubelet(t, realTempDir(t))
+	k := newKubelet(t, mounttest.RealTempDir(t))
 	vol := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
 	mounttest.Build(t, vol, "file index.db scratch")
 	before := mounttest.Snapshot(t, k.root)
@@ -121,7 +121,7 @@ func TestTeardownRefusedInForeignNamespace(t *testing.T) {
 // (and nothing on stderr).
 func TestCheckScanWarnInForeignNamespace(t *testing.T) {
 	ns := requireForeignNamespace(t)
-	k := newKubelet(t, realTempDir(t))
+	k := newKubelet(t, mounttest.RealTempDir(t))
 	vol := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
 	warning := func(cmd string) string {
 		return "nodevol " + cmd + ": warning: " + ns.String() + "; a mount made only in the host's mount namespace is not seen from here\n"
@@ -183,7 +183,7 @@ func TestHostProc(t *testing.T) {
 	if pid, err := os.Readlink("/proc/self/ns/pid"); err != nil || pid != "pid:[4026531836]" {
 		mounttest.Skip(t, "the tests run in a PID namespace of their own (%s %v): PID 1 would not be the host's init", pid, err)
 	}
-	base := realTempDir(t)
+	base := mounttest.RealTempDir(t)
 	proc := filepath.Join(base, "proc")
 	mounttest.Build(t, proc, "symlink 1 /proc/thread-self")
 	vol := filepath.Join(base, "vol")
@@ -251,7 +251,7 @@ func TestRmInForeignNamespaceSparesHostNAS(t *testing.T) {
 	if pid, err := os.Readlink("/proc/self/ns/pid"); err != nil || pid != "pid:[4026531836]" {
 		mounttest.Skip(t, "the tests run in a PID namespace of their own (%s %v): the helper would not pass for the host's init", pid, err)
 	}
-	base := realTempDir(t)
+	base := mounttest.RealTempDir(t)
 	vol := filepath.Join(base, "vol")
 	nas := filepath.Join(vol, "nas")
 	mounttest.Build(t, vol, "file own.txt the volume's own", "dir nas")
@@ -374,7 +374,7 @@ func TestRmInHostNamespace(t *testing.T) {
 		return result{}
 	}
 
-	vol := filepath.Join(realTempDir(t), "vol")
+	vol := filepath.Join(mounttest.RealTempDir(t), "vol")
 	mounttest.Build(t, vol, "file a b")
 	r := inHost("check", vol)
 	r.wantCode(t, ExitOK)

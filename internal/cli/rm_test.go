@@ -43,7 +43,7 @@ func volumeWithOutsideLink(t *testing.T, base string) (vol, outside string, snap
 func TestRmRemovesAndNeverFollowsSymlinks(t *testing.T) {
 	for _, workers := range []string{"1", "4"} {
 		t.Run("workers="+workers, func(t *testing.T) {
-			base := realTempDir(t)
+			base := mounttest.RealTempDir(t)
 			vol, outside, snap := volumeWithOutsideLink(t, base)
 			// Enough entries for the parallel walk to have work to share.
 			for i := range 20 {
@@ -66,7 +66,7 @@ func TestRmRemovesAndNeverFollowsSymlinks(t *testing.T) {
 }
 
 func TestRmMissingAndSymlinkPath(t *testing.T) {
-	base := realTempDir(t)
+	base := mounttest.RealTempDir(t)
 	outside := filepath.Join(base, "outside")
 	snap := mounttest.Sentinels(t, outside)
 	link := filepath.Join(base, "link")
@@ -86,7 +86,7 @@ func TestRmRefusesNestedMounts(t *testing.T) {
 	mounttest.RequireMounts(t)
 	for _, workers := range []string{"1", "4"} {
 		t.Run("workers="+workers, func(t *testing.T) {
-			base := realTempDir(t)
+			base := mounttest.RealTempDir(t)
 			vol := filepath.Join(base, "vol")
 			mounttest.Build(t, vol, "file scratch.bin scratch", "dir cache/tmp", "file cache/tmp/x y")
 			nas := filepath.Join(vol, "cache", "nas")
@@ -139,7 +139,7 @@ func TestRmRefusesNestedMounts(t *testing.T) {
 
 func TestRmRefusesMountPoint(t *testing.T) {
 	mounttest.RequireMounts(t)
-	vol := filepath.Join(realTempDir(t), "memvol")
+	vol := filepath.Join(mounttest.RealTempDir(t), "memvol")
 	mounttest.Tmpfs(t, vol, "size=1m")
 	snap := mounttest.Sentinels(t, vol)
 
@@ -152,7 +152,7 @@ func TestRmRefusesMountPoint(t *testing.T) {
 }
 
 func TestRmDryRunDeletesNothing(t *testing.T) {
-	base := realTempDir(t)
+	base := mounttest.RealTempDir(t)
 	vol, _, _ := volumeWithOutsideLink(t, base)
 	link := filepath.Join(vol, "nas-file")
 	missing := filepath.Join(base, "missing")
@@ -187,7 +187,7 @@ func TestRmDryRunDeletesNothing(t *testing.T) {
 
 func TestRmDryRunWouldRefuse(t *testing.T) {
 	mounttest.RequireMounts(t)
-	base := realTempDir(t)
+	base := mounttest.RealTempDir(t)
 	vol := filepath.Join(base, "vol")
 	mounttest.Build(t, vol, "file scratch scratch")
 	nas := filepath.Join(vol, "nas")
@@ -213,7 +213,7 @@ func TestRmDryRunWouldRefuse(t *testing.T) {
 }
 
 func TestRmRejectsBadPaths(t *testing.T) {
-	base := realTempDir(t)
+	base := mounttest.RealTempDir(t)
 	vol := filepath.Join(base, "vol")
 	mounttest.Build(t, vol, "file a.txt data", "file sub/b.txt data")
 	t.Chdir(base) // so that the relative "vol" names a real tree
@@ -256,7 +256,7 @@ func TestRmRejectsBadPaths(t *testing.T) {
 // An invalid path does not stop the other paths, and the exit code is the
 // worst of them.
 func TestRmMixedPaths(t *testing.T) {
-	base := realTempDir(t)
+	base := mounttest.RealTempDir(t)
 	vol := filepath.Join(base, "vol")
 	mounttest.Build(t, vol, "file a.txt data")
 	r := nodevol(t, "rm", allowForeign, "--json", "relative", vol)
@@ -272,7 +272,7 @@ func TestRmMixedPaths(t *testing.T) {
 // per failure RemoveAll reports, and --json "errors" the same messages.
 func TestRmReportsEveryError(t *testing.T) {
 	mounttest.RequireMounts(t) // CAP_LINUX_IMMUTABLE, and a tmpfs that supports the flag
-	base := realTempDir(t)
+	base := mounttest.RealTempDir(t)
 	mounttest.Tmpfs(t, base, "size=1m")
 	vol := filepath.Join(base, "vol")
 	for i := range 3 {

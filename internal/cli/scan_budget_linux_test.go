@@ -272,7 +272,7 @@ func TestScanManyHostilePods(t *testing.T) {
 // is still examined.
 func TestScanBoundsEntries(t *testing.T) {
 	limits := volume.ScanLimits{Node: 1000}
-	root := realTempDir(t)
+	root := mounttest.RealTempDir(t)
 	dir := filepath.Join(root, "pods", testUID, "volumes", "kubernetes.io~secret")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)

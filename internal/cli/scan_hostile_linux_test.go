@@ -28,7 +28,7 @@ import (
 // symlink.
 func TestScanPluginVolumeSwapRace(t *testing.T) {
 	mounttest.RequireMounts(t)
-	base := realTempDir(t)
+	base := mounttest.RealTempDir(t)
 	root := filepath.Join(base, "kubelet")
 	vols := filepath.Join(root, "pods", testUID, "volumes")
 	mounttest.Build(t, vols, "dir kubernetes.io~secret/token")
@@ -86,7 +86,7 @@ func TestScanStalledPluginVolume(t *testing.T) {
 		{"kubernetes.io~secret/token/inner", "kubernetes.io~secret/token/inner", "danger"},
 	} {
 		t.Run(c.rel, func(t *testing.T) {
-			root := realTempDir(t)
+			root := mounttest.RealTempDir(t)
 			dir := filepath.Join(root, "pods", testUID, "volumes", c.rel)
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				t.Fatal(err)
@@ -116,7 +116,7 @@ func TestScanStalledSubpathsDir(t *testing.T) {
 	mounttest.RequireMounts(t)
 	for _, rel := range []string{"volume-subpaths", "volume-subpaths/token", "volume-subpaths/token/c/0"} {
 		t.Run(rel, func(t *testing.T) {
-			root := realTempDir(t)
+			root := mounttest.RealTempDir(t)
 			mounttest.Build(t, filepath.Join(root, "pods", testUID, "volumes"), "dir kubernetes.io~secret/token")
 			dir := filepath.Join(root, "pods", testUID, rel)
 			if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -181,7 +181,7 @@ func TestScanForeignMountOnWrappedVolume(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			base := realTempDir(t)
+			base := mounttest.RealTempDir(t)
 			root := filepath.Join(base, "kubelet")
 			dir := filepath.Join(root, "pods", testUID, "volumes", c.plugin, "v")
 			nas := filepath.Join(base, "nas")

@@ -22,7 +22,7 @@ import (
 // binary it built.
 func testScanCLI(t *testing.T, bin binary) {
 	t.Run("pods, plugins, problems and leftovers", func(t *testing.T) {
-		base := realTempDir(t)
+		base := mounttest.RealTempDir(t)
 		k := newKubelet(t, base)
 		cache := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
 		mounttest.Build(t, cache, "file index.db x")
@@ -98,7 +98,7 @@ func testScanCLI(t *testing.T, bin binary) {
 	})
 
 	t.Run("all ok", func(t *testing.T) {
-		k := newKubelet(t, realTempDir(t))
+		k := newKubelet(t, mounttest.RealTempDir(t))
 		k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
 		r := bin.run(t, nil, "scan", "--root", k.root)
 		r.wantCode(t, ExitOK)
@@ -106,7 +106,7 @@ func testScanCLI(t *testing.T, bin binary) {
 	})
 
 	t.Run("unreadable entry is an error", func(t *testing.T) {
-		base := realTempDir(t)
+		base := mounttest.RealTempDir(t)
 		k := newKubelet(t, base)
 		k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
 		volumes := filepath.Join(k.root, "pods", testUID2, "volumes")
@@ -142,7 +142,7 @@ func testScanCLI(t *testing.T, bin binary) {
 	})
 
 	t.Run("symlinked root", func(t *testing.T) {
-		base := realTempDir(t)
+		base := mounttest.RealTempDir(t)
 		k := newKubelet(t, filepath.Join(base, "data"))
 		cache := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
 		link := filepath.Join(base, "var-lib-kubelet")
@@ -159,7 +159,7 @@ func testScanCLI(t *testing.T, bin binary) {
 	})
 
 	t.Run("missing root or pods directory", func(t *testing.T) {
-		base := realTempDir(t)
+		base := mounttest.RealTempDir(t)
 		r := bin.run(t, nil, "scan", "--root", filepath.Join(base, "nosuch"))
 		r.wantCode(t, ExitError)
 		wantContains(t, "stderr", r.stderr, "nodevol scan: kubelet root "+filepath.Join(base, "nosuch")+" does not exist\n")
@@ -173,7 +173,7 @@ func testScanCLI(t *testing.T, bin binary) {
 
 	t.Run("subpaths", func(t *testing.T) {
 		mounttest.RequireMounts(t)
-		base := realTempDir(t)
+		base := mounttest.RealTempDir(t)
 		k := newKubelet(t, base)
 		cache := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
 		mounttest.Build(t, cache, "file conf/app.yaml a: b", "dir data/logs", "file hostname web-0")
@@ -234,7 +234,7 @@ func testScanCLI(t *testing.T, bin binary) {
 
 	t.Run("healthy node exits 0", func(t *testing.T) {
 		mounttest.RequireMounts(t)
-		base := realTempDir(t)
+		base := mounttest.RealTempDir(t)
 		k := newKubelet(t, base)
 		// What every running pod has: emptyDirs (a Default one and a
 		// Memory one set up by nodevol), a secret and a projected
@@ -295,7 +295,7 @@ func testScanCLI(t *testing.T, bin binary) {
 
 	t.Run("dangers", func(t *testing.T) {
 		mounttest.RequireMounts(t)
-		base := realTempDir(t)
+		base := mounttest.RealTempDir(t)
 		k := newKubelet(t, filepath.Join(base, "data"))
 		// A NAS in a Default emptyDir.
 		cache := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
@@ -407,7 +407,7 @@ func testScanCLI(t *testing.T, bin binary) {
 
 	t.Run("danger in a subPath tree", func(t *testing.T) {
 		mounttest.RequireMounts(t)
-		k := newKubelet(t, realTempDir(t))
+		k := newKubelet(t, mounttest.RealTempDir(t))
 		cache := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
 		mounttest.Build(t, cache, "dir data")
 		subpaths, err := k.layout.VolumeSubpathsDir(testUID, "cache")

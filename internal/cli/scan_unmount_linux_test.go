@@ -54,7 +54,7 @@ func TestHeldDescriptorOnPropagatedCopyMakesUnmountBusy(t *testing.T) {
 			name = "slave (HostToContainer)"
 		}
 		t.Run(name, func(t *testing.T) {
-			base := filepath.Join(realTempDir(t), "kubelet")
+			base := filepath.Join(mounttest.RealTempDir(t), "kubelet")
 			kubelet := propagatedRoot(t, base, slave)
 			vol := filepath.Join(base, "kubernetes.io~secret", "token")
 			if err := os.MkdirAll(vol, 0o755); err != nil {
@@ -130,7 +130,7 @@ func TestScanDoesNotMakeUnmountsBusy(t *testing.T) {
 			name = "slave (HostToContainer)"
 		}
 		t.Run(name, func(t *testing.T) {
-			root := filepath.Join(realTempDir(t), "kubelet")
+			root := filepath.Join(mounttest.RealTempDir(t), "kubelet")
 			kubelet := propagatedRoot(t, root, slave)
 			vols := filepath.Join(root, "pods", testUID, "volumes")
 			rels := []string{

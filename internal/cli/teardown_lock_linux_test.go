@@ -9,6 +9,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -20,7 +21,7 @@ import (
 // (exit 2); a dry run still answers; once the lock is free the teardown
 // goes through, and releases the lock when it ends.
 func TestTeardownRefusedWhileAVolumeManagerRuns(t *testing.T) {
-	k := newKubelet(t, realTempDir(t))
+	k := newKubelet(t, mounttest.RealTempDir(t))
 	vol := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
 	if err := os.WriteFile(filepath.Join(vol, "data"), []byte("in use"), 0o644); err != nil {
 		t.Fatal(err)

@@ -19,7 +19,7 @@ import (
 // with the binary it built.
 func testTeardownCLI(t *testing.T, bin binary) {
 	t.Run("Default volume, then again", func(t *testing.T) {
-		base := realTempDir(t)
+		base := mounttest.RealTempDir(t)
 		k := newKubelet(t, base)
 		vol := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
 		outside := filepath.Join(base, "outside")
@@ -61,7 +61,7 @@ func testTeardownCLI(t *testing.T, bin binary) {
 	// A trailing slash is accepted, as rm accepts it: the volume directory
 	// itself, never followed through a symlink.
 	t.Run("trailing slash", func(t *testing.T) {
-		base := realTempDir(t)
+		base := mounttest.RealTempDir(t)
 		k := newKubelet(t, base)
 		vol := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
 		mounttest.Build(t, vol, "file index.db scratch")
@@ -91,7 +91,7 @@ func testTeardownCLI(t *testing.T, bin binary) {
 	})
 
 	t.Run("leftover metadata only", func(t *testing.T) {
-		k := newKubelet(t, realTempDir(t))
+		k := newKubelet(t, mounttest.RealTempDir(t))
 		vol := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
 		if err := os.Remove(vol); err != nil {
 			t.Fatal(err)
@@ -106,7 +106,7 @@ func testTeardownCLI(t *testing.T, bin binary) {
 	})
 
 	t.Run("dry run changes nothing", func(t *testing.T) {
-		base := realTempDir(t)
+		base := mounttest.RealTempDir(t)
 		k := newKubelet(t, base)
 		vol := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
 		mounttest.Build(t, vol, "file index.db scratch")
@@ -126,7 +126,7 @@ func testTeardownCLI(t *testing.T, bin binary) {
 	})
 
 	t.Run("not an emptyDir volume directory", func(t *testing.T) {
-		base := realTempDir(t)
+		base := mounttest.RealTempDir(t)
 		k := newKubelet(t, base)
 		csi := k.dir(t, testUID, "kubernetes.io/csi", "pvc-1")
 		mounttest.Build(t, csi, "file data x")
@@ -162,7 +162,7 @@ func testTeardownCLI(t *testing.T, bin binary) {
 
 	t.Run("refused with a NAS inside, then torn down", func(t *testing.T) {
 		mounttest.RequireMounts(t)
-		base := realTempDir(t)
+		base := mounttest.RealTempDir(t)
 		k := newKubelet(t, base)
 		vol := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
 		mounttest.Build(t, vol, "file index.db scratch")
@@ -215,7 +215,7 @@ func testTeardownCLI(t *testing.T, bin binary) {
 
 	t.Run("Memory and HugePages volumes are unmounted and removed", func(t *testing.T) {
 		mounttest.RequireMounts(t)
-		base := realTempDir(t)
+		base := mounttest.RealTempDir(t)
 		k := newKubelet(t, base)
 		vols := []string{k.setUp(t, testUID, "scratch", volume.EmptyDirSource{Medium: volume.StorageMediumMemory, SizeLimit: 16 << 20})}
 		want := []string{"unmounted and removed " + vols[0] + " (Memory medium: tmpfs)\n"}
@@ -246,7 +246,7 @@ func testTeardownCLI(t *testing.T, bin binary) {
 
 	t.Run("Memory volume JSON", func(t *testing.T) {
 		mounttest.RequireMounts(t)
-		k := newKubelet(t, realTempDir(t))
+		k := newKubelet(t, mounttest.RealTempDir(t))
 		vol := k.setUp(t, testUID, "scratch", volume.EmptyDirSource{Medium: volume.StorageMediumMemory})
 		r := bin.run(t, nil, "teardown", allowForeign, "--json", vol)
 		r.wantCode(t, ExitOK)
@@ -263,7 +263,7 @@ func testTeardownCLI(t *testing.T, bin binary) {
 // as the volume manager's unmount operation does.
 func TestTeardownCleansSubpathsFirst(t *testing.T) {
 	mounttest.RequireMounts(t)
-	k := newKubelet(t, realTempDir(t))
+	k := newKubelet(t, mounttest.RealTempDir(t))
 	vol := k.setUp(t, "uid-1", "cache", volume.EmptyDirSource{})
 	mounttest.Build(t, vol, "file sub/f x")
 	sp, _ := k.layout.SubpathDir("uid-1", "cache", "app", 0)
@@ -284,7 +284,7 @@ func TestTeardownCleansSubpathsFirst(t *testing.T) {
 // says the subPath bind would be unmounted first.
 func TestRefusedTeardownKeepsSubpaths(t *testing.T) {
 	mounttest.RequireMounts(t)
-	base := realTempDir(t)
+	base := mounttest.RealTempDir(t)
 	k := newKubelet(t, base)
 	vol := k.setUp(t, "uid-1", "cache", volume.EmptyDirSource{})
 	mounttest.Build(t, vol, "file sub/f x")

@@ -14,7 +14,7 @@ import (
 // why) and in JSON ("upperBound": true, a key present only then).
 func TestUsageUpperBound(t *testing.T) {
 	mounttest.RequireMounts(t)
-	vol := filepath.Join(realTempDir(t), "vol")
+	vol := filepath.Join(mounttest.RealTempDir(t), "vol")
 	mounttest.Tmpfs(t, vol, "") // a private tmpfs: the files go with it
 	n := mountdetect.MaxHardLinkedInodes + 1000
 	mounttest.LinkedFiles(t, vol, n, 0)

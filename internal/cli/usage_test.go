@@ -20,7 +20,7 @@ import (
 var usageKeys = []string{"path", "bytes", "inodes", "source", "projectID", "notCounted"}
 
 func TestUsageWalk(t *testing.T) {
-	base := realTempDir(t)
+	base := mounttest.RealTempDir(t)
 	vol := filepath.Join(base, "vol")
 	mounttest.Build(t, vol, "file a "+strings.Repeat("x", 20000), "file d/b y")
 	if err := os.Link(filepath.Join(vol, "a"), filepath.Join(vol, "d/a-again")); err != nil {
@@ -82,7 +82,7 @@ func TestUsageProjectWithoutQuotas(t *testing.T) {
 // "not counted:" lines; with none, notCounted is [].
 func TestUsageJSONListsMountsNotCounted(t *testing.T) {
 	mounttest.RequireMounts(t)
-	base := realTempDir(t)
+	base := mounttest.RealTempDir(t)
 	vol := filepath.Join(base, "vol")
 	mounttest.Build(t, vol, "file a x", "dir nas", "dir data")
 	nas := filepath.Join(vol, "nas")

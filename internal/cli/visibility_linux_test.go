@@ -53,7 +53,7 @@ func TestCheckRootVisibility(t *testing.T) {
 // returned by its host path.
 func hostAndContainerView(t *testing.T, propagation uintptr) (hostRoot, containerRoot, hostNAS string) {
 	t.Helper()
-	host, view := mounttest.HostAndView(t, realTempDir(t), propagation)
+	host, view := mounttest.HostAndView(t, mounttest.RealTempDir(t), propagation)
 	k := newKubelet(t, host)
 	cache := k.setUp(t, testUID, "cache", volume.EmptyDirSource{})
 	hostNAS = filepath.Join(cache, "nas")

@@ -238,3 +238,15 @@ func MemTempDir(t testing.TB) string {
 	}
 	return t.TempDir()
 }
+
+// RealTempDir is t.TempDir() named without symlinks: the name the mount
+// table and the kernel's /proc/self/fd links give it, which tests compare
+// paths against.
+func RealTempDir(t testing.TB) string {
+	t.Helper()
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
