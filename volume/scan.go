@@ -75,6 +75,12 @@ type PluginDir struct {
 	// entries. It is ScanVolumes's: valid during the call only, never to
 	// be closed or kept.
 	Fd int
+	// Pod is the pod directory <root>/pods/<uid> that Fd was reached from
+	// (through its volumes directory), reached the same way and held by
+	// ScanVolumes as Fd is (valid during the call only, never to be closed
+	// or kept): what else a caller reads of the pod through it is in the
+	// directory whose volumes were listed, whatever was renamed since.
+	Pod int
 	// Path names it for messages (as listed), and Rel is its path from
 	// the pods directory: "<uid>/volumes/<escaped plugin>".
 	Path, Rel string
@@ -91,8 +97,8 @@ type PluginDir struct {
 // path resolved, a second time, so the volumes examined are those of the
 // directory listed even if it was renamed or replaced meanwhile (their
 // paths name it as it was listed). fn runs while ScanVolumes holds the
-// root, the pods directory, one pod's volumes directory and the plugin
-// directory open.
+// root, the pods directory, one pod's directory, its volumes directory
+// and the plugin directory open.
 func WithPluginDir(fn func(PluginDir)) ScanOption { return withPluginDir(fn) }
 
 type withPluginDir func(PluginDir)
@@ -321,12 +327,29 @@ func scanPod(pods *fsat.Dir, uid string, res *ScanResult, b *EntryBudget, visit 
 		res.Problems = append(res.Problems, ScanProblem{Path: p, Err: err})
 		stopped = stopped || errors.Is(err, ErrTooManyEntries)
 	}
-	vols, err := pods.OpenDir(uid+"/"+volumesDirName, fsat.SameMount)
+	// With visit, the pod directory is opened on its own, to be handed on
+	// with each plugin directory; without, its volumes directory is
+	// reached in one openat2.
+	from, rel := pods, uid+"/"+volumesDirName
+	podFd := -1
+	if visit != nil {
+		pod, err := pods.OpenDir(uid, fsat.SameMount)
+		if errors.Is(err, fs.ErrNotExist) {
+			return 0, problemsBefore, false
+		}
+		if err != nil {
+			problem(pods.Join(uid), err)
+			return 0, problemsBefore, false
+		}
+		defer pod.Close()
+		from, rel, podFd = pod, volumesDirName, pod.Fd()
+	}
+	vols, err := from.OpenDir(rel, fsat.SameMount)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, problemsBefore, false
 	}
 	if err != nil {
-		problem(pods.Join(uid+"/"+volumesDirName), err)
+		problem(from.Join(rel), err)
 		return 0, problemsBefore, false
 	}
 	defer vols.Close()
@@ -370,7 +393,7 @@ func scanPod(pods *fsat.Dir, uid string, res *ScanResult, b *EntryBudget, visit 
 			found++
 		}
 		if visit != nil && len(res.Volumes) > first {
-			visit(PluginDir{Fd: plDir.Fd(), Path: plPath, Rel: uid + "/" + volumesDirName + "/" + pl.Name, Volumes: res.Volumes[first:len(res.Volumes):len(res.Volumes)]})
+			visit(PluginDir{Fd: plDir.Fd(), Pod: podFd, Path: plPath, Rel: uid + "/" + volumesDirName + "/" + pl.Name, Volumes: res.Volumes[first:len(res.Volumes):len(res.Volumes)]})
 		}
 		plDir.Close()
 	}

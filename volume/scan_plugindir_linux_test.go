@@ -13,8 +13,9 @@ import (
 
 // TestWithPluginDirHandsEveryVolumeOnce: the plugin directories come in
 // the order of ScanResult.Volumes, each volume in exactly one of them,
-// with a descriptor of the directory it was listed in; a plugin directory
-// with no volume is not handed on.
+// with a descriptor of the directory it was listed in and one of the pod
+// directory it was reached from; a plugin directory with no volume is not
+// handed on.
 func TestWithPluginDirHandsEveryVolumeOnce(t *testing.T) {
 	root := t.TempDir()
 	l, _ := NewLayout(root)
@@ -35,6 +36,13 @@ func TestWithPluginDirHandsEveryVolumeOnce(t *testing.T) {
 		rels = append(rels, pd.Rel)
 		if want := filepath.Join(root, "pods", pd.Rel); pd.Path != want {
 			t.Errorf("Path %q, want %q", pd.Path, want)
+		}
+		var listed, inPod unix.Stat_t
+		if err := unix.Fstat(pd.Fd, &listed); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Fstatat(pd.Pod, "volumes/"+filepath.Base(pd.Rel), &inPod, unix.AT_SYMLINK_NOFOLLOW); err != nil || inPod.Ino != listed.Ino || inPod.Dev != listed.Dev {
+			t.Errorf("the pod directory handed with %s does not hold it: %v", pd.Rel, err)
 		}
 		for _, v := range pd.Volumes {
 			if filepath.Dir(v.Path) != pd.Path {
