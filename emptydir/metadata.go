@@ -2,6 +2,7 @@ package emptydir
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/nodevol/nodevol/fsquota"
@@ -143,12 +144,26 @@ func (m *metadata) describeQuota() string {
 
 // parseMetadata decodes nodevol.json; path is for the error message.
 func parseMetadata(b []byte, path string) (*metadata, error) {
-	var m metadata
-	if err := json.Unmarshal(b, &m); err != nil {
+	m, err := decodeMetadata(b)
+	if err != nil {
 		return nil, fmt.Errorf("parse %s: %w", path, err)
 	}
+	return m, nil
+}
+
+// errNoMountID is decodeMetadata's error for a mount record of a Memory or
+// HugePages volume that has no mount ID and is not pending.
+var errNoMountID = errors.New("a mount record without a mount ID")
+
+// decodeMetadata is parseMetadata with an error that names no path (a
+// caller that reads many records makes one only for a message).
+func decodeMetadata(b []byte) (*metadata, error) {
+	var m metadata
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
 	if m.Medium != volume.MediumDefault && m.Mount != nil && m.Mount.ID == 0 && m.Mount.UniqueID == 0 && !m.Mount.Pending {
-		return nil, fmt.Errorf("parse %s: a mount record without a mount ID", path)
+		return nil, errNoMountID
 	}
 	return &m, nil
 }

@@ -119,9 +119,9 @@ func (p *Plugin) Layout() volume.Layout { return p.host.Layout() }
 // CanSupport reports whether spec is an emptyDir.
 func (p *Plugin) CanSupport(spec *volume.Spec) bool { return spec != nil && spec.EmptyDir != nil }
 
-// paths returns the volume directory and the metadata directory.
-func (p *Plugin) paths(podUID, vol string) (dir, metaDir string, err error) {
-	return p.refPaths(ordinaryRef(podUID, vol))
+// path returns the volume directory.
+func (p *Plugin) path(podUID, vol string) (string, error) {
+	return p.refPath(ordinaryRef(podUID, vol))
 }
 
 // NewMounter returns the Mounter for spec in pod.
@@ -135,7 +135,7 @@ func (p *Plugin) NewMounter(spec *volume.Spec, pod *volume.Pod) (volume.Mounter,
 	if err := volume.ValidatePodUID(pod.UID); err != nil {
 		return nil, err
 	}
-	dir, _, err := p.paths(pod.UID, spec.Name)
+	dir, err := p.path(pod.UID, spec.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +145,7 @@ func (p *Plugin) NewMounter(spec *volume.Spec, pod *volume.Pod) (volume.Mounter,
 // NewUnmounter returns the Unmounter for a volume of a pod; it needs no
 // spec (the metadata file and the disk say what to undo).
 func (p *Plugin) NewUnmounter(vol, podUID string) (volume.Unmounter, error) {
-	dir, _, err := p.paths(podUID, vol)
+	dir, err := p.path(podUID, vol)
 	if err != nil {
 		return nil, err
 	}
@@ -331,33 +331,48 @@ func (r volRef) record() *locationRecord {
 }
 
 // owns returns an error matching ErrOtherVolumesRecord unless m (read from
-// r's metadata directory) was written for r.
-func (r volRef) owns(m *metadata, path string) error {
+// r's metadata directory, path names the record: called for a message
+// only) was written for r.
+func (r volRef) owns(m *metadata, path func() string) error {
+	if !r.located {
+		if m.Location == nil {
+			return nil
+		}
+		return fmt.Errorf("%w: %s records the emptyDir at %s; it is left in place", ErrOtherVolumesRecord, path(), m.Location.describe())
+	}
 	want := r.record()
 	switch {
-	case want == nil && m.Location == nil:
-		return nil
-	case want != nil && m.Location != nil && *m.Location == *want:
+	case m.Location != nil && *m.Location == *want:
 		return nil
 	case m.Location == nil:
-		return fmt.Errorf("%w: %s is an ordinary emptyDir's record, not that of the emptyDir at %s; it is left in place", ErrOtherVolumesRecord, path, want.describe())
+		return fmt.Errorf("%w: %s is an ordinary emptyDir's record, not that of the emptyDir at %s; it is left in place", ErrOtherVolumesRecord, path(), want.describe())
 	}
-	return fmt.Errorf("%w: %s records the emptyDir at %s; it is left in place", ErrOtherVolumesRecord, path, m.Location.describe())
+	return fmt.Errorf("%w: %s records the emptyDir at %s; it is left in place", ErrOtherVolumesRecord, path(), m.Location.describe())
 }
 
-// refPaths returns the volume directory and the metadata directory of r.
-func (p *Plugin) refPaths(r volRef) (dir, metaDir string, err error) {
-	l := p.host.Layout()
-	if dir, err = l.VolumeDir(r.podUID, r.plugin, r.dir); err != nil {
-		return "", "", err
+// escapedPluginName is PluginName as a plugin directory's name.
+var escapedPluginName = func() string {
+	s, err := volume.EscapePluginName(PluginName)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}()
+
+// refPath returns the volume directory of r, once its names are checked,
+// the metadata directory's too. (The metadata directory's path is the
+// open directory's: its messages name it as it was reached.)
+func (p *Plugin) refPath(r volRef) (dir string, err error) {
+	if dir, err = p.host.Layout().VolumeDir(r.podUID, r.plugin, r.dir); err != nil {
+		return "", err
 	}
 	if r.sub != "" {
 		dir = filepath.Join(dir, r.sub)
 	}
-	if metaDir, err = l.PluginVolumeDir(r.podUID, PluginName, r.meta); err != nil {
-		return "", "", err
+	if err := volume.ValidateVolumeDirName(r.meta); err != nil {
+		return "", err
 	}
-	return dir, metaDir, nil
+	return dir, nil
 }
 
 // NewMounterAt returns the Mounter of an emptyDir in another plugin's
@@ -385,7 +400,7 @@ func (p *Plugin) NewMounterAt(spec *volume.Spec, pod *volume.Pod, loc Location) 
 		return nil, err
 	}
 	ref := locatedRef(pod.UID, loc)
-	dir, _, err := p.refPaths(ref)
+	dir, err := p.refPath(ref)
 	if err != nil {
 		return nil, err
 	}
@@ -404,7 +419,7 @@ func (p *Plugin) NewUnmounterAt(podUID string, loc Location) (volume.Unmounter, 
 		return nil, err
 	}
 	ref := locatedRef(podUID, loc)
-	dir, _, err := p.refPaths(ref)
+	dir, err := p.refPath(ref)
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,7 @@ import (
 const tooSmallForUse = "Too small a size for current use"
 
 func (p *Plugin) resizeVolume(ctx context.Context, podUID, vol string, sizeBytes int64) error {
-	dir, _, err := p.paths(podUID, vol)
+	dir, err := p.path(podUID, vol)
 	if err != nil {
 		return &volume.OperationError{Kind: volume.Final, Op: "Resize", Path: dir, Err: err}
 	}

@@ -10,6 +10,6 @@ import (
 )
 
 func (p *Plugin) resizeVolume(ctx context.Context, podUID, vol string, sizeBytes int64) error {
-	dir, _, _ := p.paths(podUID, vol)
+	dir, _ := p.path(podUID, vol)
 	return &volume.OperationError{Kind: volume.Final, Op: "Resize", Path: dir, Err: mountdetect.ErrUnsupported}
 }

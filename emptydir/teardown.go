@@ -153,9 +153,8 @@ func (c ReasonCode) MarshalText() ([]byte, error) { return []byte(c.String()), n
 // Plan is what TearDown found on disk and will do. PlanTearDown computes it
 // without changing anything (a dry run); TearDown computes it and acts.
 type Plan struct {
-	Path    string
-	metaDir string
-	Exists  bool
+	Path   string
+	Exists bool
 	// Info is what mountdetect says about the open volume directory (when
 	// it is one).
 	Info mountdetect.FSInfo

@@ -20,13 +20,13 @@ import (
 )
 
 func (p *Plugin) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, error) {
-	dir, metaDir, err := p.refPaths(r)
+	dir, err := p.refPath(r)
 	if err != nil {
 		return Plan{}, err
 	}
 	v, err := p.openVolume(r, false)
 	if err != nil {
-		return Plan{Path: dir, metaDir: metaDir}, err
+		return Plan{Path: dir}, err
 	}
 	defer v.Close()
 	plan, e, err := v.plan(tab)
@@ -38,13 +38,13 @@ func (p *Plugin) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, erro
 // directories it shares with the previous volume reused when both are the
 // same pod's.
 func (pl *Planner) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, error) {
-	dir, metaDir, err := pl.p.refPaths(r)
+	dir, err := pl.p.refPath(r)
 	if err != nil {
 		return Plan{}, err
 	}
 	var v *podVolume
 	if pl.held != nil && pl.held.ref.podUID == r.podUID {
-		v, err = pl.held.sibling(r, dir, metaDir)
+		v, err = pl.held.sibling(r, dir)
 	} else {
 		pl.closeHeld()
 		if v, err = pl.openPod(r); err == nil {
@@ -52,18 +52,13 @@ func (pl *Planner) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, er
 		}
 	}
 	if err != nil {
-		return Plan{Path: dir, metaDir: metaDir}, err
+		return Plan{Path: dir}, err
 	}
 	if v.looker == nil && v.vols != nil && tab != nil {
 		// Once per pod: its volumes are then looked at, not opened. The
 		// pod and volumes directories are opened SameMount from pods.
-		if pl.podsAs == nil {
-			if pl.podsAs, err = tab.Parent(pl.pods.Fd(), pl.pods.Path()); err != nil {
-				pl.podsAs = nil
-			}
-		}
-		if pl.podsAs != nil {
-			v.looker = pl.podsAs.Beneath(v.volsFromPods)
+		if podsAs := pl.podsParent(tab); podsAs != nil {
+			v.looker = podsAs.Beneath(v.volsFromPods)
 			pl.held.looker = v.looker
 		}
 	}
@@ -74,6 +69,18 @@ func (pl *Planner) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, er
 	plan, e, err := v.plan(tab)
 	e.Close()
 	return plan, err
+}
+
+// podsParent is the Planner's pods directory as a mountdetect.Parent,
+// read once; nil when it cannot be read (volumes are then opened, not
+// looked at).
+func (pl *Planner) podsParent(tab *mountdetect.MountTable) *mountdetect.Parent {
+	if pl.podsAs == nil && pl.pods != nil {
+		if podsAs, err := tab.Parent(pl.pods.Fd(), pl.pods.Path()); err == nil {
+			pl.podsAs = podsAs
+		}
+	}
+	return pl.podsAs
 }
 
 // openPod opens the directories of the volume r, the first of its pod,
@@ -94,7 +101,7 @@ func (pl *Planner) openPod(r volRef) (*podVolume, error) {
 // returns holds the volume directory open when it is one; the caller
 // closes it (before unmounting: an open file keeps a mount busy).
 func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
-	p := Plan{Path: v.dir, metaDir: v.metaDir}
+	p := Plan{Path: v.dir}
 	// Unreadable metadata does not stop a plan; its error comes before
 	// the listing's.
 	dirErr := v.checkMetadataDir()
@@ -353,7 +360,7 @@ func (rec *mountRecord) sameMount(mi fsat.MountStat, r volRef) bool {
 }
 
 func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
-	dir, metaDir, err := p.refPaths(r)
+	dir, err := p.refPath(r)
 	if err != nil {
 		return Plan{}, &volume.OperationError{Kind: volume.Final, Op: "TearDown", Err: err}
 	}
@@ -363,7 +370,7 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 	}
 	v, err := p.openVolume(r, false)
 	if err != nil {
-		return Plan{Path: dir, metaDir: metaDir}, fail(volume.Transient, err)
+		return Plan{Path: dir}, fail(volume.Transient, err)
 	}
 	defer v.Close()
 	// The entry stays open for the quota's Clear, which acts on the

@@ -14,7 +14,7 @@ import (
 )
 
 func (p *Plugin) usage(r volRef) (Usage, error) {
-	dir, _, err := p.refPaths(r)
+	dir, err := p.refPath(r)
 	if err != nil {
 		return Usage{}, err
 	}

@@ -34,8 +34,7 @@ type podVolume struct {
 	ref      volRef // what the volume's mount source and record are made for
 	name     string // its directory's name in vols
 	metaName string // its metadata directory's name in metaParent
-	dir      string // display paths
-	metaDir  string
+	dir      string // display path (the metadata directory's is meta's)
 
 	root       *fsat.Dir
 	pods       *fsat.Dir // <root>/pods; nil when missing
@@ -68,19 +67,18 @@ func (p *Plugin) openVolume(r volRef, create bool) (_ *podVolume, err error) {
 // and owned by the caller (a Planner's, kept across pods): v.Close leaves
 // them open.
 func (p *Plugin) openVolumeIn(r volRef, create bool, root, pods *fsat.Dir) (_ *podVolume, err error) {
-	dir, metaDir, err := p.refPaths(r)
+	dir, err := p.refPath(r)
 	if err != nil {
 		return nil, err
 	}
-	escaped, err := volume.EscapePluginName(PluginName)
-	if err != nil {
-		return nil, err
+	escaped := escapedPluginName
+	volsEscaped := escaped
+	if r.plugin != PluginName {
+		if volsEscaped, err = volume.EscapePluginName(r.plugin); err != nil {
+			return nil, err
+		}
 	}
-	volsEscaped, err := volume.EscapePluginName(r.plugin)
-	if err != nil {
-		return nil, err
-	}
-	v := &podVolume{ref: r, name: r.dir, metaName: r.meta, dir: dir, metaDir: metaDir, hook: p.hook}
+	v := &podVolume{ref: r, name: r.dir, metaName: r.meta, dir: dir, hook: p.hook}
 	volsRel := "volumes/" + volsEscaped
 	if r.sub != "" {
 		// The volume is a directory in <plugin>/<dir> (a CSI target path,
@@ -166,20 +164,13 @@ func (v *podVolume) openBelowPods(r volRef, create bool, escaped, volsRel string
 	return v, nil
 }
 
-// sibling is the ordinary volume r (dir and metaDir its paths) of v's
-// pod, reached through the directories v holds (which it shares: close
-// only its meta): only its metadata directory is opened, as openVolume
-// opens it.
-func (v *podVolume) sibling(r volRef, dir, metaDir string) (*podVolume, error) {
+// sibling is the ordinary volume r (dir its path) of v's pod, reached
+// through the directories v holds (which it shares: close only its meta):
+// only its metadata directory is opened, as openVolume opens it.
+func (v *podVolume) sibling(r volRef, dir string) (*podVolume, error) {
 	s := *v
-	s.ref, s.name, s.metaName, s.dir, s.metaDir, s.meta = r, r.dir, r.meta, dir, metaDir, nil
-	if s.metaParent == nil {
-		return &s, nil
-	}
-	meta, err := s.metaParent.OpenDir(r.meta, fsat.SameMount)
-	if errors.Is(err, fs.ErrNotExist) {
-		return &s, nil
-	}
+	s.ref, s.name, s.metaName, s.dir, s.meta = r, r.dir, r.meta, dir, nil
+	meta, err := openOrCreate(s.metaParent, r.meta, false, fsat.SameMount)
 	if err != nil {
 		return nil, err
 	}
@@ -212,13 +203,15 @@ func (v *podVolume) readMeta() (*metadata, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := parseMetadata(b, v.meta.Join(metaFileName))
+	// The record's path is made for a message only.
+	path := func() string { return v.meta.Join(metaFileName) }
+	m, err := decodeMetadata(b)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("parse %s: %w", path(), err)
 	}
 	// Another volume's record (a name reused, a record copied) is never
 	// this volume's: an error, so that nothing is removed or overwritten.
-	if err := v.ref.owns(m, v.meta.Join(metaFileName)); err != nil {
+	if err := v.ref.owns(m, path); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -276,11 +269,11 @@ func (v *podVolume) checkMetadataDir() error {
 		// per interrupted write. Reading on would take as long as whoever
 		// made them wished.
 		return fmt.Errorf("%w: the metadata directory %s holds more than %d entries; it is never removed: move it away, then tear down again",
-			ErrUnexpectedMetadata, v.metaDir, maxMetadataEntries)
+			ErrUnexpectedMetadata, v.meta.Path(), maxMetadataEntries)
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("%w: the metadata directory %s holds what neither nodevol nor the kubelet writes there (%s); it is never removed: move it away, then tear down again",
-			ErrUnexpectedMetadata, v.metaDir, strings.Join(bad, ", "))
+			ErrUnexpectedMetadata, v.meta.Path(), strings.Join(bad, ", "))
 	}
 	return nil
 }
