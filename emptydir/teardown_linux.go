@@ -103,9 +103,11 @@ func (pl *Planner) openPod(r volRef) (*podVolume, error) {
 func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 	p := Plan{Path: v.dir}
 	// Unreadable metadata does not stop a plan; its error comes before
-	// the listing's.
-	dirErr := v.checkMetadataDir()
-	p.meta, p.metaErr = v.readMeta()
+	// the listing's. A listing that shows no record spares the open.
+	maybeRecord, dirErr := v.checkMetadataDir()
+	if maybeRecord {
+		p.meta, p.metaErr = v.readMeta()
+	}
 	if p.metaErr == nil {
 		p.metaErr = dirErr
 	}

@@ -242,17 +242,25 @@ func (v *podVolume) setReady() error { return v.meta.CreateEmpty(readyFileName, 
 // metadata file and temporary files of an interrupted write, all regular
 // files — so that removing it at the end of a teardown cannot fail after
 // the volume is gone. Anything else is left to the operator, named.
-func (v *podVolume) checkMetadataDir() error {
+//
+// maybeRecord is false when the listing went through the whole directory
+// and showed neither the record nor a temporary file of one (a record
+// being replaced by rename while it is listed); readMeta would find none
+// then, and is not asked.
+func (v *podVolume) checkMetadataDir() (maybeRecord bool, err error) {
 	if v.meta == nil {
-		return nil
+		return false, nil
 	}
 	var bad []string
 	n := 0
-	err := v.meta.EachEntry(func(e fsat.Entry) error {
+	err = v.meta.EachEntry(func(e fsat.Entry) error {
 		if n++; n > maxMetadataEntries {
 			return fsat.ErrStop
 		}
-		own := e.Name == readyFileName || e.Name == metaFileName || fsat.IsTempOf(e.Name, metaFileName)
+		own := e.Name == readyFileName
+		if e.Name == metaFileName || fsat.IsTempOf(e.Name, metaFileName) {
+			own, maybeRecord = true, true
+		}
 		if !own || e.Type != 0 {
 			bad = append(bad, v.meta.Join(e.Name))
 			if len(bad) == 10 {
@@ -262,20 +270,20 @@ func (v *podVolume) checkMetadataDir() error {
 		return nil
 	})
 	if err != nil {
-		return err
+		return true, err
 	}
 	if n > maxMetadataEntries {
 		// Only a flood of temporary names gets here: nodevol leaves one
 		// per interrupted write. Reading on would take as long as whoever
 		// made them wished.
-		return fmt.Errorf("%w: the metadata directory %s holds more than %d entries; it is never removed: move it away, then tear down again",
+		return true, fmt.Errorf("%w: the metadata directory %s holds more than %d entries; it is never removed: move it away, then tear down again",
 			ErrUnexpectedMetadata, v.meta.Path(), maxMetadataEntries)
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("%w: the metadata directory %s holds what neither nodevol nor the kubelet writes there (%s); it is never removed: move it away, then tear down again",
+		return true, fmt.Errorf("%w: the metadata directory %s holds what neither nodevol nor the kubelet writes there (%s); it is never removed: move it away, then tear down again",
 			ErrUnexpectedMetadata, v.meta.Path(), strings.Join(bad, ", "))
 	}
-	return nil
+	return maybeRecord, nil
 }
 
 // removeMetadata removes the ready marker, the metadata file, temporary
