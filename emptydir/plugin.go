@@ -350,14 +350,19 @@ func (r volRef) owns(m *metadata, path func() string) error {
 	return fmt.Errorf("%w: %s records the emptyDir at %s; it is left in place", ErrOtherVolumesRecord, path(), m.Location.describe())
 }
 
-// escapedPluginName is PluginName as a plugin directory's name.
-var escapedPluginName = func() string {
-	s, err := volume.EscapePluginName(PluginName)
-	if err != nil {
-		panic(err)
-	}
-	return s
-}()
+// escapedPluginName is PluginName as a plugin directory's name, and
+// listedSuffix the path of an emptyDir plugin directory from its pod
+// directory, with a leading "/".
+var (
+	escapedPluginName = func() string {
+		s, err := volume.EscapePluginName(PluginName)
+		if err != nil {
+			panic(err)
+		}
+		return s
+	}()
+	listedSuffix = "/volumes/" + escapedPluginName
+)
 
 // refPath returns the volume directory of r, once its names are checked,
 // the metadata directory's too. (The metadata directory's path is the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nodevol/nodevol/internal/base/fsat"
 	"github.com/nodevol/nodevol/mountdetect"
@@ -332,7 +333,9 @@ func (e *withCause) Unwrap() []error { return []error{e.err, e.cause} }
 // kubelet's unmount of it fail with EBUSY. Nothing is resolved by name
 // twice: a pod directory renamed or replaced between two of its volumes
 // is not followed, the volumes are examined in the directory that was
-// opened (their paths name it as it was listed).
+// opened (their paths name it as it was listed). A caller that lists the
+// volumes with volume.Layout.ScanVolumes plans them with PlanListed,
+// through the pod and plugin directories the listing holds open.
 //
 // The plans are PlanTearDown's, checks included. A Planner is not safe
 // for concurrent use; Close releases its descriptors.
@@ -356,6 +359,55 @@ func (pl *Planner) PlanTearDown(podUID, vol string, tab *mountdetect.MountTable)
 		_, err = pl.p.stop(&plan)
 	}
 	return plan, err
+}
+
+// PlanListed plans the teardowns of the volumes of pd, a plugin directory
+// volume.Layout.ScanVolumes lists under the plugin's kubelet root and hands
+// on (volume.WithPluginDir), as PlanTearDown plans each one, and calls fn
+// with each volume's index in pd.Volumes and its plan, in order.
+//
+// When pd is a pod's emptyDir plugin directory, its volumes are planned
+// through the descriptors the listing holds, borrowed for the duration of
+// the call: the pod directory (pd.Pod) and the plugin directory (pd.Fd)
+// are neither opened again nor their names resolved a second time, and
+// each volume's metadata directory is opened from that pod directory. The
+// volumes planned, and their records, are those of the pod directory that
+// was listed, even if it was renamed or replaced since (the plans' paths
+// name them as listed). The Planner never closes what it borrows and
+// keeps nothing of it past the call: what it opens from it (the metadata
+// directories) is closed before PlanListed returns, and fn must not keep
+// pd's descriptors either. Any other pd is planned as PlanTearDown plans
+// its volumes, by name.
+func (pl *Planner) PlanListed(pd volume.PluginDir, tab *mountdetect.MountTable, fn func(i int, plan Plan, err error)) {
+	uid, pod, ok := listedPod(pd)
+	if !ok {
+		for i, vd := range pd.Volumes {
+			plan, err := pl.PlanTearDown(vd.PodUID, vd.Volume, tab)
+			fn(i, plan, err)
+		}
+		return
+	}
+	pl.planListed(pd, uid, pod, tab, fn)
+}
+
+// listedPod is the pod UID of pd and the path of its pod directory, when
+// pd is a pod's emptyDir plugin directory handed on with its pod directory,
+// every volume in it (ok).
+func listedPod(pd volume.PluginDir) (uid, pod string, ok bool) {
+	if len(pd.Volumes) == 0 || pd.Fd < 0 || pd.Pod < 0 {
+		return "", "", false
+	}
+	uid = pd.Volumes[0].PodUID
+	if volume.ValidatePodUID(uid) != nil || len(pd.Rel) != len(uid)+len(listedSuffix) ||
+		pd.Rel[:len(uid)] != uid || pd.Rel[len(uid):] != listedSuffix || !strings.HasSuffix(pd.Path, listedSuffix) {
+		return "", "", false
+	}
+	for _, vd := range pd.Volumes {
+		if vd.PodUID != uid || vd.Plugin != PluginName {
+			return "", "", false
+		}
+	}
+	return uid, strings.TrimSuffix(pd.Path, listedSuffix), true
 }
 
 // Close closes the directories the Planner holds.

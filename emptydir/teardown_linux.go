@@ -83,6 +83,77 @@ func (pl *Planner) podsParent(tab *mountdetect.MountTable) *mountdetect.Parent {
 	return pl.podsAs
 }
 
+// openTop opens the kubelet root and its pods directory for the Planner
+// unless it holds them already (nothing when they cannot be opened).
+func (pl *Planner) openTop() {
+	if pl.root != nil {
+		return
+	}
+	root, err := fsat.OpenRoot(pl.p.host.Layout().Root())
+	if err != nil {
+		return
+	}
+	pods, err := openOrCreate(root, "pods", false)
+	if err != nil {
+		root.Close()
+		return
+	}
+	pl.root, pl.pods = root, pods
+}
+
+// planListed is PlanListed of pd, the emptyDir plugin directory of the pod
+// uid, whose directory path names (and pd.Pod is): its pod and plugin
+// directories are borrowed, its metadata directories opened from the pod
+// directory borrowed and closed before it returns.
+func (pl *Planner) planListed(pd volume.PluginDir, uid, path string, tab *mountdetect.MountTable, fn func(int, Plan, error)) {
+	// What the Planner holds of a pod it opened by name is never mixed
+	// with what a listing lends.
+	pl.closeHeld()
+	v := podVolume{pod: fsat.FromFd(pd.Pod, path), vols: fsat.FromFd(pd.Fd, pd.Path), hook: pl.p.hook,
+		topShared: true, borrowed: true, volsFromPods: pd.Rel}
+	defer v.Close() // what was opened here; nothing borrowed
+	var err error
+	if v.metaParent, err = openOrCreate(v.pod, "plugins/"+escapedPluginName, false, fsat.SameMount); err != nil {
+		for i, vd := range pd.Volumes {
+			fn(i, Plan{Path: vd.Path}, err)
+		}
+		return
+	}
+	if tab != nil {
+		pl.openTop()
+		if podsAs := pl.podsParent(tab); podsAs != nil {
+			v.looker = podsAs.Beneath(pd.Rel)
+		}
+	}
+	for i, vd := range pd.Volumes {
+		plan, err := pl.planIn(&v, vd, tab)
+		if err == nil && plan.Action != ActionRefuse {
+			_, err = pl.p.stop(&plan)
+		}
+		fn(i, plan, err)
+	}
+}
+
+// planIn plans the volume vd of the pod whose directories v holds, which
+// it leaves as it found them: only vd's metadata directory is opened,
+// and closed before it returns.
+func (pl *Planner) planIn(pod *podVolume, vd volume.VolumeDir, tab *mountdetect.MountTable) (Plan, error) {
+	r := pl.p.planRef(vd.PodUID, vd.Volume)
+	if err := volume.ValidateVolumeDirName(vd.Volume); err != nil {
+		return Plan{}, err
+	}
+	v := *pod
+	v.ref, v.name, v.metaName, v.dir = r, r.dir, r.meta, vd.Path
+	var err error
+	if v.meta, err = openOrCreate(pod.metaParent, r.meta, false, fsat.SameMount); err != nil {
+		return Plan{Path: v.dir}, err
+	}
+	defer v.meta.Close()
+	plan, e, err := v.plan(tab)
+	e.Close()
+	return plan, err
+}
+
 // openPod opens the directories of the volume r, the first of its pod,
 // from the kubelet root and pods directory the Planner keeps (opened at
 // its first pod, then owned by the Planner).

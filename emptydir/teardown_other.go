@@ -6,6 +6,7 @@ import (
 	"context"
 
 	"github.com/nodevol/nodevol/mountdetect"
+	"github.com/nodevol/nodevol/volume"
 )
 
 func (p *Plugin) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, error) {
@@ -18,6 +19,12 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 
 func (pl *Planner) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, error) {
 	return Plan{}, mountdetect.ErrUnsupported
+}
+
+func (pl *Planner) planListed(pd volume.PluginDir, _, _ string, _ *mountdetect.MountTable, fn func(int, Plan, error)) {
+	for i := range pd.Volumes {
+		fn(i, Plan{}, mountdetect.ErrUnsupported)
+	}
 }
 
 // podVolume holds nothing where volumes are not supported.

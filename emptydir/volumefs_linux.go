@@ -46,9 +46,12 @@ type podVolume struct {
 	hook testhook.Hook // the plugin's crash points (tests only)
 
 	// topShared says root and pods belong to a Planner (Close leaves them
-	// open); volsFromPods is vols's path from pods ("<uid>/volumes/...").
-	topShared    bool
-	volsFromPods string
+	// open); borrowed that pod and vols are a listing's, lent for the
+	// duration of a call (Planner.PlanListed: Close leaves them open, and
+	// nothing keeps them past the call); volsFromPods is vols's path from
+	// pods ("<uid>/volumes/...").
+	topShared, borrowed bool
+	volsFromPods        string
 
 	// looker, set by a Planner, is vols as a mountdetect.Parent: plan then
 	// looks at the volume directory by a statx of its name and answers
@@ -179,8 +182,11 @@ func (v *podVolume) sibling(r volRef, dir string) (*podVolume, error) {
 }
 
 func (v *podVolume) Close() {
-	for _, d := range []*fsat.Dir{v.meta, v.metaParent, v.vols, v.pod} {
-		d.Close()
+	v.meta.Close()
+	v.metaParent.Close()
+	if !v.borrowed {
+		v.vols.Close()
+		v.pod.Close()
 	}
 	if !v.topShared {
 		v.pods.Close()

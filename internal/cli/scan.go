@@ -209,7 +209,7 @@ func scanRootWithin(root string, limits volume.ScanLimits, opts ...emptydir.Opti
 		if s.volumes = ex.verdicts(len(found.Volumes)); len(s.volumes) != len(found.Volumes) {
 			return nil, fmt.Errorf("list volumes: %d listed, %d handed on to be examined", len(found.Volumes), len(s.volumes))
 		}
-		ex.sc.addSubpaths(s, 0, found.Volumes, found.Budgets)
+		ex.sc.addSubpaths(s, 0, found.Volumes, found.Budgets, ex.hasSubpaths)
 	}
 	return s, nil
 }
@@ -225,6 +225,9 @@ type listedScan struct {
 	// are never grown: a verdict is a few hundred bytes, and a slice grown
 	// by appending copies them all again at each doubling (verdicts).
 	chunks [][]scanVolume
+	// hasSubpaths says, by pod UID, whether a pod directory listed has a
+	// volume-subpaths entry (addSubpaths).
+	hasSubpaths map[string]bool
 }
 
 // verdictChunk is how many verdicts a chunk of listedScan holds.
@@ -251,7 +254,7 @@ func newListedScan(layout volume.Layout, opts ...emptydir.Option) (*listedScan, 
 	if err != nil {
 		return nil, err
 	}
-	return &listedScan{sc: sc, dirs: &pluginDirs{pods: sc.pods, tab: tab}, emptyDirs: sc.emptyDirs.NewPlanner()}, nil
+	return &listedScan{sc: sc, dirs: &pluginDirs{pods: sc.pods, tab: tab}, emptyDirs: sc.emptyDirs.NewPlanner(), hasSubpaths: map[string]bool{}}, nil
 }
 
 func (ex *listedScan) close() {
@@ -261,19 +264,41 @@ func (ex *listedScan) close() {
 }
 
 // examineListed adds the verdicts of pd's volumes, the plugin
-// directory that ScanVolumes lists them in still open: a volume of any
-// plugin but emptyDir is examined relative to that descriptor (its
-// subPath trees are read after the listing: addSubpaths).
+// directory that ScanVolumes lists them in and its pod directory still
+// open: an emptyDir is planned through both (emptydir.Planner.PlanListed),
+// a volume of any other plugin examined relative to the plugin directory
+// (its subPath trees are read after the listing, addSubpaths, for the
+// pods whose directory, asked here, has a volume-subpaths entry).
 func (ex *listedScan) examineListed(pd volume.PluginDir) {
+	if len(pd.Volumes) == 0 {
+		return
+	}
+	if uid := pd.Volumes[0].PodUID; pd.Pod >= 0 {
+		if _, ok := ex.hasSubpaths[uid]; !ok {
+			ex.hasSubpaths[uid] = ex.sc.hasSubpaths(uid, func(name string) bool { return hasEntryIn(pd.Pod, name) })
+		}
+	}
+	if pd.Volumes[0].Plugin == emptydir.PluginName {
+		ex.emptyDirs.PlanListed(pd, ex.sc.tab, func(i int, plan emptydir.Plan, err error) {
+			vd := pd.Volumes[i]
+			ex.add(emptyDirVerdict(vd, plan, err, func() string { return ex.sc.realPath(vd) }))
+		})
+		return
+	}
 	ex.dirs.listed(pd.Rel, pd.Fd, pd.Path)
 	defer ex.dirs.close()
 	for _, vd := range pd.Volumes {
-		if n := len(ex.chunks); n == 0 || len(ex.chunks[n-1]) == verdictChunk {
-			ex.chunks = append(ex.chunks, make([]scanVolume, 0, verdictChunk))
-		}
-		c := &ex.chunks[len(ex.chunks)-1]
-		*c = append(*c, ex.sc.verdict(ex.emptyDirs, ex.dirs, vd))
+		ex.add(ex.sc.verdict(ex.emptyDirs, ex.dirs, vd))
 	}
+}
+
+// add appends v to the verdicts.
+func (ex *listedScan) add(v scanVolume) {
+	if n := len(ex.chunks); n == 0 || len(ex.chunks[n-1]) == verdictChunk {
+		ex.chunks = append(ex.chunks, make([]scanVolume, 0, verdictChunk))
+	}
+	c := &ex.chunks[len(ex.chunks)-1]
+	*c = append(*c, v)
 }
 
 // rootScanner examines the volume directories of one kubelet root, with
@@ -339,30 +364,45 @@ func (sc *rootScanner) examine(s *scanReport, vols []volume.VolumeDir, budgets m
 	for _, vd := range vols {
 		s.volumes = append(s.volumes, sc.verdict(emptyDirs, dirs, vd))
 	}
-	sc.addSubpaths(s, first, vols, budgets)
+	sc.addSubpaths(s, first, vols, budgets, nil)
 }
 
 // verdict is examineVolume of vd, a volume of the root.
 func (sc *rootScanner) verdict(emptyDirs *emptydir.Planner, dirs *pluginDirs, vd volume.VolumeDir) scanVolume {
-	realPath := func() string { return filepath.Join(sc.realRoot, strings.TrimPrefix(vd.Path, sc.layout.Root())) }
-	return examineVolume(emptyDirs, dirs, sc.tab, vd, realPath)
+	return examineVolume(emptyDirs, dirs, sc.tab, vd, func() string { return sc.realPath(vd) })
+}
+
+// realPath is vd's path as the mount table names it (under the resolved
+// root).
+func (sc *rootScanner) realPath(vd volume.VolumeDir) string {
+	return filepath.Join(sc.realRoot, strings.TrimPrefix(vd.Path, sc.layout.Root()))
+}
+
+// hasSubpaths reports whether the pod uid has a volume-subpaths entry, as
+// has says of the entry's name, or whether that cannot be told (it only
+// skips work).
+func (sc *rootScanner) hasSubpaths(uid string, has func(name string) bool) bool {
+	dir, err := sc.layout.PodVolumeSubpathsDir(uid)
+	return err != nil || has(filepath.Base(dir))
 }
 
 // addSubpaths adds to the verdicts s.volumes[first:], those of vols,
 // their subPath entries, reading each pod's subPath tree within its
 // budget in budgets (a pod that fills it spends its own share, no one
-// else's).
-func (sc *rootScanner) addSubpaths(s *scanReport, first int, vols []volume.VolumeDir, budgets map[string]*volume.EntryBudget) {
+// else's). hasSubpaths says, by pod UID, which pods have a
+// volume-subpaths entry, as far as the caller found out (nil: nothing).
+func (sc *rootScanner) addSubpaths(s *scanReport, first int, vols []volume.VolumeDir, budgets map[string]*volume.EntryBudget, hasSubpaths map[string]bool) {
 	// Most pods have no volume-subpaths directory: one lstat per pod says
 	// so, instead of a walk from the root per volume. It only skips work:
 	// whatever is there is examined by descriptors.
-	hasSubpaths := map[string]bool{}
+	if hasSubpaths == nil {
+		hasSubpaths = map[string]bool{}
+	}
 	for i, vd := range vols {
 		v := &s.volumes[first+i]
 		has, ok := hasSubpaths[vd.PodUID]
 		if !ok {
-			dir, err := sc.layout.PodVolumeSubpathsDir(vd.PodUID)
-			has = err != nil || hasEntry(sc.pods, vd.PodUID, filepath.Base(dir))
+			has = sc.hasSubpaths(vd.PodUID, func(name string) bool { return hasEntry(sc.pods, vd.PodUID, name) })
 			hasSubpaths[vd.PodUID] = has
 		}
 		if v.err == nil && has {
@@ -393,6 +433,45 @@ func (s *scanReport) overBudgetAt(layout volume.Layout, uid string, stop error) 
 	}
 }
 
+// emptyDirVerdict is the verdict of vd, an emptyDir volume directory,
+// from its teardown plan (or the error that stopped it). realPath gives
+// vd.Path as the mount table names it, asked only when the plan lists
+// mounts.
+func emptyDirVerdict(vd volume.VolumeDir, plan emptydir.Plan, err error, realPath func() string) scanVolume {
+	v := scanVolume{PodUID: vd.PodUID, Plugin: vd.Plugin, Volume: vd.Volume, Path: vd.Path, NestedMounts: []mountdetect.Mount{}, Subpaths: []subpath.Entry{}}
+	if err != nil {
+		v.fail(err)
+		return v
+	}
+	v.exists = plan.Exists
+	v.Medium = emptydir.MediumOf(plan.Info).String()
+	v.MountPoint, v.sure = plan.Info.MountPoint, plan.Info.MountPointSure || !plan.Exists
+	v.fsType, v.hugePageSize = plan.Info.FSType, plan.Info.HugePageSize
+	var real string
+	if len(plan.Mounts) > 0 {
+		real = realPath()
+	}
+	for _, m := range plan.Mounts {
+		if !onDir(m, vd.Path, real) { // PlanTearDown lists the directory itself too
+			v.NestedMounts = append(v.NestedMounts, m)
+		}
+	}
+	v.SafeToRemove = plan.Action != emptydir.ActionRefuse
+	v.setCode(emptyDirCode(&plan))
+	v.Reason = withRemedy(plan)
+	switch plan.Action {
+	case emptydir.ActionNone:
+		v.Reason = "gone since it was listed"
+	case emptydir.ActionUnmountAndRemove:
+		v.Reason += "; nodevol teardown unmounts it, then removes it"
+	case emptydir.ActionRemove:
+		v.Reason += "; nodevol teardown removes it"
+	case emptydir.ActionRefuse:
+		v.Reason += "; nodevol teardown would refuse"
+	}
+	return v
+}
+
 // examineVolume gives a volume directory its verdict, and says whether it
 // could be removed without touching another mount. An emptyDir gets the
 // answer its own teardown would give (emptyDirCode): its own tmpfs or
@@ -408,42 +487,13 @@ func (s *scanReport) overBudgetAt(layout volume.Layout, uid string, stop error) 
 // directory, by descriptors
 // (examinePluginVolume).
 func examineVolume(emptyDirs *emptydir.Planner, dirs *pluginDirs, tab *mountdetect.MountTable, vd volume.VolumeDir, realPath func() string) scanVolume {
+	if vd.Plugin == emptydir.PluginName {
+		plan, err := emptyDirs.PlanTearDown(vd.PodUID, vd.Volume, tab)
+		return emptyDirVerdict(vd, plan, err, realPath)
+	}
 	v := scanVolume{PodUID: vd.PodUID, Plugin: vd.Plugin, Volume: vd.Volume, Path: vd.Path, NestedMounts: []mountdetect.Mount{}, Subpaths: []subpath.Entry{}}
 	fail := func(err error) scanVolume {
 		v.fail(err)
-		return v
-	}
-	if vd.Plugin == emptydir.PluginName {
-		plan, err := emptyDirs.PlanTearDown(vd.PodUID, vd.Volume, tab)
-		if err != nil {
-			return fail(err)
-		}
-		v.exists = plan.Exists
-		v.Medium = emptydir.MediumOf(plan.Info).String()
-		v.MountPoint, v.sure = plan.Info.MountPoint, plan.Info.MountPointSure || !plan.Exists
-		v.fsType, v.hugePageSize = plan.Info.FSType, plan.Info.HugePageSize
-		var real string
-		if len(plan.Mounts) > 0 {
-			real = realPath()
-		}
-		for _, m := range plan.Mounts {
-			if !onDir(m, vd.Path, real) { // PlanTearDown lists the directory itself too
-				v.NestedMounts = append(v.NestedMounts, m)
-			}
-		}
-		v.SafeToRemove = plan.Action != emptydir.ActionRefuse
-		v.setCode(emptyDirCode(&plan))
-		v.Reason = withRemedy(plan)
-		switch plan.Action {
-		case emptydir.ActionNone:
-			v.Reason = "gone since it was listed"
-		case emptydir.ActionUnmountAndRemove:
-			v.Reason += "; nodevol teardown unmounts it, then removes it"
-		case emptydir.ActionRemove:
-			v.Reason += "; nodevol teardown removes it"
-		case emptydir.ActionRefuse:
-			v.Reason += "; nodevol teardown would refuse"
-		}
 		return v
 	}
 	e := examinePluginVolume(dirs, tab, vd)

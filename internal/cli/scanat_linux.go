@@ -336,15 +336,22 @@ func readlinkAt(dirfd int, name string) string {
 }
 
 // hasEntry reports whether the pod directory uid in pods has an entry
-// name, or whether that cannot be told (it only skips work). Nothing is
-// asked of a filesystem mounted on the entry (statx AT_STATX_DONT_SYNC):
-// an lstat by path waited for good on one that stopped answering.
+// name, or whether that cannot be told (it only skips work): hasEntryIn
+// of the pod directory opened.
 func hasEntry(pods *fsat.Dir, uid, name string) bool {
 	pod, err := pods.OpenDir(uid, fsat.SameMount)
 	if err != nil {
 		return !errors.Is(err, fs.ErrNotExist)
 	}
 	defer pod.Close()
-	_, err = pod.Lstat(name)
-	return !errors.Is(err, fs.ErrNotExist)
+	return hasEntryIn(pod.Fd(), name)
+}
+
+// hasEntryIn reports whether the directory open as fd has an entry name,
+// or whether that cannot be told. Nothing is asked of a filesystem
+// mounted on the entry (statx AT_STATX_DONT_SYNC): an lstat by path
+// waited for good on one that stopped answering.
+func hasEntryIn(fd int, name string) bool {
+	_, err := fsat.StatAt(fd, name, unix.AT_SYMLINK_NOFOLLOW)
+	return err != unix.ENOENT
 }
