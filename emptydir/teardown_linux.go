@@ -194,7 +194,10 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		p.Action, p.Code, p.Reason = a, code, reason
 		return p, e, nil
 	}
-	self := []mountdetect.Mount{{MountPoint: v.dir}}
+	// The volume directory itself, for a refusal of what is on it.
+	self := func(fsType string) []mountdetect.Mount {
+		return []mountdetect.Mount{{MountPoint: v.dir, FSType: fsType}}
+	}
 	if !(e.kind == entryDir && e.Root) {
 		// The volume directory is not a mount: if the recorded mount is
 		// still mounted somewhere (the directory was renamed, or the
@@ -219,7 +222,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 	case entryOther:
 		p.Exists = true
 		if e.Root {
-			return refuse(ReasonForeignMount, "a file is mounted on the volume path", "unmount it, then tear down again", self)
+			return refuse(ReasonForeignMount, "a file is mounted on the volume path", "unmount it, then tear down again", self(""))
 		}
 		return act(ActionRemove, ReasonFile, "the volume path is a file, not a directory; it is unlinked")
 	}
@@ -228,7 +231,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		return p, e, err
 	}
 	var at, beneath []mountdetect.Mount
-	if e.known != nil {
+	if e.fromTable {
 		at, beneath = e.known.at, e.known.beneath
 	} else if at, beneath, err = tab.MountsAtEntry(e.Entry); err != nil {
 		return p, e, err
@@ -239,7 +242,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 		// FUSE daemon may not answer) before it is proven the volume's
 		// own: what it is comes from the mount table.
 		p.Info = infoOnDir(tab, e)
-	case e.known != nil:
+	case e.fromTable:
 		p.Info = e.known.info
 	default:
 		if p.Info, err = tab.DetectEntry(e.Entry); err != nil {
@@ -251,8 +254,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 			"unmount "+plural.Of(n, "it", "them")+" first (their data is not the volume's)", beneath)
 	}
 	if !p.Info.MountPointSure {
-		self[0].FSType = p.Info.FSType
-		return refuse(ReasonUncertain, "the kernel cannot say for sure whether the volume directory is a mount point", "", self)
+		return refuse(ReasonUncertain, "the kernel cannot say for sure whether the volume directory is a mount point", "", self(p.Info.FSType))
 	}
 	if !e.Root {
 		if len(at) > 0 {
@@ -306,7 +308,7 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 	}
 	// Proven the volume's own tmpfs or hugetlbfs: now it may be asked
 	// (a tmpfs not opened is what the table says: infoOnDir).
-	if e.known == nil {
+	if !e.fromTable {
 		if info, err := tab.DetectEntry(e.Entry); err == nil {
 			p.Info = info
 		}

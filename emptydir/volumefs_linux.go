@@ -519,9 +519,10 @@ func describeMount(mi fsat.MountStat) string {
 type entry struct {
 	kind entryKind
 	mountdetect.Entry
-	// known, when not nil, is what plan asks of the open directory,
+	// known, when fromTable, is what plan asks of the open directory,
 	// answered without opening it (lookEntry); Fd is then -1.
-	known *fromTable
+	known     fromTable
+	fromTable bool
 }
 
 // fromTable is what plan asks of the volume directory — the mounts on it
@@ -566,7 +567,7 @@ func (v *podVolume) lookEntry(tab *mountdetect.MountTable) (entry, error) {
 	if le.Mode != unix.S_IFDIR {
 		return v.openEntry() // opens nothing either
 	}
-	k := &fromTable{}
+	var k fromTable
 	if le.Root {
 		m, inTable, err := tab.MountOf(le)
 		if err != nil || !inTable || m.FSType == "hugetlbfs" || filepath.Base(m.MountPoint) != v.name {
@@ -582,7 +583,7 @@ func (v *podVolume) lookEntry(tab *mountdetect.MountTable) (entry, error) {
 			return v.openEntry()
 		}
 	}
-	return entry{kind: entryDir, Entry: le, known: k}, nil
+	return entry{kind: entryDir, Entry: le, known: k, fromTable: true}, nil
 }
 
 func (v *podVolume) openEntry() (entry, error) {
