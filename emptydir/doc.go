@@ -199,7 +199,9 @@
 // Unmounter returns the refusal alone, so that a volume manager can check
 // everything (subpaths included) before it changes anything. A [Planner]
 // makes PlanTearDown's plans of many volumes, pod after pod, with each
-// pod's directories opened once.
+// pod's directories opened once; its [Planner.PlanListed] makes those of
+// a plugin directory [volume.Layout.ScanVolumes] hands on through the pod
+// and plugin directories the listing holds open, borrowed for the call.
 //   - nothing there: success (leftover metadata is removed) — unless the
 //     recorded mount is still mounted elsewhere (its directory renamed, or
 //     the mount moved, by whoever can write in the pod directory; found

@@ -120,3 +120,49 @@ func ExamplePlanner() {
 	// cache: remove not-mounted
 	// scratch: remove not-mounted
 }
+
+// Plans of the emptyDirs a scan lists, made through the pod and plugin
+// directories the listing holds open (borrowed for the call: the Planner
+// neither closes nor keeps them).
+func ExamplePlanner_PlanListed() {
+	root, _ := os.MkdirTemp("", "kubelet")
+	defer os.RemoveAll(root)
+	layout, _ := volume.NewLayout(root)
+	plugin := emptydir.New(volume.NewHost(layout, nil, 0))
+	pod := &volume.Pod{UID: "8a3f0c52", Volumes: []volume.Spec{
+		{Name: "cache", EmptyDir: &volume.EmptyDirSource{}},
+		{Name: "scratch", EmptyDir: &volume.EmptyDirSource{}},
+	}}
+	for i := range pod.Volumes {
+		m, _ := plugin.NewMounter(&pod.Volumes[i], pod)
+		if err := m.SetUp(context.Background(), volume.MounterArgs{}); err != nil {
+			fmt.Println(err)
+		}
+	}
+
+	planner := plugin.NewPlanner()
+	defer planner.Close()
+	tab, err := mountdetect.ReadMountTable()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_, err = layout.ScanVolumes(volume.WithPluginDir(func(pd volume.PluginDir) {
+		if pd.Volumes[0].Plugin != emptydir.PluginName {
+			return
+		}
+		planner.PlanListed(pd, tab, func(i int, plan emptydir.Plan, err error) {
+			if err != nil {
+				fmt.Println(err)
+				return
+			}
+			fmt.Println(pd.Volumes[i].Volume+":", plan.Action, plan.Code)
+		})
+	}))
+	if err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// cache: remove not-mounted
+	// scratch: remove not-mounted
+}

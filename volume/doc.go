@@ -17,8 +17,9 @@
 //     that a pod that fills its own directory is reported over its budget
 //     and hides no other pod; reconstruction sets no limits. With
 //     [WithPluginDir] a caller examines each plugin directory's volumes
-//     through the descriptor that was listed ([PluginDir]), while
-//     ScanVolumes holds it open, instead of opening it again by name.
+//     through the descriptor that was listed ([PluginDir], with the pod
+//     directory it was reached from), while ScanVolumes holds it open,
+//     instead of opening it again by name.
 //   - Types: [Spec] (with [EmptyDirSource]), [Pod], unique names, and
 //     the emptyDir [Medium] with its Kubernetes quantities.
 //   - Plugins: small interfaces — [Plugin], [Mounter], [Unmounter], the
