@@ -81,6 +81,9 @@ type PluginDir struct {
 	// Volumes are the volume directories listed in it, as they are in
 	// ScanResult.Volumes (the same values, in the same order).
 	Volumes []VolumeDir
+	// Budget is the pod's (ScanResult.Budgets; nil when the scan is not
+	// bounded), for what the caller reads of the pod's volumes.
+	Budget *EntryBudget
 }
 
 // WithPluginDir makes ScanVolumes call fn with every plugin directory in
@@ -376,7 +379,7 @@ func scanPod(pods *fsat.Dir, uid string, res *ScanResult, b *EntryBudget, visit 
 			found++
 		}
 		if visit != nil && len(res.Volumes) > first {
-			visit(PluginDir{Fd: plDir.Fd(), Path: plPath, Rel: uid + "/" + volumesDirName + "/" + pl.Name, Volumes: res.Volumes[first:len(res.Volumes):len(res.Volumes)]})
+			visit(PluginDir{Fd: plDir.Fd(), Path: plPath, Rel: uid + "/" + volumesDirName + "/" + pl.Name, Volumes: res.Volumes[first:len(res.Volumes):len(res.Volumes)], Budget: b})
 		}
 		plDir.Close()
 	}

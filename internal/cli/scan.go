@@ -272,7 +272,7 @@ func (ex *listedScan) examineListed(pd volume.PluginDir) {
 			ex.chunks = append(ex.chunks, make([]scanVolume, 0, verdictChunk))
 		}
 		c := &ex.chunks[len(ex.chunks)-1]
-		*c = append(*c, ex.sc.verdict(ex.emptyDirs, ex.dirs, vd))
+		*c = append(*c, ex.sc.verdict(ex.emptyDirs, ex.dirs, vd, pd.Budget))
 	}
 }
 
@@ -339,15 +339,16 @@ func (sc *rootScanner) examine(s *scanReport, vols []volume.VolumeDir, budgets m
 	s.volumes = slices.Grow(s.volumes, len(vols))
 	first := len(s.volumes)
 	for _, vd := range vols {
-		s.volumes = append(s.volumes, sc.verdict(emptyDirs, dirs, vd))
+		s.volumes = append(s.volumes, sc.verdict(emptyDirs, dirs, vd, budgets[vd.PodUID]))
 	}
 	sc.addSubpaths(s, first, vols, budgets)
 }
 
-// verdict is examineVolume of vd, a volume of the root.
-func (sc *rootScanner) verdict(emptyDirs *emptydir.Planner, dirs *pluginDirs, vd volume.VolumeDir) scanVolume {
+// verdict is examineVolume of vd, a volume of the root; b is its pod's
+// budget (nil: none).
+func (sc *rootScanner) verdict(emptyDirs *emptydir.Planner, dirs *pluginDirs, vd volume.VolumeDir, b *volume.EntryBudget) scanVolume {
 	realPath := func() string { return filepath.Join(sc.realRoot, strings.TrimPrefix(vd.Path, sc.layout.Root())) }
-	return examineVolume(emptyDirs, dirs, sc.tab, sc.texts, vd, realPath)
+	return examineVolume(emptyDirs, dirs, sc.tab, sc.texts, vd, b, realPath)
 }
 
 // addSubpaths adds to the verdicts s.volumes[first:], those of vols,
@@ -367,6 +368,9 @@ func (sc *rootScanner) addSubpaths(s *scanReport, first int, vols []volume.Volum
 			has = err != nil || hasEntry(sc.pods, vd.PodUID, filepath.Base(dir))
 			hasSubpaths[vd.PodUID] = has
 		}
+		if errors.Is(v.err, volume.ErrTooManyEntries) {
+			s.overBudgetAt(sc.layout, vd.PodUID, v.err) // its emptyDir metadata spent the pod's budget
+		}
 		if v.err == nil && has {
 			if stop := v.addSubpaths(sc.subpaths, sc.tab, budgets[vd.PodUID]); stop != nil {
 				s.overBudgetAt(sc.layout, vd.PodUID, stop)
@@ -376,7 +380,8 @@ func (sc *rootScanner) addSubpaths(s *scanReport, first int, vols []volume.Volum
 }
 
 // overBudgetAt records that the budget of the pod uid stopped the
-// examination of its subPath tree: a problem where it stopped, and the
+// examination of its subPath tree or of an emptyDir's metadata
+// directory: a problem where it stopped, and the
 // pod among those over budget.
 func (s *scanReport) overBudgetAt(layout volume.Layout, uid string, stop error) {
 	where := layout.PodsDir()
@@ -409,14 +414,14 @@ func (s *scanReport) overBudgetAt(layout volume.Layout, uid string, stop error) 
 // is reached through dirs, its plugin directory opened from the pods
 // directory, by descriptors
 // (examinePluginVolume).
-func examineVolume(emptyDirs *emptydir.Planner, dirs *pluginDirs, tab *mountdetect.MountTable, texts reasonTexts, vd volume.VolumeDir, realPath func() string) scanVolume {
+func examineVolume(emptyDirs *emptydir.Planner, dirs *pluginDirs, tab *mountdetect.MountTable, texts reasonTexts, vd volume.VolumeDir, b *volume.EntryBudget, realPath func() string) scanVolume {
 	v := scanVolume{PodUID: vd.PodUID, Plugin: vd.Plugin, Volume: vd.Volume, Path: vd.Path, NestedMounts: []mountdetect.Mount{}, Subpaths: []subpath.Entry{}}
 	fail := func(err error) scanVolume {
 		v.fail(err)
 		return v
 	}
 	if vd.Plugin == emptydir.PluginName {
-		plan, err := emptyDirs.PlanTearDown(vd.PodUID, vd.Volume, tab)
+		plan, err := emptyDirs.PlanTearDownWithin(vd.PodUID, vd.Volume, tab, b)
 		if err != nil {
 			return fail(err)
 		}
