@@ -62,9 +62,10 @@ func (pl *Planner) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, er
 			pl.held.looker = v.looker
 		}
 	}
+	v.budget = pl.budget
 	defer func() {
 		v.meta.Close()
-		v.meta = nil
+		v.meta, v.budget = nil, nil
 	}()
 	plan, e, err := v.plan(tab)
 	e.Close()
@@ -110,7 +111,7 @@ func (pl *Planner) planListed(pd volume.PluginDir, uid, path string, tab *mountd
 	// with what a listing lends.
 	pl.closeHeld()
 	v := podVolume{pod: fsat.FromFd(pd.Pod, path), vols: fsat.FromFd(pd.Fd, pd.Path), hook: pl.p.hook,
-		topShared: true, borrowed: true, volsFromPods: pd.Rel}
+		topShared: true, borrowed: true, volsFromPods: pd.Rel, budget: pd.Budget}
 	defer v.Close() // what was opened here; nothing borrowed
 	var err error
 	if v.metaParent, err = openOrCreate(v.pod, "plugins/"+escapedPluginName, false, fsat.SameMount); err != nil {
@@ -176,6 +177,9 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 	// Unreadable metadata does not stop a plan; its error comes before
 	// the listing's. A listing that shows no record spares the open.
 	maybeRecord, dirErr := v.checkMetadataDir()
+	if errors.Is(dirErr, volume.ErrTooManyEntries) {
+		return p, entry{Entry: mountdetect.Entry{Fd: -1}}, dirErr
+	}
 	if maybeRecord {
 		p.meta, p.metaErr = v.readMeta()
 	}

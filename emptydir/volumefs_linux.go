@@ -57,6 +57,10 @@ type podVolume struct {
 	// looks at the volume directory by a statx of its name and answers
 	// from the mount table without opening it (lookEntry).
 	looker *mountdetect.Parent
+
+	// budget, set by a Planner for one plan, is the pod's budget of a
+	// scan, which checkMetadataDir charges (nil: none).
+	budget *volume.EntryBudget
 }
 
 // openVolume opens what exists of the volume's directories; with create
@@ -258,10 +262,16 @@ func (v *podVolume) checkMetadataDir() (maybeRecord bool, err error) {
 		return false, nil
 	}
 	var bad []string
+	var spent error
 	n := 0
 	err = v.meta.EachEntry(func(e fsat.Entry) error {
 		if n++; n > maxMetadataEntries {
 			return fsat.ErrStop
+		}
+		if e.Name != readyFileName && e.Name != metaFileName {
+			if spent = v.budget.Take(n - 1); spent != nil {
+				return fsat.ErrStop
+			}
 		}
 		own := e.Name == readyFileName
 		if e.Name == metaFileName || fsat.IsTempOf(e.Name, metaFileName) {
@@ -277,6 +287,9 @@ func (v *podVolume) checkMetadataDir() (maybeRecord bool, err error) {
 	})
 	if err != nil {
 		return true, err
+	}
+	if spent != nil {
+		return true, &os.PathError{Op: "readdir", Path: v.meta.Path(), Err: fmt.Errorf("%w; the scan stopped here", spent)}
 	}
 	if n > maxMetadataEntries {
 		// Only a flood of temporary names gets here: nodevol leaves one
