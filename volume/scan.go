@@ -79,7 +79,8 @@ type PluginDir struct {
 	// (through its volumes directory), reached the same way and held by
 	// ScanVolumes as Fd is (valid during the call only, never to be closed
 	// or kept): what else a caller reads of the pod through it is in the
-	// directory whose volumes were listed, whatever was renamed since.
+	// directory whose volumes were listed, whatever was renamed since. A
+	// PluginDir made otherwise than by ScanVolumes sets it, or -1.
 	Pod int
 	// Path names it for messages (as listed), and Rel is its path from
 	// the pods directory: "<uid>/volumes/<escaped plugin>".
