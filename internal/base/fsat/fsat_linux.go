@@ -384,26 +384,30 @@ func (d *Dir) ReadFile(name string, max int64) ([]byte, error) {
 }
 
 // readFile is ReadFile.
+//
+// The file's type and size are those statx gave of the O_PATH descriptor
+// openRegular checked: the descriptor it returns is a reopen of that very
+// inode (the magic link names the open file, no name is resolved again),
+// so an fstat of it would only say the same once more. The size sizes the
+// buffer and refuses a file already over max before anything is read;
+// the reads enforce max on what they return, whatever happened to the
+// file since.
 func (d *Dir) readFile(name string, max int64) ([]byte, error) {
 	p := d.Join(name)
-	fd, err := d.openRegular(name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
+	if max < 0 { // every file is larger; openRegular's -1 means no cap
+		return nil, &os.PathError{Op: "read", Path: p, Err: fmt.Errorf("%w: at most %d bytes expected", ErrTooLarge, max)}
+	}
+	fd, s, err := d.openRegular(name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, max)
 	if err != nil {
+		if errors.Is(err, ErrTooLarge) {
+			return nil, &os.PathError{Op: "read", Path: p, Err: err}
+		}
 		return nil, &os.PathError{Op: "open", Path: p, Err: err}
 	}
 	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, &os.PathError{Op: "fstat", Path: p, Err: err}
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, &os.PathError{Op: "open", Path: p, Err: fmt.Errorf("%w (mode %#o)", ErrNotRegular, st.Mode&unix.S_IFMT)}
-	}
-	if st.Size > max {
-		return nil, &os.PathError{Op: "read", Path: p, Err: fmt.Errorf("%w: %d bytes, at most %d expected", ErrTooLarge, st.Size, max)}
-	}
-	// Read into a buffer of the size fstat gave and one byte more, grown
+	// Read into a buffer of the size statx gave and one byte more, grown
 	// (up to max and one byte) only for a file that grew meanwhile.
-	b := make([]byte, 0, st.Size+1)
+	b := make([]byte, 0, s.Size+1)
 	for {
 		if len(b) == cap(b) {
 			if int64(len(b)) > max {
@@ -439,7 +443,10 @@ func (d *Dir) readFile(name string, max int64) ([]byte, error) {
 // file reopened from it (its magic link), never by name again. Before
 // openat2 (Linux 5.6) the O_PATH open is openat's, and the check's mount
 // root test stands for RESOLVE_NO_XDEV.
-func (d *Dir) openRegular(name string, flags int) (int, error) {
+//
+// It returns what statx said of the file too. With max >= 0, a file
+// larger than max is refused (ErrTooLarge) without being opened.
+func (d *Dir) openRegular(name string, flags int, max int64) (int, MountStat, error) {
 	var pfd int
 	err := Retry(func() (err error) {
 		pfd, err = unix.Openat2(d.fd, name, &unix.OpenHow{
@@ -451,27 +458,34 @@ func (d *Dir) openRegular(name string, flags int) (int, error) {
 	switch err {
 	case nil:
 	case unix.EXDEV:
-		return -1, ErrOtherMount
+		return -1, MountStat{}, ErrOtherMount
 	case unix.ELOOP:
-		return -1, sentinelErrno{ErrSymlink, unix.ELOOP}
+		return -1, MountStat{}, sentinelErrno{ErrSymlink, unix.ELOOP}
 	case unix.ENOSYS, unix.EPERM, unix.EINVAL, unix.EAGAIN:
 		// No openat2 (Linux < 5.6, or a seccomp filter), or one that
 		// asks to be retried.
 		if pfd, err = Openat(d.fd, name, unix.O_PATH|unix.O_NOFOLLOW, 0); err != nil {
-			return -1, err
+			return -1, MountStat{}, err
 		}
 	default:
-		return -1, err
+		return -1, MountStat{}, err
 	}
 	defer unix.Close(pfd)
 	s, err := StatMount(pfd, "", 0)
 	if err != nil {
-		return -1, err
+		return -1, MountStat{}, err
 	}
 	if err := regularHere(s); err != nil {
-		return -1, err
+		return -1, MountStat{}, err
 	}
-	return Reopen(pfd, flags)
+	if max >= 0 && s.Size > uint64(max) {
+		return -1, MountStat{}, fmt.Errorf("%w: %d bytes, at most %d expected", ErrTooLarge, s.Size, max)
+	}
+	fd, err := Reopen(pfd, flags)
+	if err != nil {
+		return -1, MountStat{}, err
+	}
+	return fd, s, nil
 }
 
 // regularHere is openRegular's check of what statx said of a file: a
@@ -623,7 +637,7 @@ func (d *Dir) CreateEmpty(name string, perm uint32) error {
 		if err != unix.EEXIST {
 			break
 		}
-		if fd, err = d.openRegular(name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY); err != unix.ENOENT {
+		if fd, _, err = d.openRegular(name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, -1); err != unix.ENOENT {
 			break
 		}
 	}

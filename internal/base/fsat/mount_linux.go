@@ -34,7 +34,7 @@ func StatMount(dirfd int, name string, q MountQuery) (MountStat, error) {
 	if name == "" {
 		flags |= unix.AT_EMPTY_PATH
 	}
-	mask := unix.STATX_TYPE | unix.STATX_INO
+	mask := unix.STATX_TYPE | unix.STATX_INO | unix.STATX_SIZE
 	if q&Usage != 0 {
 		mask |= unix.STATX_NLINK | unix.STATX_BLOCKS
 	}
@@ -55,6 +55,7 @@ func StatMount(dirfd int, name string, q MountQuery) (MountStat, error) {
 		Root: sx.Attributes_mask&sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0,
 		Dev:  unix.Mkdev(sx.Dev_major, sx.Dev_minor),
 		Ino:  sx.Ino,
+		Size: sx.Size,
 		Mode: uint32(sx.Mode) & unix.S_IFMT,
 	}
 	if q&Usage != 0 {
