@@ -30,27 +30,6 @@ func Retry(fn func() error) error {
 	}
 }
 
-// Openat is openat(2) with O_CLOEXEC, retried on EINTR.
-func Openat(dirfd int, name string, flags int, mode uint32) (int, error) {
-	var fd int
-	err := Retry(func() (err error) {
-		fd, err = unix.Openat(dirfd, name, flags|unix.O_CLOEXEC, mode)
-		return err
-	})
-	return fd, err
-}
-
-// Reopen opens the file fd refers to once more, with flags (O_CLOEXEC
-// added): a new open file description of the same inode, with its own
-// offset and access mode, reached through fd's /proc/self/fd magic link,
-// which the kernel resolves to that very file whatever has happened to its
-// name since. It turns an O_PATH descriptor into one ioctl and fchmod
-// accept, or gives a walk a descriptor whose offset the caller's does not
-// share (dup would).
-func Reopen(fd int, flags int) (int, error) {
-	return Openat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), flags, 0)
-}
-
 // Dir is an open directory. Its path is for messages only: nothing is ever
 // resolved through it.
 type Dir struct {
@@ -256,11 +235,7 @@ func (d *Dir) openDirFast(rel string, o Option) (*Dir, bool) {
 	if o&SameMount != 0 {
 		how.Resolve |= unix.RESOLVE_NO_XDEV
 	}
-	var fd int
-	err := Retry(func() (err error) {
-		fd, err = unix.Openat2(d.fd, rel, &how)
-		return err
-	})
+	fd, err := Openat2(d.fd, rel, &how)
 	if err != nil {
 		return nil, false
 	}
@@ -357,10 +332,7 @@ func (d *Dir) statx(name string, flags int, path string) (unix.Stat_t, error) {
 func StatAt(fd int, name string, flags int) (unix.Stat_t, error) {
 	var st unix.Stat_t
 	var sx unix.Statx_t
-	err := Retry(func() error {
-		return unix.Statx(fd, name, flags|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, unix.STATX_BASIC_STATS, &sx)
-	})
-	if err != nil {
+	if err := statx(fd, name, flags|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, unix.STATX_BASIC_STATS, &sx); err != nil {
 		return st, err
 	}
 	st.Ctim = unix.NsecToTimespec(sx.Ctime.Sec*1e9 + int64(sx.Ctime.Nsec)) // Timespec's fields are 32 bits wide on 386 and arm
@@ -447,13 +419,9 @@ func (d *Dir) readFile(name string, max int64) ([]byte, error) {
 // It returns what statx said of the file too. With max >= 0, a file
 // larger than max is refused (ErrTooLarge) without being opened.
 func (d *Dir) openRegular(name string, flags int, max int64) (int, MountStat, error) {
-	var pfd int
-	err := Retry(func() (err error) {
-		pfd, err = unix.Openat2(d.fd, name, &unix.OpenHow{
-			Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_BENEATH,
-		})
-		return err
+	pfd, err := Openat2(d.fd, name, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_BENEATH,
 	})
 	switch err {
 	case nil:

@@ -48,7 +48,7 @@ func StatMount(dirfd int, name string, q MountQuery) (MountStat, error) {
 		mask |= unix.STATX_MNT_ID
 	}
 	var sx unix.Statx_t
-	if err := Retry(func() error { return unix.Statx(dirfd, name, flags, mask, &sx) }); err != nil {
+	if err := statx(dirfd, name, flags, mask, &sx); err != nil {
 		return MountStat{}, err
 	}
 	s := MountStat{
@@ -75,7 +75,7 @@ func StatMount(dirfd int, name string, q MountQuery) (MountStat, error) {
 		return MountStat{}, errNoMountID
 	}
 	if q&TableID != 0 && s.ID == 0 {
-		if err := Retry(func() error { return unix.Statx(dirfd, name, flags, unix.STATX_MNT_ID, &sx) }); err != nil {
+		if err := statx(dirfd, name, flags, unix.STATX_MNT_ID, &sx); err != nil {
 			return MountStat{}, err
 		}
 		if sx.Mask&unix.STATX_MNT_ID == 0 {
