@@ -364,17 +364,24 @@ func (d *Dir) ReadFile(name string, max int64) ([]byte, error) {
 // buffer and refuses a file already over max before anything is read;
 // the reads enforce max on what they return, whatever happened to the
 // file since.
+//
+// The buffer holds the file and one byte more, so that a read returning
+// exactly the size statx gave, without that byte, is the whole file and
+// needs no second read to confirm the end. A short read alone would not
+// do: procfs and sysfs files (seq_file) return one page at a time, and a
+// FUSE daemon may return less than asked anywhere in a file; a read that
+// stops exactly at the size statx gave is the file as it was then on any
+// filesystem. Any other read goes on until read returns 0.
 func (d *Dir) readFile(name string, max int64) ([]byte, error) {
-	p := d.Join(name)
 	if max < 0 { // every file is larger; openRegular's -1 means no cap
-		return nil, &os.PathError{Op: "read", Path: p, Err: fmt.Errorf("%w: at most %d bytes expected", ErrTooLarge, max)}
+		return nil, &os.PathError{Op: "read", Path: d.Join(name), Err: fmt.Errorf("%w: at most %d bytes expected", ErrTooLarge, max)}
 	}
 	fd, s, err := d.openRegular(name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, max)
 	if err != nil {
 		if errors.Is(err, ErrTooLarge) {
-			return nil, &os.PathError{Op: "read", Path: p, Err: err}
+			return nil, &os.PathError{Op: "read", Path: d.Join(name), Err: err}
 		}
-		return nil, &os.PathError{Op: "open", Path: p, Err: err}
+		return nil, &os.PathError{Op: "open", Path: d.Join(name), Err: err}
 	}
 	defer unix.Close(fd)
 	// Read into a buffer of the size statx gave and one byte more, grown
@@ -383,22 +390,25 @@ func (d *Dir) readFile(name string, max int64) ([]byte, error) {
 	for {
 		if len(b) == cap(b) {
 			if int64(len(b)) > max {
-				return nil, &os.PathError{Op: "read", Path: p, Err: fmt.Errorf("%w: more than %d bytes", ErrTooLarge, max)}
+				return nil, &os.PathError{Op: "read", Path: d.Join(name), Err: fmt.Errorf("%w: more than %d bytes", ErrTooLarge, max)}
 			}
 			b = slices.Grow(b, int(min(max+1-int64(len(b)), int64(len(b))+512)))
 		}
 		var n int
 		err := Retry(func() (err error) { n, err = unix.Read(fd, b[len(b):cap(b)]); return err })
 		if err != nil {
-			return nil, &os.PathError{Op: "read", Path: p, Err: err}
+			return nil, &os.PathError{Op: "read", Path: d.Join(name), Err: err}
 		}
 		if n <= 0 {
 			break
 		}
 		b = b[:len(b)+n]
+		if uint64(len(b)) == s.Size && len(b) < cap(b) {
+			break // the size statx gave, and not one byte more
+		}
 	}
 	if int64(len(b)) > max {
-		return nil, &os.PathError{Op: "read", Path: p, Err: fmt.Errorf("%w: more than %d bytes", ErrTooLarge, max)}
+		return nil, &os.PathError{Op: "read", Path: d.Join(name), Err: fmt.Errorf("%w: more than %d bytes", ErrTooLarge, max)}
 	}
 	return b, nil
 }
