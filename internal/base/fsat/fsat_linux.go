@@ -41,6 +41,9 @@ type Dir struct {
 	// instead of opening the directory again (atomic: swapped to 0 by
 	// the lister).
 	unlisted int32
+	// proc is the /proc/self/fd descriptor of the tree d belongs to (nil
+	// for a Dir made by FromFd): d holds one of its references.
+	proc *procFds
 }
 
 // OpenRoot opens the trusted directory path (absolute; symlinks in it are
@@ -53,7 +56,7 @@ func OpenRoot(path string) (*Dir, error) {
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	return &Dir{fd: fd, path: filepath.Clean(path), unlisted: 1}, nil
+	return &Dir{fd: fd, path: filepath.Clean(path), unlisted: 1, proc: newProcFds()}, nil
 }
 
 // FromFd makes a Dir of an open directory fd, which it then owns.
@@ -87,6 +90,8 @@ func (d *Dir) Close() error {
 	}
 	err := unix.Close(d.fd)
 	d.fd = -1
+	d.proc.release()
+	d.proc = nil
 	return err
 }
 
@@ -188,7 +193,7 @@ func (d *Dir) walk(rel string, create bool, mode uint32, opts []Option) (*Dir, e
 			return nil
 		}
 	}
-	cur := &Dir{fd: d.fd, path: d.path}
+	cur := &Dir{fd: d.fd, path: d.path, proc: d.proc} // d itself, not owned: holds no reference
 	owned := false
 	for _, name := range parts {
 		next, err := cur.openChild(name, create, mode, check)
@@ -205,7 +210,7 @@ func (d *Dir) walk(rel string, create bool, mode uint32, opts []Option) (*Dir, e
 		if err != nil {
 			return nil, &os.PathError{Op: "openat", Path: d.path, Err: err}
 		}
-		cur = &Dir{fd: fd, path: d.path, unlisted: 1}
+		cur = &Dir{fd: fd, path: d.path, unlisted: 1, proc: d.proc.hold()}
 	}
 	return cur, nil
 }
@@ -239,7 +244,7 @@ func (d *Dir) openDirFast(rel string, o Option) (*Dir, bool) {
 	if err != nil {
 		return nil, false
 	}
-	return &Dir{fd: fd, path: d.Join(rel), unlisted: 1}, true
+	return &Dir{fd: fd, path: d.Join(rel), unlisted: 1, proc: d.proc.hold()}, true
 }
 
 // openChild opens the directory name in d (creating it with mode when
@@ -259,7 +264,7 @@ func (d *Dir) openChild(name string, create bool, mode uint32, check func(fd int
 					return nil, err
 				}
 			}
-			fd, err := Reopen(pfd, unix.O_RDONLY|unix.O_DIRECTORY)
+			fd, err := d.proc.reopen(pfd, unix.O_RDONLY|unix.O_DIRECTORY)
 			unix.Close(pfd)
 			if err != nil {
 				return nil, &os.PathError{Op: "openat", Path: p, Err: err}
@@ -272,7 +277,7 @@ func (d *Dir) openChild(name string, create bool, mode uint32, check func(fd int
 					return nil, &os.PathError{Op: "fchmod", Path: p, Err: err}
 				}
 			}
-			return &Dir{fd: fd, path: p, unlisted: 1}, nil
+			return &Dir{fd: fd, path: p, unlisted: 1, proc: d.proc.hold()}, nil
 		}
 		if err == unix.ENOENT && create {
 			err := Retry(func() error { return unix.Mkdirat(d.fd, name, mode) })
@@ -459,7 +464,7 @@ func (d *Dir) openRegular(name string, flags int, max int64) (int, MountStat, er
 	if max >= 0 && s.Size > uint64(max) {
 		return -1, MountStat{}, fmt.Errorf("%w: %d bytes, at most %d expected", ErrTooLarge, s.Size, max)
 	}
-	fd, err := Reopen(pfd, flags)
+	fd, err := d.proc.reopen(pfd, flags)
 	if err != nil {
 		return -1, MountStat{}, err
 	}
