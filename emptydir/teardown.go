@@ -345,6 +345,8 @@ type Planner struct {
 	// is pods as a mountdetect.Parent, read once.
 	root, pods *fsat.Dir
 	podsAs     *mountdetect.Parent
+	// budget is the pod's of the plan being made (PlanTearDownWithin).
+	budget *volume.EntryBudget
 }
 
 // NewPlanner returns a Planner of the plugin's volumes.
@@ -352,6 +354,21 @@ func (p *Plugin) NewPlanner() *Planner { return &Planner{p: p} }
 
 // PlanTearDown is Plugin.PlanTearDown of the volume vol of the pod podUID.
 func (pl *Planner) PlanTearDown(podUID, vol string, tab *mountdetect.MountTable) (Plan, error) {
+	return pl.PlanTearDownWithin(podUID, vol, tab, nil)
+}
+
+// PlanTearDownWithin is PlanTearDown for a scan that bounds what it reads
+// of each pod (volume.ScanVolumes): b is the pod's budget (nil: none).
+// The entries of the volume's metadata directory other than the two
+// nodevol and the kubelet write there (the record and the ready marker,
+// paid for with the volume's own entry) are charged to b; once it is
+// spent, the plan is an error matching volume.ErrTooManyEntries and the
+// rest of the directory is not read. Whoever writes in a pod directory
+// can fill every metadata directory of the pod: what that costs a scan
+// comes out of the pod's share, no one else's.
+func (pl *Planner) PlanTearDownWithin(podUID, vol string, tab *mountdetect.MountTable, b *volume.EntryBudget) (Plan, error) {
+	pl.budget = b
+	defer func() { pl.budget = nil }()
 	plan, err := pl.planTearDown(pl.p.planRef(podUID, vol), tab)
 	if err == nil && plan.Action != ActionRefuse {
 		_, err = pl.p.stop(&plan)

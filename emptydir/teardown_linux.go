@@ -67,9 +67,10 @@ func (pl *Planner) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, er
 			pl.held.looker = v.looker
 		}
 	}
+	v.budget = pl.budget
 	defer func() {
 		v.meta.Close()
-		v.meta = nil
+		v.meta, v.budget = nil, nil
 	}()
 	plan, e, err := v.plan(tab)
 	e.Close()
@@ -98,6 +99,9 @@ func (v *podVolume) plan(tab *mountdetect.MountTable) (Plan, entry, error) {
 	// Unreadable metadata does not stop a plan; its error comes before
 	// the listing's.
 	dirErr := v.checkMetadataDir()
+	if errors.Is(dirErr, volume.ErrTooManyEntries) {
+		return p, entry{Entry: mountdetect.Entry{Fd: -1}}, dirErr
+	}
 	p.meta, p.metaErr = v.readMeta()
 	if p.metaErr == nil {
 		p.metaErr = dirErr

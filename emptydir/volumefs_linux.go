@@ -55,6 +55,10 @@ type podVolume struct {
 	// looks at the volume directory by a statx of its name and answers
 	// from the mount table without opening it (lookEntry).
 	looker *mountdetect.Parent
+
+	// budget, set by a Planner for one plan, is the pod's budget of a
+	// scan, which checkMetadataDir charges (nil: none).
+	budget *volume.EntryBudget
 }
 
 // openVolume opens what exists of the volume's directories; with create
@@ -254,10 +258,16 @@ func (v *podVolume) checkMetadataDir() error {
 		return nil
 	}
 	var bad []string
+	var spent error
 	n := 0
 	err := v.meta.EachEntry(func(e fsat.Entry) error {
 		if n++; n > maxMetadataEntries {
 			return fsat.ErrStop
+		}
+		if e.Name != readyFileName && e.Name != metaFileName {
+			if spent = v.budget.Take(n - 1); spent != nil {
+				return fsat.ErrStop
+			}
 		}
 		own := e.Name == readyFileName || e.Name == metaFileName || fsat.IsTempOf(e.Name, metaFileName)
 		if !own || e.Type != 0 {
@@ -270,6 +280,9 @@ func (v *podVolume) checkMetadataDir() error {
 	})
 	if err != nil {
 		return err
+	}
+	if spent != nil {
+		return &os.PathError{Op: "readdir", Path: v.metaDir, Err: fmt.Errorf("%w; the scan stopped here", spent)}
 	}
 	if n > maxMetadataEntries {
 		// Only a flood of temporary names gets here: nodevol leaves one

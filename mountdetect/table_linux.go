@@ -150,18 +150,26 @@ func (t *MountTable) mountedOn(path string) bool {
 //     (statx STATX_MNT_ID, Linux 5.8);
 //   - mounts made on or inside any mount found so far.
 func (t *MountTable) mountsAt(fd int, real string, st *fsat.MountStat) (at, beneath []Mount) {
-	found := make(map[int]bool)
+	// found is made at the first mount found: most directories a scan
+	// asks about have none.
+	var found map[int]bool
+	add := func(i int) {
+		if found == nil {
+			found = make(map[int]bool)
+		}
+		found[i] = true
+	}
 	i := t.firstAt(real)
 	for ; i < len(t.entries) && t.entries[i].MountPoint == real; i++ {
 		at = append(at, t.entries[i].Mount)
-		found[i] = true
+		add(i)
 	}
 	// Mount points beneath real sort right after real+"/" (not right after
 	// real: "real-2" sorts between them).
-	prefix := strings.TrimSuffix(real, "/") + "/"
-	i = t.firstAt(prefix)
-	for ; i < len(t.entries) && strings.HasPrefix(t.entries[i].MountPoint, prefix); i++ {
-		found[i] = true
+	dir := strings.TrimSuffix(real, "/")
+	i = sort.Search(len(t.entries), func(i int) bool { return compareWithDir(t.entries[i].MountPoint, dir) >= 0 })
+	for ; i < len(t.entries) && isBeneath(t.entries[i].MountPoint, dir); i++ {
+		add(i)
 	}
 	if pos, dev, ok := t.positionOf(fd, real, st); ok {
 		ps := t.byDev[dev]
@@ -170,8 +178,11 @@ func (t *MountTable) mountsAt(fd int, real string, st *fsat.MountStat) (at, bene
 			if _, ok := cutDir(ps[j].pos, pos); !ok {
 				break
 			}
-			found[ps[j].i] = true
+			add(ps[j].i)
 		}
+	}
+	if found == nil {
+		return at, nil
 	}
 	// Mounts on top of or inside those found are beneath the directory too.
 	queue := make([]int, 0, len(found))
@@ -195,6 +206,31 @@ func (t *MountTable) mountsAt(fd int, real string, st *fsat.MountStat) (at, bene
 	}
 	sortMounts(beneath)
 	return at, beneath
+}
+
+// compareWithDir compares s with dir+"/" (strings.Compare's order)
+// without making that string: a scan asks it of every volume directory.
+func compareWithDir(s, dir string) int {
+	k := min(len(s), len(dir))
+	if c := strings.Compare(s[:k], dir[:k]); c != 0 {
+		return c
+	}
+	switch {
+	case len(s) <= len(dir):
+		return -1 // s is dir or a proper prefix of it: shorter than dir+"/"
+	case s[len(dir)] < '/':
+		return -1
+	case s[len(dir)] > '/':
+		return 1
+	case len(s) == len(dir)+1:
+		return 0
+	}
+	return 1
+}
+
+// isBeneath reports whether s starts with dir+"/".
+func isBeneath(s, dir string) bool {
+	return len(s) > len(dir) && s[len(dir)] == '/' && s[:len(dir)] == dir
 }
 
 // positionOf is where the directory open as fd (named real) lies in its

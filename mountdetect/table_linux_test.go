@@ -3,6 +3,7 @@ package mountdetect
 import (
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
@@ -128,5 +129,23 @@ func TestMountsFromSource(t *testing.T) {
 	var none *MountTable
 	if m := none.MountsFromSource("nodevol-test-source-1"); m != nil {
 		t.Errorf("nil table: %v", m)
+	}
+}
+
+// TestCompareWithDir checks the mount-point search's comparison with
+// dir+"/" against the string it stands for, on names around '/' in
+// byte order ('-' and '.' sort before it, '0' after).
+func TestCompareWithDir(t *testing.T) {
+	words := []string{"", "/", "/a", "/a/", "/a-", "/a.", "/a0", "/a/b", "/a//", "/ab", "/a-2/x", "/b", "/", "a", "/a/b/c"}
+	for _, s := range words {
+		for _, w := range words {
+			dir := strings.TrimSuffix(w, "/")
+			if got, want := compareWithDir(s, dir), strings.Compare(s, dir+"/"); got != want {
+				t.Errorf("compareWithDir(%q, %q) = %d, want %d", s, dir, got, want)
+			}
+			if got, want := isBeneath(s, dir), strings.HasPrefix(s, dir+"/"); got != want {
+				t.Errorf("isBeneath(%q, %q) = %v, want %v", s, dir, got, want)
+			}
+		}
 	}
 }

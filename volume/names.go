@@ -114,9 +114,37 @@ func ValidatePluginName(name string) error {
 	return nil
 }
 
+// inTreePlugin is, for escaped false, the directory name of the in-tree
+// plugin s, and for escaped true the plugin whose directory name is s,
+// for the plugins of most of a node's volume directories:
+// EscapePluginName and UnescapePluginName return them without making
+// them again (a scan asks for every volume). TestInTreePluginNames checks
+// each pair against the escaping.
+func inTreePlugin(s string, escaped bool) (string, bool) {
+	for _, p := range [...][2]string{
+		{"kubernetes.io/empty-dir", "kubernetes.io~empty-dir"},
+		{"kubernetes.io/projected", "kubernetes.io~projected"},
+		{"kubernetes.io/secret", "kubernetes.io~secret"},
+		{"kubernetes.io/configmap", "kubernetes.io~configmap"},
+		{"kubernetes.io/csi", "kubernetes.io~csi"},
+		{"kubernetes.io/downward-api", "kubernetes.io~downward-api"},
+	} {
+		if escaped && s == p[1] {
+			return p[0], true
+		}
+		if !escaped && s == p[0] {
+			return p[1], true
+		}
+	}
+	return "", false
+}
+
 // EscapePluginName turns a plugin name into the directory name the kubelet
 // uses for it ('/' → '~': kubernetes.io/empty-dir → kubernetes.io~empty-dir).
 func EscapePluginName(name string) (string, error) {
+	if dir, ok := inTreePlugin(name, false); ok {
+		return dir, nil
+	}
 	if err := ValidatePluginName(name); err != nil {
 		return "", err
 	}
@@ -126,6 +154,9 @@ func EscapePluginName(name string) (string, error) {
 // UnescapePluginName turns a plugin directory name back into the plugin
 // name, and checks the result (so "a~b~c" or "x/y" are refused).
 func UnescapePluginName(dir string) (string, error) {
+	if name, ok := inTreePlugin(dir, true); ok {
+		return name, nil
+	}
 	if strings.Contains(dir, "/") {
 		return "", &InvalidNameError{Field: "plugin directory", Value: dir, Reason: "must not contain '/'"}
 	}

@@ -81,6 +81,9 @@ type PluginDir struct {
 	// Volumes are the volume directories listed in it, as they are in
 	// ScanResult.Volumes (the same values, in the same order).
 	Volumes []VolumeDir
+	// Budget is the pod's (ScanResult.Budgets; nil when the scan is not
+	// bounded), for what the caller reads of the pod's volumes.
+	Budget *EntryBudget
 }
 
 // WithPluginDir makes ScanVolumes call fn with every plugin directory in
@@ -252,7 +255,7 @@ func (l Layout) ScanVolumes(opts ...ScanOption) (ScanResult, error) {
 			podsBudget = NewEntryBudget(-1, n)
 		}
 	}
-	pods, err := readDir(podsDir, podsBudget)
+	pods, err := readDir(podsDir, podsBudget, nil)
 	if err != nil && !errors.Is(err, ErrTooManyEntries) {
 		return res, err
 	}
@@ -283,6 +286,7 @@ func (l Layout) ScanVolumes(opts ...ScanOption) (ScanResult, error) {
 	if cfg.bounded {
 		res.Budgets = make(map[string]*EntryBudget, valid)
 	}
+	var lists [2][]fsat.Entry
 	for _, pod := range pods {
 		podPath := podsDir.Join(pod.Name)
 		if err := podDir(pod); err != nil {
@@ -298,7 +302,7 @@ func (l Layout) ScanVolumes(opts ...ScanOption) (ScanResult, error) {
 			b = NewEntryBudget(share, cfg.limits.Dir)
 			res.Budgets[pod.Name] = b
 		}
-		found, problemsBefore, stopped := scanPod(podsDir, pod.Name, &res, b, cfg.visit)
+		found, problemsBefore, stopped := scanPod(podsDir, pod.Name, &res, b, cfg.visit, &lists)
 		if stopped {
 			res.OverBudget = append(res.OverBudget, podPath)
 			res.Incomplete = true
@@ -315,7 +319,10 @@ func (l Layout) ScanVolumes(opts ...ScanOption) (ScanResult, error) {
 // plugin directory with volumes to visit (nil: none) before closing it; it
 // returns how many volumes it found, how many problems res held before,
 // and whether a bound stopped a listing.
-func scanPod(pods *fsat.Dir, uid string, res *ScanResult, b *EntryBudget, visit func(PluginDir)) (found, problemsBefore int, stopped bool) {
+//
+// lists are two slices whose arrays the pod's listings reuse: one for the
+// volumes directory, one for a plugin directory (nothing keeps them).
+func scanPod(pods *fsat.Dir, uid string, res *ScanResult, b *EntryBudget, visit func(PluginDir), lists *[2][]fsat.Entry) (found, problemsBefore int, stopped bool) {
 	problemsBefore = len(res.Problems)
 	problem := func(p string, err error) {
 		res.Problems = append(res.Problems, ScanProblem{Path: p, Err: err})
@@ -330,7 +337,8 @@ func scanPod(pods *fsat.Dir, uid string, res *ScanResult, b *EntryBudget, visit 
 		return 0, problemsBefore, false
 	}
 	defer vols.Close()
-	plugins, err := readDir(vols, b)
+	plugins, err := readDir(vols, b, lists[0][:0])
+	lists[0] = plugins
 	if err != nil {
 		problem(vols.Path(), err)
 	}
@@ -353,7 +361,8 @@ func scanPod(pods *fsat.Dir, uid string, res *ScanResult, b *EntryBudget, visit 
 			problem(plPath, err)
 			continue
 		}
-		entries, err := readDir(plDir, b)
+		entries, err := readDir(plDir, b, lists[1][:0])
+		lists[1] = entries
 		if err != nil {
 			problem(plPath, err)
 		}
@@ -370,7 +379,7 @@ func scanPod(pods *fsat.Dir, uid string, res *ScanResult, b *EntryBudget, visit 
 			found++
 		}
 		if visit != nil && len(res.Volumes) > first {
-			visit(PluginDir{Fd: plDir.Fd(), Path: plPath, Rel: uid + "/" + volumesDirName + "/" + pl.Name, Volumes: res.Volumes[first:len(res.Volumes):len(res.Volumes)]})
+			visit(PluginDir{Fd: plDir.Fd(), Path: plPath, Rel: uid + "/" + volumesDirName + "/" + pl.Name, Volumes: res.Volumes[first:len(res.Volumes):len(res.Volumes)], Budget: b})
 		}
 		plDir.Close()
 	}
@@ -395,22 +404,22 @@ func describeType(t os.FileMode) string {
 }
 
 // readDir lists d's entries sorted by name, at most as many as b allows
-// (nil: all). When a bound stops it, it returns those read so far and an
-// error matching ErrTooManyEntries.
-func readDir(d *fsat.Dir, b *EntryBudget) ([]fsat.Entry, error) {
+// (nil: all), appended to out. When a bound stops it, it returns those
+// read so far and an error matching ErrTooManyEntries.
+func readDir(d *fsat.Dir, b *EntryBudget, out []fsat.Entry) ([]fsat.Entry, error) {
 	if b == nil {
 		return d.ReadEntries()
 	}
-	var out []fsat.Entry
+	n := len(out)
 	var stop error
 	err := d.EachEntry(func(e fsat.Entry) error {
-		if stop = b.Take(len(out)); stop != nil {
+		if stop = b.Take(len(out) - n); stop != nil {
 			return fsat.ErrStop
 		}
 		out = append(out, e)
 		return nil
 	})
-	slices.SortFunc(out, func(a, b fsat.Entry) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out[n:], func(a, b fsat.Entry) int { return strings.Compare(a.Name, b.Name) })
 	if err == nil && stop != nil {
 		err = &os.PathError{Op: "readdir", Path: d.Path(), Err: fmt.Errorf("%w; the scan stopped here, and entries after it were not examined", stop)}
 	}

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	utilstrings "k8s.io/utils/strings"
 )
 
 func TestValidatePluginName(t *testing.T) {
@@ -266,5 +268,27 @@ func TestEmptyDirSourceMode(t *testing.T) {
 		if err := s.Validate(); err == nil {
 			t.Errorf("Validate with mode %#o = nil; want an error", bad)
 		}
+	}
+}
+
+// TestInTreePluginNames checks the in-tree plugins' directory names that
+// EscapePluginName and UnescapePluginName return without escaping
+// against the escaping itself.
+func TestInTreePluginNames(t *testing.T) {
+	for _, name := range []string{"kubernetes.io/empty-dir", "kubernetes.io/projected", "kubernetes.io/secret",
+		"kubernetes.io/configmap", "kubernetes.io/csi", "kubernetes.io/downward-api"} {
+		dir, ok := inTreePlugin(name, false)
+		if !ok || dir != utilstrings.EscapeQualifiedName(name) {
+			t.Errorf("inTreePlugin(%q, false) = %q, %v; want %q", name, dir, ok, utilstrings.EscapeQualifiedName(name))
+		}
+		if back, ok := inTreePlugin(dir, true); !ok || back != name {
+			t.Errorf("inTreePlugin(%q, true) = %q, %v; want %q", dir, back, ok, name)
+		}
+		if err := ValidatePluginName(name); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, ok := inTreePlugin("kubernetes.io~empty-dir", false); ok {
+		t.Error("a directory name taken for a plugin name")
 	}
 }

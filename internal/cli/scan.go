@@ -265,14 +265,14 @@ func (ex *listedScan) close() {
 // plugin but emptyDir is examined relative to that descriptor (its
 // subPath trees are read after the listing: addSubpaths).
 func (ex *listedScan) examineListed(pd volume.PluginDir) {
-	ex.dirs.listed(pd.Rel, pd.Fd, pd.Path)
+	ex.dirs.listed(pd)
 	defer ex.dirs.close()
 	for _, vd := range pd.Volumes {
 		if n := len(ex.chunks); n == 0 || len(ex.chunks[n-1]) == verdictChunk {
 			ex.chunks = append(ex.chunks, make([]scanVolume, 0, verdictChunk))
 		}
 		c := &ex.chunks[len(ex.chunks)-1]
-		*c = append(*c, ex.sc.verdict(ex.emptyDirs, ex.dirs, vd))
+		*c = append(*c, ex.sc.verdict(ex.emptyDirs, ex.dirs, vd, pd.Budget))
 	}
 }
 
@@ -290,6 +290,8 @@ type rootScanner struct {
 	// emptyDirs examines the emptyDir volumes (its Planner, as
 	// emptydir.PlanTearDown).
 	emptyDirs *emptydir.Plugin
+	// texts are the verdicts' reasons made so far.
+	texts reasonTexts
 }
 
 // openRootScanner opens the root of layout for a scan; the emptyDir
@@ -316,7 +318,7 @@ func openRootScanner(layout volume.Layout, tab *mountdetect.MountTable, opts ...
 		return nil, fmt.Errorf("pods directory: %w", err)
 	}
 	return &rootScanner{layout: layout, realRoot: realRoot, rootDir: rootDir, pods: pods, subpaths: subpath.New(layout), tab: tab,
-		emptyDirs: emptydir.New(volume.NewHost(layout, nil, 0), opts...)}, nil
+		emptyDirs: emptydir.New(volume.NewHost(layout, nil, 0), opts...), texts: reasonTexts{}}, nil
 }
 
 func (sc *rootScanner) close() {
@@ -337,15 +339,16 @@ func (sc *rootScanner) examine(s *scanReport, vols []volume.VolumeDir, budgets m
 	s.volumes = slices.Grow(s.volumes, len(vols))
 	first := len(s.volumes)
 	for _, vd := range vols {
-		s.volumes = append(s.volumes, sc.verdict(emptyDirs, dirs, vd))
+		s.volumes = append(s.volumes, sc.verdict(emptyDirs, dirs, vd, budgets[vd.PodUID]))
 	}
 	sc.addSubpaths(s, first, vols, budgets)
 }
 
-// verdict is examineVolume of vd, a volume of the root.
-func (sc *rootScanner) verdict(emptyDirs *emptydir.Planner, dirs *pluginDirs, vd volume.VolumeDir) scanVolume {
+// verdict is examineVolume of vd, a volume of the root; b is its pod's
+// budget (nil: none).
+func (sc *rootScanner) verdict(emptyDirs *emptydir.Planner, dirs *pluginDirs, vd volume.VolumeDir, b *volume.EntryBudget) scanVolume {
 	realPath := func() string { return filepath.Join(sc.realRoot, strings.TrimPrefix(vd.Path, sc.layout.Root())) }
-	return examineVolume(emptyDirs, dirs, sc.tab, vd, realPath)
+	return examineVolume(emptyDirs, dirs, sc.tab, sc.texts, vd, b, realPath)
 }
 
 // addSubpaths adds to the verdicts s.volumes[first:], those of vols,
@@ -365,6 +368,9 @@ func (sc *rootScanner) addSubpaths(s *scanReport, first int, vols []volume.Volum
 			has = err != nil || hasEntry(sc.pods, vd.PodUID, filepath.Base(dir))
 			hasSubpaths[vd.PodUID] = has
 		}
+		if errors.Is(v.err, volume.ErrTooManyEntries) {
+			s.overBudgetAt(sc.layout, vd.PodUID, v.err) // its emptyDir metadata spent the pod's budget
+		}
 		if v.err == nil && has {
 			if stop := v.addSubpaths(sc.subpaths, sc.tab, budgets[vd.PodUID]); stop != nil {
 				s.overBudgetAt(sc.layout, vd.PodUID, stop)
@@ -374,7 +380,8 @@ func (sc *rootScanner) addSubpaths(s *scanReport, first int, vols []volume.Volum
 }
 
 // overBudgetAt records that the budget of the pod uid stopped the
-// examination of its subPath tree: a problem where it stopped, and the
+// examination of its subPath tree or of an emptyDir's metadata
+// directory: a problem where it stopped, and the
 // pod among those over budget.
 func (s *scanReport) overBudgetAt(layout volume.Layout, uid string, stop error) {
 	where := layout.PodsDir()
@@ -407,14 +414,14 @@ func (s *scanReport) overBudgetAt(layout volume.Layout, uid string, stop error) 
 // is reached through dirs, its plugin directory opened from the pods
 // directory, by descriptors
 // (examinePluginVolume).
-func examineVolume(emptyDirs *emptydir.Planner, dirs *pluginDirs, tab *mountdetect.MountTable, vd volume.VolumeDir, realPath func() string) scanVolume {
+func examineVolume(emptyDirs *emptydir.Planner, dirs *pluginDirs, tab *mountdetect.MountTable, texts reasonTexts, vd volume.VolumeDir, b *volume.EntryBudget, realPath func() string) scanVolume {
 	v := scanVolume{PodUID: vd.PodUID, Plugin: vd.Plugin, Volume: vd.Volume, Path: vd.Path, NestedMounts: []mountdetect.Mount{}, Subpaths: []subpath.Entry{}}
 	fail := func(err error) scanVolume {
 		v.fail(err)
 		return v
 	}
 	if vd.Plugin == emptydir.PluginName {
-		plan, err := emptyDirs.PlanTearDown(vd.PodUID, vd.Volume, tab)
+		plan, err := emptyDirs.PlanTearDownWithin(vd.PodUID, vd.Volume, tab, b)
 		if err != nil {
 			return fail(err)
 		}
@@ -433,17 +440,7 @@ func examineVolume(emptyDirs *emptydir.Planner, dirs *pluginDirs, tab *mountdete
 		}
 		v.SafeToRemove = plan.Action != emptydir.ActionRefuse
 		v.setCode(emptyDirCode(&plan))
-		v.Reason = withRemedy(plan)
-		switch plan.Action {
-		case emptydir.ActionNone:
-			v.Reason = "gone since it was listed"
-		case emptydir.ActionUnmountAndRemove:
-			v.Reason += "; nodevol teardown unmounts it, then removes it"
-		case emptydir.ActionRemove:
-			v.Reason += "; nodevol teardown removes it"
-		case emptydir.ActionRefuse:
-			v.Reason += "; nodevol teardown would refuse"
-		}
+		v.Reason = texts.ofPlan(plan)
 		return v
 	}
 	e := examinePluginVolume(dirs, tab, vd)
@@ -465,14 +462,14 @@ func examineVolume(emptyDirs *emptydir.Planner, dirs *pluginDirs, tab *mountdete
 	if v.wrappedForeign(&c) {
 		return v
 	}
-	var why []string
+	why := make([]string, 0, 3)
 	switch {
 	case !c.Exists:
 		why = append(why, "gone since it was listed")
 	case c.MountPoint && len(c.NestedMounts) == 0:
-		why = append(why, fmt.Sprintf("a %s volume mounted on its own directory (%s): in use; its plugin unmounts it before the directory can be removed", vd.Plugin, c.FSType))
+		why = append(why, texts.of(textMountedInUse, vd.Plugin, c.FSType))
 	case c.MountPoint:
-		why = append(why, fmt.Sprintf("a %s volume mounted on its own directory (%s)", vd.Plugin, c.FSType))
+		why = append(why, texts.of(textMounted, vd.Plugin, c.FSType))
 	case !c.MountPointSure:
 		why = append(why, "the kernel cannot say for sure whether it is a mount point")
 	}
@@ -480,10 +477,79 @@ func examineVolume(emptyDirs *emptydir.Planner, dirs *pluginDirs, tab *mountdete
 		why = append(why, plural.Count(n, "mount")+" beneath it, which its plugin's teardown would cross; unmount "+plural.Of(n, "it", "them")+" first")
 	}
 	if c.Exists && c.SafeToRemove {
-		why = append(why, fmt.Sprintf("a %s volume directory with nothing mounted on or beneath it; nodevol rm can remove it", vd.Plugin))
+		why = append(why, texts.of(textRemovable, vd.Plugin, ""))
 	}
 	v.Reason = strings.Join(why, "; ")
 	return v
+}
+
+// reasonTexts are the verdicts' reasons that depend only on a plugin's
+// name, a filesystem type or an emptyDir plan's reason, each made once
+// for all the volumes that share it (a scan gives thousands the same),
+// up to maxReasonTexts of them.
+type reasonTexts map[reasonText]string
+
+// reasonText is a reason of kind for a and b.
+type reasonText struct {
+	kind textKind
+	a, b string
+}
+
+type textKind uint8
+
+const (
+	textMountedInUse textKind = iota // a: plugin, b: filesystem type
+	textMounted                      // a: plugin, b: filesystem type
+	textRemovable                    // a: plugin
+	textPlan                         // a: the plan's reason and remedy, b: its action
+)
+
+// maxReasonTexts bounds reasonTexts: names are what whoever writes in a
+// pod directory chose, and past that many a reason is made for its
+// volume alone, as it would be without them.
+const maxReasonTexts = 256
+
+// of is the reason of kind for a and b.
+func (t reasonTexts) of(kind textKind, a, b string) string {
+	k := reasonText{kind, a, b}
+	if s, ok := t[k]; ok {
+		return s
+	}
+	var s string
+	switch kind {
+	case textMountedInUse:
+		s = fmt.Sprintf("a %s volume mounted on its own directory (%s): in use; its plugin unmounts it before the directory can be removed", a, b)
+	case textMounted:
+		s = fmt.Sprintf("a %s volume mounted on its own directory (%s)", a, b)
+	case textRemovable:
+		s = fmt.Sprintf("a %s volume directory with nothing mounted on or beneath it; nodevol rm can remove it", a)
+	case textPlan:
+		s = a + b
+	}
+	if len(t) < maxReasonTexts {
+		t[k] = s
+	}
+	return s
+}
+
+// ofPlan is the reason of an emptyDir's verdict: its teardown plan's,
+// and what teardown would do.
+func (t reasonTexts) ofPlan(plan emptydir.Plan) string {
+	var then string
+	switch plan.Action {
+	case emptydir.ActionNone:
+		return "gone since it was listed"
+	case emptydir.ActionUnmountAndRemove:
+		then = "; nodevol teardown unmounts it, then removes it"
+	case emptydir.ActionRemove:
+		then = "; nodevol teardown removes it"
+	case emptydir.ActionRefuse:
+		then = "; nodevol teardown would refuse"
+	}
+	if plan.Remedy != "" {
+		return withRemedy(plan) + then // names a path: this volume's alone
+	}
+	return t.of(textPlan, plan.Reason, then)
 }
 
 // csiPluginName is the CSI plugin, which mounts a volume not on its volume

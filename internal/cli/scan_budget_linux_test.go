@@ -319,3 +319,50 @@ func TestScanBoundsEntries(t *testing.T) {
 		t.Errorf("scan exit code = %d; want non-zero for an incomplete scan", rep.code())
 	}
 }
+
+// TestScanEmptyDirMetadataWithinBudget: an emptyDir's metadata directory
+// (plugins/kubernetes.io~empty-dir/<volume>) is read within its pod's
+// budget, so a pod that writes 1,000 entries into each of eight such
+// directories does not make every scan read 8,000 of them: the pod is over
+// budget, its volumes that could not be examined say why, and a healthy
+// pod after it is examined. The entries are named as the temporary files
+// of an interrupted record write (".nodevol.json.tmp-" and 16 hex digits),
+// which the listing reads on past (up to 1,024); other names stop it at
+// the tenth.
+func TestScanEmptyDirMetadataWithinBudget(t *testing.T) {
+	mounttest.RequireMounts(t)
+	k := newKubelet(t, mounttest.MemTempDir(t))
+	var vols []string
+	for i := range 8 {
+		name := fmt.Sprintf("data%d", i)
+		vols = append(vols, k.setUp(t, hostileFirstUID, name, volume.EmptyDirSource{}))
+		meta := filepath.Join(k.root, "pods", hostileFirstUID, "plugins", "kubernetes.io~empty-dir", name)
+		if _, err := os.Stat(filepath.Join(meta, "nodevol.json")); err != nil {
+			t.Fatalf("not the metadata directory: %v", err)
+		}
+		makeEntries(t, meta, ".nodevol.json.tmp-00000000000", 1000)
+	}
+	cache := healthyPodWithNAS(t, k, healthyFirstUID)
+	rep, err := scanRoot(k.root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDanger(t, rep, cache)
+	wantOverBudget(t, k, rep, hostileFirstUID)
+	stopped := 0
+	for _, p := range vols {
+		i := slices.IndexFunc(rep.volumes, func(v scanVolume) bool { return v.Path == p })
+		if i < 0 {
+			t.Errorf("%s: not in the report", p)
+			continue
+		}
+		if v := rep.volumes[i]; v.Verdict == verdictError && strings.Contains(v.Reason, "budget") {
+			stopped++
+		}
+	}
+	// 4,096 entries a pod: four directories of 1,000 are read, the fifth
+	// spends the rest, and the last three are not listed.
+	if stopped != 4 {
+		t.Errorf("%d of the hostile pod's 8 volumes stopped by its budget; want 4", stopped)
+	}
+}

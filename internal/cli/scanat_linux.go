@@ -52,9 +52,11 @@ func (e *examinedDir) close() {}
 type pluginDirs struct {
 	pods *fsat.Dir
 	tab  *mountdetect.MountTable
-	key  string
-	dir  *fsat.Dir
-	err  error
+	// key is the open directory's path from pods, uid and plugin the pod
+	// and (unescaped) plugin it is of.
+	key, uid, plugin string
+	dir              *fsat.Dir
+	err              error
 	// pods is the pods directory as a mountdetect.Parent, read at the
 	// first volume that needs it; parent is the open plugin directory's,
 	// derived from it (the plugin directory is opened SameMount).
@@ -65,15 +67,19 @@ type pluginDirs struct {
 	borrowed bool
 }
 
-// open is the plugin directory escaped of the pod uid (owned by p).
-func (p *pluginDirs) open(uid, escaped string) (*fsat.Dir, error) {
-	key := uid + "/volumes/" + escaped
-	if key == p.key {
+// open is the directory of plugin (unescaped) of the pod uid (owned by
+// p): the one open already when it is that pod's and plugin's.
+func (p *pluginDirs) open(uid, plugin string) (*fsat.Dir, error) {
+	if p.key != "" && uid == p.uid && plugin == p.plugin {
 		return p.dir, p.err
 	}
 	p.close()
-	p.key = key
-	p.dir, p.err = p.pods.OpenDir(key, fsat.SameMount)
+	escaped, err := volume.EscapePluginName(plugin)
+	if err != nil {
+		return nil, err
+	}
+	p.key, p.uid, p.plugin = uid+"/volumes/"+escaped, uid, plugin
+	p.dir, p.err = p.pods.OpenDir(p.key, fsat.SameMount)
 	return p.dir, p.err
 }
 
@@ -92,12 +98,15 @@ func (p *pluginDirs) parentOf() *mountdetect.Parent {
 	return p.parent
 }
 
-// listed makes the plugin directory rel (from the pods directory; path
-// names it) that ScanVolumes holds open as fd the one examined: it is
-// not opened again, nor closed here (volume.WithPluginDir).
-func (p *pluginDirs) listed(rel string, fd int, path string) {
+// listed makes the plugin directory pd that ScanVolumes holds open the
+// one examined: it is not opened again, nor closed here
+// (volume.WithPluginDir).
+func (p *pluginDirs) listed(pd volume.PluginDir) {
 	p.close()
-	p.key, p.dir, p.borrowed = rel, fsat.FromFd(fd, path), true
+	p.key, p.dir, p.borrowed = pd.Rel, fsat.FromFd(pd.Fd, pd.Path), true
+	if len(pd.Volumes) > 0 {
+		p.uid, p.plugin = pd.Volumes[0].PodUID, pd.Volumes[0].Plugin
+	}
 }
 
 // close closes the directory kept open (forgets one listed).
@@ -105,7 +114,7 @@ func (p *pluginDirs) close() {
 	if p.dir != nil && !p.borrowed {
 		p.dir.Close()
 	}
-	p.key, p.dir, p.err, p.borrowed = "", nil, nil, false
+	p.key, p.uid, p.plugin, p.dir, p.err, p.borrowed = "", "", "", nil, nil, false
 	p.parent = nil
 }
 
@@ -113,12 +122,7 @@ func (p *pluginDirs) close() {
 func examinePluginVolume(dirs *pluginDirs, tab *mountdetect.MountTable, vd volume.VolumeDir) examinedDir {
 	e := examinedDir{dirfd: -1, name: vd.Volume}
 	e.Path, e.NestedMounts = vd.Path, []mountdetect.Mount{}
-	escaped, err := volume.EscapePluginName(vd.Plugin)
-	if err != nil {
-		e.fail(err)
-		return e
-	}
-	plDir, err := dirs.open(vd.PodUID, escaped)
+	plDir, err := dirs.open(vd.PodUID, vd.Plugin)
 	if errors.Is(err, fs.ErrNotExist) {
 		e.SafeToRemove = true // gone since it was listed
 		return e

@@ -24,7 +24,7 @@ type pluginDirs struct {
 
 func (p *pluginDirs) close() {}
 
-func (p *pluginDirs) listed(string, int, string) {}
+func (p *pluginDirs) listed(volume.PluginDir) {}
 
 func examinePluginVolume(_ *pluginDirs, _ *mountdetect.MountTable, vd volume.VolumeDir) examinedDir {
 	e := examinedDir{}
