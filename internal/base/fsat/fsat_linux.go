@@ -107,22 +107,26 @@ func (e sentinelErrno) Is(target error) bool {
 	return target == e.sentinel || target == e.errno
 }
 
-// components splits a relative path into its elements, refusing absolute
-// paths and empty, "." and ".." elements.
-func components(rel string) ([]string, error) {
-	if rel == "" {
-		return nil, nil
-	}
+// checkRel refuses an absolute path and one with an empty, "." or ".."
+// component (or a NUL), without allocating for a valid one: OpenDir's
+// one-call path needs no split.
+func checkRel(rel string) error {
 	if strings.HasPrefix(rel, "/") {
-		return nil, fmt.Errorf("%w: %q is absolute", ErrInvalidComponent, rel)
+		return fmt.Errorf("%w: %q is absolute", ErrInvalidComponent, rel)
 	}
-	parts := strings.Split(rel, "/")
-	for _, p := range parts {
+	if rel == "" {
+		return nil
+	}
+	for rest := rel; ; {
+		p, after, more := strings.Cut(rest, "/")
 		if p == "" || p == "." || p == ".." || strings.IndexByte(p, 0) >= 0 {
-			return nil, fmt.Errorf("%w: %q in %q", ErrInvalidComponent, p, rel)
+			return fmt.Errorf("%w: %q in %q", ErrInvalidComponent, p, rel)
 		}
+		if !more {
+			return nil
+		}
+		rest = after
 	}
-	return parts, nil
 }
 
 // Option changes how OpenDir and MkdirAll treat the components they open.
@@ -152,18 +156,21 @@ func (d *Dir) MkdirAll(rel string, mode uint32, opts ...Option) (*Dir, error) {
 }
 
 func (d *Dir) walk(rel string, create bool, mode uint32, opts []Option) (*Dir, error) {
-	parts, err := components(rel)
-	if err != nil {
+	if err := checkRel(rel); err != nil {
 		return nil, &os.PathError{Op: "openat", Path: d.Join(rel), Err: err}
 	}
 	var o Option
 	for _, x := range opts {
 		o |= x
 	}
-	if !create && len(parts) > 0 && o&slowWalk == 0 {
+	if !create && rel != "" && o&slowWalk == 0 {
 		if dir, ok := d.openDirFast(rel, o); ok {
 			return dir, nil
 		}
+	}
+	var parts []string
+	if rel != "" {
+		parts = strings.Split(rel, "/")
 	}
 	var mnt uint64
 	if o&SameMount != 0 {
@@ -314,17 +321,23 @@ func (d *Dir) explain(name string, err error) error {
 // filesystem, and a FUSE filesystem mounted on name whose daemon stopped
 // answering is not asked (its cached attributes are reported).
 func (d *Dir) Lstat(name string) (unix.Stat_t, error) {
-	return d.statx(name, unix.AT_SYMLINK_NOFOLLOW, d.Join(name))
+	return d.statx(name, unix.AT_SYMLINK_NOFOLLOW)
 }
 
 // Stat is Lstat of d itself.
 func (d *Dir) Stat() (unix.Stat_t, error) {
-	return d.statx("", unix.AT_EMPTY_PATH, d.path)
+	return d.statx("", unix.AT_EMPTY_PATH)
 }
 
-func (d *Dir) statx(name string, flags int, path string) (unix.Stat_t, error) {
+// statx is StatAt of name in d; its error names name in d (d itself for
+// "").
+func (d *Dir) statx(name string, flags int) (unix.Stat_t, error) {
 	st, err := StatAt(d.fd, name, flags)
 	if err != nil {
+		path := d.path
+		if name != "" {
+			path = d.Join(name)
+		}
 		return st, &os.PathError{Op: "statx", Path: path, Err: err}
 	}
 	return st, nil
