@@ -384,12 +384,15 @@ func (d *Dir) ReadFile(name string, max int64) ([]byte, error) {
 // file since.
 //
 // The buffer holds the file and one byte more, so that a read returning
-// exactly the size statx gave, without that byte, is the whole file and
-// needs no second read to confirm the end. A short read alone would not
-// do: procfs and sysfs files (seq_file) return one page at a time, and a
-// FUSE daemon may return less than asked anywhere in a file; a read that
-// stops exactly at the size statx gave is the file as it was then on any
-// filesystem. Any other read goes on until read returns 0.
+// exactly the size statx gave, without that byte, is taken for the whole
+// file, with no second read to confirm the end. A short read alone would
+// not do: procfs and sysfs files (seq_file) return one page at a time and
+// say they are empty, and a FUSE daemon may return less than asked
+// anywhere in a file. A read that stops exactly where statx said the file
+// ends agrees with it: on a local filesystem a read stops short only at
+// the end of the file (or at an error, which the next read would report,
+// there too); elsewhere a filesystem would have to answer in a piece that
+// ends exactly there. Any other read goes on until read returns 0.
 func (d *Dir) readFile(name string, max int64) ([]byte, error) {
 	if max < 0 { // every file is larger; openRegular's -1 means no cap
 		return nil, &os.PathError{Op: "read", Path: d.Join(name), Err: fmt.Errorf("%w: at most %d bytes expected", ErrTooLarge, max)}
