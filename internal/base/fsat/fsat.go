@@ -24,10 +24,12 @@
 //
 // It is also the one home of the low-level helpers every package of the
 // module uses: Retry (a system call retried on EINTR), Openat (with
-// O_CLOEXEC) and StatMount (a file's mount IDs, device and mount-root
-// attribute, asked without reaching its filesystem). mountdetect, fsquota
-// and the rest import them; fsat imports nothing of the module, so no
-// package has a cycle through it.
+// O_CLOEXEC), Openat2, Reopen (an O_PATH descriptor opened for real) and
+// StatMount (a file's mount IDs, device, size and mount-root attribute,
+// asked without reaching its filesystem). The system calls a scan makes
+// for every entry take their names from the caller's stack, not a heap
+// copy each. mountdetect, fsquota and the rest import them; fsat imports
+// nothing of the module, so no package has a cycle through it.
 //
 // Linux only; elsewhere every function returns ErrUnsupported.
 package fsat

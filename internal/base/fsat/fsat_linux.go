@@ -30,27 +30,6 @@ func Retry(fn func() error) error {
 	}
 }
 
-// Openat is openat(2) with O_CLOEXEC, retried on EINTR.
-func Openat(dirfd int, name string, flags int, mode uint32) (int, error) {
-	var fd int
-	err := Retry(func() (err error) {
-		fd, err = unix.Openat(dirfd, name, flags|unix.O_CLOEXEC, mode)
-		return err
-	})
-	return fd, err
-}
-
-// Reopen opens the file fd refers to once more, with flags (O_CLOEXEC
-// added): a new open file description of the same inode, with its own
-// offset and access mode, reached through fd's /proc/self/fd magic link,
-// which the kernel resolves to that very file whatever has happened to its
-// name since. It turns an O_PATH descriptor into one ioctl and fchmod
-// accept, or gives a walk a descriptor whose offset the caller's does not
-// share (dup would).
-func Reopen(fd int, flags int) (int, error) {
-	return Openat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), flags, 0)
-}
-
 // Dir is an open directory. Its path is for messages only: nothing is ever
 // resolved through it.
 type Dir struct {
@@ -62,6 +41,9 @@ type Dir struct {
 	// instead of opening the directory again (atomic: swapped to 0 by
 	// the lister).
 	unlisted int32
+	// proc is the /proc/self/fd descriptor of the tree d belongs to (nil
+	// for a Dir made by FromFd): d holds one of its references.
+	proc *procFds
 }
 
 // OpenRoot opens the trusted directory path (absolute; symlinks in it are
@@ -74,7 +56,7 @@ func OpenRoot(path string) (*Dir, error) {
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	return &Dir{fd: fd, path: filepath.Clean(path), unlisted: 1}, nil
+	return &Dir{fd: fd, path: filepath.Clean(path), unlisted: 1, proc: newProcFds()}, nil
 }
 
 // FromFd makes a Dir of an open directory fd, which it then owns.
@@ -108,6 +90,8 @@ func (d *Dir) Close() error {
 	}
 	err := unix.Close(d.fd)
 	d.fd = -1
+	d.proc.release()
+	d.proc = nil
 	return err
 }
 
@@ -123,22 +107,26 @@ func (e sentinelErrno) Is(target error) bool {
 	return target == e.sentinel || target == e.errno
 }
 
-// components splits a relative path into its elements, refusing absolute
-// paths and empty, "." and ".." elements.
-func components(rel string) ([]string, error) {
-	if rel == "" {
-		return nil, nil
-	}
+// checkRel refuses an absolute path and one with an empty, "." or ".."
+// component (or a NUL), without allocating for a valid one: OpenDir's
+// one-call path needs no split.
+func checkRel(rel string) error {
 	if strings.HasPrefix(rel, "/") {
-		return nil, fmt.Errorf("%w: %q is absolute", ErrInvalidComponent, rel)
+		return fmt.Errorf("%w: %q is absolute", ErrInvalidComponent, rel)
 	}
-	parts := strings.Split(rel, "/")
-	for _, p := range parts {
+	if rel == "" {
+		return nil
+	}
+	for rest := rel; ; {
+		p, after, more := strings.Cut(rest, "/")
 		if p == "" || p == "." || p == ".." || strings.IndexByte(p, 0) >= 0 {
-			return nil, fmt.Errorf("%w: %q in %q", ErrInvalidComponent, p, rel)
+			return fmt.Errorf("%w: %q in %q", ErrInvalidComponent, p, rel)
 		}
+		if !more {
+			return nil
+		}
+		rest = after
 	}
-	return parts, nil
 }
 
 // Option changes how OpenDir and MkdirAll treat the components they open.
@@ -168,18 +156,21 @@ func (d *Dir) MkdirAll(rel string, mode uint32, opts ...Option) (*Dir, error) {
 }
 
 func (d *Dir) walk(rel string, create bool, mode uint32, opts []Option) (*Dir, error) {
-	parts, err := components(rel)
-	if err != nil {
+	if err := checkRel(rel); err != nil {
 		return nil, &os.PathError{Op: "openat", Path: d.Join(rel), Err: err}
 	}
 	var o Option
 	for _, x := range opts {
 		o |= x
 	}
-	if !create && len(parts) > 0 && o&slowWalk == 0 {
+	if !create && rel != "" && o&slowWalk == 0 {
 		if dir, ok := d.openDirFast(rel, o); ok {
 			return dir, nil
 		}
+	}
+	var parts []string
+	if rel != "" {
+		parts = strings.Split(rel, "/")
 	}
 	var mnt uint64
 	if o&SameMount != 0 {
@@ -209,7 +200,7 @@ func (d *Dir) walk(rel string, create bool, mode uint32, opts []Option) (*Dir, e
 			return nil
 		}
 	}
-	cur := &Dir{fd: d.fd, path: d.path}
+	cur := &Dir{fd: d.fd, path: d.path, proc: d.proc} // d itself, not owned: holds no reference
 	owned := false
 	for _, name := range parts {
 		next, err := cur.openChild(name, create, mode, check)
@@ -226,7 +217,7 @@ func (d *Dir) walk(rel string, create bool, mode uint32, opts []Option) (*Dir, e
 		if err != nil {
 			return nil, &os.PathError{Op: "openat", Path: d.path, Err: err}
 		}
-		cur = &Dir{fd: fd, path: d.path, unlisted: 1}
+		cur = &Dir{fd: fd, path: d.path, unlisted: 1, proc: d.proc.hold()}
 	}
 	return cur, nil
 }
@@ -256,15 +247,11 @@ func (d *Dir) openDirFast(rel string, o Option) (*Dir, bool) {
 	if o&SameMount != 0 {
 		how.Resolve |= unix.RESOLVE_NO_XDEV
 	}
-	var fd int
-	err := Retry(func() (err error) {
-		fd, err = unix.Openat2(d.fd, rel, &how)
-		return err
-	})
+	fd, err := Openat2(d.fd, rel, &how)
 	if err != nil {
 		return nil, false
 	}
-	return &Dir{fd: fd, path: d.Join(rel), unlisted: 1}, true
+	return &Dir{fd: fd, path: d.Join(rel), unlisted: 1, proc: d.proc.hold()}, true
 }
 
 // openChild opens the directory name in d (creating it with mode when
@@ -284,7 +271,7 @@ func (d *Dir) openChild(name string, create bool, mode uint32, check func(fd int
 					return nil, err
 				}
 			}
-			fd, err := Reopen(pfd, unix.O_RDONLY|unix.O_DIRECTORY)
+			fd, err := d.proc.reopen(pfd, unix.O_RDONLY|unix.O_DIRECTORY)
 			unix.Close(pfd)
 			if err != nil {
 				return nil, &os.PathError{Op: "openat", Path: p, Err: err}
@@ -297,7 +284,7 @@ func (d *Dir) openChild(name string, create bool, mode uint32, check func(fd int
 					return nil, &os.PathError{Op: "fchmod", Path: p, Err: err}
 				}
 			}
-			return &Dir{fd: fd, path: p, unlisted: 1}, nil
+			return &Dir{fd: fd, path: p, unlisted: 1, proc: d.proc.hold()}, nil
 		}
 		if err == unix.ENOENT && create {
 			err := Retry(func() error { return unix.Mkdirat(d.fd, name, mode) })
@@ -334,17 +321,23 @@ func (d *Dir) explain(name string, err error) error {
 // filesystem, and a FUSE filesystem mounted on name whose daemon stopped
 // answering is not asked (its cached attributes are reported).
 func (d *Dir) Lstat(name string) (unix.Stat_t, error) {
-	return d.statx(name, unix.AT_SYMLINK_NOFOLLOW, d.Join(name))
+	return d.statx(name, unix.AT_SYMLINK_NOFOLLOW)
 }
 
 // Stat is Lstat of d itself.
 func (d *Dir) Stat() (unix.Stat_t, error) {
-	return d.statx("", unix.AT_EMPTY_PATH, d.path)
+	return d.statx("", unix.AT_EMPTY_PATH)
 }
 
-func (d *Dir) statx(name string, flags int, path string) (unix.Stat_t, error) {
+// statx is StatAt of name in d; its error names name in d (d itself for
+// "").
+func (d *Dir) statx(name string, flags int) (unix.Stat_t, error) {
 	st, err := StatAt(d.fd, name, flags)
 	if err != nil {
+		path := d.path
+		if name != "" {
+			path = d.Join(name)
+		}
 		return st, &os.PathError{Op: "statx", Path: path, Err: err}
 	}
 	return st, nil
@@ -357,10 +350,7 @@ func (d *Dir) statx(name string, flags int, path string) (unix.Stat_t, error) {
 func StatAt(fd int, name string, flags int) (unix.Stat_t, error) {
 	var st unix.Stat_t
 	var sx unix.Statx_t
-	err := Retry(func() error {
-		return unix.Statx(fd, name, flags|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, unix.STATX_BASIC_STATS, &sx)
-	})
-	if err != nil {
+	if err := statx(fd, name, flags|unix.AT_NO_AUTOMOUNT|unix.AT_STATX_DONT_SYNC, unix.STATX_BASIC_STATS, &sx); err != nil {
 		return st, err
 	}
 	st.Ctim = unix.NsecToTimespec(sx.Ctime.Sec*1e9 + int64(sx.Ctime.Nsec)) // Timespec's fields are 32 bits wide on 386 and arm
@@ -384,45 +374,62 @@ func (d *Dir) ReadFile(name string, max int64) ([]byte, error) {
 }
 
 // readFile is ReadFile.
+//
+// The file's type and size are those statx gave of the O_PATH descriptor
+// openRegular checked: the descriptor it returns is a reopen of that very
+// inode (the magic link names the open file, no name is resolved again),
+// so an fstat of it would only say the same once more. The size sizes the
+// buffer and refuses a file already over max before anything is read;
+// the reads enforce max on what they return, whatever happened to the
+// file since.
+//
+// The buffer holds the file and one byte more, so that a read returning
+// exactly the size statx gave, without that byte, is taken for the whole
+// file, with no second read to confirm the end. A short read alone would
+// not do: procfs and sysfs files (seq_file) return one page at a time and
+// say they are empty, and a FUSE daemon may return less than asked
+// anywhere in a file. A read that stops exactly where statx said the file
+// ends agrees with it: on a local filesystem a read stops short only at
+// the end of the file (or at an error, which the next read would report,
+// there too); elsewhere a filesystem would have to answer in a piece that
+// ends exactly there. Any other read goes on until read returns 0.
 func (d *Dir) readFile(name string, max int64) ([]byte, error) {
-	p := d.Join(name)
-	fd, err := d.openRegular(name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY)
+	if max < 0 { // every file is larger; openRegular's -1 means no cap
+		return nil, &os.PathError{Op: "read", Path: d.Join(name), Err: fmt.Errorf("%w: at most %d bytes expected", ErrTooLarge, max)}
+	}
+	fd, s, err := d.openRegular(name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, max)
 	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: p, Err: err}
+		if errors.Is(err, ErrTooLarge) {
+			return nil, &os.PathError{Op: "read", Path: d.Join(name), Err: err}
+		}
+		return nil, &os.PathError{Op: "open", Path: d.Join(name), Err: err}
 	}
 	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, &os.PathError{Op: "fstat", Path: p, Err: err}
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, &os.PathError{Op: "open", Path: p, Err: fmt.Errorf("%w (mode %#o)", ErrNotRegular, st.Mode&unix.S_IFMT)}
-	}
-	if st.Size > max {
-		return nil, &os.PathError{Op: "read", Path: p, Err: fmt.Errorf("%w: %d bytes, at most %d expected", ErrTooLarge, st.Size, max)}
-	}
-	// Read into a buffer of the size fstat gave and one byte more, grown
+	// Read into a buffer of the size statx gave and one byte more, grown
 	// (up to max and one byte) only for a file that grew meanwhile.
-	b := make([]byte, 0, st.Size+1)
+	b := make([]byte, 0, s.Size+1)
 	for {
 		if len(b) == cap(b) {
 			if int64(len(b)) > max {
-				return nil, &os.PathError{Op: "read", Path: p, Err: fmt.Errorf("%w: more than %d bytes", ErrTooLarge, max)}
+				return nil, &os.PathError{Op: "read", Path: d.Join(name), Err: fmt.Errorf("%w: more than %d bytes", ErrTooLarge, max)}
 			}
 			b = slices.Grow(b, int(min(max+1-int64(len(b)), int64(len(b))+512)))
 		}
 		var n int
 		err := Retry(func() (err error) { n, err = unix.Read(fd, b[len(b):cap(b)]); return err })
 		if err != nil {
-			return nil, &os.PathError{Op: "read", Path: p, Err: err}
+			return nil, &os.PathError{Op: "read", Path: d.Join(name), Err: err}
 		}
 		if n <= 0 {
 			break
 		}
 		b = b[:len(b)+n]
+		if uint64(len(b)) == s.Size && len(b) < cap(b) {
+			break // the size statx gave, and not one byte more
+		}
 	}
 	if int64(len(b)) > max {
-		return nil, &os.PathError{Op: "read", Path: p, Err: fmt.Errorf("%w: more than %d bytes", ErrTooLarge, max)}
+		return nil, &os.PathError{Op: "read", Path: d.Join(name), Err: fmt.Errorf("%w: more than %d bytes", ErrTooLarge, max)}
 	}
 	return b, nil
 }
@@ -439,39 +446,45 @@ func (d *Dir) readFile(name string, max int64) ([]byte, error) {
 // file reopened from it (its magic link), never by name again. Before
 // openat2 (Linux 5.6) the O_PATH open is openat's, and the check's mount
 // root test stands for RESOLVE_NO_XDEV.
-func (d *Dir) openRegular(name string, flags int) (int, error) {
-	var pfd int
-	err := Retry(func() (err error) {
-		pfd, err = unix.Openat2(d.fd, name, &unix.OpenHow{
-			Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_BENEATH,
-		})
-		return err
+//
+// It returns what statx said of the file too. With max >= 0, a file
+// larger than max is refused (ErrTooLarge) without being opened.
+func (d *Dir) openRegular(name string, flags int, max int64) (int, MountStat, error) {
+	pfd, err := Openat2(d.fd, name, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_BENEATH,
 	})
 	switch err {
 	case nil:
 	case unix.EXDEV:
-		return -1, ErrOtherMount
+		return -1, MountStat{}, ErrOtherMount
 	case unix.ELOOP:
-		return -1, sentinelErrno{ErrSymlink, unix.ELOOP}
+		return -1, MountStat{}, sentinelErrno{ErrSymlink, unix.ELOOP}
 	case unix.ENOSYS, unix.EPERM, unix.EINVAL, unix.EAGAIN:
 		// No openat2 (Linux < 5.6, or a seccomp filter), or one that
 		// asks to be retried.
 		if pfd, err = Openat(d.fd, name, unix.O_PATH|unix.O_NOFOLLOW, 0); err != nil {
-			return -1, err
+			return -1, MountStat{}, err
 		}
 	default:
-		return -1, err
+		return -1, MountStat{}, err
 	}
 	defer unix.Close(pfd)
 	s, err := StatMount(pfd, "", 0)
 	if err != nil {
-		return -1, err
+		return -1, MountStat{}, err
 	}
 	if err := regularHere(s); err != nil {
-		return -1, err
+		return -1, MountStat{}, err
 	}
-	return Reopen(pfd, flags)
+	if max >= 0 && s.Size > uint64(max) {
+		return -1, MountStat{}, fmt.Errorf("%w: %d bytes, at most %d expected", ErrTooLarge, s.Size, max)
+	}
+	fd, err := d.proc.reopen(pfd, flags)
+	if err != nil {
+		return -1, MountStat{}, err
+	}
+	return fd, s, nil
 }
 
 // regularHere is openRegular's check of what statx said of a file: a
@@ -623,7 +636,7 @@ func (d *Dir) CreateEmpty(name string, perm uint32) error {
 		if err != unix.EEXIST {
 			break
 		}
-		if fd, err = d.openRegular(name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY); err != unix.ENOENT {
+		if fd, _, err = d.openRegular(name, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, -1); err != unix.ENOENT {
 			break
 		}
 	}

@@ -14,9 +14,10 @@ type MountStat struct {
 	// is mounted on it (false when the kernel cannot say, before 5.8).
 	Root bool
 	// Dev is the device of the file's filesystem (st_dev), Ino its inode
-	// number, Mode its type (the S_IFMT bits of st_mode).
-	Dev, Ino uint64
-	Mode     uint32
+	// number, Mode its type (the S_IFMT bits of st_mode), Size its size
+	// in bytes (st_size; for a FUSE file the size the kernel has cached).
+	Dev, Ino, Size uint64
+	Mode           uint32
 	// Nlink and Blocks (of 512 bytes) are filled in when Usage is asked.
 	Nlink  uint32
 	Blocks uint64
@@ -38,7 +39,7 @@ func (s MountStat) Key() uint64 {
 }
 
 // MountQuery says what StatMount asks for besides the device, inode
-// number, type and mount-root attribute, which it always gives.
+// number, type, size and mount-root attribute, which it always gives.
 type MountQuery uint8
 
 const (

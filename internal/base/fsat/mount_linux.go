@@ -34,7 +34,7 @@ func StatMount(dirfd int, name string, q MountQuery) (MountStat, error) {
 	if name == "" {
 		flags |= unix.AT_EMPTY_PATH
 	}
-	mask := unix.STATX_TYPE | unix.STATX_INO
+	mask := unix.STATX_TYPE | unix.STATX_INO | unix.STATX_SIZE
 	if q&Usage != 0 {
 		mask |= unix.STATX_NLINK | unix.STATX_BLOCKS
 	}
@@ -48,13 +48,14 @@ func StatMount(dirfd int, name string, q MountQuery) (MountStat, error) {
 		mask |= unix.STATX_MNT_ID
 	}
 	var sx unix.Statx_t
-	if err := Retry(func() error { return unix.Statx(dirfd, name, flags, mask, &sx) }); err != nil {
+	if err := statx(dirfd, name, flags, mask, &sx); err != nil {
 		return MountStat{}, err
 	}
 	s := MountStat{
 		Root: sx.Attributes_mask&sx.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0,
 		Dev:  unix.Mkdev(sx.Dev_major, sx.Dev_minor),
 		Ino:  sx.Ino,
+		Size: sx.Size,
 		Mode: uint32(sx.Mode) & unix.S_IFMT,
 	}
 	if q&Usage != 0 {
@@ -74,7 +75,7 @@ func StatMount(dirfd int, name string, q MountQuery) (MountStat, error) {
 		return MountStat{}, errNoMountID
 	}
 	if q&TableID != 0 && s.ID == 0 {
-		if err := Retry(func() error { return unix.Statx(dirfd, name, flags, unix.STATX_MNT_ID, &sx) }); err != nil {
+		if err := statx(dirfd, name, flags, unix.STATX_MNT_ID, &sx); err != nil {
 			return MountStat{}, err
 		}
 		if sx.Mask&unix.STATX_MNT_ID == 0 {

@@ -77,3 +77,33 @@ func TestReadFile(t *testing.T) {
 		})
 	}
 }
+
+// TestReadFileReadsWhatReturnsLittleAtATime: a read that returns less than
+// asked is not the end of every file. A procfs file (seq_file) returns a
+// page at a time and says it has size 0; ReadFile must read it to its end,
+// as it must a FUSE file whose daemon answers in pieces. (It stops at a
+// read that returns exactly the size statx gave.) The mount table of a
+// namespace with a hundred more mounts is several pages long.
+func TestReadFileReadsWhatReturnsLittleAtATime(t *testing.T) {
+	mounttest.RequireMounts(t)
+	mounttest.ManyMounts(t, t.TempDir(), 100)
+	want, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want) < 3*4096 {
+		t.Fatalf("the mount table is %d bytes; want several pages", len(want))
+	}
+	d, err := fsat.OpenRoot("/proc/self")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	got, err := d.ReadFile("mountinfo", 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("ReadFile of /proc/self/mountinfo returned %d bytes; os.ReadFile %d", len(got), len(want))
+	}
+}
