@@ -90,12 +90,9 @@ func probeKernel() KernelFeatures {
 		StatxMountID:       classicErr == nil,
 	}
 	var fd int
-	err = fsat.Retry(func() (err error) {
-		fd, err = unix.Openat2(unix.AT_FDCWD, "/", &unix.OpenHow{
-			Flags:   unix.O_PATH | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_NO_XDEV,
-		})
-		return err
+	fd, err = fsat.Openat2(unix.AT_FDCWD, "/", &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_XDEV,
 	})
 	if err == nil {
 		unix.Close(fd)
@@ -309,7 +306,7 @@ func childIsMountRoot(pfd int, name, path string, st *unix.Stat_t, s strategy) (
 		}
 		fallthrough
 	case strategyOpenat2:
-		fd, err := unix.Openat2(pfd, name, &unix.OpenHow{
+		fd, err := fsat.Openat2(pfd, name, &unix.OpenHow{
 			Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
 			Resolve: unix.RESOLVE_NO_XDEV,
 		})

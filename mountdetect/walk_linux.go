@@ -200,12 +200,9 @@ func (w *walk) openDir(parent *dirNode, name string) (fd int, crossed bool, err 
 // directory itself). The mount checks are the same.
 func (w *walk) openDirMode(parent *dirNode, name string, mode int) (fd int, crossed bool, err error) {
 	if w.s == strategyOpenat2 {
-		err = fsat.Retry(func() (err error) {
-			fd, err = unix.Openat2(parent.fd, name, &unix.OpenHow{
-				Flags:   uint64(mode) | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-				Resolve: unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-			})
-			return err
+		fd, err = fsat.Openat2(parent.fd, name, &unix.OpenHow{
+			Flags:   uint64(mode) | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_NO_XDEV | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 		})
 		if err == unix.EXDEV {
 			return -1, true, nil
