@@ -5,12 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
@@ -206,18 +205,7 @@ func TestPlanListedPodDirectoryExchanged(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var stop atomic.Bool
-	var exchanges atomic.Int64
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for !stop.Load() {
-			if unix.Renameat2(unix.AT_FDCWD, podDir, unix.AT_FDCWD, decoy, unix.RENAME_EXCHANGE) == nil {
-				exchanges.Add(1)
-			}
-		}
-	}()
+	exchanges := mounttest.ExchangeFlicker(podDir, decoy)
 	pl := e.plugin.NewPlanner()
 	defer pl.Close()
 	seen := map[string]int{}
@@ -237,8 +225,7 @@ func TestPlanListedPodDirectoryExchanged(t *testing.T) {
 	}
 	pl.Close() // the root and pods directory it opened for itself
 	after := openFds(t)
-	stop.Store(true)
-	wg.Wait()
+	exchanges.Stop(t)
 	if after != before {
 		t.Errorf("%d descriptors open after the scans, %d before", after, before)
 	}
@@ -253,8 +240,8 @@ func TestPlanListedPodDirectoryExchanged(t *testing.T) {
 			t.Errorf("%s changed: %q, %v; want %q", path, got, err, want)
 		}
 	}
-	t.Logf("%d scans, %d exchanges, volumes planned: %v", iterations, exchanges.Load(), seen)
-	if exchanges.Load() == 0 || seen["cache"] == 0 || seen["other"] == 0 {
+	t.Logf("%d scans, %d exchanges, volumes planned: %v", iterations, exchanges.Count(), seen)
+	if exchanges.Count() == 0 || seen["cache"] == 0 || seen["other"] == 0 {
 		t.Fatal("the pod directory was never listed both ways: the race was not run")
 	}
 }

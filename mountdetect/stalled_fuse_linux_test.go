@@ -85,7 +85,7 @@ func TestRemoveAllStartRacesStalledFUSE(t *testing.T) {
 	// Past tries, until the attacker has met the calls often enough (a
 	// loaded machine can starve its thread), for at most a minute.
 	deadline := time.Now().Add(time.Minute)
-	for i := 0; i < tries || (binds.Binds() < 1000 && time.Now().Before(deadline)); i++ {
+	for i := 0; i < tries || (binds.Count() < 1000 && time.Now().Before(deadline)); i++ {
 		// mkdirat, not a stat or MkdirAll of the path, which would ask
 		// the FUSE when it is bound there.
 		if err := unix.Mkdirat(baseFD, "start", 0o755); err != nil && err != unix.EEXIST {
@@ -97,11 +97,11 @@ func TestRemoveAllStartRacesStalledFUSE(t *testing.T) {
 			return RemoveAll(start)
 		})
 		if !returned.Load() {
-			t.Fatalf("RemoveAll %d of %d blocked (after %d binds)", i+1, tries, binds.Binds())
+			t.Fatalf("RemoveAll %d of %d blocked (after %d binds)", i+1, tries, binds.Count())
 		}
 	}
-	t.Logf("%d RemoveAlls, %d binds", tries, binds.Binds())
-	if binds.Binds() == 0 {
+	t.Logf("%d RemoveAlls, %d binds", tries, binds.Count())
+	if binds.Count() == 0 {
 		t.Error("no bind mount was made: the race was not tried")
 	}
 }

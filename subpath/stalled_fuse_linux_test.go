@@ -60,18 +60,18 @@ func TestCheckRacesStalledFUSE(t *testing.T) {
 	// Past tries, until the attacker has met the calls often enough (a
 	// loaded machine can starve its thread), for at most a minute.
 	deadline := time.Now().Add(time.Minute)
-	for i := 0; i < tries || (binds.Binds() < 1000 && time.Now().Before(deadline)); i++ {
+	for i := 0; i < tries || (binds.Count() < 1000 && time.Now().Before(deadline)); i++ {
 		var returned atomic.Bool
 		_ = mounttest.Within(t, 5*time.Second, "subpath Check with a stalled FUSE mounted on and off volume-subpaths/<vol>", func() error {
 			defer returned.Store(true)
 			return e.cleaner.Check(e.ctx, uid, emptydir.PluginName, "data")
 		})
 		if !returned.Load() {
-			t.Fatalf("Check %d of %d blocked (after %d binds)", i+1, tries, binds.Binds())
+			t.Fatalf("Check %d of %d blocked (after %d binds)", i+1, tries, binds.Count())
 		}
 	}
-	t.Logf("%d Checks, %d binds", tries, binds.Binds())
-	if binds.Binds() == 0 {
+	t.Logf("%d Checks, %d binds", tries, binds.Count())
+	if binds.Count() == 0 {
 		t.Error("no bind mount was made: the race was not tried")
 	}
 }

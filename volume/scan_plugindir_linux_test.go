@@ -4,11 +4,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
 )
 
 // TestWithPluginDirHandsEveryVolumeOnce: the plugin directories come in
@@ -90,18 +90,7 @@ func TestWithPluginDirIsTheDirectoryListed(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(decoy, "sentinel", "data"), sentinel, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	var swaps atomic.Int64
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for !stop.Load() {
-			if unix.Renameat2(unix.AT_FDCWD, real, unix.AT_FDCWD, decoy, unix.RENAME_EXCHANGE) == nil {
-				swaps.Add(1)
-			}
-		}
-	}()
+	swaps := mounttest.ExchangeFlicker(real, decoy)
 	seen := map[string]int{}
 	const iterations = 5000
 	for range iterations {
@@ -127,8 +116,7 @@ func TestWithPluginDirIsTheDirectoryListed(t *testing.T) {
 			break
 		}
 	}
-	stop.Store(true)
-	wg.Wait()
+	swaps.Stop(t)
 	found := 0
 	for _, d := range []string{real, decoy} {
 		got, err := os.ReadFile(filepath.Join(d, "sentinel", "data"))
@@ -143,8 +131,8 @@ func TestWithPluginDirIsTheDirectoryListed(t *testing.T) {
 	if found != 1 {
 		t.Errorf("the sentinel is in %d of the two directories", found)
 	}
-	t.Logf("%d scans, %d exchanges, plugin directories listed: %v", iterations, swaps.Load(), seen)
-	if swaps.Load() == 0 {
+	t.Logf("%d scans, %d exchanges, plugin directories listed: %v", iterations, swaps.Count(), seen)
+	if swaps.Count() == 0 {
 		t.Fatal("the plugin directory was never exchanged: the race was not run")
 	}
 }

@@ -68,7 +68,7 @@ func TestCreateEmptyRacesStalledFUSE(t *testing.T) {
 	// Past tries, until the attacker has met the calls often enough (a
 	// loaded machine can starve its thread), for at most a minute.
 	deadline := time.Now().Add(time.Minute)
-	for i := 0; i < tries || (binds.Binds() < 1000 && time.Now().Before(deadline)); i++ {
+	for i := 0; i < tries || (binds.Count() < 1000 && time.Now().Before(deadline)); i++ {
 		switch err := create("CreateEmpty of a name a stalled FUSE file is mounted on and off"); {
 		case err == nil:
 			created++
@@ -80,8 +80,8 @@ func TestCreateEmptyRacesStalledFUSE(t *testing.T) {
 			t.Fatalf("CreateEmpty: %v", err)
 		}
 	}
-	t.Logf("%d created or kept, %d refused, %d binds", created, refused, binds.Binds())
-	if binds.Binds() == 0 {
+	t.Logf("%d created or kept, %d refused, %d binds", created, refused, binds.Count())
+	if binds.Count() == 0 {
 		t.Error("no bind mount was made: the race was not tried")
 	}
 }

@@ -48,7 +48,7 @@ func TestMkdirAllRacesStalledFUSE(t *testing.T) {
 			return err
 		})
 		if !returned.Load() {
-			t.Fatalf("MkdirAll %d of %d blocked (after %d binds)", i+1, tries, binds.Binds())
+			t.Fatalf("MkdirAll %d of %d blocked (after %d binds)", i+1, tries, binds.Count())
 		}
 		switch {
 		case err == nil:
@@ -59,7 +59,7 @@ func TestMkdirAllRacesStalledFUSE(t *testing.T) {
 			t.Fatalf("MkdirAll %d of %d: %v", i+1, tries, err)
 		}
 	}
-	t.Logf("%d opened, %d refused, %d binds", opened, refused, binds.Binds())
+	t.Logf("%d opened, %d refused, %d binds", opened, refused, binds.Count())
 	if refused == 0 {
 		t.Error("no MkdirAll met the mount: the race was not tried")
 	}

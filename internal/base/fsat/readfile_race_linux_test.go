@@ -49,7 +49,7 @@ func TestReadFileRacesStalledFUSE(t *testing.T) {
 			return err
 		})
 		if !returned.Load() {
-			t.Fatalf("ReadFile %d of %d blocked (after %d binds)", i+1, tries, binds.Binds())
+			t.Fatalf("ReadFile %d of %d blocked (after %d binds)", i+1, tries, binds.Count())
 		}
 		switch {
 		case err == nil:
@@ -60,7 +60,7 @@ func TestReadFileRacesStalledFUSE(t *testing.T) {
 			t.Fatalf("ReadFile %d of %d: %v", i+1, tries, err)
 		}
 	}
-	t.Logf("%d reads, %d refusals, %d binds", read, refused, binds.Binds())
+	t.Logf("%d reads, %d refusals, %d binds", read, refused, binds.Count())
 	if refused == 0 {
 		t.Error("no ReadFile met the mount: the race was not tried")
 	}

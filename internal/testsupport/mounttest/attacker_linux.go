@@ -366,36 +366,56 @@ func (n *NamespaceThread) Do(fn func()) {
 	<-ran
 }
 
-// Flicker is an attacker's thread binding a mount on a name and
-// unmounting it again, over and over (BindFlicker).
+// Flicker is an attacker's thread changing what a name is, over and over
+// (BindFlicker, ExchangeFlicker).
 type Flicker struct {
 	stop  atomic.Bool
-	binds atomic.Int64
+	count atomic.Int64
 	done  chan struct{}
 }
 
-// BindFlicker binds source on target and detaches it again, over and over
-// on a goroutine of its own, calling before (if not nil) before each bind,
-// until Stop. Binds counts the binds made.
-func BindFlicker(source, target string, before func()) *Flicker {
+// flicker runs act over and over on a goroutine of its own until Stop,
+// counting the times it reports done.
+func flicker(act func() (done bool)) *Flicker {
 	f := &Flicker{done: make(chan struct{})}
 	go func() {
 		defer close(f.done)
 		for !f.stop.Load() {
-			if before != nil {
-				before()
-			}
-			if err := unix.Mount(source, target, "", unix.MS_BIND, ""); err == nil {
-				f.binds.Add(1)
-				_ = unix.Unmount(target, unix.MNT_DETACH)
+			if act() {
+				f.count.Add(1)
 			}
 		}
 	}()
 	return f
 }
 
-// Binds is the number of binds made so far.
-func (f *Flicker) Binds() int64 { return f.binds.Load() }
+// BindFlicker binds source on target and detaches it again, over and over
+// on a goroutine of its own, calling before (if not nil) before each bind,
+// until Stop. Count counts the binds made.
+func BindFlicker(source, target string, before func()) *Flicker {
+	return flicker(func() bool {
+		if before != nil {
+			before()
+		}
+		if err := unix.Mount(source, target, "", unix.MS_BIND, ""); err != nil {
+			return false
+		}
+		_ = unix.Unmount(target, unix.MNT_DETACH)
+		return true
+	})
+}
+
+// ExchangeFlicker exchanges the paths a and b (renameat2 RENAME_EXCHANGE),
+// over and over on a goroutine of its own, until Stop. Count counts the
+// exchanges made; an odd count leaves them exchanged.
+func ExchangeFlicker(a, b string) *Flicker {
+	return flicker(func() bool {
+		return unix.Renameat2(unix.AT_FDCWD, a, unix.AT_FDCWD, b, unix.RENAME_EXCHANGE) == nil
+	})
+}
+
+// Count is the number of changes made so far.
+func (f *Flicker) Count() int64 { return f.count.Load() }
 
 // Stop ends the thread, waiting for it 10 s at most: never for good, as
 // a stalled FUSE it bound is only closed by a clean-up after the test.
