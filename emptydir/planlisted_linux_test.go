@@ -245,3 +245,49 @@ func TestPlanListedPodDirectoryExchanged(t *testing.T) {
 		t.Fatal("the pod directory was never listed both ways: the race was not run")
 	}
 }
+
+// TestPlanListedUnsetPodPlansByName: a PluginDir made by hand with Pod
+// left unset holds descriptor 0, standard input or whatever a process
+// that closed it opened in its place (here: another pod's directory).
+// PlanListed must not borrow it for the pod directory: it plans
+// by name, as PlanTearDown does.
+func TestPlanListedUnsetPodPlansByName(t *testing.T) {
+	e := newEnv(t, t.TempDir(), nil)
+	e.setUp(t, e.pod(emptyDirSpec("cache", volume.StorageMediumDefault)), "cache")
+	// The other pod's directory holds a metadata directory of the same
+	// volume with what nodevol never writes there: a plan through it fails.
+	other := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(other, "plugins", "kubernetes.io~empty-dir", "cache", "junk"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	decoy, err := unix.Open(other, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(decoy)
+	stdin, err := unix.Dup(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := unix.Dup2(stdin, 0); err != nil {
+			t.Error(err)
+		}
+		unix.Close(stdin)
+	}()
+	if err := unix.Dup2(decoy, 0); err != nil {
+		t.Fatal(err)
+	}
+	pl := e.plugin.NewPlanner()
+	defer pl.Close()
+	var codes []string
+	e.scanListed(t, func(pd volume.PluginDir) {
+		pd.Pod = 0
+		pl.PlanListed(pd, nil, func(_ int, plan Plan, err error) {
+			codes = append(codes, fmt.Sprint(plan.Code, err))
+		})
+	})
+	if want := []string{"not-mounted <nil>"}; !reflect.DeepEqual(codes, want) {
+		t.Errorf("planned %q, want %q (PlanTearDown's, by name)", codes, want)
+	}
+}

@@ -412,7 +412,11 @@ func (pl *Planner) PlanListed(pd volume.PluginDir, tab *mountdetect.MountTable, 
 // pd is a pod's emptyDir plugin directory handed on with its pod directory,
 // every volume in it (ok).
 func listedPod(pd volume.PluginDir) (uid, pod string, ok bool) {
-	if len(pd.Volumes) == 0 || pd.Fd < 0 || pd.Pod < 0 {
+	// Descriptor 0 is never taken for a directory borrowed: it is what a
+	// PluginDir made by hand with Pod or Fd unset holds (standard input,
+	// or whatever was opened in its place). Planned by name, it costs
+	// nothing but the opens.
+	if len(pd.Volumes) == 0 || pd.Fd <= 0 || pd.Pod <= 0 {
 		return "", "", false
 	}
 	uid = pd.Volumes[0].PodUID

@@ -80,7 +80,9 @@ type PluginDir struct {
 	// ScanVolumes as Fd is (valid during the call only, never to be closed
 	// or kept): what else a caller reads of the pod through it is in the
 	// directory whose volumes were listed, whatever was renamed since. A
-	// PluginDir made otherwise than by ScanVolumes sets it, or -1.
+	// PluginDir made otherwise than by ScanVolumes sets it, or -1; its zero
+	// value, left unset, is standard input, which emptydir's PlanListed
+	// does not take for a pod directory (it plans by name).
 	Pod int
 	// Path names it for messages (as listed), and Rel is its path from
 	// the pods directory: "<uid>/volumes/<escaped plugin>".

@@ -31,7 +31,12 @@ func Retry(fn func() error) error {
 }
 
 // Dir is an open directory. Its path is for messages only: nothing is ever
-// resolved through it.
+// resolved through it. Its methods may run on several goroutines at once
+// (each is system calls on its descriptor; the first listing takes the
+// descriptor atomically, later ones list a descriptor of their own, and
+// the Dirs of a tree share their /proc/self/fd descriptor by reference),
+// but not Close: the caller closes a Dir once every other call on it has
+// returned.
 type Dir struct {
 	fd   int
 	path string
