@@ -219,10 +219,17 @@ func (e *RefusedError) Unwrap() error { return e.Err }
 // error, so that a dry run fails exactly where TearDown would.
 func (p *Plugin) PlanTearDown(podUID, vol string, tab *mountdetect.MountTable) (Plan, error) {
 	plan, err := p.planTearDown(p.planRef(podUID, vol), tab)
+	return plan, p.endPlan(&plan, err)
+}
+
+// endPlan is the error of a plan made with err: err, or, for a plan that
+// is not a refusal, where TearDown would stop before changing anything
+// (PlanTearDown).
+func (p *Plugin) endPlan(plan *Plan, err error) error {
 	if err == nil && plan.Action != ActionRefuse {
-		_, err = p.stop(&plan)
+		_, err = p.stop(plan)
 	}
-	return plan, err
+	return err
 }
 
 // planRef is the ordinary volume vol of the pod podUID as PlanTearDown
@@ -347,8 +354,6 @@ type Planner struct {
 	// is pods as a mountdetect.Parent, read once.
 	root, pods *fsat.Dir
 	podsAs     *mountdetect.Parent
-	// budget is the pod's of the plan being made (PlanTearDownWithin).
-	budget *volume.EntryBudget
 }
 
 // NewPlanner returns a Planner of the plugin's volumes.
@@ -369,13 +374,8 @@ func (pl *Planner) PlanTearDown(podUID, vol string, tab *mountdetect.MountTable)
 // can fill every metadata directory of the pod: what that costs a scan
 // comes out of the pod's share, no one else's.
 func (pl *Planner) PlanTearDownWithin(podUID, vol string, tab *mountdetect.MountTable, b *volume.EntryBudget) (Plan, error) {
-	pl.budget = b
-	defer func() { pl.budget = nil }()
-	plan, err := pl.planTearDown(pl.p.planRef(podUID, vol), tab)
-	if err == nil && plan.Action != ActionRefuse {
-		_, err = pl.p.stop(&plan)
-	}
-	return plan, err
+	plan, err := pl.planTearDown(pl.p.planRef(podUID, vol), tab, b)
+	return plan, pl.p.endPlan(&plan, err)
 }
 
 // PlanListed plans the teardowns of the volumes of pd, a plugin directory

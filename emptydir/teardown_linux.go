@@ -36,8 +36,8 @@ func (p *Plugin) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, erro
 
 // planTearDown is Plugin.planTearDown of the ordinary volume r, with the
 // directories it shares with the previous volume reused when both are the
-// same pod's.
-func (pl *Planner) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, error) {
+// same pod's; b is the pod's budget (PlanTearDownWithin).
+func (pl *Planner) planTearDown(r volRef, tab *mountdetect.MountTable, b *volume.EntryBudget) (Plan, error) {
 	dir, err := pl.p.refPath(r)
 	if err != nil {
 		return Plan{}, err
@@ -62,7 +62,7 @@ func (pl *Planner) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, er
 			pl.held.looker = v.looker
 		}
 	}
-	v.budget = pl.budget
+	v.budget = b
 	defer func() {
 		v.meta.Close()
 		v.meta, v.budget = nil, nil
@@ -128,10 +128,7 @@ func (pl *Planner) planListed(pd volume.PluginDir, uid, path string, tab *mountd
 	}
 	for i, vd := range pd.Volumes {
 		plan, err := pl.planIn(&v, vd, tab)
-		if err == nil && plan.Action != ActionRefuse {
-			_, err = pl.p.stop(&plan)
-		}
-		fn(i, plan, err)
+		fn(i, plan, pl.p.endPlan(&plan, err))
 	}
 }
 

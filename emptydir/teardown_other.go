@@ -17,7 +17,7 @@ func (p *Plugin) tearDown(ctx context.Context, r volRef) (Plan, error) {
 	return Plan{}, mountdetect.ErrUnsupported
 }
 
-func (pl *Planner) planTearDown(r volRef, tab *mountdetect.MountTable) (Plan, error) {
+func (pl *Planner) planTearDown(volRef, *mountdetect.MountTable, *volume.EntryBudget) (Plan, error) {
 	return Plan{}, mountdetect.ErrUnsupported
 }
 
