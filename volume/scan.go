@@ -363,7 +363,7 @@ func scanPod(pods *fsat.Dir, uid string, res *ScanResult, b *EntryBudget, visit 
 		return 0, problemsBefore, false
 	}
 	defer vols.Close()
-	plugins, err := readDir(vols, b, lists[0][:0])
+	plugins, err := readDir(vols, b, lists[0])
 	lists[0] = plugins
 	if err != nil {
 		problem(vols.Path(), err)
@@ -387,7 +387,7 @@ func scanPod(pods *fsat.Dir, uid string, res *ScanResult, b *EntryBudget, visit 
 			problem(plPath, err)
 			continue
 		}
-		entries, err := readDir(plDir, b, lists[1][:0])
+		entries, err := readDir(plDir, b, lists[1])
 		lists[1] = entries
 		if err != nil {
 			problem(plPath, err)
@@ -430,22 +430,23 @@ func describeType(t os.FileMode) string {
 }
 
 // readDir lists d's entries sorted by name, at most as many as b allows
-// (nil: all), appended to out. When a bound stops it, it returns those
-// read so far and an error matching ErrTooManyEntries.
-func readDir(d *fsat.Dir, b *EntryBudget, out []fsat.Entry) ([]fsat.Entry, error) {
+// (nil: all), in buf's array when it is large enough. When a bound stops
+// it, it returns those read so far and an error matching
+// ErrTooManyEntries.
+func readDir(d *fsat.Dir, b *EntryBudget, buf []fsat.Entry) ([]fsat.Entry, error) {
 	if b == nil {
 		return d.ReadEntries()
 	}
-	n := len(out)
+	out := buf[:0]
 	var stop error
 	err := d.EachEntry(func(e fsat.Entry) error {
-		if stop = b.Take(len(out) - n); stop != nil {
+		if stop = b.Take(len(out)); stop != nil {
 			return fsat.ErrStop
 		}
 		out = append(out, e)
 		return nil
 	})
-	slices.SortFunc(out[n:], func(a, b fsat.Entry) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b fsat.Entry) int { return strings.Compare(a.Name, b.Name) })
 	if err == nil && stop != nil {
 		err = &os.PathError{Op: "readdir", Path: d.Path(), Err: fmt.Errorf("%w; the scan stopped here, and entries after it were not examined", stop)}
 	}
