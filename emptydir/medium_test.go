@@ -95,3 +95,11 @@ func TestMountSizes(t *testing.T) {
 		}
 	}
 }
+
+// TestEscapedPluginName checks the constant plugin directory name the
+// plugin uses against the escaping of its name.
+func TestEscapedPluginName(t *testing.T) {
+	if got, err := volume.EscapePluginName(PluginName); err != nil || got != escapedPluginName {
+		t.Errorf("EscapePluginName(%q) = %q, %v; the plugin uses %q", PluginName, got, err, escapedPluginName)
+	}
+}

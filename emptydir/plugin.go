@@ -350,18 +350,13 @@ func (r volRef) owns(m *metadata, path func() string) error {
 	return fmt.Errorf("%w: %s records the emptyDir at %s; it is left in place", ErrOtherVolumesRecord, path(), m.Location.describe())
 }
 
-// escapedPluginName is PluginName as a plugin directory's name, and
+// escapedPluginName is PluginName as a plugin directory's name
+// (volume.EscapePluginName; TestEscapedPluginName checks it), and
 // listedSuffix the path of an emptyDir plugin directory from its pod
-// directory, with a leading "/".
-var (
-	escapedPluginName = func() string {
-		s, err := volume.EscapePluginName(PluginName)
-		if err != nil {
-			panic(err)
-		}
-		return s
-	}()
-	listedSuffix = "/volumes/" + escapedPluginName
+// directory, with a leading "/": constants, not made at each start.
+const (
+	escapedPluginName = "kubernetes.io~empty-dir"
+	listedSuffix      = "/volumes/" + escapedPluginName
 )
 
 // refPath returns the volume directory of r, once its names are checked,
