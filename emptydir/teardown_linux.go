@@ -110,9 +110,13 @@ func (pl *Planner) planListed(pd volume.PluginDir, uid, path string, tab *mountd
 	// What the Planner holds of a pod it opened by name is never mixed
 	// with what a listing lends.
 	pl.closeHeld()
-	v := podVolume{pod: fsat.FromFd(pd.Pod, path), vols: fsat.FromFd(pd.Fd, pd.Path), hook: pl.p.hook,
-		topShared: true, borrowed: true, volsFromPods: pd.Rel, budget: pd.Budget}
-	defer v.Close() // what was opened here; nothing borrowed
+	// The borrowed directories join the tree of the Planner's kubelet
+	// root, so the records read below them share its /proc/self/fd
+	// descriptor (a reopen walks one component, not four).
+	pl.openTop()
+	v := podVolume{pod: pl.root.Borrow(pd.Pod, path), vols: pl.root.Borrow(pd.Fd, pd.Path), hook: pl.p.hook,
+		topShared: true, volsFromPods: pd.Rel, budget: pd.Budget}
+	defer v.Close() // what was opened here; the borrowed descriptors stay open
 	var err error
 	if v.metaParent, err = openOrCreate(v.pod, "plugins/"+escapedPluginName, false, fsat.SameMount); err != nil {
 		for i, vd := range pd.Volumes {
@@ -121,7 +125,6 @@ func (pl *Planner) planListed(pd volume.PluginDir, uid, path string, tab *mountd
 		return
 	}
 	if tab != nil {
-		pl.openTop()
 		if podsAs := pl.podsParent(tab); podsAs != nil {
 			v.looker = podsAs.Beneath(pd.Rel)
 		}

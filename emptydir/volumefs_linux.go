@@ -46,12 +46,11 @@ type podVolume struct {
 	hook testhook.Hook // the plugin's crash points (tests only)
 
 	// topShared says root and pods belong to a Planner (Close leaves them
-	// open); borrowed that pod and vols are a listing's, lent for the
-	// duration of a call (Planner.PlanListed: Close leaves them open, and
-	// nothing keeps them past the call); volsFromPods is vols's path from
-	// pods ("<uid>/volumes/...").
-	topShared, borrowed bool
-	volsFromPods        string
+	// open); volsFromPods is vols's path from pods ("<uid>/volumes/...").
+	// A listing's pod and vols (Planner.PlanListed) are Dirs of borrowed
+	// descriptors (fsat.Dir.Borrow), which Close leaves open.
+	topShared    bool
+	volsFromPods string
 
 	// looker, set by a Planner, is vols as a mountdetect.Parent: plan then
 	// looks at the volume directory by a statx of its name and answers
@@ -188,10 +187,8 @@ func (v *podVolume) sibling(r volRef, dir string) (*podVolume, error) {
 func (v *podVolume) Close() {
 	v.meta.Close()
 	v.metaParent.Close()
-	if !v.borrowed {
-		v.vols.Close()
-		v.pod.Close()
-	}
+	v.vols.Close()
+	v.pod.Close()
 	if !v.topShared {
 		v.pods.Close()
 		v.root.Close()

@@ -63,8 +63,6 @@ type pluginDirs struct {
 	podsParent *mountdetect.Parent
 	podsErr    error
 	parent     *mountdetect.Parent
-	// borrowed says dir is ScanVolumes's (listed), not to be closed.
-	borrowed bool
 }
 
 // open is the directory of plugin (unescaped) of the pod uid (owned by
@@ -99,11 +97,11 @@ func (p *pluginDirs) parentOf() *mountdetect.Parent {
 }
 
 // listed makes the plugin directory pd that ScanVolumes holds open the
-// one examined: it is not opened again, nor closed here
-// (volume.WithPluginDir).
+// one examined: it is not opened again, nor closed here (borrowed:
+// volume.WithPluginDir).
 func (p *pluginDirs) listed(pd volume.PluginDir) {
 	p.close()
-	p.key, p.dir, p.borrowed = pd.Rel, fsat.FromFd(pd.Fd, pd.Path), true
+	p.key, p.dir = pd.Rel, p.pods.Borrow(pd.Fd, pd.Path)
 	if len(pd.Volumes) > 0 {
 		p.uid, p.plugin = pd.Volumes[0].PodUID, pd.Volumes[0].Plugin
 	}
@@ -111,10 +109,8 @@ func (p *pluginDirs) listed(pd volume.PluginDir) {
 
 // close closes the directory kept open (forgets one listed).
 func (p *pluginDirs) close() {
-	if p.dir != nil && !p.borrowed {
-		p.dir.Close()
-	}
-	p.key, p.uid, p.plugin, p.dir, p.err, p.borrowed = "", "", "", nil, nil, false
+	p.dir.Close()
+	p.key, p.uid, p.plugin, p.dir, p.err = "", "", "", nil, nil
 	p.parent = nil
 }
 

@@ -49,6 +49,8 @@ type Dir struct {
 	// proc is the /proc/self/fd descriptor of the tree d belongs to (nil
 	// for a Dir made by FromFd): d holds one of its references.
 	proc *procFds
+	// borrowed says fd is the caller's (Borrow): Close leaves it open.
+	borrowed bool
 }
 
 // OpenRoot opens the trusted directory path (absolute; symlinks in it are
@@ -66,6 +68,18 @@ func OpenRoot(path string) (*Dir, error) {
 
 // FromFd makes a Dir of an open directory fd, which it then owns.
 func FromFd(fd int, path string) *Dir { return &Dir{fd: fd, path: path} }
+
+// Borrow makes a Dir of fd, an open directory its caller lends and keeps
+// (Close gives back what the Dir holds and leaves fd open), in d's tree:
+// files read through it and the Dirs opened from it share d's
+// /proc/self/fd descriptor. With d nil it has none, like FromFd's.
+func (d *Dir) Borrow(fd int, path string) *Dir {
+	b := &Dir{fd: fd, path: path, borrowed: true}
+	if d != nil {
+		b.proc = d.proc.hold()
+	}
+	return b
+}
 
 // Fd is the directory's file descriptor, valid until Close.
 func (d *Dir) Fd() int { return d.fd }
@@ -88,12 +102,16 @@ func (d *Dir) ProcPath(name string) string {
 	return p
 }
 
-// Close closes the directory. Closing a nil Dir is a no-op.
+// Close closes the directory (one of a borrowed descriptor stays open:
+// Borrow). Closing a nil Dir is a no-op.
 func (d *Dir) Close() error {
 	if d == nil || d.fd < 0 {
 		return nil
 	}
-	err := unix.Close(d.fd)
+	var err error
+	if !d.borrowed {
+		err = unix.Close(d.fd)
+	}
 	d.fd = -1
 	d.proc.release()
 	d.proc = nil

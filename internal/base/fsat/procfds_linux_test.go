@@ -110,3 +110,63 @@ func openFds(t *testing.T) int {
 	}
 	return len(entries) - 1 // ReadDir's own
 }
+
+// TestBorrowedDirJoinsTheTreeAndStaysOpen: a Dir of a descriptor its
+// caller lends (Borrow) reads through the lending tree's /proc/self/fd
+// descriptor, and so do the Dirs opened from it; its Close gives back
+// its reference and leaves the caller's descriptor open; the tree's
+// descriptor closes with the last Dir of the tree, borrowed or not.
+func TestBorrowedDirJoinsTheTreeAndStaysOpen(t *testing.T) {
+	dir := t.TempDir()
+	mounttest.Build(t, dir, "file a/b/f data")
+	before := openFds(t)
+	lent, err := unix.Open(filepath.Join(dir, "a"), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := fsat.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := root.Borrow(lent, filepath.Join(dir, "a"))
+	b, err := a.OpenDir("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.ReadFile("f", 10); err != nil || string(got) != "data" {
+		t.Fatalf("ReadFile below a borrowed Dir = %q, %v", got, err)
+	}
+	proc := fsat.ProcFd(root)
+	if proc < 0 || fsat.ProcFd(a) != proc || fsat.ProcFd(b) != proc {
+		t.Fatalf("tree descriptor %d; the borrowed Dir reopens through %d, its child through %d", proc, fsat.ProcFd(a), fsat.ProcFd(b))
+	}
+	root.Close()
+	b.Close()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.FcntlInt(uintptr(lent), unix.F_GETFD, 0); err != nil {
+		t.Fatalf("closing the borrowed Dir closed the lender's descriptor: %v", err)
+	}
+	// The lender's descriptor is all that is left open of the tree.
+	if after := openFds(t); after != before+1 {
+		t.Errorf("%d descriptors open after the tree closed, %d before (and the lent one)", after, before)
+	}
+	unix.Close(lent)
+
+	// Without a tree it reads by path and holds nothing.
+	lent, err = unix.Open(filepath.Join(dir, "a", "b"), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(lent)
+	var none *fsat.Dir
+	alone := none.Borrow(lent, "alone")
+	if got, err := alone.ReadFile("f", 10); err != nil || string(got) != "data" || fsat.ProcFd(alone) != -3 {
+		t.Errorf("ReadFile in a Dir borrowed outside a tree = %q, %v (tree descriptor %d)", got, err, fsat.ProcFd(alone))
+	}
+	alone.Close()
+	if _, err := unix.FcntlInt(uintptr(lent), unix.F_GETFD, 0); err != nil {
+		t.Errorf("closing a Dir borrowed outside a tree closed the descriptor: %v", err)
+	}
+}
