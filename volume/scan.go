@@ -369,14 +369,13 @@ func scanPod(pods *fsat.Dir, uid string, res *ScanResult, b *EntryBudget, visit 
 		problem(vols.Path(), err)
 	}
 	for _, pl := range plugins {
-		plPath := vols.Join(pl.Name)
 		if pl.Type != fs.ModeDir {
-			problem(plPath, fmt.Errorf("not a directory (%s)", describeType(pl.Type)))
+			problem(vols.Join(pl.Name), fmt.Errorf("not a directory (%s)", describeType(pl.Type)))
 			continue
 		}
 		plugin, err := UnescapePluginName(pl.Name)
 		if err != nil {
-			problem(plPath, err)
+			problem(vols.Join(pl.Name), err)
 			continue
 		}
 		if b.Spent() {
@@ -384,15 +383,17 @@ func scanPod(pods *fsat.Dir, uid string, res *ScanResult, b *EntryBudget, visit 
 		}
 		plDir, err := vols.OpenDir(pl.Name, fsat.SameMount)
 		if err != nil {
-			problem(plPath, err)
+			problem(vols.Join(pl.Name), err)
 			continue
 		}
+		plPath := plDir.Path() // vols.Join(pl.Name), made once
 		entries, err := readDir(plDir, b, lists[1])
 		lists[1] = entries
 		if err != nil {
 			problem(plPath, err)
 		}
 		first := len(res.Volumes)
+		res.Volumes = growDoubling(res.Volumes, len(entries))
 		for _, v := range entries {
 			vPath := plDir.Join(v.Name)
 			if err := ValidateVolumeDirName(v.Name); err != nil {
@@ -405,11 +406,25 @@ func scanPod(pods *fsat.Dir, uid string, res *ScanResult, b *EntryBudget, visit 
 			found++
 		}
 		if visit != nil && len(res.Volumes) > first {
-			visit(PluginDir{Fd: plDir.Fd(), Pod: podFd, Path: plPath, Rel: uid + "/" + volumesDirName + "/" + pl.Name, Volumes: res.Volumes[first:len(res.Volumes):len(res.Volumes)], Budget: b})
+			// Rel is the end of plPath, which the pods directory's path
+			// and a slash begin.
+			rel := plPath[len(pods.Path())+1:]
+			visit(PluginDir{Fd: plDir.Fd(), Pod: podFd, Path: plPath, Rel: rel, Volumes: res.Volumes[first:len(res.Volumes):len(res.Volumes)], Budget: b})
 		}
 		plDir.Close()
 	}
 	return found, problemsBefore, stopped
+}
+
+// growDoubling is s with room for n more elements, its capacity at least
+// doubled when it has to grow: append grows a large slice by a quarter,
+// which allocates about five times the final size over a scan of ten
+// thousand volumes; doubling allocates about twice.
+func growDoubling[E any](s []E, n int) []E {
+	if cap(s)-len(s) >= n {
+		return s
+	}
+	return slices.Grow(s, max(n, len(s)))
 }
 
 // describeType names a file type for messages.
