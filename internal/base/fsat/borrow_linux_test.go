@@ -197,3 +197,52 @@ func TestBorrowedDirsAcrossGoroutinesLeaveTheLentDescriptors(t *testing.T) {
 		t.Errorf("%d descriptors open after every tree and lender closed, %d before: leaked or closed one too many", after, before)
 	}
 }
+
+// TestBorrowedDirListsWithAnOffsetOfItsOwn: a descriptor lent already
+// listed to its end (as ScanVolumes lends a plugin directory) is listed
+// whole through a Dir borrowing it, and its own offset is not moved (the
+// lender may go on reading it).
+func TestBorrowedDirListsWithAnOffsetOfItsOwn(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"a", "b", "c"} {
+		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lent, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(lent)
+	buf := make([]byte, 4096)
+	for {
+		n, err := unix.Getdents(lent, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	end, err := unix.Seek(lent, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := fsat.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	for _, b := range []*fsat.Dir{root.Borrow(lent, dir), (*fsat.Dir)(nil).Borrow(lent, dir)} {
+		for range 2 {
+			entries, err := b.ReadEntries()
+			if err != nil || len(entries) != 3 || entries[0].Name != "a" || entries[2].Name != "c" {
+				t.Errorf("a borrowed Dir of a descriptor listed to its end lists %v, %v; want a, b and c", entries, err)
+			}
+		}
+		if off, err := unix.Seek(lent, 0, 1); err != nil || off != end {
+			t.Errorf("listing a borrowed Dir moved the lender's offset from %d to %d (%v)", end, off, err)
+		}
+		b.Close()
+	}
+}
