@@ -246,3 +246,32 @@ func TestBorrowedDirListsWithAnOffsetOfItsOwn(t *testing.T) {
 		b.Close()
 	}
 }
+
+// TestBorrowOfNoDescriptorHoldsNothing: a Dir borrowed of no descriptor
+// (-1, what a PluginDir made otherwise than by a listing may hold) takes
+// no reference of the tree, which Close, a no-op on such a Dir, would
+// never give back: the tree's /proc/self/fd descriptor closes with the
+// tree's last Dir all the same.
+func TestBorrowOfNoDescriptorHoldsNothing(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("data"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := openFds(t)
+	root, err := fsat.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := root.ReadFile("f", 10); err != nil || string(got) != "data" || fsat.ProcFd(root) < 0 {
+		t.Fatalf("ReadFile = %q, %v (tree descriptor %d)", got, err, fsat.ProcFd(root))
+	}
+	none := root.Borrow(-1, "none")
+	if _, err := none.ReadFile("f", 10); err == nil {
+		t.Error("ReadFile in a Dir of no descriptor succeeded")
+	}
+	none.Close()
+	root.Close()
+	if after := openFds(t); after != before {
+		t.Errorf("%d descriptors open after the tree closed, %d before: the tree's /proc/self/fd descriptor leaked", after, before)
+	}
+}
