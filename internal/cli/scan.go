@@ -86,7 +86,7 @@ type scanLeftover struct {
 // scanReport is one scan of a kubelet root.
 type scanReport struct {
 	root      string
-	volumes   []scanVolume
+	volumes   []*scanVolume
 	problems  []scanProblem
 	leftovers []scanLeftover
 	// overBudget are the pod directories a bound stopped the scan in
@@ -223,7 +223,8 @@ type listedScan struct {
 	emptyDirs *emptydir.Planner
 	// chunks hold the verdicts, in order, in slices of verdictChunk that
 	// are never grown: a verdict is a few hundred bytes, and a slice grown
-	// by appending copies them all again at each doubling (verdicts).
+	// by appending copies them all again at each doubling. The report
+	// points into them (verdicts): nothing is copied.
 	chunks [][]scanVolume
 	// hasSubpaths says, by pod UID, whether a pod directory listed has a
 	// volume-subpaths entry (addSubpaths).
@@ -233,11 +234,14 @@ type listedScan struct {
 // verdictChunk is how many verdicts a chunk of listedScan holds.
 const verdictChunk = 1024
 
-// verdicts is every verdict, n of them, in one slice.
-func (ex *listedScan) verdicts(n int) []scanVolume {
-	out := make([]scanVolume, 0, n)
+// verdicts is every verdict, n of them, in order: pointers into the
+// chunks, which are never copied.
+func (ex *listedScan) verdicts(n int) []*scanVolume {
+	out := make([]*scanVolume, 0, n)
 	for _, c := range ex.chunks {
-		out = append(out, c...)
+		for i := range c {
+			out = append(out, &c[i])
+		}
 	}
 	ex.chunks = nil
 	return out
@@ -359,12 +363,13 @@ func (sc *rootScanner) examine(s *scanReport, vols []volume.VolumeDir, budgets m
 	defer dirs.close()
 	emptyDirs := sc.emptyDirs.NewPlanner()
 	defer emptyDirs.Close()
-	// A verdict is a few hundred bytes: growing the slice by appending
-	// copied them all again at each doubling.
+	// The verdicts are made in one array, the report pointing into it.
+	verdicts := make([]scanVolume, len(vols))
 	s.volumes = slices.Grow(s.volumes, len(vols))
 	first := len(s.volumes)
-	for _, vd := range vols {
-		s.volumes = append(s.volumes, sc.verdict(emptyDirs, dirs, vd, budgets[vd.PodUID]))
+	for i, vd := range vols {
+		verdicts[i] = sc.verdict(emptyDirs, dirs, vd, budgets[vd.PodUID])
+		s.volumes = append(s.volumes, &verdicts[i])
 	}
 	sc.addSubpaths(s, first, vols, budgets, nil)
 }
@@ -402,7 +407,7 @@ func (sc *rootScanner) addSubpaths(s *scanReport, first int, vols []volume.Volum
 		hasSubpaths = map[string]bool{}
 	}
 	for i, vd := range vols {
-		v := &s.volumes[first+i]
+		v := s.volumes[first+i]
 		has, ok := hasSubpaths[vd.PodUID]
 		if !ok {
 			has = sc.hasSubpaths(vd.PodUID, func(name string) bool { return hasEntry(sc.pods, vd.PodUID, name) })
@@ -932,7 +937,7 @@ func runScan(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 func writeScanJSON(w io.Writer, s *scanReport) error {
 	enc := newJSONEncoder(w)
 	for i := range s.volumes {
-		if err := enc.Encode(&s.volumes[i]); err != nil {
+		if err := enc.Encode(s.volumes[i]); err != nil {
 			return err
 		}
 	}
@@ -958,7 +963,7 @@ func writeScanHuman(w io.Writer, s *scanReport) {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "POD UID\tPLUGIN\tVOLUME\tMEDIUM\tMOUNT POINT\tNESTED\tVERDICT")
 		for i := range s.volumes {
-			v := &s.volumes[i]
+			v := s.volumes[i]
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", display(v.PodUID), display(v.Plugin), display(v.Volume),
 				display(v.mediumColumn()), display(v.mountColumn()), len(v.NestedMounts), v.Verdict)
 		}
@@ -975,7 +980,7 @@ func writeScanHuman(w io.Writer, s *scanReport) {
 	if s.count(verdictDanger)+s.count(verdictUnknown)+s.count(verdictError) > 0 {
 		section("Danger, unknown and error (reason code, reason and mounts):")
 		for i := range s.volumes {
-			v := &s.volumes[i]
+			v := s.volumes[i]
 			if v.Verdict == verdictOK || v.Verdict == verdictInUse {
 				continue
 			}
@@ -993,7 +998,7 @@ func writeScanHuman(w io.Writer, s *scanReport) {
 	if s.hasSubpaths() {
 		section("Subpaths (containers' subPath bind mounts; the volume manager unmounts them before tearing a volume down):")
 		for i := range s.volumes {
-			v := &s.volumes[i]
+			v := s.volumes[i]
 			if len(v.Subpaths) == 0 {
 				continue
 			}
