@@ -185,7 +185,7 @@ func scanRootWithin(root string, limits volume.ScanLimits, opts ...emptydir.Opti
 			ex.examineListed(pd)
 		}
 	}
-	found, err := layout.ScanVolumes(limits, volume.WithPluginDir(visit))
+	found, err := layout.ScanVolumes(limits, volume.WithPluginDirOnly(visit))
 	if ex != nil {
 		defer ex.close()
 	}
@@ -206,10 +206,8 @@ func scanRootWithin(root string, limits volume.ScanLimits, opts ...emptydir.Opti
 		s.leftovers = append(s.leftovers, scanLeftover{Leftover: l})
 	}
 	if ex != nil {
-		if s.volumes = ex.verdicts(len(found.Volumes)); len(s.volumes) != len(found.Volumes) {
-			return nil, fmt.Errorf("list volumes: %d listed, %d handed on to be examined", len(found.Volumes), len(s.volumes))
-		}
-		ex.sc.addSubpaths(s, 0, found.Volumes, found.Budgets, ex.hasSubpaths)
+		s.volumes = ex.verdicts()
+		ex.sc.addSubpaths(s, 0, found.Budgets, ex.hasSubpaths)
 	}
 	return s, nil
 }
@@ -224,8 +222,9 @@ type listedScan struct {
 	// chunks hold the verdicts, in order, in slices of verdictChunk that
 	// are never grown: a verdict is a few hundred bytes, and a slice grown
 	// by appending copies them all again at each doubling. The report
-	// points into them (verdicts): nothing is copied.
+	// points into them (verdicts): nothing is copied. n counts them.
 	chunks [][]scanVolume
+	n      int
 	// hasSubpaths says, by pod UID, whether a pod directory listed has a
 	// volume-subpaths entry (addSubpaths).
 	hasSubpaths map[string]bool
@@ -234,10 +233,10 @@ type listedScan struct {
 // verdictChunk is how many verdicts a chunk of listedScan holds.
 const verdictChunk = 1024
 
-// verdicts is every verdict, n of them, in order: pointers into the
-// chunks, which are never copied.
-func (ex *listedScan) verdicts(n int) []*scanVolume {
-	out := make([]*scanVolume, 0, n)
+// verdicts is every verdict, in order: pointers into the chunks, which
+// are never copied.
+func (ex *listedScan) verdicts() []*scanVolume {
+	out := make([]*scanVolume, 0, ex.n)
 	for _, c := range ex.chunks {
 		for i := range c {
 			out = append(out, &c[i])
@@ -303,6 +302,7 @@ func (ex *listedScan) add(v scanVolume) {
 	}
 	c := &ex.chunks[len(ex.chunks)-1]
 	*c = append(*c, v)
+	ex.n++
 }
 
 // rootScanner examines the volume directories of one kubelet root, with
@@ -371,7 +371,7 @@ func (sc *rootScanner) examine(s *scanReport, vols []volume.VolumeDir, budgets m
 		verdicts[i] = sc.verdict(emptyDirs, dirs, vd, budgets[vd.PodUID])
 		s.volumes = append(s.volumes, &verdicts[i])
 	}
-	sc.addSubpaths(s, first, vols, budgets, nil)
+	sc.addSubpaths(s, first, budgets, nil)
 }
 
 // verdict is examineVolume of vd, a volume of the root; b is its pod's
@@ -394,31 +394,31 @@ func (sc *rootScanner) hasSubpaths(uid string, has func(name string) bool) bool 
 	return err != nil || has(filepath.Base(dir))
 }
 
-// addSubpaths adds to the verdicts s.volumes[first:], those of vols,
-// their subPath entries, reading each pod's subPath tree within its
-// budget in budgets (a pod that fills it spends its own share, no one
-// else's). hasSubpaths says, by pod UID, which pods have a
-// volume-subpaths entry, as far as the caller found out (nil: nothing).
-func (sc *rootScanner) addSubpaths(s *scanReport, first int, vols []volume.VolumeDir, budgets map[string]*volume.EntryBudget, hasSubpaths map[string]bool) {
+// addSubpaths adds to the verdicts s.volumes[first:] their subPath
+// entries, reading each pod's subPath tree within its budget in budgets
+// (a pod that fills it spends its own share, no one else's). hasSubpaths
+// says, by pod UID, which pods have a volume-subpaths entry, as far as
+// the caller found out (nil: nothing).
+func (sc *rootScanner) addSubpaths(s *scanReport, first int, budgets map[string]*volume.EntryBudget, hasSubpaths map[string]bool) {
 	// Most pods have no volume-subpaths directory: one lstat per pod says
 	// so, instead of a walk from the root per volume. It only skips work:
 	// whatever is there is examined by descriptors.
 	if hasSubpaths == nil {
 		hasSubpaths = map[string]bool{}
 	}
-	for i, vd := range vols {
-		v := s.volumes[first+i]
-		has, ok := hasSubpaths[vd.PodUID]
+	for _, v := range s.volumes[first:] {
+		uid := v.PodUID
+		has, ok := hasSubpaths[uid]
 		if !ok {
-			has = sc.hasSubpaths(vd.PodUID, func(name string) bool { return hasEntry(sc.pods, vd.PodUID, name) })
-			hasSubpaths[vd.PodUID] = has
+			has = sc.hasSubpaths(uid, func(name string) bool { return hasEntry(sc.pods, uid, name) })
+			hasSubpaths[uid] = has
 		}
 		if errors.Is(v.err, volume.ErrTooManyEntries) {
-			s.overBudgetAt(sc.layout, vd.PodUID, v.err) // its emptyDir metadata spent the pod's budget
+			s.overBudgetAt(sc.layout, uid, v.err) // its emptyDir metadata spent the pod's budget
 		}
 		if v.err == nil && has {
-			if stop := v.addSubpaths(sc.subpaths, sc.tab, budgets[vd.PodUID]); stop != nil {
-				s.overBudgetAt(sc.layout, vd.PodUID, stop)
+			if stop := v.addSubpaths(sc.subpaths, sc.tab, budgets[uid]); stop != nil {
+				s.overBudgetAt(sc.layout, uid, stop)
 			}
 		}
 	}
