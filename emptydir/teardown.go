@@ -354,6 +354,8 @@ type Planner struct {
 	// is pods as a mountdetect.Parent, read once.
 	root, pods *fsat.Dir
 	podsAs     *mountdetect.Parent
+	// records is the last record decoded (readMeta).
+	records recordMemo
 }
 
 // NewPlanner returns a Planner of the plugin's volumes.

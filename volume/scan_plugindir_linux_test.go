@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -221,5 +222,53 @@ func TestWithPluginDirRelIsThePathFromThePodsDirectory(t *testing.T) {
 	}
 	if !slices.Equal(all, res.Volumes) {
 		t.Errorf("the volumes handed on are not the scan's")
+	}
+}
+
+// TestWithPluginDirOnlyHandsTheSameVolumes: WithPluginDirOnly hands on
+// every volume WithPluginDir does, in the same plugin directories and
+// order, and leaves ScanResult.Volumes empty; everything else in the
+// result (problems, leftovers, pods, budgets) is the same.
+func TestWithPluginDirOnlyHandsTheSameVolumes(t *testing.T) {
+	root := t.TempDir()
+	l, _ := NewLayout(root)
+	for _, p := range []string{
+		"pods/u1/volumes/kubernetes.io~empty-dir/cache",
+		"pods/u1/volumes/kubernetes.io~empty-dir/mem",
+		"pods/u1/volumes/kubernetes.io~csi/pvc-1",
+		"pods/u1/volumes/kubernetes.io~secret", // no volumes
+		"pods/u2/volumes/kubernetes.io~configmap/cfg",
+		"pods/u2/volumes/kubernetes.io~configmap/..bad", // a problem
+		"pods/u3/volumes", // a leftover
+	} {
+		if err := os.MkdirAll(filepath.Join(root, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type handed struct {
+		path, rel string
+		vols      []VolumeDir
+	}
+	scan := func(opt func(func(PluginDir)) ScanOption) (ScanResult, []handed) {
+		var got []handed
+		res, err := l.ScanVolumes(ScanLimits{Node: 1000, Pod: 100}, opt(func(pd PluginDir) {
+			got = append(got, handed{pd.Path, pd.Rel, slices.Clone(pd.Volumes)})
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, got
+	}
+	all, want := scan(WithPluginDir)
+	only, got := scan(WithPluginDirOnly)
+	if len(only.Volumes) != 0 {
+		t.Errorf("WithPluginDirOnly left %d volumes in the result", len(only.Volumes))
+	}
+	if len(want) != 3 || !reflect.DeepEqual(got, want) {
+		t.Errorf("WithPluginDirOnly handed on %+v; WithPluginDir %+v", got, want)
+	}
+	all.Volumes = nil
+	if !reflect.DeepEqual(only, all) {
+		t.Errorf("results differ but for Volumes:\n only %+v\n all  %+v", only, all)
 	}
 }
