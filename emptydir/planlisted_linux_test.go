@@ -354,3 +354,29 @@ func TestPlanListedWithoutItsOwnRoot(t *testing.T) {
 		listed.Close()
 	}
 }
+
+// TestPlannerWithoutPodsDirectoryPlansLaterPodsByName: a Planner whose
+// first PlanListed finds no pods directory under its root (renamed away
+// while the listing held its descriptors) keeps nothing of that root:
+// once the pods directory is back, its plans by name find the volumes.
+func TestPlannerWithoutPodsDirectoryPlansLaterPodsByName(t *testing.T) {
+	e := newEnv(t, t.TempDir(), nil)
+	pod := e.pod(emptyDirSpec("cache", volume.StorageMediumDefault))
+	e.setUp(t, pod, "cache")
+	pods, away := filepath.Join(e.root, "pods"), filepath.Join(e.root, "pods.away")
+	pl := e.plugin.NewPlanner()
+	defer pl.Close()
+	e.scanListed(t, func(pd volume.PluginDir) {
+		if err := os.Rename(pods, away); err != nil {
+			t.Fatal(err)
+		}
+		pl.PlanListed(pd, nil, func(int, Plan, error) {})
+		if err := os.Rename(away, pods); err != nil {
+			t.Fatal(err)
+		}
+	})
+	plan, err := pl.PlanTearDown(testUID, "cache", nil)
+	if err != nil || plan.Code != ReasonNotMounted || !plan.Exists {
+		t.Errorf("PlanTearDown after the pods directory came back = %+v, %v; want the volume, %s", plan, err, ReasonNotMounted)
+	}
+}

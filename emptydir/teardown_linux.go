@@ -85,7 +85,9 @@ func (pl *Planner) podsParent(tab *mountdetect.MountTable) *mountdetect.Parent {
 }
 
 // openTop opens the kubelet root and its pods directory for the Planner
-// unless it holds them already (nothing when they cannot be opened).
+// unless it holds them already (nothing when they cannot be opened, or
+// when there is no pods directory: a Planner that kept a root without
+// one would plan every later volume as missing).
 func (pl *Planner) openTop() {
 	if pl.root != nil {
 		return
@@ -95,7 +97,7 @@ func (pl *Planner) openTop() {
 		return
 	}
 	pods, err := openOrCreate(root, "pods", false)
-	if err != nil {
+	if err != nil || pods == nil {
 		root.Close()
 		return
 	}
