@@ -312,6 +312,9 @@ func (l Layout) ScanVolumes(opts ...ScanOption) (ScanResult, error) {
 	// The volumes found go to the result, or (handOnly) to one slice
 	// reused for every plugin directory.
 	var handed []VolumeDir
+	// A plugin directory's Rel is the end of its path, after the pods
+	// directory's and a slash.
+	relAt := len(podsDir.Path()) + 1
 	found := &res.Volumes
 	if cfg.handOnly {
 		found = &handed
@@ -331,7 +334,7 @@ func (l Layout) ScanVolumes(opts ...ScanOption) (ScanResult, error) {
 			b = NewEntryBudget(share, cfg.limits.Dir)
 			res.Budgets[pod.Name] = b
 		}
-		n, problemsBefore, stopped := scanPod(podsDir, pod.Name, &res, found, cfg.handOnly, b, cfg.visit, &lists)
+		n, problemsBefore, stopped := scanPod(podsDir, relAt, pod.Name, &res, found, cfg.handOnly, b, cfg.visit, &lists)
 		if stopped {
 			res.OverBudget = append(res.OverBudget, podPath)
 			res.Incomplete = true
@@ -343,7 +346,8 @@ func (l Layout) ScanVolumes(opts ...ScanOption) (ScanResult, error) {
 	return res, nil
 }
 
-// scanPod adds the volume directories of the pod directory uid in pods to
+// scanPod adds the volume directories of the pod directory uid in pods
+// (whose plugin directories' paths from pods start at relAt) to
 // out (with reuse, each plugin directory's replace the last's), and its
 // problems to res, reading at most what b allows, and hands each plugin
 // directory with volumes to visit (nil: none) before closing it; it
@@ -352,7 +356,7 @@ func (l Layout) ScanVolumes(opts ...ScanOption) (ScanResult, error) {
 //
 // lists are two slices whose arrays the pod's listings reuse: one for the
 // volumes directory, one for a plugin directory (nothing keeps them).
-func scanPod(pods *fsat.Dir, uid string, res *ScanResult, out *[]VolumeDir, reuse bool, b *EntryBudget, visit func(PluginDir), lists *[2][]fsat.Entry) (found, problemsBefore int, stopped bool) {
+func scanPod(pods *fsat.Dir, relAt int, uid string, res *ScanResult, out *[]VolumeDir, reuse bool, b *EntryBudget, visit func(PluginDir), lists *[2][]fsat.Entry) (found, problemsBefore int, stopped bool) {
 	problemsBefore = len(res.Problems)
 	problem := func(p string, err error) {
 		res.Problems = append(res.Problems, ScanProblem{Path: p, Err: err})
@@ -430,10 +434,7 @@ func scanPod(pods *fsat.Dir, uid string, res *ScanResult, out *[]VolumeDir, reus
 			found++
 		}
 		if visit != nil && len(*out) > first {
-			// Rel is the end of plPath, which the pods directory's path
-			// and a slash begin.
-			rel := plPath[len(pods.Path())+1:]
-			visit(PluginDir{Fd: plDir.Fd(), Pod: podFd, Path: plPath, Rel: rel, Volumes: (*out)[first:len(*out):len(*out)], Budget: b})
+			visit(PluginDir{Fd: plDir.Fd(), Pod: podFd, Path: plPath, Rel: plPath[relAt:], Volumes: (*out)[first:len(*out):len(*out)], Budget: b})
 		}
 		plDir.Close()
 	}

@@ -38,8 +38,13 @@ func Retry(fn func() error) error {
 // but not Close: the caller closes a Dir once every other call on it has
 // returned.
 type Dir struct {
-	fd   int
-	path string
+	fd int
+	// path names d for messages; a Dir opened in one openat2 below
+	// another (openDirFast) has none, and Path makes it from parent's and
+	// rel only when asked: most directories a scan opens are never named.
+	path   string
+	parent *Dir
+	rel    string
 	// unlisted is 1 while fd is a descriptor this package opened for
 	// reading (O_RDONLY) and nothing has listed it yet: its offset is at
 	// the start, and the first EachEntry lists it through fd itself
@@ -87,10 +92,42 @@ func (d *Dir) Borrow(fd int, path string) *Dir {
 func (d *Dir) Fd() int { return d.fd }
 
 // Path is the directory's path as it was reached, for messages.
-func (d *Dir) Path() string { return d.path }
+func (d *Dir) Path() string {
+	if d.parent == nil {
+		return d.path
+	}
+	return d.parent.Join(d.rel)
+}
 
-// Join is the path of name in d, for messages.
-func (d *Dir) Join(name string) string { return d.path + "/" + name }
+// Join is the path of name in d, for messages (one allocation).
+func (d *Dir) Join(name string) string {
+	var b strings.Builder
+	b.Grow(d.pathLen() + 1 + len(name))
+	d.writePath(&b)
+	b.WriteByte('/')
+	b.WriteString(name)
+	return b.String()
+}
+
+// pathLen is len(d.Path()).
+func (d *Dir) pathLen() int {
+	n := 0
+	for ; d.parent != nil; d = d.parent {
+		n += 1 + len(d.rel)
+	}
+	return n + len(d.path)
+}
+
+// writePath writes d.Path() to b.
+func (d *Dir) writePath(b *strings.Builder) {
+	if d.parent == nil {
+		b.WriteString(d.path)
+		return
+	}
+	d.parent.writePath(b)
+	b.WriteByte('/')
+	b.WriteString(d.rel)
+}
 
 // ProcPath names the entry name of d through d's descriptor
 // ("/proc/self/fd/N/name"): a path the kernel resolves from exactly this
@@ -201,7 +238,7 @@ func (d *Dir) walk(rel string, create bool, mode uint32, opts []Option) (*Dir, e
 	if o&SameMount != 0 {
 		s, err := StatMount(d.fd, "", MountKey)
 		if err != nil {
-			return nil, &os.PathError{Op: "statx", Path: d.path, Err: err}
+			return nil, &os.PathError{Op: "statx", Path: d.Path(), Err: err}
 		}
 		mnt = s.Key()
 	}
@@ -225,7 +262,7 @@ func (d *Dir) walk(rel string, create bool, mode uint32, opts []Option) (*Dir, e
 			return nil
 		}
 	}
-	cur := &Dir{fd: d.fd, path: d.path, proc: d.proc} // d itself, not owned: holds no reference
+	cur := &Dir{fd: d.fd, path: d.path, parent: d.parent, rel: d.rel, proc: d.proc} // d itself, not owned: holds no reference
 	owned := false
 	for _, name := range parts {
 		next, err := cur.openChild(name, create, mode, check)
@@ -240,9 +277,9 @@ func (d *Dir) walk(rel string, create bool, mode uint32, opts []Option) (*Dir, e
 	if !owned { // rel was empty: a new descriptor for d itself
 		fd, err := Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
 		if err != nil {
-			return nil, &os.PathError{Op: "openat", Path: d.path, Err: err}
+			return nil, &os.PathError{Op: "openat", Path: d.Path(), Err: err}
 		}
-		cur = &Dir{fd: fd, path: d.path, unlisted: 1, proc: d.proc.hold()}
+		cur = &Dir{fd: fd, path: d.path, parent: d.parent, rel: d.rel, unlisted: 1, proc: d.proc.hold()}
 	}
 	return cur, nil
 }
@@ -276,7 +313,7 @@ func (d *Dir) openDirFast(rel string, o Option) (*Dir, bool) {
 	if err != nil {
 		return nil, false
 	}
-	return &Dir{fd: fd, path: d.Join(rel), unlisted: 1, proc: d.proc.hold()}, true
+	return &Dir{fd: fd, parent: d, rel: rel, unlisted: 1, proc: d.proc.hold()}, true
 }
 
 // openChild opens the directory name in d (creating it with mode when
@@ -359,11 +396,10 @@ func (d *Dir) Stat() (unix.Stat_t, error) {
 func (d *Dir) statx(name string, flags int) (unix.Stat_t, error) {
 	st, err := StatAt(d.fd, name, flags)
 	if err != nil {
-		path := d.path
 		if name != "" {
-			path = d.Join(name)
+			return st, &os.PathError{Op: "statx", Path: d.Join(name), Err: err}
 		}
-		return st, &os.PathError{Op: "statx", Path: path, Err: err}
+		return st, &os.PathError{Op: "statx", Path: d.Path(), Err: err}
 	}
 	return st, nil
 }
@@ -689,7 +725,7 @@ func (d *Dir) CreateEmpty(name string, perm uint32) error {
 // Sync fsyncs the directory.
 func (d *Dir) Sync() error {
 	if err := Retry(func() error { return unix.Fsync(d.fd) }); err != nil {
-		return &os.PathError{Op: "fsync", Path: d.path, Err: err}
+		return &os.PathError{Op: "fsync", Path: d.Path(), Err: err}
 	}
 	return nil
 }
@@ -744,7 +780,7 @@ func (d *Dir) EachEntry(fn func(Entry) error) error {
 	if !atomic.CompareAndSwapInt32(&d.unlisted, 1, 0) {
 		var err error
 		if fd, err = Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0); err != nil {
-			return &os.PathError{Op: "openat", Path: d.path, Err: err}
+			return &os.PathError{Op: "openat", Path: d.Path(), Err: err}
 		}
 		defer unix.Close(fd)
 	}
@@ -755,7 +791,7 @@ func (d *Dir) EachEntry(fn func(Entry) error) error {
 		var n int
 		err := Retry(func() (err error) { n, err = unix.Getdents(fd, buf); return err })
 		if err != nil {
-			return &os.PathError{Op: "getdents", Path: d.path, Err: err}
+			return &os.PathError{Op: "getdents", Path: d.Path(), Err: err}
 		}
 		if n <= 0 {
 			return nil
@@ -763,11 +799,11 @@ func (d *Dir) EachEntry(fn func(Entry) error) error {
 		for off := 0; off < n; {
 			// struct linux_dirent64: ino u64, off s64, reclen u16, type u8, name.
 			if off+19 > n {
-				return &os.PathError{Op: "getdents", Path: d.path, Err: unix.EIO}
+				return &os.PathError{Op: "getdents", Path: d.Path(), Err: unix.EIO}
 			}
 			reclen := int(binary.NativeEndian.Uint16(buf[off+16:]))
 			if reclen == 0 || off+reclen > n {
-				return &os.PathError{Op: "getdents", Path: d.path, Err: unix.EIO}
+				return &os.PathError{Op: "getdents", Path: d.Path(), Err: unix.EIO}
 			}
 			typ := buf[off+18]
 			name := buf[off+19 : off+reclen]

@@ -116,3 +116,54 @@ func TestOpenDir(t *testing.T) {
 		})
 	}
 }
+
+// TestPathOfDirsOpenedBelowOthers: a Dir opened below another names
+// itself by its parent's path and the components it was opened by,
+// however deep the chain and whichever way each was opened, after its
+// parents are closed too.
+func TestPathOfDirsOpenedBelowOthers(t *testing.T) {
+	dir := t.TempDir()
+	mounttest.Build(t, dir, "dir a/b/c/d/e")
+	root, err := fsat.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := root.OpenDir("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bc, err := a.OpenDir("b/c", fsat.SameMount)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := bc.OpenDir("d", fsat.SlowWalk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := d.OpenDir("e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := e.OpenDir("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root.Close()
+	a.Close()
+	bc.Close()
+	for _, c := range []struct {
+		d    *fsat.Dir
+		want string
+	}{{a, "a"}, {bc, "a/b/c"}, {d, "a/b/c/d"}, {e, "a/b/c/d/e"}, {self, "a/b/c/d/e"}} {
+		want := filepath.Join(dir, c.want)
+		if got := c.d.Path(); got != want {
+			t.Errorf("Path() = %q, want %q", got, want)
+		}
+		if got := c.d.Join("x"); got != want+"/x" {
+			t.Errorf("Join(x) = %q, want %q", got, want+"/x")
+		}
+	}
+	d.Close()
+	e.Close()
+	self.Close()
+}
