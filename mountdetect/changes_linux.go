@@ -150,10 +150,11 @@ func (t *MountTable) aliases(e *tableEntry, out []string) []string {
 	if !ok || p.id == e.id {
 		return out
 	}
-	pos, ok := p.position(e.MountPoint)
+	jp, ok := p.position(pathOf(e.MountPoint))
 	if !ok {
 		return out
 	}
+	pos := jp.String()
 	for i := range t.entries {
 		m := &t.entries[i]
 		if m.dev != p.dev || m.id == p.id {
