@@ -127,9 +127,11 @@ func TestJoinedPathEveryShortPath(t *testing.T) {
 // and DetectFile find of the directory open: for a Parent and one
 // Beneath it, on a bind mount of a subdirectory (the table gives its
 // mount a root other than "/"), with mounts beneath the entry by path,
-// inside those, by position (plain/inner, made through the other mount
-// of the filesystem), and beside it on names that sort between "dir"
-// and "dir/".
+// inside those, by position (plain/inner and dir/other, made through
+// the other mount of the filesystem), and beside it on names that sort
+// between "dir" and "dir/", by path and by position: "dir-2/inner" sorts
+// between "dir" and "dir/other", which a search for the first position
+// not before "dir" missed.
 func TestChildAnswersAsFile(t *testing.T) {
 	requireMounts(t)
 	base := t.TempDir()
@@ -152,6 +154,10 @@ func TestChildAnswersAsFile(t *testing.T) {
 	}
 	mounttest.Tmpfs(t, filepath.Join(plug, "dir/inner/deep"), "")
 	mounttest.Tmpfs(t, filepath.Join(base, "src/pods/uid/volumes/plug/plain/inner"), "")
+	if err := os.Mkdir(filepath.Join(base, "src/pods/uid/volumes/plug/dir/other"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mounttest.Tmpfs(t, filepath.Join(base, "src/pods/uid/volumes/plug/dir/other"), "")
 	tab, err := ReadMountTable()
 	if err != nil {
 		t.Fatal(err)
@@ -198,8 +204,8 @@ func TestChildAnswersAsFile(t *testing.T) {
 			if !reflect.DeepEqual(info, wantInfo) || !reflect.DeepEqual(at, wantAt) || !reflect.DeepEqual(beneath, wantBeneath) {
 				t.Errorf("%s: Child(%q) = %+v, %q, %q; want DetectFile's and MountsAtFile's %+v, %q, %q", how, name, info, mountPoints(at), mountPoints(beneath), wantInfo, mountPoints(wantAt), mountPoints(wantBeneath))
 			}
-			// dir: inner twice, inner/deep; none beside it.
-			want := map[string]int{"dir": 3, "dir-2": 1, "dir.x": 1, "dir\x01": 1, "dir0": 1, "dira": 1, "plain": 1}[name]
+			// dir: inner twice, inner/deep, other; none beside it.
+			want := map[string]int{"dir": 4, "dir-2": 1, "dir.x": 1, "dir\x01": 1, "dir0": 1, "dira": 1, "plain": 1}[name]
 			if len(beneath) != want {
 				t.Errorf("%s: Child(%q) found %q beneath, want %d mounts", how, name, mountPoints(beneath), want)
 			}

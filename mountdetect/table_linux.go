@@ -168,9 +168,16 @@ func (t *MountTable) mountsAt(fd int, real joinedPath, st *fsat.MountStat) (at, 
 		found = append(found, i)
 	}
 	if pos, dev, ok := t.positionOf(fd, real, st); ok {
+		// Searched as by path: the mounts on pos, then those beneath it,
+		// which sort right after pos+"/" (not after pos).
 		ps := t.byDev[dev]
 		j := sort.Search(len(ps), func(j int) bool { return pos.compare(ps[j].pos) >= 0 })
-		for ; j < len(ps) && pos.holds(ps[j].pos); j++ {
+		for ; j < len(ps) && pos.compare(ps[j].pos) == 0; j++ {
+			found = append(found, ps[j].i)
+		}
+		posDir := pos.trimSlash()
+		j = sort.Search(len(ps), func(j int) bool { return posDir.compareWithDir(ps[j].pos) >= 0 })
+		for ; j < len(ps) && posDir.isBeneath(ps[j].pos); j++ {
 			found = append(found, ps[j].i)
 		}
 	}
