@@ -158,8 +158,10 @@ func (t *MountTable) Child(p *Parent, e Entry, name string) (info FSInfo, at, be
 // followed, no mount crossed and no mount root reached (fsat's SameMount:
 // openat2 with RESOLVE_NO_SYMLINKS|RESOLVE_BENEATH|RESOLVE_NO_XDEV): it is
 // on p's mount and filesystem, and the kernel named it p's name joined
-// with rel when it was opened. Nothing is asked of the kernel.
-func (p *Parent) Beneath(rel string) *Parent {
+// with rel when it was opened. Nothing is asked of the kernel. It is
+// returned by value, for a caller that examines one directory after
+// another to keep in the place of the last.
+func (p *Parent) Beneath(rel string) Parent {
 	b := *p
 	switch {
 	case p.rel != "":
@@ -170,5 +172,5 @@ func (p *Parent) Beneath(rel string) *Parent {
 		b.rel = rel
 	}
 	b.st.Root = false
-	return &b
+	return b
 }

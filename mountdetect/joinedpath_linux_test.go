@@ -180,7 +180,8 @@ func TestChildAnswersAsFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	plugfd := open(plug)
-	parents := map[string]*Parent{"Parent": plugParent, "Beneath": podsParent.Beneath("uid/volumes/plug")}
+	beneath := podsParent.Beneath("uid/volumes/plug")
+	parents := map[string]*Parent{"Parent": plugParent, "Beneath": &beneath}
 	for how, parent := range parents {
 		for _, name := range names {
 			path := filepath.Join(plug, name)
