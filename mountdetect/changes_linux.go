@@ -121,7 +121,7 @@ func (t *MountTable) replaced(old *MountTable, seen map[int]bool) []*tableEntry 
 
 func sameEntry(a, b *tableEntry) bool {
 	return a.id == b.id && a.parent == b.parent && a.dev == b.dev && a.root == b.root &&
-		a.Mount == b.Mount && a.options == b.options && a.optional == b.optional
+		a.Mount == b.Mount && a.vfsOptions == b.vfsOptions && a.fsOptions == b.fsOptions && a.optional == b.optional
 }
 
 // places adds to c where e is in t: its mount point through every mount

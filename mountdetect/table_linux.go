@@ -19,8 +19,10 @@ type tableEntry struct {
 	id, parent int
 	dev        uint64 // the filesystem's major:minor, as the table gives it
 	root       string // the mount's root within its filesystem
-	options    string // per-mount and superblock options
-	optional   string // the optional fields: propagation ("shared:1 master:2")
+	// vfsOptions and fsOptions are the per-mount and superblock options,
+	// kept apart: joining them would cost a string per mount and read.
+	vfsOptions, fsOptions string
+	optional              string // the optional fields: propagation ("shared:1 master:2")
 }
 
 // placed is a mount located by where its mount point is in the filesystem
@@ -62,13 +64,14 @@ func readMountTable() (*MountTable, error) {
 	t.entries = make([]tableEntry, len(infos))
 	for i, m := range infos {
 		t.entries[i] = tableEntry{
-			Mount:    Mount{MountPoint: m.Mountpoint, FSType: m.FSType, Source: m.Source},
-			id:       m.ID,
-			parent:   m.Parent,
-			dev:      unix.Mkdev(uint32(m.Major), uint32(m.Minor)),
-			root:     m.Root,
-			options:  m.VFSOptions + "," + m.Options,
-			optional: m.Optional,
+			Mount:      Mount{MountPoint: m.Mountpoint, FSType: m.FSType, Source: m.Source},
+			id:         m.ID,
+			parent:     m.Parent,
+			dev:        unix.Mkdev(uint32(m.Major), uint32(m.Minor)),
+			root:       m.Root,
+			vfsOptions: m.VFSOptions,
+			fsOptions:  m.Options,
+			optional:   m.Optional,
 		}
 	}
 	slices.SortStableFunc(t.entries, func(a, b tableEntry) int { return strings.Compare(a.MountPoint, b.MountPoint) })
@@ -303,11 +306,20 @@ func (t *MountTable) hugePageSizeOf(fd int, path string, st *fsat.MountStat) (in
 			return 0, nil
 		}
 	}
-	size, _, err := ParseHugePageSize(e.options)
+	size, _, err := e.hugePageSize()
 	if err != nil {
 		return 0, fmt.Errorf("hugetlbfs mount %s: %w", e.MountPoint, err)
 	}
 	return size, nil
+}
+
+// hugePageSize is ParseHugePageSize of e's options, per-mount then
+// superblock: the first pagesize= of the two.
+func (e *tableEntry) hugePageSize() (size int64, ok bool, err error) {
+	if size, ok, err = ParseHugePageSize(e.vfsOptions); ok {
+		return size, ok, err
+	}
+	return ParseHugePageSize(e.fsOptions)
 }
 
 func (t *MountTable) fromSource(source string) []SourceMount {
@@ -316,7 +328,7 @@ func (t *MountTable) fromSource(source string) []SourceMount {
 		if e.Source == source {
 			m := SourceMount{Mount: e.Mount, ID: e.id, Root: e.root, Dev: e.dev}
 			if e.FSType == "hugetlbfs" {
-				m.HugePageSize, _, _ = ParseHugePageSize(e.options)
+				m.HugePageSize, _, _ = e.hugePageSize()
 			}
 			out = append(out, m)
 		}
