@@ -1,6 +1,7 @@
 package emptydir
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -154,6 +155,35 @@ func parseMetadata(b []byte, path string) (*metadata, error) {
 // errNoMountID is decodeMetadata's error for a mount record of a Memory or
 // HugePages volume that has no mount ID and is not pending.
 var errNoMountID = errors.New("a mount record without a mount ID")
+
+// recordMemo is the last record a Planner decoded and the bytes it was
+// decoded from. A node's Default-medium volumes have byte-identical
+// records: one read again is copied from here, not decoded again (about
+// 1.5 µs and ten allocations a record). Only a record without pointers is
+// kept, so a copy shares nothing with the memo
+// (TestRecordMemoKeepsNoPointer).
+type recordMemo struct {
+	raw  []byte
+	meta metadata
+}
+
+// decode is decodeMetadata of b, a copy of the memo's record when b is
+// the bytes it was decoded from (m nil: decodeMetadata). b is kept: the
+// caller must not change it.
+func (m *recordMemo) decode(b []byte) (*metadata, error) {
+	if m == nil {
+		return decodeMetadata(b)
+	}
+	if m.raw != nil && bytes.Equal(b, m.raw) {
+		c := m.meta
+		return &c, nil
+	}
+	d, err := decodeMetadata(b)
+	if err == nil && d.Mode == nil && d.Mount == nil && d.Location == nil {
+		m.raw, m.meta = b, *d
+	}
+	return d, err
+}
 
 // decodeMetadata is parseMetadata with an error that names no path (a
 // caller that reads many records makes one only for a message).

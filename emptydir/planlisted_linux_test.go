@@ -16,14 +16,25 @@ import (
 
 // scanListed lists e's root with volume.Layout.ScanVolumes and hands every
 // plugin directory to fn, checking that what the listing lends is still
-// open when fn returns.
+// open when fn returns, on the directory it was open on (a number closed
+// and taken again by another open would still be open).
 func (e *env) scanListed(t *testing.T, fn func(pd volume.PluginDir)) {
 	t.Helper()
 	_, err := e.layout.ScanVolumes(volume.WithPluginDir(func(pd volume.PluginDir) {
+		var lent [2]unix.Stat_t
+		fds := []int{pd.Fd, pd.Pod}
+		for i, fd := range fds {
+			if err := unix.Fstat(fd, &lent[i]); err != nil {
+				t.Fatalf("a descriptor the listing lends (%d, %s): %v", fd, pd.Rel, err)
+			}
+		}
 		fn(pd)
-		for _, fd := range []int{pd.Fd, pd.Pod} {
-			if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+		for i, fd := range fds {
+			var st unix.Stat_t
+			if err := unix.Fstat(fd, &st); err != nil {
 				t.Errorf("a descriptor the listing lent (%d, %s) was closed: %v", fd, pd.Rel, err)
+			} else if st.Ino != lent[i].Ino || st.Dev != lent[i].Dev {
+				t.Errorf("a descriptor the listing lent (%d, %s) was closed and its number taken by another open", fd, pd.Rel)
 			}
 		}
 	}))
@@ -289,5 +300,83 @@ func TestPlanListedUnsetPodPlansByName(t *testing.T) {
 	})
 	if want := []string{"not-mounted <nil>"}; !reflect.DeepEqual(codes, want) {
 		t.Errorf("planned %q, want %q (PlanTearDown's, by name)", codes, want)
+	}
+}
+
+// TestPlanListedWithoutItsOwnRoot: a Planner that cannot open a kubelet
+// root of its own (its plugin's is missing: the tree the borrowed
+// directories would join) plans a listing's volumes through the
+// descriptors the listing lends all the same, as PlanTearDown plans them
+// by name from the root listed; it closes none of them and is left
+// holding nothing.
+func TestPlanListedWithoutItsOwnRoot(t *testing.T) {
+	e := newEnv(t, t.TempDir(), nil)
+	pod := e.pod(emptyDirSpec("cache", volume.StorageMediumDefault), emptyDirSpec("mem", volume.StorageMediumDefault))
+	for _, name := range []string{"cache", "mem"} {
+		e.setUp(t, pod, name)
+	}
+	// A record that is not the volume's: the plan must have read it.
+	if err := os.WriteFile(filepath.Join(e.metaDir(t, "mem"), metaFileName), []byte("not json\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := newEnv(t, filepath.Join(t.TempDir(), "missing"), nil)
+	tab, err := mountdetect.ReadMountTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tab := range []*mountdetect.MountTable{tab, nil} {
+		byName := e.plugin.NewPlanner()
+		listed := elsewhere.plugin.NewPlanner()
+		before := openFds(t)
+		planned := 0
+		e.scanListed(t, func(pd volume.PluginDir) {
+			listed.PlanListed(pd, tab, func(i int, got Plan, gotErr error) {
+				planned++
+				vd := pd.Volumes[i]
+				want, wantErr := byName.PlanTearDown(vd.PodUID, vd.Volume, tab)
+				if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) || fmt.Sprint(got.metaErr) != fmt.Sprint(want.metaErr) || !reflect.DeepEqual(got.meta, want.meta) {
+					t.Errorf("%s: PlanListed without a root of its own: %v, record %+v (%v); PlanTearDown: %v, record %+v (%v)",
+						vd.Volume, gotErr, got.meta, got.metaErr, wantErr, want.meta, want.metaErr)
+				}
+				got.meta, want.meta, got.metaErr, want.metaErr = nil, nil, nil, nil
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("%s: PlanListed planned\n%+v\nPlanTearDown\n%+v", vd.Volume, got, want)
+				}
+			})
+		})
+		if planned != 2 {
+			t.Errorf("%d volumes planned, want 2", planned)
+		}
+		byName.Close()
+		if after := openFds(t); after != before {
+			t.Errorf("%d descriptors open after PlanListed without a root, %d before", after, before)
+		}
+		listed.Close()
+	}
+}
+
+// TestPlannerWithoutPodsDirectoryPlansLaterPodsByName: a Planner whose
+// first PlanListed finds no pods directory under its root (renamed away
+// while the listing held its descriptors) keeps nothing of that root:
+// once the pods directory is back, its plans by name find the volumes.
+func TestPlannerWithoutPodsDirectoryPlansLaterPodsByName(t *testing.T) {
+	e := newEnv(t, t.TempDir(), nil)
+	pod := e.pod(emptyDirSpec("cache", volume.StorageMediumDefault))
+	e.setUp(t, pod, "cache")
+	pods, away := filepath.Join(e.root, "pods"), filepath.Join(e.root, "pods.away")
+	pl := e.plugin.NewPlanner()
+	defer pl.Close()
+	e.scanListed(t, func(pd volume.PluginDir) {
+		if err := os.Rename(pods, away); err != nil {
+			t.Fatal(err)
+		}
+		pl.PlanListed(pd, nil, func(int, Plan, error) {})
+		if err := os.Rename(away, pods); err != nil {
+			t.Fatal(err)
+		}
+	})
+	plan, err := pl.PlanTearDown(testUID, "cache", nil)
+	if err != nil || plan.Code != ReasonNotMounted || !plan.Exists {
+		t.Errorf("PlanTearDown after the pods directory came back = %+v, %v; want the volume, %s", plan, err, ReasonNotMounted)
 	}
 }

@@ -356,6 +356,8 @@ type Planner struct {
 	root, pods *fsat.Dir
 	podsAs     *mountdetect.Parent
 	listedAs   mountdetect.Parent
+	// records is the last record decoded (readMeta).
+	records recordMemo
 }
 
 // NewPlanner returns a Planner of the plugin's volumes.

@@ -63,10 +63,10 @@ func (pl *Planner) planTearDown(r volRef, tab *mountdetect.MountTable, b *volume
 			pl.held.looker = v.looker
 		}
 	}
-	v.budget = b
+	v.budget, v.records = b, &pl.records
 	defer func() {
 		v.meta.Close()
-		v.meta, v.budget = nil, nil
+		v.meta, v.budget, v.records = nil, nil, nil
 	}()
 	plan, e, err := v.plan(tab)
 	e.Close()
@@ -86,7 +86,9 @@ func (pl *Planner) podsParent(tab *mountdetect.MountTable) *mountdetect.Parent {
 }
 
 // openTop opens the kubelet root and its pods directory for the Planner
-// unless it holds them already (nothing when they cannot be opened).
+// unless it holds them already (nothing when they cannot be opened, or
+// when there is no pods directory: a Planner that kept a root without
+// one would plan every later volume as missing).
 func (pl *Planner) openTop() {
 	if pl.root != nil {
 		return
@@ -96,7 +98,7 @@ func (pl *Planner) openTop() {
 		return
 	}
 	pods, err := openOrCreate(root, "pods", false)
-	if err != nil {
+	if err != nil || pods == nil {
 		root.Close()
 		return
 	}
@@ -116,7 +118,7 @@ func (pl *Planner) planListed(pd volume.PluginDir, uid, path string, tab *mountd
 	// descriptor (a reopen walks one component, not four).
 	pl.openTop()
 	v := podVolume{pod: pl.root.Borrow(pd.Pod, path), vols: pl.root.Borrow(pd.Fd, pd.Path), hook: pl.p.hook,
-		topShared: true, volsFromPods: pd.Rel, budget: pd.Budget}
+		topShared: true, volsFromPods: pd.Rel, budget: pd.Budget, records: &pl.records}
 	defer v.Close() // what was opened here; the borrowed descriptors stay open
 	var err error
 	if v.metaParent, err = openOrCreate(v.pod, "plugins/"+escapedPluginName, false, fsat.SameMount); err != nil {

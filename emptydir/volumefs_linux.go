@@ -60,6 +60,9 @@ type podVolume struct {
 	// budget, set by a Planner for one plan, is the pod's budget of a
 	// scan, which checkMetadataDir charges (nil: none).
 	budget *volume.EntryBudget
+	// records is the Planner's memo of the last record decoded (nil:
+	// none), for readMeta.
+	records *recordMemo
 }
 
 // openVolume opens what exists of the volume's directories; with create
@@ -212,7 +215,7 @@ func (v *podVolume) readMeta() (*metadata, error) {
 	}
 	// The record's path is made for a message only.
 	path := func() string { return v.meta.Join(metaFileName) }
-	m, err := decodeMetadata(b)
+	m, err := v.records.decode(b)
 	if err != nil {
 		return nil, fmt.Errorf("parse %s: %w", path(), err)
 	}

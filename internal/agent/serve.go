@@ -295,7 +295,7 @@ func (s *server) scanOnce() time.Duration {
 	} else {
 		danger, unhealthy := 0, 0
 		for i := range rep.Volumes() {
-			v := &rep.Volumes()[i]
+			v := rep.Volumes()[i]
 			switch v.Verdict {
 			case cli.VerdictDanger, cli.VerdictUnknown, cli.VerdictError:
 				if v.Verdict == cli.VerdictDanger {

@@ -144,11 +144,11 @@ func TestServeShutdownWithHungScan(t *testing.T) {
 // all), so the node's logs are not flooded.
 func TestServeLogBounded(t *testing.T) {
 	const n = 5000
-	var vols []cli.ScanVolume
+	var vols []*cli.ScanVolume
 	var problems []cli.ScanProblem
 	for i := range n {
 		problems = append(problems, cli.ScanProblem{Problem: fmt.Sprintf("/r/pods/x%d", i), Error: "bad"})
-		vols = append(vols, cli.ScanVolume{PodUID: testUID, Plugin: "kubernetes.io/secret", Volume: fmt.Sprintf("v%d", i), Path: fmt.Sprintf("/r/pods/%s/volumes/kubernetes.io~secret/v%d", testUID, i),
+		vols = append(vols, &cli.ScanVolume{PodUID: testUID, Plugin: "kubernetes.io/secret", Volume: fmt.Sprintf("v%d", i), Path: fmt.Sprintf("/r/pods/%s/volumes/kubernetes.io~secret/v%d", testUID, i),
 			Verdict: cli.VerdictDanger, ReasonCode: cli.ReasonNestedMount})
 	}
 	rep := cli.NewScanReport("/r", vols, problems)

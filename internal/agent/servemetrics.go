@@ -177,7 +177,7 @@ func (m *serveMetrics) record(rep *cli.ScanReport, err error, took time.Duration
 	m.nested.Reset()
 	danger := 0
 	for i := range rep.Volumes() {
-		v := &rep.Volumes()[i]
+		v := rep.Volumes()[i]
 		plugin := pluginLabel(v.Plugin)
 		m.volumes.Add(1, plugin, v.Verdict.String(), v.ReasonCode.String())
 		if v.Verdict == cli.VerdictDanger {

@@ -134,10 +134,11 @@ func TestServeMetricsScrapeSeesOneScan(t *testing.T) {
 		t.Fatal(err)
 	}
 	vol := cli.ScanVolume{PodUID: testUID, Plugin: "kubernetes.io~empty-dir", Volume: "scratch", Verdict: cli.VerdictOK, ReasonCode: cli.ReasonNotMounted}
-	ok := cli.NewScanReport("", []cli.ScanVolume{vol}, nil)
+	okVol := vol
+	ok := cli.NewScanReport("", []*cli.ScanVolume{&okVol}, nil)
 	vol.Verdict, vol.ReasonCode = cli.VerdictDanger, cli.ReasonNestedMount
 	vol.NestedMounts = []mountdetect.Mount{{MountPoint: "/nas", FSType: "tmpfs"}}
-	danger := cli.NewScanReport("", []cli.ScanVolume{vol}, nil)
+	danger := cli.NewScanReport("", []*cli.ScanVolume{&vol}, nil)
 	stop := make(chan struct{})
 	scans := make(chan int)
 	go func() {

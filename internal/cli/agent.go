@@ -47,12 +47,12 @@ const (
 
 // NewScanReport is a report of root with these volumes and problems, as a
 // scan would make it (for the agent's tests of what it does with one).
-func NewScanReport(root string, volumes []ScanVolume, problems []ScanProblem) *ScanReport {
+func NewScanReport(root string, volumes []*ScanVolume, problems []ScanProblem) *ScanReport {
 	return &scanReport{root: root, volumes: volumes, problems: problems}
 }
 
 // Volumes are the volumes the scan found.
-func (s *scanReport) Volumes() []ScanVolume { return s.volumes }
+func (s *scanReport) Volumes() []*ScanVolume { return s.volumes }
 
 // Problems are the entries that do not parse or could not be read.
 func (s *scanReport) Problems() []ScanProblem { return s.problems }

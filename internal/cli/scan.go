@@ -86,7 +86,7 @@ type scanLeftover struct {
 // scanReport is one scan of a kubelet root.
 type scanReport struct {
 	root      string
-	volumes   []scanVolume
+	volumes   []*scanVolume
 	problems  []scanProblem
 	leftovers []scanLeftover
 	// overBudget are the pod directories a bound stopped the scan in
@@ -185,7 +185,7 @@ func scanRootWithin(root string, limits volume.ScanLimits, opts ...emptydir.Opti
 			ex.examineListed(pd)
 		}
 	}
-	found, err := layout.ScanVolumes(limits, volume.WithPluginDir(visit))
+	found, err := layout.ScanVolumes(limits, volume.WithPluginDirOnly(visit))
 	if ex != nil {
 		defer ex.close()
 	}
@@ -206,10 +206,8 @@ func scanRootWithin(root string, limits volume.ScanLimits, opts ...emptydir.Opti
 		s.leftovers = append(s.leftovers, scanLeftover{Leftover: l})
 	}
 	if ex != nil {
-		if s.volumes = ex.verdicts(len(found.Volumes)); len(s.volumes) != len(found.Volumes) {
-			return nil, fmt.Errorf("list volumes: %d listed, %d handed on to be examined", len(found.Volumes), len(s.volumes))
-		}
-		ex.sc.addSubpaths(s, 0, found.Volumes, found.Budgets, ex.hasSubpaths)
+		s.volumes = ex.verdicts()
+		ex.sc.addSubpaths(s, 0, found.Budgets, ex.hasSubpaths)
 	}
 	return s, nil
 }
@@ -223,8 +221,10 @@ type listedScan struct {
 	emptyDirs *emptydir.Planner
 	// chunks hold the verdicts, in order, in slices of verdictChunk that
 	// are never grown: a verdict is a few hundred bytes, and a slice grown
-	// by appending copies them all again at each doubling (verdicts).
+	// by appending copies them all again at each doubling. The report
+	// points into them (verdicts): nothing is copied. n counts them.
 	chunks [][]scanVolume
+	n      int
 	// hasSubpaths says, by pod UID, whether a pod directory listed has a
 	// volume-subpaths entry (addSubpaths).
 	hasSubpaths map[string]bool
@@ -233,11 +233,14 @@ type listedScan struct {
 // verdictChunk is how many verdicts a chunk of listedScan holds.
 const verdictChunk = 1024
 
-// verdicts is every verdict, n of them, in one slice.
-func (ex *listedScan) verdicts(n int) []scanVolume {
-	out := make([]scanVolume, 0, n)
+// verdicts is every verdict, in order: pointers into the chunks, which
+// are never copied.
+func (ex *listedScan) verdicts() []*scanVolume {
+	out := make([]*scanVolume, 0, ex.n)
 	for _, c := range ex.chunks {
-		out = append(out, c...)
+		for i := range c {
+			out = append(out, &c[i])
+		}
 	}
 	ex.chunks = nil
 	return out
@@ -299,6 +302,7 @@ func (ex *listedScan) add(v scanVolume) {
 	}
 	c := &ex.chunks[len(ex.chunks)-1]
 	*c = append(*c, v)
+	ex.n++
 }
 
 // rootScanner examines the volume directories of one kubelet root, with
@@ -359,14 +363,15 @@ func (sc *rootScanner) examine(s *scanReport, vols []volume.VolumeDir, budgets m
 	defer dirs.close()
 	emptyDirs := sc.emptyDirs.NewPlanner()
 	defer emptyDirs.Close()
-	// A verdict is a few hundred bytes: growing the slice by appending
-	// copied them all again at each doubling.
+	// The verdicts are made in one array, the report pointing into it.
+	verdicts := make([]scanVolume, len(vols))
 	s.volumes = slices.Grow(s.volumes, len(vols))
 	first := len(s.volumes)
-	for _, vd := range vols {
-		s.volumes = append(s.volumes, sc.verdict(emptyDirs, dirs, vd, budgets[vd.PodUID]))
+	for i, vd := range vols {
+		verdicts[i] = sc.verdict(emptyDirs, dirs, vd, budgets[vd.PodUID])
+		s.volumes = append(s.volumes, &verdicts[i])
 	}
-	sc.addSubpaths(s, first, vols, budgets, nil)
+	sc.addSubpaths(s, first, budgets, nil)
 }
 
 // verdict is examineVolume of vd, a volume of the root; b is its pod's
@@ -389,31 +394,31 @@ func (sc *rootScanner) hasSubpaths(uid string, has func(name string) bool) bool 
 	return err != nil || has(filepath.Base(dir))
 }
 
-// addSubpaths adds to the verdicts s.volumes[first:], those of vols,
-// their subPath entries, reading each pod's subPath tree within its
-// budget in budgets (a pod that fills it spends its own share, no one
-// else's). hasSubpaths says, by pod UID, which pods have a
-// volume-subpaths entry, as far as the caller found out (nil: nothing).
-func (sc *rootScanner) addSubpaths(s *scanReport, first int, vols []volume.VolumeDir, budgets map[string]*volume.EntryBudget, hasSubpaths map[string]bool) {
+// addSubpaths adds to the verdicts s.volumes[first:] their subPath
+// entries, reading each pod's subPath tree within its budget in budgets
+// (a pod that fills it spends its own share, no one else's). hasSubpaths
+// says, by pod UID, which pods have a volume-subpaths entry, as far as
+// the caller found out (nil: nothing).
+func (sc *rootScanner) addSubpaths(s *scanReport, first int, budgets map[string]*volume.EntryBudget, hasSubpaths map[string]bool) {
 	// Most pods have no volume-subpaths directory: one lstat per pod says
 	// so, instead of a walk from the root per volume. It only skips work:
 	// whatever is there is examined by descriptors.
 	if hasSubpaths == nil {
 		hasSubpaths = map[string]bool{}
 	}
-	for i, vd := range vols {
-		v := &s.volumes[first+i]
-		has, ok := hasSubpaths[vd.PodUID]
+	for _, v := range s.volumes[first:] {
+		uid := v.PodUID
+		has, ok := hasSubpaths[uid]
 		if !ok {
-			has = sc.hasSubpaths(vd.PodUID, func(name string) bool { return hasEntry(sc.pods, vd.PodUID, name) })
-			hasSubpaths[vd.PodUID] = has
+			has = sc.hasSubpaths(uid, func(name string) bool { return hasEntry(sc.pods, uid, name) })
+			hasSubpaths[uid] = has
 		}
 		if errors.Is(v.err, volume.ErrTooManyEntries) {
-			s.overBudgetAt(sc.layout, vd.PodUID, v.err) // its emptyDir metadata spent the pod's budget
+			s.overBudgetAt(sc.layout, uid, v.err) // its emptyDir metadata spent the pod's budget
 		}
 		if v.err == nil && has {
-			if stop := v.addSubpaths(sc.subpaths, sc.tab, budgets[vd.PodUID]); stop != nil {
-				s.overBudgetAt(sc.layout, vd.PodUID, stop)
+			if stop := v.addSubpaths(sc.subpaths, sc.tab, budgets[uid]); stop != nil {
+				s.overBudgetAt(sc.layout, uid, stop)
 			}
 		}
 	}
@@ -932,7 +937,7 @@ func runScan(fs *flagSet, args []string, stdout, stderr io.Writer) int {
 func writeScanJSON(w io.Writer, s *scanReport) error {
 	enc := newJSONEncoder(w)
 	for i := range s.volumes {
-		if err := enc.Encode(&s.volumes[i]); err != nil {
+		if err := enc.Encode(s.volumes[i]); err != nil {
 			return err
 		}
 	}
@@ -958,7 +963,7 @@ func writeScanHuman(w io.Writer, s *scanReport) {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "POD UID\tPLUGIN\tVOLUME\tMEDIUM\tMOUNT POINT\tNESTED\tVERDICT")
 		for i := range s.volumes {
-			v := &s.volumes[i]
+			v := s.volumes[i]
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", display(v.PodUID), display(v.Plugin), display(v.Volume),
 				display(v.mediumColumn()), display(v.mountColumn()), len(v.NestedMounts), v.Verdict)
 		}
@@ -975,7 +980,7 @@ func writeScanHuman(w io.Writer, s *scanReport) {
 	if s.count(verdictDanger)+s.count(verdictUnknown)+s.count(verdictError) > 0 {
 		section("Danger, unknown and error (reason code, reason and mounts):")
 		for i := range s.volumes {
-			v := &s.volumes[i]
+			v := s.volumes[i]
 			if v.Verdict == verdictOK || v.Verdict == verdictInUse {
 				continue
 			}
@@ -993,7 +998,7 @@ func writeScanHuman(w io.Writer, s *scanReport) {
 	if s.hasSubpaths() {
 		section("Subpaths (containers' subPath bind mounts; the volume manager unmounts them before tearing a volume down):")
 		for i := range s.volumes {
-			v := &s.volumes[i]
+			v := s.volumes[i]
 			if len(v.Subpaths) == 0 {
 				continue
 			}

@@ -67,7 +67,7 @@ func healthyPodWithNAS(t *testing.T, k *kubelet, uid string) string {
 func wantDanger(t *testing.T, rep *scanReport, paths ...string) {
 	t.Helper()
 	for _, p := range paths {
-		i := slices.IndexFunc(rep.volumes, func(v scanVolume) bool { return v.Path == p })
+		i := slices.IndexFunc(rep.volumes, func(v *scanVolume) bool { return v.Path == p })
 		switch {
 		case i < 0:
 			t.Errorf("%s (a NAS inside) was not examined: no such volume among %d", p, len(rep.volumes))
@@ -224,7 +224,7 @@ func TestScanSubpathTreeWithinBudget(t *testing.T) {
 	wantDanger(t, rep, cache)
 	wantOverBudget(t, k, rep, hostileFirstUID)
 	data := k.dir(t, hostileFirstUID, "kubernetes.io/empty-dir", "data")
-	i := slices.IndexFunc(rep.volumes, func(v scanVolume) bool { return v.Path == data })
+	i := slices.IndexFunc(rep.volumes, func(v *scanVolume) bool { return v.Path == data })
 	if i < 0 || rep.volumes[i].Verdict != verdictError || !strings.Contains(rep.volumes[i].Reason, "budget") {
 		t.Errorf("the volume whose subPath tree is over budget: %+v; want verdict error, saying why", rep.volumes[max(i, 0)])
 	}
@@ -312,7 +312,7 @@ func TestScanBoundsEntries(t *testing.T) {
 	if !bounded {
 		t.Errorf("scanRoot problems = %v; want one matching volume.ErrTooManyEntries", rep.problems)
 	}
-	if !slices.ContainsFunc(rep.volumes, func(v scanVolume) bool { return v.PodUID == testUID2 }) {
+	if !slices.ContainsFunc(rep.volumes, func(v *scanVolume) bool { return v.PodUID == testUID2 }) {
 		t.Errorf("the pod after the full one was not examined")
 	}
 	if rep.code() == ExitOK {
@@ -351,7 +351,7 @@ func TestScanEmptyDirMetadataWithinBudget(t *testing.T) {
 	wantOverBudget(t, k, rep, hostileFirstUID)
 	stopped := 0
 	for _, p := range vols {
-		i := slices.IndexFunc(rep.volumes, func(v scanVolume) bool { return v.Path == p })
+		i := slices.IndexFunc(rep.volumes, func(v *scanVolume) bool { return v.Path == p })
 		if i < 0 {
 			t.Errorf("%s: not in the report", p)
 			continue

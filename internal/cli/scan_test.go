@@ -446,15 +446,15 @@ func TestScanExitCodes(t *testing.T) {
 	}{
 		{"empty", scanReport{}, ExitOK},
 		{"leftovers only", scanReport{leftovers: []scanLeftover{{"/r/pods/x"}}}, ExitOK},
-		{"ok", scanReport{volumes: []scanVolume{{Verdict: verdictOK, SafeToRemove: true}}}, ExitOK},
-		{"in use", scanReport{volumes: []scanVolume{{Verdict: verdictOK}, {Verdict: verdictInUse}, {Verdict: verdictInUse, SafeToRemove: true}}}, ExitOK},
-		{"danger", scanReport{volumes: []scanVolume{{Verdict: verdictInUse}, {Verdict: verdictDanger}}}, ExitRefused},
-		{"unknown", scanReport{volumes: []scanVolume{{Verdict: verdictUnknown}}}, ExitRefused},
-		{"danger and error", scanReport{volumes: []scanVolume{{Verdict: verdictDanger}, {Verdict: verdictError, err: unreadable}}}, ExitError},
+		{"ok", scanReport{volumes: []*scanVolume{{Verdict: verdictOK, SafeToRemove: true}}}, ExitOK},
+		{"in use", scanReport{volumes: []*scanVolume{{Verdict: verdictOK}, {Verdict: verdictInUse}, {Verdict: verdictInUse, SafeToRemove: true}}}, ExitOK},
+		{"danger", scanReport{volumes: []*scanVolume{{Verdict: verdictInUse}, {Verdict: verdictDanger}}}, ExitRefused},
+		{"unknown", scanReport{volumes: []*scanVolume{{Verdict: verdictUnknown}}}, ExitRefused},
+		{"danger and error", scanReport{volumes: []*scanVolume{{Verdict: verdictDanger}, {Verdict: verdictError, err: unreadable}}}, ExitError},
 		{"bad name", scanReport{problems: []scanProblem{{err: &volume.InvalidNameError{}}}}, ExitRefused},
 		{"vanished", scanReport{problems: []scanProblem{{err: &fs.PathError{Err: fs.ErrNotExist}}}}, ExitRefused},
 		{"unreadable", scanReport{problems: []scanProblem{{err: errors.Join(errors.New("x"), unreadable)}}}, ExitError},
-		{"not examined", scanReport{volumes: []scanVolume{{Verdict: verdictError, err: unreadable}}}, ExitError},
+		{"not examined", scanReport{volumes: []*scanVolume{{Verdict: verdictError, err: unreadable}}}, ExitError},
 	} {
 		if got := tc.s.code(); got != tc.want {
 			t.Errorf("%s: code() = %d, want %d", tc.name, got, tc.want)

@@ -133,7 +133,7 @@ type incStats struct {
 type podScan struct {
 	stamps     []dirStamp
 	settled    bool
-	volumes    []scanVolume
+	volumes    []*scanVolume
 	problems   []scanProblem
 	leftover   string // the pod directory, when it holds no volume
 	overBudget string // the pod directory, when a bound stopped its scan
@@ -405,7 +405,7 @@ func (c *incrementalScan) report(root string) *scanReport {
 	for _, p := range c.pods {
 		n += len(p.volumes)
 	}
-	s := &scanReport{root: root, volumes: make([]scanVolume, 0, n)}
+	s := &scanReport{root: root, volumes: make([]*scanVolume, 0, n)}
 	s.problems = append(s.problems, c.podsProblems...)
 	for _, p := range c.podsProblems {
 		if p.OverBudget {

@@ -72,10 +72,12 @@ func FromFd(fd int, path string) *Dir { return &Dir{fd: fd, path: path} }
 // Borrow makes a Dir of fd, an open directory its caller lends and keeps
 // (Close gives back what the Dir holds and leaves fd open), in d's tree:
 // files read through it and the Dirs opened from it share d's
-// /proc/self/fd descriptor. With d nil it has none, like FromFd's.
+// /proc/self/fd descriptor. With d nil it has none, like FromFd's; nor
+// with fd negative (no descriptor), whose Dir's Close is a no-op that
+// would never give back a reference.
 func (d *Dir) Borrow(fd int, path string) *Dir {
 	b := &Dir{fd: fd, path: path, borrowed: true}
-	if d != nil {
+	if d != nil && fd >= 0 {
 		b.proc = d.proc.hold()
 	}
 	return b
