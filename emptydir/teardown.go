@@ -351,9 +351,11 @@ type Planner struct {
 	held *podVolume // the last pod's shared directories; its meta is nil
 	// root and pods are the kubelet root and its pods directory, opened
 	// at the first pod and kept for the others (nil until then); podsAs
-	// is pods as a mountdetect.Parent, read once.
+	// is pods as a mountdetect.Parent, read once; listedAs is the plugin
+	// directory PlanListed plans in, beneath it (each listing reuses it).
 	root, pods *fsat.Dir
 	podsAs     *mountdetect.Parent
+	listedAs   mountdetect.Parent
 	// records is the last record decoded (readMeta).
 	records recordMemo
 }

@@ -58,7 +58,8 @@ func (pl *Planner) planTearDown(r volRef, tab *mountdetect.MountTable, b *volume
 		// Once per pod: its volumes are then looked at, not opened. The
 		// pod and volumes directories are opened SameMount from pods.
 		if podsAs := pl.podsParent(tab); podsAs != nil {
-			v.looker = podsAs.Beneath(v.volsFromPods)
+			looker := podsAs.Beneath(v.volsFromPods)
+			v.looker = &looker
 			pl.held.looker = v.looker
 		}
 	}
@@ -128,7 +129,8 @@ func (pl *Planner) planListed(pd volume.PluginDir, uid, path string, tab *mountd
 	}
 	if tab != nil {
 		if podsAs := pl.podsParent(tab); podsAs != nil {
-			v.looker = podsAs.Beneath(pd.Rel)
+			pl.listedAs = podsAs.Beneath(pd.Rel)
+			v.looker = &pl.listedAs
 		}
 	}
 	for i, vd := range pd.Volumes {

@@ -121,7 +121,7 @@ func (t *MountTable) replaced(old *MountTable, seen map[int]bool) []*tableEntry 
 
 func sameEntry(a, b *tableEntry) bool {
 	return a.id == b.id && a.parent == b.parent && a.dev == b.dev && a.root == b.root &&
-		a.Mount == b.Mount && a.options == b.options && a.optional == b.optional
+		a.Mount == b.Mount && a.vfsOptions == b.vfsOptions && a.fsOptions == b.fsOptions && a.optional == b.optional
 }
 
 // places adds to c where e is in t: its mount point through every mount
@@ -150,10 +150,11 @@ func (t *MountTable) aliases(e *tableEntry, out []string) []string {
 	if !ok || p.id == e.id {
 		return out
 	}
-	pos, ok := p.position(e.MountPoint)
+	jp, ok := p.position(pathOf(e.MountPoint))
 	if !ok {
 		return out
 	}
+	pos := jp.String()
 	for i := range t.entries {
 		m := &t.entries[i]
 		if m.dev != p.dev || m.id == p.id {

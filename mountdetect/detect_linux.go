@@ -364,7 +364,7 @@ func mountsAtAndBeneath(fd int, path string) (at, beneath []Mount, real string, 
 	if err != nil {
 		return nil, nil, "", nil, err
 	}
-	at, beneath = t.mountsAt(fd, real, nil)
+	at, beneath = t.mountsAt(fd, pathOf(real), nil)
 	return at, beneath, real, t, nil
 }
 

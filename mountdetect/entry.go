@@ -117,9 +117,13 @@ func (t *MountTable) MountsOnRoot(e Entry) (at, beneath []Mount, ok bool, err er
 // entry is then answered from a statx of its name (LookAt with LookOnly)
 // without being opened (MountTable.Child).
 type Parent struct {
-	real string
-	st   fsat.MountStat
-	info FSInfo
+	// real is the kernel's name of the directory Parent read, rel the
+	// path from it of this one (Beneath; "" for that directory): the
+	// kernel names this one real+"/"+rel, a string no question needs
+	// built.
+	real, rel string
+	st        fsat.MountStat
+	info      FSInfo
 }
 
 // Parent reads, from the directory open as fd (path names it in
@@ -154,10 +158,19 @@ func (t *MountTable) Child(p *Parent, e Entry, name string) (info FSInfo, at, be
 // followed, no mount crossed and no mount root reached (fsat's SameMount:
 // openat2 with RESOLVE_NO_SYMLINKS|RESOLVE_BENEATH|RESOLVE_NO_XDEV): it is
 // on p's mount and filesystem, and the kernel named it p's name joined
-// with rel when it was opened. Nothing is asked of the kernel.
-func (p *Parent) Beneath(rel string) *Parent {
+// with rel when it was opened. Nothing is asked of the kernel. It is
+// returned by value, for a caller that examines one directory after
+// another to keep in the place of the last.
+func (p *Parent) Beneath(rel string) Parent {
 	b := *p
-	b.real = p.real + "/" + rel
+	switch {
+	case p.rel != "":
+		b.rel = p.rel + "/" + rel
+	case rel == "":
+		b.real = p.real + "/"
+	default:
+		b.rel = rel
+	}
 	b.st.Root = false
-	return &b
+	return b
 }

@@ -114,7 +114,7 @@ func (t *MountTable) mountsOnRoot(e Entry) (at, beneath []Mount, ok bool) {
 	if !ok {
 		return nil, nil, false
 	}
-	at, beneath = t.mountsAt(-1, m.MountPoint, &e.MountStat)
+	at, beneath = t.mountsAt(-1, pathOf(m.MountPoint), &e.MountStat)
 	return at, beneath, true
 }
 
@@ -137,6 +137,14 @@ func newParent(fd int, path string) (*Parent, error) {
 	return &Parent{real: real, st: s, info: info}, nil
 }
 
+// path is the kernel's name of p's directory.
+func (p *Parent) path() joinedPath {
+	if p.rel == "" {
+		return pathOf(p.real)
+	}
+	return pathOf(p.real).join(p.rel)
+}
+
 // child is Child for a table that is there.
 func (t *MountTable) child(p *Parent, e Entry, name string) (info FSInfo, at, beneath []Mount, ok bool) {
 	if e.Root || e.Mode != unix.S_IFDIR || e.ID == 0 || e.ID != p.st.ID || e.UniqueID != 0 && e.UniqueID != p.st.UniqueID || e.Dev != p.st.Dev || p.info.Magic == MagicHugetlbfs {
@@ -144,7 +152,7 @@ func (t *MountTable) child(p *Parent, e Entry, name string) (info FSInfo, at, be
 	}
 	info = p.info
 	info.Path, info.MountPoint, info.MountPointSure = e.Path, false, true
-	at, beneath = t.mountsAt(-1, p.real+"/"+name, &e.MountStat)
+	at, beneath = t.mountsAt(-1, p.path().join(name), &e.MountStat)
 	return info, at, beneath, true
 }
 

@@ -69,7 +69,7 @@ func (t *MountTable) mountsAtFile(fd int, path string, st *fsat.MountStat) (at, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("resolve %s: %w", path, err)
 	}
-	at, beneath = t.mountsAt(fd, real, st)
+	at, beneath = t.mountsAt(fd, pathOf(real), st)
 	return at, beneath, nil
 }
 
@@ -104,13 +104,12 @@ func (t *MountTable) bindWithin(fd int, path string, dirFd int, dirPath string) 
 	if err != nil {
 		return false, fmt.Errorf("resolve %s: %w", dirPath, err)
 	}
-	pos, dev, ok := t.positionOf(dirFd, realDir, nil)
+	pos, dev, ok := t.positionOf(dirFd, pathOf(realDir), nil)
 	if !ok {
 		return false, fmt.Errorf("%s: its mount is not in the mount table", dirPath)
 	}
 	if m.dev != dev {
 		return false, nil
 	}
-	_, within := cutDir(m.root, pos)
-	return within, nil
+	return pos.holds(m.root), nil
 }

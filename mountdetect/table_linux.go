@@ -19,8 +19,10 @@ type tableEntry struct {
 	id, parent int
 	dev        uint64 // the filesystem's major:minor, as the table gives it
 	root       string // the mount's root within its filesystem
-	options    string // per-mount and superblock options
-	optional   string // the optional fields: propagation ("shared:1 master:2")
+	// vfsOptions and fsOptions are the per-mount and superblock options,
+	// kept apart: joining them would cost a string per mount and read.
+	vfsOptions, fsOptions string
+	optional              string // the optional fields: propagation ("shared:1 master:2")
 }
 
 // placed is a mount located by where its mount point is in the filesystem
@@ -62,13 +64,14 @@ func readMountTable() (*MountTable, error) {
 	t.entries = make([]tableEntry, len(infos))
 	for i, m := range infos {
 		t.entries[i] = tableEntry{
-			Mount:    Mount{MountPoint: m.Mountpoint, FSType: m.FSType, Source: m.Source},
-			id:       m.ID,
-			parent:   m.Parent,
-			dev:      unix.Mkdev(uint32(m.Major), uint32(m.Minor)),
-			root:     m.Root,
-			options:  m.VFSOptions + "," + m.Options,
-			optional: m.Optional,
+			Mount:      Mount{MountPoint: m.Mountpoint, FSType: m.FSType, Source: m.Source},
+			id:         m.ID,
+			parent:     m.Parent,
+			dev:        unix.Mkdev(uint32(m.Major), uint32(m.Minor)),
+			root:       m.Root,
+			vfsOptions: m.VFSOptions,
+			fsOptions:  m.Options,
+			optional:   m.Optional,
 		}
 	}
 	slices.SortStableFunc(t.entries, func(a, b tableEntry) int { return strings.Compare(a.MountPoint, b.MountPoint) })
@@ -85,8 +88,8 @@ func readMountTable() (*MountTable, error) {
 		}
 		t.children[e.parent] = append(t.children[e.parent], i)
 		p := t.entries[pi]
-		if pos, ok := p.position(e.MountPoint); ok {
-			t.byDev[p.dev] = append(t.byDev[p.dev], placed{pos: pos, i: i})
+		if pos, ok := p.position(pathOf(e.MountPoint)); ok {
+			t.byDev[p.dev] = append(t.byDev[p.dev], placed{pos: pos.String(), i: i})
 		}
 	}
 	for _, ps := range t.byDev {
@@ -97,18 +100,18 @@ func readMountTable() (*MountTable, error) {
 
 // position is where path, a path at or beneath the mount point of e, lies
 // in e's filesystem: e's root joined with the rest of path.
-func (e *tableEntry) position(path string) (string, bool) {
-	rest, ok := cutDir(path, e.MountPoint)
+func (e *tableEntry) position(path joinedPath) (joinedPath, bool) {
+	rest, ok := path.cutDir(e.MountPoint)
 	if !ok {
-		return "", false
+		return joinedPath{}, false
 	}
 	if e.root == "/" {
-		if rest == "" {
-			return "/", true
+		if rest.n == 1 && rest.parts[0] == "" {
+			return pathOf("/"), true
 		}
 		return rest, true
 	}
-	return e.root + rest, true
+	return rest.under(e.root), true
 }
 
 // byMountID is the table's entry for the mount with the (classic) ID id.
@@ -125,13 +128,14 @@ func (t *MountTable) byMountID(id int) (*tableEntry, bool) {
 
 // firstAt is the index of the first entry whose mount point is path or
 // sorts after it.
-func (t *MountTable) firstAt(path string) int {
-	return sort.Search(len(t.entries), func(i int) bool { return t.entries[i].MountPoint >= path })
+func (t *MountTable) firstAt(path *joinedPath) int {
+	return sort.Search(len(t.entries), func(i int) bool { return path.compare(t.entries[i].MountPoint) >= 0 })
 }
 
 // mountedOn reports whether anything is mounted on path.
 func (t *MountTable) mountedOn(path string) bool {
-	i := t.firstAt(path)
+	p := pathOf(path)
+	i := t.firstAt(&p)
 	return i < len(t.entries) && t.entries[i].MountPoint == path
 }
 
@@ -149,62 +153,64 @@ func (t *MountTable) mountedOn(path string) bool {
 //     meet the directory they cover. This needs the directory's mount ID
 //     (statx STATX_MNT_ID, Linux 5.8);
 //   - mounts made on or inside any mount found so far.
-func (t *MountTable) mountsAt(fd int, real string, st *fsat.MountStat) (at, beneath []Mount) {
-	// found is made at the first mount found: most directories a scan
-	// asks about have none.
-	var found map[int]bool
-	add := func(i int) {
-		if found == nil {
-			found = make(map[int]bool)
-		}
-		found[i] = true
-	}
-	i := t.firstAt(real)
-	for ; i < len(t.entries) && t.entries[i].MountPoint == real; i++ {
+func (t *MountTable) mountsAt(fd int, real joinedPath, st *fsat.MountStat) (at, beneath []Mount) {
+	// found holds indexes into entries, on the stack while they are few:
+	// most directories a scan asks about have no mount beneath them.
+	var buf [8]int
+	found := buf[:0]
+	i := t.firstAt(&real)
+	for ; i < len(t.entries) && real.compare(t.entries[i].MountPoint) == 0; i++ {
 		at = append(at, t.entries[i].Mount)
-		add(i)
+		found = append(found, i)
 	}
 	// Mount points beneath real sort right after real+"/" (not right after
 	// real: "real-2" sorts between them).
-	dir := strings.TrimSuffix(real, "/")
-	i = sort.Search(len(t.entries), func(i int) bool { return compareWithDir(t.entries[i].MountPoint, dir) >= 0 })
-	for ; i < len(t.entries) && isBeneath(t.entries[i].MountPoint, dir); i++ {
-		add(i)
+	dir := real.trimSlash()
+	i = sort.Search(len(t.entries), func(i int) bool { return dir.compareWithDir(t.entries[i].MountPoint) >= 0 })
+	for ; i < len(t.entries) && dir.isBeneath(t.entries[i].MountPoint); i++ {
+		found = append(found, i)
 	}
 	if pos, dev, ok := t.positionOf(fd, real, st); ok {
+		// Searched as by path: the mounts on pos, then those beneath it,
+		// which sort right after pos+"/" (not after pos).
 		ps := t.byDev[dev]
-		j := sort.Search(len(ps), func(j int) bool { return ps[j].pos >= pos })
-		for ; j < len(ps); j++ {
-			if _, ok := cutDir(ps[j].pos, pos); !ok {
-				break
-			}
-			add(ps[j].i)
+		j := sort.Search(len(ps), func(j int) bool { return pos.compare(ps[j].pos) >= 0 })
+		for ; j < len(ps) && pos.compare(ps[j].pos) == 0; j++ {
+			found = append(found, ps[j].i)
+		}
+		posDir := pos.trimSlash()
+		j = sort.Search(len(ps), func(j int) bool { return posDir.compareWithDir(ps[j].pos) >= 0 })
+		for ; j < len(ps) && posDir.isBeneath(ps[j].pos); j++ {
+			found = append(found, ps[j].i)
 		}
 	}
-	if found == nil {
+	if len(found) == 0 {
 		return at, nil
 	}
-	// Mounts on top of or inside those found are beneath the directory too.
-	queue := make([]int, 0, len(found))
-	for i := range found {
-		queue = append(queue, i)
-	}
-	for len(queue) > 0 {
-		i := queue[len(queue)-1]
-		queue = queue[:len(queue)-1]
-		for _, c := range t.children[t.entries[i].id] {
-			if !found[c] {
-				found[c] = true
-				queue = append(queue, c)
+	// Mounts on top of or inside those found are beneath the directory
+	// too. Each mount has one parent: one not found above is reached
+	// once, from it.
+	slices.Sort(found)
+	found = slices.Compact(found)
+	direct := len(found)
+	for q := 0; q < len(found); q++ {
+		for _, c := range t.children[t.entries[found[q]].id] {
+			if _, ok := slices.BinarySearch(found[:direct], c); !ok {
+				found = append(found, c)
 			}
 		}
 	}
-	for i := range found {
-		if t.entries[i].MountPoint != real {
+	// Entries are sorted by mount point, stable in table order: so are
+	// the mounts in the order of their indexes.
+	slices.Sort(found)
+	if n := len(found) - len(at); n > 0 { // every mount on real is in at
+		beneath = make([]Mount, 0, n)
+	}
+	for _, i := range found {
+		if real.compare(t.entries[i].MountPoint) != 0 {
 			beneath = append(beneath, t.entries[i].Mount)
 		}
 	}
-	sortMounts(beneath)
 	return at, beneath
 }
 
@@ -236,17 +242,17 @@ func isBeneath(s, dir string) bool {
 // positionOf is where the directory open as fd (named real) lies in its
 // filesystem, found through its mount's table entry; st, when not nil,
 // is fd's mount as statx gave it (its classic ID is used).
-func (t *MountTable) positionOf(fd int, real string, st *fsat.MountStat) (pos string, dev uint64, ok bool) {
+func (t *MountTable) positionOf(fd int, real joinedPath, st *fsat.MountStat) (pos joinedPath, dev uint64, ok bool) {
 	if st == nil {
 		s, err := fsat.StatMount(fd, "", fsat.TableID)
 		if err != nil {
-			return "", 0, false
+			return joinedPath{}, 0, false
 		}
 		st = &s
 	}
 	e, ok := t.byMountID(int(st.ID))
 	if !ok {
-		return "", 0, false // mounted after the table was read
+		return joinedPath{}, 0, false // mounted after the table was read
 	}
 	pos, ok = e.position(real)
 	return pos, e.dev, ok
@@ -262,7 +268,7 @@ func (t *MountTable) nestedMounts(path string) ([]Mount, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resolve %s: %w", path, err)
 	}
-	_, beneath := t.mountsAt(fd, real, nil)
+	_, beneath := t.mountsAt(fd, pathOf(real), nil)
 	return beneath, nil
 }
 
@@ -300,11 +306,20 @@ func (t *MountTable) hugePageSizeOf(fd int, path string, st *fsat.MountStat) (in
 			return 0, nil
 		}
 	}
-	size, _, err := ParseHugePageSize(e.options)
+	size, _, err := e.hugePageSize()
 	if err != nil {
 		return 0, fmt.Errorf("hugetlbfs mount %s: %w", e.MountPoint, err)
 	}
 	return size, nil
+}
+
+// hugePageSize is ParseHugePageSize of e's options, per-mount then
+// superblock: the first pagesize= of the two.
+func (e *tableEntry) hugePageSize() (size int64, ok bool, err error) {
+	if size, ok, err = ParseHugePageSize(e.vfsOptions); ok {
+		return size, ok, err
+	}
+	return ParseHugePageSize(e.fsOptions)
 }
 
 func (t *MountTable) fromSource(source string) []SourceMount {
@@ -313,7 +328,7 @@ func (t *MountTable) fromSource(source string) []SourceMount {
 		if e.Source == source {
 			m := SourceMount{Mount: e.Mount, ID: e.id, Root: e.root, Dev: e.dev}
 			if e.FSType == "hugetlbfs" {
-				m.HugePageSize, _, _ = ParseHugePageSize(e.options)
+				m.HugePageSize, _, _ = e.hugePageSize()
 			}
 			out = append(out, m)
 		}

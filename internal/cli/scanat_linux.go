@@ -59,10 +59,12 @@ type pluginDirs struct {
 	err              error
 	// pods is the pods directory as a mountdetect.Parent, read at the
 	// first volume that needs it; parent is the open plugin directory's,
-	// derived from it (the plugin directory is opened SameMount).
+	// derived from it (the plugin directory is opened SameMount) and
+	// held in beneath, which each plugin directory reuses.
 	podsParent *mountdetect.Parent
 	podsErr    error
 	parent     *mountdetect.Parent
+	beneath    mountdetect.Parent
 }
 
 // open is the directory of plugin (unescaped) of the pod uid (owned by
@@ -91,7 +93,8 @@ func (p *pluginDirs) parentOf() *mountdetect.Parent {
 		p.podsParent, p.podsErr = p.tab.Parent(p.pods.Fd(), p.pods.Path())
 	}
 	if p.podsParent != nil {
-		p.parent = p.podsParent.Beneath(p.key)
+		p.beneath = p.podsParent.Beneath(p.key)
+		p.parent = &p.beneath
 	}
 	return p.parent
 }
