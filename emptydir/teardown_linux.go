@@ -107,8 +107,8 @@ func (pl *Planner) openTop() {
 
 // planListed is PlanListed of pd, the emptyDir plugin directory of the pod
 // uid, whose directory path names (and pd.Pod is): its pod and plugin
-// directories are borrowed, its metadata directories opened from the pod
-// directory borrowed and closed before it returns.
+// directories are borrowed, each metadata directory opened from the pod
+// directory borrowed and closed before the next.
 func (pl *Planner) planListed(pd volume.PluginDir, uid, path string, tab *mountdetect.MountTable, fn func(int, Plan, error)) {
 	// What the Planner holds of a pod it opened by name is never mixed
 	// with what a listing lends.
@@ -119,14 +119,7 @@ func (pl *Planner) planListed(pd volume.PluginDir, uid, path string, tab *mountd
 	pl.openTop()
 	v := podVolume{pod: pl.root.Borrow(pd.Pod, path), vols: pl.root.Borrow(pd.Fd, pd.Path), hook: pl.p.hook,
 		topShared: true, volsFromPods: pd.Rel, budget: pd.Budget, records: &pl.records}
-	defer v.Close() // what was opened here; the borrowed descriptors stay open
-	var err error
-	if v.metaParent, err = openOrCreate(v.pod, "plugins/"+escapedPluginName, false, fsat.SameMount); err != nil {
-		for i, vd := range pd.Volumes {
-			fn(i, Plan{Path: vd.Path}, err)
-		}
-		return
-	}
+	defer v.Close() // the borrowed descriptors stay open
 	if tab != nil {
 		if podsAs := pl.podsParent(tab); podsAs != nil {
 			pl.listedAs = podsAs.Beneath(pd.Rel)
@@ -140,8 +133,9 @@ func (pl *Planner) planListed(pd volume.PluginDir, uid, path string, tab *mountd
 }
 
 // planIn plans the volume vd of the pod whose directories v holds, which
-// it leaves as it found them: only vd's metadata directory is opened,
-// and closed before it returns.
+// it leaves as it found them: only vd's metadata directory is opened (in
+// one openat2 from the pod directory: the metadata-parent directory is
+// not opened on its own), and closed before it returns.
 func (pl *Planner) planIn(pod *podVolume, vd volume.VolumeDir, tab *mountdetect.MountTable) (Plan, error) {
 	r := pl.p.planRef(vd.PodUID, vd.Volume)
 	if err := volume.ValidateVolumeDirName(vd.Volume); err != nil {
@@ -150,7 +144,7 @@ func (pl *Planner) planIn(pod *podVolume, vd volume.VolumeDir, tab *mountdetect.
 	v := *pod
 	v.ref, v.name, v.metaName, v.dir = r, r.dir, r.meta, vd.Path
 	var err error
-	if v.meta, err = openOrCreate(pod.metaParent, r.meta, false, fsat.SameMount); err != nil {
+	if v.meta, err = openOrCreate(pod.pod, "plugins/"+escapedPluginName+"/"+r.meta, false, fsat.SameMount); err != nil {
 		return Plan{Path: v.dir}, err
 	}
 	defer v.meta.Close()
