@@ -124,13 +124,27 @@ type Parent struct {
 	real, rel string
 	st        fsat.MountStat
 	info      FSInfo
+	// tab is the table p was read with (nil: none) and in where in it
+	// the mounts at or beneath p's entries can be (Beneath narrows it):
+	// each Child then searches those, not the whole table.
+	tab *MountTable
+	in  window
+}
+
+// window is where in a table the mounts at or beneath a directory's
+// entries can be (Parent.narrow): entries[lo:hi] by mount point, and
+// byDev[dev][plo:phi] by position (phi -1: anywhere in byDev).
+type window struct {
+	lo, hi   int
+	dev      uint64
+	plo, phi int
 }
 
 // Parent reads, from the directory open as fd (path names it in
 // messages), the mount it is on (statx), its filesystem's type (fstatfs:
 // fd is not to be a mount whose filesystem might not answer) and the
 // kernel's name for it (/proc/self/fd), once for all its entries.
-func (t *MountTable) Parent(fd int, path string) (*Parent, error) { return newParent(fd, path) }
+func (t *MountTable) Parent(fd int, path string) (*Parent, error) { return newParent(t, fd, path) }
 
 // Child answers, for e, the entry name of p as LookAt found it without
 // opening it (LookOnly or LookTableID), what DetectEntry and
@@ -172,5 +186,6 @@ func (p *Parent) Beneath(rel string) Parent {
 		b.rel = rel
 	}
 	b.st.Root = false
+	b.narrow()
 	return b
 }

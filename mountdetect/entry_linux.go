@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 
 	"golang.org/x/sys/unix"
 
@@ -118,7 +119,7 @@ func (t *MountTable) mountsOnRoot(e Entry) (at, beneath []Mount, ok bool) {
 	return at, beneath, true
 }
 
-func newParent(fd int, path string) (*Parent, error) {
+func newParent(t *MountTable, fd int, path string) (*Parent, error) {
 	s, err := statMount(fd, "", bothIDs)
 	if err != nil {
 		return nil, &os.PathError{Op: "statx", Path: path, Err: err}
@@ -134,7 +135,47 @@ func newParent(fd int, path string) (*Parent, error) {
 	if real == "/" {
 		real = ""
 	}
-	return &Parent{real: real, st: s, info: info}, nil
+	p := &Parent{real: real, st: s, info: info, tab: t}
+	if t != nil {
+		p.in = window{hi: len(t.entries), phi: -1} // the whole table, narrowed now
+		p.narrow()
+	}
+	return p, nil
+}
+
+// narrow sets p.in to the parts of p.tab (nil: nothing) where the mounts
+// at or beneath p's entries can be, found within what p.in held: by
+// mount point, those beneath p's path; by position in the filesystem of
+// p's mount, those beneath p's position.
+func (p *Parent) narrow() {
+	t := p.tab
+	if t == nil {
+		return
+	}
+	dir := p.path().trimSlash()
+	lo := p.in.lo + sort.Search(p.in.hi-p.in.lo, func(i int) bool { return dir.compareWithDir(t.entries[p.in.lo+i].MountPoint) >= 0 })
+	hi := lo
+	for hi < p.in.hi && dir.isBeneath(t.entries[hi].MountPoint) {
+		hi++
+	}
+	p.in.lo, p.in.hi = lo, hi
+	pos, dev, ok := t.positionOf(-1, p.path(), &p.st)
+	if !ok {
+		p.in.phi = -1 // no position: Child searches by position in full
+		return
+	}
+	ps := t.byDev[dev]
+	plo, phi := 0, len(ps)
+	if p.in.phi >= 0 && p.in.dev == dev {
+		plo, phi = p.in.plo, p.in.phi
+	}
+	posDir := pos.trimSlash()
+	j := plo + sort.Search(phi-plo, func(j int) bool { return posDir.compareWithDir(ps[plo+j].pos) >= 0 })
+	k := j
+	for k < phi && posDir.isBeneath(ps[k].pos) {
+		k++
+	}
+	p.in.dev, p.in.plo, p.in.phi = dev, j, k
 }
 
 // path is the kernel's name of p's directory.
@@ -152,7 +193,11 @@ func (t *MountTable) child(p *Parent, e Entry, name string) (info FSInfo, at, be
 	}
 	info = p.info
 	info.Path, info.MountPoint, info.MountPointSure = e.Path, false, true
-	at, beneath = t.mountsAt(-1, p.path().join(name), &e.MountStat)
+	in := &p.in
+	if p.tab != t {
+		in = nil // read with another table: its indexes are not t's
+	}
+	at, beneath = t.mountsAtWithin(-1, p.path().join(name), &e.MountStat, in)
 	return info, at, beneath, true
 }
 

@@ -42,6 +42,9 @@ type mountTableData struct {
 	// directory's subtree, through whichever mount of the filesystem
 	// (a second bind mount of it, say) each was made.
 	byDev map[uint64][]placed
+	// bySource indexes entries by source (MountsFromSource: a scan asks
+	// it of every emptyDir with a mount record).
+	bySource map[string][]int
 	// unique lists the unique IDs of the namespace's mounts (increasing),
 	// listed just before the table was read; nil where the kernel cannot
 	// list them (ChangesSince then compares lines alone).
@@ -76,8 +79,10 @@ func readMountTable() (*MountTable, error) {
 	}
 	slices.SortStableFunc(t.entries, func(a, b tableEntry) int { return strings.Compare(a.MountPoint, b.MountPoint) })
 	t.byID = make(map[int]int, len(t.entries))
+	t.bySource = make(map[string][]int)
 	for i, e := range t.entries {
 		t.byID[e.id] = i
+		t.bySource[e.Source] = append(t.bySource[e.Source], i)
 	}
 	t.children = make(map[int][]int)
 	t.byDev = make(map[uint64][]placed)
@@ -154,33 +159,47 @@ func (t *MountTable) mountedOn(path string) bool {
 //     (statx STATX_MNT_ID, Linux 5.8);
 //   - mounts made on or inside any mount found so far.
 func (t *MountTable) mountsAt(fd int, real joinedPath, st *fsat.MountStat) (at, beneath []Mount) {
+	return t.mountsAtWithin(fd, real, st, nil)
+}
+
+// mountsAtWithin is mountsAt searching only in (nil: the whole table),
+// which must hold every mount at or beneath real.
+func (t *MountTable) mountsAtWithin(fd int, real joinedPath, st *fsat.MountStat, in *window) (at, beneath []Mount) {
+	lo, hi := 0, len(t.entries)
+	if in != nil {
+		lo, hi = in.lo, in.hi
+	}
 	// found holds indexes into entries, on the stack while they are few:
 	// most directories a scan asks about have no mount beneath them.
 	var buf [8]int
 	found := buf[:0]
-	i := t.firstAt(&real)
-	for ; i < len(t.entries) && real.compare(t.entries[i].MountPoint) == 0; i++ {
+	i := lo + sort.Search(hi-lo, func(i int) bool { return real.compare(t.entries[lo+i].MountPoint) >= 0 })
+	for ; i < hi && real.compare(t.entries[i].MountPoint) == 0; i++ {
 		at = append(at, t.entries[i].Mount)
 		found = append(found, i)
 	}
 	// Mount points beneath real sort right after real+"/" (not right after
 	// real: "real-2" sorts between them).
 	dir := real.trimSlash()
-	i = sort.Search(len(t.entries), func(i int) bool { return dir.compareWithDir(t.entries[i].MountPoint) >= 0 })
-	for ; i < len(t.entries) && dir.isBeneath(t.entries[i].MountPoint); i++ {
+	i = lo + sort.Search(hi-lo, func(i int) bool { return dir.compareWithDir(t.entries[lo+i].MountPoint) >= 0 })
+	for ; i < hi && dir.isBeneath(t.entries[i].MountPoint); i++ {
 		found = append(found, i)
 	}
 	if pos, dev, ok := t.positionOf(fd, real, st); ok {
 		// Searched as by path: the mounts on pos, then those beneath it,
 		// which sort right after pos+"/" (not after pos).
 		ps := t.byDev[dev]
-		j := sort.Search(len(ps), func(j int) bool { return pos.compare(ps[j].pos) >= 0 })
-		for ; j < len(ps) && pos.compare(ps[j].pos) == 0; j++ {
+		plo, phi := 0, len(ps)
+		if in != nil && in.phi >= 0 && in.dev == dev {
+			plo, phi = in.plo, in.phi
+		}
+		j := plo + sort.Search(phi-plo, func(j int) bool { return pos.compare(ps[plo+j].pos) >= 0 })
+		for ; j < phi && pos.compare(ps[j].pos) == 0; j++ {
 			found = append(found, ps[j].i)
 		}
 		posDir := pos.trimSlash()
-		j = sort.Search(len(ps), func(j int) bool { return posDir.compareWithDir(ps[j].pos) >= 0 })
-		for ; j < len(ps) && posDir.isBeneath(ps[j].pos); j++ {
+		j = plo + sort.Search(phi-plo, func(j int) bool { return posDir.compareWithDir(ps[plo+j].pos) >= 0 })
+		for ; j < phi && posDir.isBeneath(ps[j].pos); j++ {
 			found = append(found, ps[j].i)
 		}
 	}
@@ -324,14 +343,13 @@ func (e *tableEntry) hugePageSize() (size int64, ok bool, err error) {
 
 func (t *MountTable) fromSource(source string) []SourceMount {
 	var out []SourceMount
-	for _, e := range t.entries {
-		if e.Source == source {
-			m := SourceMount{Mount: e.Mount, ID: e.id, Root: e.root, Dev: e.dev}
-			if e.FSType == "hugetlbfs" {
-				m.HugePageSize, _, _ = e.hugePageSize()
-			}
-			out = append(out, m)
+	for _, i := range t.bySource[source] { // in table order
+		e := &t.entries[i]
+		m := SourceMount{Mount: e.Mount, ID: e.id, Root: e.root, Dev: e.dev}
+		if e.FSType == "hugetlbfs" {
+			m.HugePageSize, _, _ = e.hugePageSize()
 		}
+		out = append(out, m)
 	}
 	return out
 }

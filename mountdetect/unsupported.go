@@ -56,7 +56,9 @@ func kernelNumbersInitialMountNamespace() bool { return false }
 
 func (t *MountTable) mountsOnRoot(Entry) (at, beneath []Mount, ok bool) { return nil, nil, false }
 
-func newParent(int, string) (*Parent, error) { return nil, ErrUnsupported }
+func newParent(*MountTable, int, string) (*Parent, error) { return nil, ErrUnsupported }
+
+func (p *Parent) narrow() {}
 
 func (t *MountTable) child(_ *Parent, e Entry, _ string) (FSInfo, []Mount, []Mount, bool) {
 	return FSInfo{Path: e.Path}, nil, nil, false
