@@ -170,7 +170,8 @@ func (t *MountTable) Child(p *Parent, e Entry, name string) (info FSInfo, at, be
 // Beneath is the Parent of the directory rel below p's, opened from p's
 // descriptor by a path of plain names (no "." or ".."), with no symlink
 // followed, no mount crossed and no mount root reached (fsat's SameMount:
-// openat2 with RESOLVE_NO_SYMLINKS|RESOLVE_BENEATH|RESOLVE_NO_XDEV): it is
+// openat2 with RESOLVE_NO_SYMLINKS|RESOLVE_BENEATH|RESOLVE_NO_XDEV; "" is
+// p's directory itself): it is
 // on p's mount and filesystem, and the kernel named it p's name joined
 // with rel when it was opened. Nothing is asked of the kernel. It is
 // returned by value, for a caller that examines one directory after
@@ -178,10 +179,11 @@ func (t *MountTable) Child(p *Parent, e Entry, name string) (info FSInfo, at, be
 func (p *Parent) Beneath(rel string) Parent {
 	b := *p
 	switch {
+	case rel == "":
+		// The directory itself: a trailing "/" would make every entry's
+		// name "dir//name", which no mount point is.
 	case p.rel != "":
 		b.rel = p.rel + "/" + rel
-	case rel == "":
-		b.real = p.real + "/"
 	default:
 		b.rel = rel
 	}
