@@ -144,3 +144,73 @@ func TestChildFindsWhatMountsAtFileFindsThroughEveryParent(t *testing.T) {
 		}
 	}
 }
+
+// TestChildOfTheRootDirectory: a Parent read on "/" (the kernel names it
+// "/", Parent keeps "") and one Beneath("") of it answer each directory
+// of "/" on its mount as MountsAtFile does: every mount point in the
+// table is beneath it.
+func TestChildOfTheRootDirectory(t *testing.T) {
+	requireMounts(t)
+	// A mount beneath a directory of "/" on the root mount, whichever.
+	rootfd, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(rootfd)
+	dir := t.TempDir()
+	if e, err := LookAt(rootfd, "tmp", "/tmp", LookOnly); err == nil && !e.Root {
+		// /tmp is on the root mount: the test's mounts are beneath it.
+		mounttest.Tmpfs(t, dir, "")
+	}
+	tab, err := ReadMountTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := tab.Parent(rootfd, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	beneath := root.Beneath("")
+	names, err := os.ReadDir("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, d := range names {
+		name := d.Name()
+		path := "/" + name
+		e, err := LookAt(rootfd, name, path, LookOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for how, p := range map[string]*Parent{"Parent": root, "Beneath": &beneath} {
+			info, at, below, ok, err := tab.Child(p, e, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				continue // a mount root, not a directory, on another mount
+			}
+			checked++
+			fd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantInfo, err := tab.DetectFile(fd, path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantAt, wantBelow, err := tab.MountsAtFile(fd, path)
+			unix.Close(fd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(info, wantInfo) || !reflect.DeepEqual(at, wantAt) || !reflect.DeepEqual(below, wantBelow) {
+				t.Errorf("%s: Child(%q) = %+v, %q, %q; want DetectFile's and MountsAtFile's %+v, %q, %q", how, name, info, mountPoints(at), mountPoints(below), wantInfo, mountPoints(wantAt), mountPoints(wantBelow))
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no directory of / on its mount: the test tests nothing")
+	}
+}
