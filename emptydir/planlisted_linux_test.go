@@ -103,40 +103,8 @@ func TestPlanListedIsPlanTearDown(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tab, err := mountdetect.ReadMountTable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tab := range []*mountdetect.MountTable{tab, nil} {
-		byName := e.plugin.NewPlanner()
-		listed := e.plugin.NewPlanner()
-		before := openFds(t)
-		planned := 0
-		e.scanListed(t, func(pd volume.PluginDir) {
-			listed.PlanListed(pd, tab, func(i int, got Plan, gotErr error) {
-				planned++
-				vd := pd.Volumes[i]
-				want, wantErr := byName.PlanTearDown(vd.PodUID, vd.Volume, tab)
-				if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
-					t.Errorf("%s: PlanListed's error %v, PlanTearDown's %v", vd.Volume, gotErr, wantErr)
-				}
-				if fmt.Sprint(got.metaErr) != fmt.Sprint(want.metaErr) || !reflect.DeepEqual(got.meta, want.meta) {
-					t.Errorf("%s: PlanListed read the record %+v (%v), PlanTearDown %+v (%v)", vd.Volume, got.meta, got.metaErr, want.meta, want.metaErr)
-				}
-				got.meta, want.meta, got.metaErr, want.metaErr = nil, nil, nil, nil
-				if !reflect.DeepEqual(got, want) {
-					t.Errorf("%s: PlanListed planned\n%+v\nPlanTearDown\n%+v", vd.Volume, got, want)
-				}
-			})
-		})
-		listed.Close()
-		byName.Close()
-		if planned != 7 {
-			t.Errorf("%d volumes planned, want 7", planned)
-		}
-		if after := openFds(t); after != before {
-			t.Errorf("%d descriptors open after PlanListed, %d before", after, before)
-		}
+	if planned := e.planBothWays(t, e, nil); planned != 7 {
+		t.Errorf("%d volumes planned, want 7", planned)
 	}
 }
 
@@ -320,38 +288,8 @@ func TestPlanListedWithoutItsOwnRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	elsewhere := newEnv(t, filepath.Join(t.TempDir(), "missing"), nil)
-	tab, err := mountdetect.ReadMountTable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, tab := range []*mountdetect.MountTable{tab, nil} {
-		byName := e.plugin.NewPlanner()
-		listed := elsewhere.plugin.NewPlanner()
-		before := openFds(t)
-		planned := 0
-		e.scanListed(t, func(pd volume.PluginDir) {
-			listed.PlanListed(pd, tab, func(i int, got Plan, gotErr error) {
-				planned++
-				vd := pd.Volumes[i]
-				want, wantErr := byName.PlanTearDown(vd.PodUID, vd.Volume, tab)
-				if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) || fmt.Sprint(got.metaErr) != fmt.Sprint(want.metaErr) || !reflect.DeepEqual(got.meta, want.meta) {
-					t.Errorf("%s: PlanListed without a root of its own: %v, record %+v (%v); PlanTearDown: %v, record %+v (%v)",
-						vd.Volume, gotErr, got.meta, got.metaErr, wantErr, want.meta, want.metaErr)
-				}
-				got.meta, want.meta, got.metaErr, want.metaErr = nil, nil, nil, nil
-				if !reflect.DeepEqual(got, want) {
-					t.Errorf("%s: PlanListed planned\n%+v\nPlanTearDown\n%+v", vd.Volume, got, want)
-				}
-			})
-		})
-		if planned != 2 {
-			t.Errorf("%d volumes planned, want 2", planned)
-		}
-		byName.Close()
-		if after := openFds(t); after != before {
-			t.Errorf("%d descriptors open after PlanListed without a root, %d before", after, before)
-		}
-		listed.Close()
+	if planned := e.planBothWays(t, elsewhere, nil); planned != 2 {
+		t.Errorf("%d volumes planned without a root of its own, want 2", planned)
 	}
 }
 
@@ -379,4 +317,51 @@ func TestPlannerWithoutPodsDirectoryPlansLaterPodsByName(t *testing.T) {
 	if err != nil || plan.Code != ReasonNotMounted || !plan.Exists {
 		t.Errorf("PlanTearDown after the pods directory came back = %+v, %v; want the volume, %s", plan, err, ReasonNotMounted)
 	}
+}
+
+// planBothWays plans every emptyDir volume e lists, with the mount table
+// and with none: through the listing's descriptors with PlanListed of a
+// new Planner of by's plugin, and by name with PlanTearDown of one of
+// e's. It reports any difference in error, record or plan, hands each
+// listed plan to check (nil: none), and checks that no descriptor is
+// left open. It returns how many volumes the last pass planned.
+func (e *env) planBothWays(t *testing.T, by *env, check func(vd volume.VolumeDir, got Plan)) int {
+	t.Helper()
+	table, err := mountdetect.ReadMountTable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	planned := 0
+	for _, tab := range []*mountdetect.MountTable{table, nil} {
+		byName := e.plugin.NewPlanner()
+		listed := by.plugin.NewPlanner()
+		before := openFds(t)
+		planned = 0
+		e.scanListed(t, func(pd volume.PluginDir) {
+			listed.PlanListed(pd, tab, func(i int, got Plan, gotErr error) {
+				planned++
+				vd := pd.Volumes[i]
+				want, wantErr := byName.PlanTearDown(vd.PodUID, vd.Volume, tab)
+				if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+					t.Errorf("%s: PlanListed's error %v, PlanTearDown's %v", vd.Volume, gotErr, wantErr)
+				}
+				if fmt.Sprint(got.metaErr) != fmt.Sprint(want.metaErr) || !reflect.DeepEqual(got.meta, want.meta) {
+					t.Errorf("%s: PlanListed read the record %+v (%v), PlanTearDown %+v (%v)", vd.Volume, got.meta, got.metaErr, want.meta, want.metaErr)
+				}
+				if check != nil {
+					check(vd, got)
+				}
+				got.meta, want.meta, got.metaErr, want.metaErr = nil, nil, nil, nil
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("%s: PlanListed planned\n%+v\nPlanTearDown\n%+v", vd.Volume, got, want)
+				}
+			})
+		})
+		listed.Close()
+		byName.Close()
+		if after := openFds(t); after != before {
+			t.Errorf("%d descriptors open after PlanListed, %d before", after, before)
+		}
+	}
+	return planned
 }

@@ -37,15 +37,7 @@ func TestBorrowedDirsAcrossGoroutinesLeaveTheLentDescriptors(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	decoy := filepath.Join(dir, "decoy")
-	if err := os.Mkdir(decoy, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for n := range 4096 {
-		if err := os.WriteFile(filepath.Join(decoy, fmt.Sprint(n)), []byte("DECOY"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	decoy := makeDecoys(t, dir)
 	var want unix.Stat_t
 	if err := unix.Stat(filepath.Join(dir, "a"), &want); err != nil {
 		t.Fatal(err)
@@ -75,20 +67,7 @@ func TestBorrowedDirsAcrossGoroutinesLeaveTheLentDescriptors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var stop atomic.Bool
-		var churn sync.WaitGroup
-		for range 2 {
-			churn.Add(1)
-			go func() {
-				defer churn.Done()
-				for !stop.Load() {
-					fd, err := unix.Open(decoy, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-					if err == nil {
-						unix.Close(fd)
-					}
-				}
-			}()
-		}
+		stopChurn := churnDescriptors(decoy)
 		var wg, borrowed sync.WaitGroup
 		var bad atomic.Int64
 		fail := func(format string, args ...any) {
@@ -173,8 +152,7 @@ func TestBorrowedDirsAcrossGoroutinesLeaveTheLentDescriptors(t *testing.T) {
 		}
 		wg.Wait()
 		root.Close()
-		stop.Store(true)
-		churn.Wait()
+		stopChurn()
 		if err := same(shared); err != nil {
 			t.Errorf("round %d: the descriptor lent to every goroutine: %v", round, err)
 		}

@@ -34,15 +34,7 @@ func TestProcFdsSharedAcrossGoroutines(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	decoy := filepath.Join(dir, "decoy")
-	if err := os.Mkdir(decoy, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for n := range 4096 {
-		if err := os.WriteFile(filepath.Join(decoy, fmt.Sprint(n)), []byte("DECOY"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	decoy := makeDecoys(t, dir)
 	before := openFds(t)
 
 	for round := range 10 {
@@ -50,20 +42,7 @@ func TestProcFdsSharedAcrossGoroutines(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var stop atomic.Bool
-		var churn sync.WaitGroup
-		for range 2 {
-			churn.Add(1)
-			go func() {
-				defer churn.Done()
-				for !stop.Load() {
-					fd, err := unix.Open(decoy, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-					if err == nil {
-						unix.Close(fd)
-					}
-				}
-			}()
-		}
+		stopChurn := churnDescriptors(decoy)
 		var wg, opened sync.WaitGroup
 		var bad atomic.Int64
 		for g := range 6 {
@@ -118,13 +97,53 @@ func TestProcFdsSharedAcrossGoroutines(t *testing.T) {
 		}
 		wg.Wait()
 		root.Close()
-		stop.Store(true)
-		churn.Wait()
+		stopChurn()
 		if bad.Load() > 0 {
 			t.FailNow()
 		}
 	}
 	if after := openFds(t); after != before {
 		t.Errorf("%d descriptors open after every tree closed, %d before: leaked or closed one too many", after, before)
+	}
+}
+
+// makeDecoys makes dir/decoy holding a file named after every small
+// descriptor number: a Dir that reopens through a descriptor closed early,
+// and taken since by a descriptor of the decoy, reads "DECOY".
+func makeDecoys(t *testing.T, dir string) string {
+	t.Helper()
+	decoy := filepath.Join(dir, "decoy")
+	if err := os.Mkdir(decoy, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for n := range 4096 {
+		if err := os.WriteFile(filepath.Join(decoy, fmt.Sprint(n)), []byte("DECOY"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return decoy
+}
+
+// churnDescriptors opens and closes decoy on two goroutines as fast as
+// they can, so that any descriptor number freed is soon taken by a
+// decoy, until the function it returns is called (which waits for them).
+func churnDescriptors(decoy string) (stop func()) {
+	var done atomic.Bool
+	var churn sync.WaitGroup
+	for range 2 {
+		churn.Add(1)
+		go func() {
+			defer churn.Done()
+			for !done.Load() {
+				fd, err := unix.Open(decoy, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+				if err == nil {
+					unix.Close(fd)
+				}
+			}
+		}()
+	}
+	return func() {
+		done.Store(true)
+		churn.Wait()
 	}
 }
