@@ -1,14 +1,11 @@
 package emptydir
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 	"testing"
 
 	"github.com/nodevol/nodevol/internal/testsupport/mounttest"
-	"github.com/nodevol/nodevol/mountdetect"
 	"github.com/nodevol/nodevol/volume"
 )
 
@@ -116,39 +113,13 @@ func TestPlanListedMetadataParentIsPlanTearDown(t *testing.T) {
 			}
 			metaParent := filepath.Dir(e.metaDir(t, "cache"))
 			c.mk(t, e, metaParent, filepath.Dir(metaParent))
-			tab, err := mountdetect.ReadMountTable()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, tab := range []*mountdetect.MountTable{tab, nil} {
-				byName := e.plugin.NewPlanner()
-				listed := e.plugin.NewPlanner()
-				planned := 0
-				e.scanListed(t, func(pd volume.PluginDir) {
-					listed.PlanListed(pd, tab, func(i int, got Plan, gotErr error) {
-						planned++
-						vd := pd.Volumes[i]
-						want, wantErr := byName.PlanTearDown(vd.PodUID, vd.Volume, tab)
-						if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
-							t.Errorf("%s: PlanListed's error %v, PlanTearDown's %v", vd.Volume, gotErr, wantErr)
-						}
-						if fmt.Sprint(got.metaErr) != fmt.Sprint(want.metaErr) || !reflect.DeepEqual(got.meta, want.meta) {
-							t.Errorf("%s: PlanListed read the record %+v (%v), PlanTearDown %+v (%v)", vd.Volume, got.meta, got.metaErr, want.meta, want.metaErr)
-						}
-						if got.meta != nil && c.name != "metadata directory another mount" {
-							t.Errorf("%s: a record read through %s", vd.Volume, c.name)
-						}
-						got.meta, want.meta, got.metaErr, want.metaErr = nil, nil, nil, nil
-						if !reflect.DeepEqual(got, want) {
-							t.Errorf("%s: PlanListed planned\n%+v\nPlanTearDown\n%+v", vd.Volume, got, want)
-						}
-					})
-				})
-				listed.Close()
-				byName.Close()
-				if planned != 1 {
-					t.Errorf("%d volumes planned, want 1", planned)
+			planned := e.planBothWays(t, e, func(vd volume.VolumeDir, got Plan) {
+				if got.meta != nil && c.name != "metadata directory another mount" {
+					t.Errorf("%s: a record read through %s", vd.Volume, c.name)
 				}
+			})
+			if planned != 1 {
+				t.Errorf("%d volumes planned, want 1", planned)
 			}
 		})
 	}
