@@ -153,11 +153,10 @@ func (p *Parent) narrow() {
 		return
 	}
 	dir := p.path().trimSlash()
+	// Both windows are found by binary search, their ends included:
+	// whoever can mount beneath the directory cannot make this cost more.
 	lo := p.in.lo + sort.Search(p.in.hi-p.in.lo, func(i int) bool { return dir.compareWithDir(t.entries[p.in.lo+i].MountPoint) >= 0 })
-	hi := lo
-	for hi < p.in.hi && dir.isBeneath(t.entries[hi].MountPoint) {
-		hi++
-	}
+	hi := lo + sort.Search(p.in.hi-lo, func(i int) bool { return !dir.isBeneath(t.entries[lo+i].MountPoint) })
 	p.in.lo, p.in.hi = lo, hi
 	pos, dev, ok := t.positionOf(-1, p.path(), &p.st)
 	if !ok {
@@ -171,10 +170,7 @@ func (p *Parent) narrow() {
 	}
 	posDir := pos.trimSlash()
 	j := plo + sort.Search(phi-plo, func(j int) bool { return posDir.compareWithDir(ps[plo+j].pos) >= 0 })
-	k := j
-	for k < phi && posDir.isBeneath(ps[k].pos) {
-		k++
-	}
+	k := j + sort.Search(phi-j, func(k int) bool { return !posDir.isBeneath(ps[j+k].pos) })
 	p.in.dev, p.in.plo, p.in.phi = dev, j, k
 }
 
