@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sort"
 
 	"golang.org/x/sys/unix"
 
@@ -153,25 +152,17 @@ func (p *Parent) narrow() {
 		return
 	}
 	dir := p.path().trimSlash()
-	// Both windows are found by binary search, their ends included:
-	// whoever can mount beneath the directory cannot make this cost more.
-	lo := p.in.lo + sort.Search(p.in.hi-p.in.lo, func(i int) bool { return dir.compareWithDir(t.entries[p.in.lo+i].MountPoint) >= 0 })
-	hi := lo + sort.Search(p.in.hi-lo, func(i int) bool { return !dir.isBeneath(t.entries[lo+i].MountPoint) })
-	p.in.lo, p.in.hi = lo, hi
+	p.in.lo, p.in.hi = t.beneath(&dir, p.in.lo, p.in.hi)
 	pos, dev, ok := t.positionOf(-1, p.path(), &p.st)
 	if !ok {
 		p.in.phi = -1 // no position: Child searches by position in full
 		return
 	}
 	ps := t.byDev[dev]
-	plo, phi := 0, len(ps)
-	if p.in.phi >= 0 && p.in.dev == dev {
-		plo, phi = p.in.plo, p.in.phi
-	}
+	plo, phi := p.in.positions(dev, len(ps))
 	posDir := pos.trimSlash()
-	j := plo + sort.Search(phi-plo, func(j int) bool { return posDir.compareWithDir(ps[plo+j].pos) >= 0 })
-	k := j + sort.Search(phi-j, func(k int) bool { return !posDir.isBeneath(ps[j+k].pos) })
-	p.in.dev, p.in.plo, p.in.phi = dev, j, k
+	p.in.plo, p.in.phi = placedBeneath(ps, &posDir, plo, phi)
+	p.in.dev = dev
 }
 
 // path is the kernel's name of p's directory.

@@ -162,13 +162,49 @@ func (t *MountTable) mountsAt(fd int, real joinedPath, st *fsat.MountStat) (at, 
 	return t.mountsAtWithin(fd, real, st, nil)
 }
 
+// beneath is the range of entries[lo:hi] whose mount points lie beneath
+// dir: sorted, they are together, right after dir+"/" (not right after
+// dir: "dir-2" sorts between). Both ends are binary searches, so the
+// mounts someone made there do not make it cost more.
+func (t *MountTable) beneath(dir *joinedPath, lo, hi int) (from, to int) {
+	return beneathRange(dir, lo, hi, func(i int) string { return t.entries[i].MountPoint })
+}
+
+// placedBeneath is beneath for positions in ps[lo:hi], sorted by pos.
+func placedBeneath(ps []placed, dir *joinedPath, lo, hi int) (from, to int) {
+	return beneathRange(dir, lo, hi, func(i int) string { return ps[i].pos })
+}
+
+// beneathRange is beneath of the sorted strings key(lo)..key(hi-1).
+func beneathRange(dir *joinedPath, lo, hi int, key func(int) string) (from, to int) {
+	from = lo + sort.Search(hi-lo, func(i int) bool { return dir.compareWithDir(key(lo+i)) >= 0 })
+	to = from + sort.Search(hi-from, func(i int) bool { return !dir.isBeneath(key(from + i)) })
+	return from, to
+}
+
+// entries is where in a table of n entries w says to search (w nil:
+// everywhere).
+func (w *window) entries(n int) (lo, hi int) {
+	if w == nil {
+		return 0, n
+	}
+	return w.lo, w.hi
+}
+
+// positions is where in the n positions of the filesystem dev w says to
+// search (w nil, without a position, or of another filesystem:
+// everywhere).
+func (w *window) positions(dev uint64, n int) (lo, hi int) {
+	if w == nil || w.phi < 0 || w.dev != dev {
+		return 0, n
+	}
+	return w.plo, w.phi
+}
+
 // mountsAtWithin is mountsAt searching only in (nil: the whole table),
 // which must hold every mount at or beneath real.
 func (t *MountTable) mountsAtWithin(fd int, real joinedPath, st *fsat.MountStat, in *window) (at, beneath []Mount) {
-	lo, hi := 0, len(t.entries)
-	if in != nil {
-		lo, hi = in.lo, in.hi
-	}
+	lo, hi := in.entries(len(t.entries))
 	// found holds indexes into entries, on the stack while they are few:
 	// most directories a scan asks about have no mount beneath them.
 	var buf [8]int
@@ -181,26 +217,23 @@ func (t *MountTable) mountsAtWithin(fd int, real joinedPath, st *fsat.MountStat,
 	// Mount points beneath real sort right after real+"/" (not right after
 	// real: "real-2" sorts between them).
 	dir := real.trimSlash()
-	i = lo + sort.Search(hi-lo, func(i int) bool { return dir.compareWithDir(t.entries[lo+i].MountPoint) >= 0 })
-	for ; i < hi && dir.isBeneath(t.entries[i].MountPoint); i++ {
+	from, to := t.beneath(&dir, lo, hi)
+	for i := from; i < to; i++ {
 		found = append(found, i)
 	}
 	if pos, dev, ok := t.positionOf(fd, real, st); ok {
 		// Searched as by path: the mounts on pos, then those beneath it,
 		// which sort right after pos+"/" (not after pos).
 		ps := t.byDev[dev]
-		plo, phi := 0, len(ps)
-		if in != nil && in.phi >= 0 && in.dev == dev {
-			plo, phi = in.plo, in.phi
-		}
+		plo, phi := in.positions(dev, len(ps))
 		j := plo + sort.Search(phi-plo, func(j int) bool { return pos.compare(ps[plo+j].pos) >= 0 })
 		for ; j < phi && pos.compare(ps[j].pos) == 0; j++ {
 			found = append(found, ps[j].i)
 		}
 		posDir := pos.trimSlash()
-		j = plo + sort.Search(phi-plo, func(j int) bool { return posDir.compareWithDir(ps[plo+j].pos) >= 0 })
-		for ; j < phi && posDir.isBeneath(ps[j].pos); j++ {
-			found = append(found, ps[j].i)
+		from, to := placedBeneath(ps, &posDir, plo, phi)
+		for _, p := range ps[from:to] {
+			found = append(found, p.i)
 		}
 	}
 	if len(found) == 0 {
