@@ -222,9 +222,8 @@ type listedScan struct {
 	// chunks hold the verdicts, in order, in slices of verdictChunk that
 	// are never grown: a verdict is a few hundred bytes, and a slice grown
 	// by appending copies them all again at each doubling. The report
-	// points into them (verdicts): nothing is copied. n counts them.
+	// points into them (verdicts): nothing is copied.
 	chunks [][]scanVolume
-	n      int
 	// hasSubpaths says, by pod UID, whether a pod directory listed has a
 	// volume-subpaths entry (addSubpaths).
 	hasSubpaths map[string]bool
@@ -236,7 +235,11 @@ const verdictChunk = 1024
 // verdicts is every verdict, in order: pointers into the chunks, which
 // are never copied.
 func (ex *listedScan) verdicts() []*scanVolume {
-	out := make([]*scanVolume, 0, ex.n)
+	n := 0
+	for _, c := range ex.chunks {
+		n += len(c)
+	}
+	out := make([]*scanVolume, 0, n)
 	for _, c := range ex.chunks {
 		for i := range c {
 			out = append(out, &c[i])
@@ -302,7 +305,6 @@ func (ex *listedScan) add(v scanVolume) {
 	}
 	c := &ex.chunks[len(ex.chunks)-1]
 	*c = append(*c, v)
-	ex.n++
 }
 
 // rootScanner examines the volume directories of one kubelet root, with
