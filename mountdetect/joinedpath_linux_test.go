@@ -184,26 +184,9 @@ func TestChildAnswersAsFile(t *testing.T) {
 	parents := map[string]*Parent{"Parent": plugParent, "Beneath": &beneath}
 	for how, parent := range parents {
 		for _, name := range names {
-			path := filepath.Join(plug, name)
-			e, err := LookAt(plugfd, name, path, LookOnly)
-			if err != nil {
-				t.Fatal(err)
-			}
-			info, at, beneath, ok, err := tab.Child(parent, e, name)
-			if err != nil || !ok {
-				t.Fatalf("%s: Child(%q) = %v, %v", how, name, ok, err)
-			}
-			fd := open(path)
-			wantInfo, err := tab.DetectFile(fd, path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			wantAt, wantBeneath, err := tab.MountsAtFile(fd, path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(info, wantInfo) || !reflect.DeepEqual(at, wantAt) || !reflect.DeepEqual(beneath, wantBeneath) {
-				t.Errorf("%s: Child(%q) = %+v, %q, %q; want DetectFile's and MountsAtFile's %+v, %q, %q", how, name, info, mountPoints(at), mountPoints(beneath), wantInfo, mountPoints(wantAt), mountPoints(wantBeneath))
+			beneath, ok := childAsFile(t, tab, how, parent, plugfd, plug, name)
+			if !ok {
+				t.Fatalf("%s: Child(%q) cannot answer", how, name)
 			}
 			// dir: inner twice, inner/deep, other; none beside it.
 			want := map[string]int{"dir": 4, "dir-2": 1, "dir.x": 1, "dir\x01": 1, "dir0": 1, "dira": 1, "plain": 1}[name]
@@ -212,4 +195,42 @@ func TestChildAnswersAsFile(t *testing.T) {
 			}
 		}
 	}
+}
+
+// childAsFile checks that Child of p, for the entry name of the
+// directory dir (open as dirfd), answers what DetectFile and
+// MountsAtFile answer of the entry opened; how names p in errors. It
+// returns the mounts Child found beneath the entry, and false when Child
+// cannot answer (the entry is a mount root, on another mount, ...).
+func childAsFile(t *testing.T, tab *MountTable, how string, p *Parent, dirfd int, dir, name string) ([]Mount, bool) {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	e, err := LookAt(dirfd, name, path, LookOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, at, beneath, ok, err := tab.Child(p, e, name)
+	if err != nil {
+		t.Fatalf("%s: Child(%q): %v", how, name, err)
+	}
+	if !ok {
+		return nil, false
+	}
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	wantInfo, err := tab.DetectFile(fd, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAt, wantBeneath, err := tab.MountsAtFile(fd, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(info, wantInfo) || !reflect.DeepEqual(at, wantAt) || !reflect.DeepEqual(beneath, wantBeneath) {
+		t.Errorf("%s: Child(%q) = %+v, %q, %q; want DetectFile's and MountsAtFile's %+v, %q, %q", how, name, info, mountPoints(at), mountPoints(beneath), wantInfo, mountPoints(wantAt), mountPoints(wantBeneath))
+	}
+	return beneath, true
 }
