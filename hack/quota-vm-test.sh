@@ -189,6 +189,12 @@ set -e
 vm=$(since "$tb")
 result=$(grep -a '^NODEVOL-QUOTA-VM-RESULT: ' "$work/serial.log" | tail -n1 | cut -d' ' -f2-)
 say "VM ran ${vm}s (qemu exit $qrc); result: ${result:-none}"
+# A failure's lines again at the end, where a log's tail shows them: each
+# failed test with the lines it logged just before.
+if [ "$result" != PASS ]; then
+  echo "[quota-vm] what failed:"
+  grep -a -B12 -E -- '--- FAIL|^\[[a-z0-9]+\] (FAIL|panic)' "$work/serial.log" | head -n 200 || true
+fi
 [ "$qrc" = 124 ] && die "the VM timed out"
 for fs in xfs ext4; do
   r=$(grep -a "^NODEVOL-QUOTA-VM-RESULT-$fs: " "$work/serial.log" | tail -n1 | cut -d' ' -f2-)
