@@ -71,16 +71,8 @@ func TestChildFindsWhatMountsAtFileFindsThroughEveryParent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := func(path string) int {
-		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { unix.Close(fd) })
-		return fd
-	}
 	read := func(tab *MountTable, path string) *Parent {
-		p, err := tab.Parent(open(path), path)
+		p, err := tab.Parent(openDirFd(t, path, unix.O_RDONLY), path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,7 +104,7 @@ func TestChildFindsWhatMountsAtFileFindsThroughEveryParent(t *testing.T) {
 		{"Beneath through the second bind", by(uidParent.Beneath("volumes/plug")), viewPlug},
 	}
 	for _, pa := range parents {
-		dirfd := open(pa.path)
+		dirfd := openDirFd(t, pa.path, unix.O_RDONLY)
 		for _, name := range names {
 			beneath, ok := childAsFile(t, tab, pa.how, pa.p, dirfd, pa.path, name)
 			if !ok {

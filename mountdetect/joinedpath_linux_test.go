@@ -162,24 +162,16 @@ func TestChildAnswersAsFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := func(path string) int {
-		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { unix.Close(fd) })
-		return fd
-	}
 	pods := filepath.Join(base, "view/pods")
-	podsParent, err := tab.Parent(open(pods), pods)
+	podsParent, err := tab.Parent(openDirFd(t, pods, unix.O_RDONLY), pods)
 	if err != nil {
 		t.Fatal(err)
 	}
-	plugParent, err := tab.Parent(open(plug), plug)
+	plugParent, err := tab.Parent(openDirFd(t, plug, unix.O_RDONLY), plug)
 	if err != nil {
 		t.Fatal(err)
 	}
-	plugfd := open(plug)
+	plugfd := openDirFd(t, plug, unix.O_RDONLY)
 	beneath := podsParent.Beneath("uid/volumes/plug")
 	parents := map[string]*Parent{"Parent": plugParent, "Beneath": &beneath}
 	for how, parent := range parents {

@@ -12,8 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// openDirFd opens dir for RemoveAllAt with flags (O_RDONLY or O_PATH) and
-// closes it in Cleanup; the test checks that RemoveAllAt left it open.
+// openDirFd opens the directory dir with flags (O_RDONLY or O_PATH) and
+// closes it in Cleanup (the RemoveAllAt tests check that it was left
+// open).
 func openDirFd(t *testing.T, dir string, flags int) int {
 	t.Helper()
 	fd, err := unix.Open(dir, flags|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
