@@ -3,7 +3,6 @@ package fsquota
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -148,7 +147,7 @@ func TestVMAssignUsageEnforceClear(t *testing.T) {
 	// would trim them finds the inode busy, until a background worker
 	// does; they are charged and counted in st_blocks alike.
 	bytes, inodes, err := m.Usage(vol)
-	held := treeBlocks(t, vol)
+	held, _ := mounttest.LstatUsage(t, vol)
 	t.Logf("after 4 MiB: %d bytes, %d inodes; the tree's inodes hold %d bytes", bytes, inodes, held)
 	if err != nil || bytes < 4<<20 || bytes != held || inodes != 4 {
 		t.Errorf("Usage = %d, %d, %v; want at least 4 MiB, what the tree's 4 inodes hold (%d bytes), and 4 inodes", bytes, inodes, err, held)
@@ -254,28 +253,6 @@ func TestVMAssignUsageEnforceClear(t *testing.T) {
 	if got, err := m.Assign(again, limit); err != nil || got != id {
 		t.Errorf("Assign after Clear and removal = %d, %v; want the released %d", got, err, id)
 	}
-}
-
-// treeBlocks is the bytes the blocks of every inode in the tree at dir
-// take (st_blocks), dir's own included.
-func treeBlocks(t *testing.T, dir string) int64 {
-	t.Helper()
-	var sum int64
-	err := filepath.WalkDir(dir, func(path string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(path, &st); err != nil {
-			return err
-		}
-		sum += st.Blocks * 512
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sum
 }
 
 func mustOpen(t *testing.T, m *Manager, path string) *fsRef {

@@ -24,26 +24,7 @@ func TestDiskUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The expectation, computed independently with lstat (du's way).
-	var want, inodes int64
-	seen := map[uint64]bool{}
-	err := filepath.WalkDir(vol, func(p string, _ os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			return err
-		}
-		if !seen[st.Ino] {
-			seen[st.Ino] = true
-			want += st.Blocks * 512
-			inodes++
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	want, inodes := mounttest.LstatUsage(t, vol)
 	for _, s := range walkStrategies(t) {
 		u, err := diskUsage(vol, &config{strategy: s})
 		if err != nil {
