@@ -131,17 +131,11 @@ func (t *MountTable) byMountID(id int) (*tableEntry, bool) {
 	return &t.entries[i], true
 }
 
-// firstAt is the index of the first entry whose mount point is path or
-// sorts after it.
-func (t *MountTable) firstAt(path *joinedPath) int {
-	return sort.Search(len(t.entries), func(i int) bool { return path.compare(t.entries[i].MountPoint) >= 0 })
-}
-
 // mountedOn reports whether anything is mounted on path.
 func (t *MountTable) mountedOn(path string) bool {
 	p := pathOf(path)
-	i := t.firstAt(&p)
-	return i < len(t.entries) && t.entries[i].MountPoint == path
+	from, to := t.at(&p, 0, len(t.entries))
+	return from < to
 }
 
 // mountsAt returns the mounts whose mount point is the directory open as fd
@@ -162,6 +156,12 @@ func (t *MountTable) mountsAt(fd int, real joinedPath, st *fsat.MountStat) (at, 
 	return t.mountsAtWithin(fd, real, st, nil)
 }
 
+// at is the range of entries[lo:hi] whose mount point is path (sorted,
+// they are together).
+func (t *MountTable) at(path *joinedPath, lo, hi int) (from, to int) {
+	return atRange(path, lo, hi, func(i int) string { return t.entries[i].MountPoint })
+}
+
 // beneath is the range of entries[lo:hi] whose mount points lie beneath
 // dir: sorted, they are together, right after dir+"/" (not right after
 // dir: "dir-2" sorts between). Both ends are binary searches, so the
@@ -170,9 +170,21 @@ func (t *MountTable) beneath(dir *joinedPath, lo, hi int) (from, to int) {
 	return beneathRange(dir, lo, hi, func(i int) string { return t.entries[i].MountPoint })
 }
 
+// placedAt is at for positions in ps[lo:hi], sorted by pos.
+func placedAt(ps []placed, path *joinedPath, lo, hi int) (from, to int) {
+	return atRange(path, lo, hi, func(i int) string { return ps[i].pos })
+}
+
 // placedBeneath is beneath for positions in ps[lo:hi], sorted by pos.
 func placedBeneath(ps []placed, dir *joinedPath, lo, hi int) (from, to int) {
 	return beneathRange(dir, lo, hi, func(i int) string { return ps[i].pos })
+}
+
+// atRange is at of the sorted strings key(lo)..key(hi-1).
+func atRange(path *joinedPath, lo, hi int, key func(int) string) (from, to int) {
+	from = lo + sort.Search(hi-lo, func(i int) bool { return path.compare(key(lo+i)) >= 0 })
+	to = from + sort.Search(hi-from, func(i int) bool { return path.compare(key(from+i)) != 0 })
+	return from, to
 }
 
 // beneathRange is beneath of the sorted strings key(lo)..key(hi-1).
@@ -209,15 +221,15 @@ func (t *MountTable) mountsAtWithin(fd int, real joinedPath, st *fsat.MountStat,
 	// most directories a scan asks about have no mount beneath them.
 	var buf [8]int
 	found := buf[:0]
-	i := lo + sort.Search(hi-lo, func(i int) bool { return real.compare(t.entries[lo+i].MountPoint) >= 0 })
-	for ; i < hi && real.compare(t.entries[i].MountPoint) == 0; i++ {
+	from, to := t.at(&real, lo, hi)
+	for i := from; i < to; i++ {
 		at = append(at, t.entries[i].Mount)
 		found = append(found, i)
 	}
 	// Mount points beneath real sort right after real+"/" (not right after
 	// real: "real-2" sorts between them).
 	dir := real.trimSlash()
-	from, to := t.beneath(&dir, lo, hi)
+	from, to = t.beneath(&dir, lo, hi)
 	for i := from; i < to; i++ {
 		found = append(found, i)
 	}
@@ -226,12 +238,12 @@ func (t *MountTable) mountsAtWithin(fd int, real joinedPath, st *fsat.MountStat,
 		// which sort right after pos+"/" (not after pos).
 		ps := t.byDev[dev]
 		plo, phi := in.positions(dev, len(ps))
-		j := plo + sort.Search(phi-plo, func(j int) bool { return pos.compare(ps[plo+j].pos) >= 0 })
-		for ; j < phi && pos.compare(ps[j].pos) == 0; j++ {
-			found = append(found, ps[j].i)
+		from, to := placedAt(ps, &pos, plo, phi)
+		for _, p := range ps[from:to] {
+			found = append(found, p.i)
 		}
 		posDir := pos.trimSlash()
-		from, to := placedBeneath(ps, &posDir, plo, phi)
+		from, to = placedBeneath(ps, &posDir, plo, phi)
 		for _, p := range ps[from:to] {
 			found = append(found, p.i)
 		}
