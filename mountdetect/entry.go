@@ -124,9 +124,9 @@ type Parent struct {
 	real, rel string
 	st        fsat.MountStat
 	info      FSInfo
-	// tab is the table p was read with (nil: none) and in where in it
+	// tab is the table p was read with (nil: none), and in is where in it
 	// the mounts at or beneath p's entries can be (Beneath narrows it):
-	// each Child then searches those, not the whole table.
+	// each Child then searches there, not the whole table.
 	tab *MountTable
 	in  window
 }
